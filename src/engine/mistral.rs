@@ -1,0 +1,315 @@
+//! The mistral.rs engine: a GGUF model run in-process, with mistral.rs's own continuous
+//! batching of concurrent requests. This is the only file that imports `mistralrs`.
+//!
+//! Loading happens in the background so the HTTP server can answer `/health` and a 503
+//! from `/ready` while the weights load. Each request is sent to the engine as a streaming
+//! chat request on its own response channel; a forwarder task turns mistral.rs responses
+//! into [`EngineEvent`]s. When the gateway drops its [`TokenStream`], the forwarder drops
+//! the mistral.rs receiver, and mistral.rs cancels the sequence at its next token.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use either::Either;
+use mistralrs::{
+    Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, Response,
+    SamplingParams, StopTokens, TextMessageRole, TextMessages,
+};
+use tokio::sync::mpsc;
+
+use super::{
+    ChatMessage, Engine, EngineError, EngineEvent, FinishReason, GenerationRequest, ModelInfo,
+    Role, TokenStream, Usage,
+};
+use crate::fingerprint;
+
+/// Engine name and version, part of the system fingerprint.
+pub const ENGINE_NAME: &str = "mistral.rs 0.8.1";
+
+/// What the adapter needs to load a model.
+#[derive(Debug, Clone)]
+pub struct MistralSettings {
+    pub model_path: PathBuf,
+    /// The id clients use in `model`.
+    pub model_id: String,
+    /// Sequences mistral.rs batches together at most.
+    pub max_batch_size: usize,
+    /// Run on CPU even when built with CUDA.
+    pub force_cpu: bool,
+}
+
+struct Loaded {
+    model: Model,
+    info: ModelInfo,
+}
+
+pub struct MistralEngine {
+    loaded: OnceLock<Loaded>,
+}
+
+impl MistralEngine {
+    /// Starts loading the model in the background and returns at once. A load failure
+    /// is logged and ends the process: a gateway without its model serves nothing.
+    pub fn start(settings: MistralSettings) -> Arc<Self> {
+        let engine = Arc::new(Self {
+            loaded: OnceLock::new(),
+        });
+        let slot = Arc::clone(&engine);
+        tokio::spawn(async move {
+            match load(&settings).await {
+                Ok(loaded) => {
+                    tracing::info!(
+                        model = %loaded.info.id,
+                        context_length = loaded.info.context_length,
+                        system_fingerprint = %loaded.info.system_fingerprint,
+                        "Model loaded; ready to serve."
+                    );
+                    let _ = slot.loaded.set(loaded);
+                }
+                Err(error) => {
+                    tracing::error!(path = %settings.model_path.display(), error = %format!("{error:#}"), "Could not load the model.");
+                    std::process::exit(1);
+                }
+            }
+        });
+        engine
+    }
+
+    /// Loads the model and waits until it is ready (for benchmarks and tests).
+    pub async fn load_now(settings: MistralSettings) -> anyhow::Result<Arc<Self>> {
+        let loaded = load(&settings).await?;
+        let engine = Self {
+            loaded: OnceLock::new(),
+        };
+        let _ = engine.loaded.set(loaded);
+        Ok(Arc::new(engine))
+    }
+}
+
+async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
+    let path = settings.model_path.clone();
+    let file_sha256 =
+        tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
+    let (dir, file) = split_model_path(&settings.model_path)?;
+    let mut builder =
+        GgufModelBuilder::new(dir, vec![file]).with_max_num_seqs(settings.max_batch_size);
+    if settings.force_cpu || !cfg!(feature = "cuda") {
+        builder = builder.with_force_cpu();
+    }
+    let model = builder.build().await?;
+    let context_length = model
+        .max_sequence_length()?
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| anyhow::anyhow!("the model reports no context length"))?;
+    let device = if settings.force_cpu || !cfg!(feature = "cuda") {
+        "cpu"
+    } else {
+        "cuda"
+    };
+    let info = ModelInfo {
+        id: settings.model_id.clone(),
+        context_length,
+        system_fingerprint: fingerprint::system_fingerprint(&file_sha256, ENGINE_NAME, device),
+    };
+    Ok(Loaded { model, info })
+}
+
+/// mistral.rs takes a GGUF model as a directory ("model id") and file names in it.
+fn split_model_path(path: &Path) -> anyhow::Result<(String, String)> {
+    let file = path
+        .file_name()
+        .and_then(|f| f.to_str())
+        .ok_or_else(|| anyhow::anyhow!("model path {} names no file", path.display()))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((dir.to_string_lossy().into_owned(), file.to_owned()))
+}
+
+fn text_messages(messages: &[ChatMessage]) -> TextMessages {
+    messages.iter().fold(TextMessages::new(), |acc, m| {
+        let role = match m.role {
+            Role::System => TextMessageRole::System,
+            Role::User => TextMessageRole::User,
+            Role::Assistant => TextMessageRole::Assistant,
+        };
+        acc.add_message(role, &m.content)
+    })
+}
+
+fn sampling_params(request: &GenerationRequest) -> SamplingParams {
+    let s = &request.sampling;
+    let mut params = SamplingParams::neutral();
+    // OpenAI's defaults: temperature 1, top_p 1. Temperature 0 is greedy in mistral.rs.
+    params.temperature = Some(s.temperature.unwrap_or(1.0));
+    params.top_p = s.top_p;
+    params.presence_penalty = s.presence_penalty;
+    params.frequency_penalty = s.frequency_penalty;
+    params.max_len = Some(request.max_tokens as usize);
+    if !s.stop.is_empty() {
+        params.stop_toks = Some(StopTokens::Seqs(s.stop.clone()));
+    }
+    params
+}
+
+#[async_trait]
+impl Engine for MistralEngine {
+    fn model_info(&self) -> Option<ModelInfo> {
+        self.loaded.get().map(|l| l.info.clone())
+    }
+
+    async fn generate(&self, request: GenerationRequest) -> Result<TokenStream, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        // Render the chat template and count the prompt before committing to a stream,
+        // so a prompt that cannot fit is a clean 400 instead of a mid-stream failure.
+        let prompt = loaded
+            .model
+            .tokenize(
+                Either::Left(text_messages(&request.messages)),
+                None,
+                true,
+                true,
+                None,
+            )
+            .await
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        if prompt_tokens >= loaded.info.context_length {
+            return Err(EngineError::ContextLengthExceeded {
+                prompt_tokens,
+                context_length: loaded.info.context_length,
+            });
+        }
+
+        let (engine_tx, engine_rx) = mpsc::channel(32);
+        let mut messages = text_messages(&request.messages);
+        let normal = NormalRequest {
+            messages: messages.take_messages(),
+            sampling_params: sampling_params(&request),
+            response: engine_tx,
+            return_logprobs: false,
+            is_streaming: true,
+            id: 0,
+            constraint: Constraint::None,
+            suffix: None,
+            tools: None,
+            tool_choice: None,
+            logits_processors: None,
+            return_raw_logits: false,
+            web_search_options: None,
+            model_id: None,
+            truncate_sequence: false,
+        };
+        let sender = loaded
+            .model
+            .inner()
+            .get_sender(None)
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        sender
+            .send(Request::Normal(Box::new(normal)))
+            .await
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+
+        let (tx, rx) = mpsc::channel(32);
+        tokio::spawn(forward(engine_rx, tx));
+        Ok(rx)
+    }
+}
+
+/// Translates mistral.rs responses into engine events until the request ends or the
+/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).
+async fn forward(mut engine_rx: mpsc::Receiver<Response>, tx: mpsc::Sender<EngineEvent>) {
+    loop {
+        let response = tokio::select! {
+            r = engine_rx.recv() => r,
+            () = tx.closed() => return,
+        };
+        let Some(response) = response else {
+            let _ = tx
+                .send(EngineEvent::Failed(EngineError::Internal(
+                    "the engine closed the stream without finishing".into(),
+                )))
+                .await;
+            return;
+        };
+        for event in translate(response) {
+            let last = !matches!(event, EngineEvent::Token { .. });
+            if tx.send(event).await.is_err() || last {
+                return;
+            }
+        }
+    }
+}
+
+fn translate(response: Response) -> Vec<EngineEvent> {
+    match response {
+        Response::Chunk(chunk) => {
+            let mut events = Vec::with_capacity(2);
+            let Some(choice) = chunk.choices.into_iter().next() else {
+                return events;
+            };
+            if let Some(text) = choice.delta.content {
+                events.push(EngineEvent::Token { text });
+            }
+            if let Some(reason) = choice.finish_reason {
+                let (usage, prefill) = usage_of(chunk.usage);
+                let reason = if reason == "length" {
+                    FinishReason::Length
+                } else {
+                    FinishReason::Stop
+                };
+                events.push(EngineEvent::Finished {
+                    reason,
+                    usage,
+                    prefill,
+                });
+            }
+            events
+        }
+        Response::ValidationError(e) => {
+            vec![EngineEvent::Failed(EngineError::Rejected(e.to_string()))]
+        }
+        Response::InternalError(e) => {
+            vec![EngineEvent::Failed(EngineError::Internal(e.to_string()))]
+        }
+        Response::ModelError(message, _) => {
+            vec![EngineEvent::Failed(EngineError::Internal(message))]
+        }
+        other => vec![EngineEvent::Failed(EngineError::Internal(format!(
+            "unexpected engine response: {}",
+            response_kind(&other)
+        )))],
+    }
+}
+
+fn response_kind(response: &Response) -> &'static str {
+    match response {
+        Response::Done(_) => "done",
+        Response::CompletionChunk(_)
+        | Response::CompletionDone(_)
+        | Response::CompletionModelError(..) => "completion",
+        _ => "other",
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Token counts and prefill time from the usage mistral.rs attaches to the last chunk.
+fn usage_of(usage: Option<mistralrs::Usage>) -> (Usage, Option<Duration>) {
+    let Some(u) = usage else {
+        return (Usage::default(), None);
+    };
+    let counts = Usage {
+        prompt_tokens: to_u32(u.prompt_tokens),
+        completion_tokens: to_u32(u.completion_tokens),
+    };
+    (
+        counts,
+        Duration::try_from_secs_f32(u.total_prompt_time_sec).ok(),
+    )
+}

@@ -1,0 +1,145 @@
+//! The model behind the gateway, seen through one trait.
+//!
+//! The HTTP layer hands the [`Engine`] a validated [`GenerationRequest`] and receives a
+//! [`TokenStream`] of [`EngineEvent`]s. Dropping the stream cancels the generation.
+//! Implementations:
+//! - [`mistral`]: mistral.rs running a GGUF model in-process (the only file that imports
+//!   `mistralrs`);
+//! - [`scripted`]: programmable tokens, delays and failures, for tests and benchmarks.
+
+pub mod mistral;
+pub mod sampling;
+pub mod scripted;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+/// A chat request that has passed validation; everything here is within limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    /// The gateway's request id, for the engine's logs.
+    pub request_id: String,
+    pub messages: Vec<ChatMessage>,
+    /// Completion-token budget, already capped by configuration.
+    pub max_tokens: u32,
+    pub sampling: Sampling,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// Sampling settings of one request. `None` means the engine's default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sampling {
+    /// 0 means greedy decoding.
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<u64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    /// Stop sequences; the output ends before the first one.
+    pub stop: Vec<String>,
+}
+
+/// What the engine reports while it generates, in order: any number of `Token`s, then
+/// exactly one `Finished` or `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// One decoded token's text. It may be empty (a token that completes no character).
+    Token {
+        text: String,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        /// Time the engine spent on the prompt, if it reports it; used for queue time.
+        prefill: Option<Duration>,
+    },
+    Failed(EngineError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End of sequence or a stop sequence.
+    Stop,
+    /// `max_tokens` or the model's context length was reached.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+/// Why the engine could not take or finish a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    #[error("the model is still loading")]
+    NotReady,
+    #[error("the prompt has {prompt_tokens} tokens and the model's context is {context_length}")]
+    ContextLengthExceeded {
+        prompt_tokens: u32,
+        context_length: u32,
+    },
+    #[error("the engine rejected the request: {0}")]
+    Rejected(String),
+    #[error("the engine failed: {0}")]
+    Internal(String),
+}
+
+/// Stream of events for one request. Dropping it tells the engine to stop generating.
+pub type TokenStream = mpsc::Receiver<EngineEvent>;
+
+/// Static facts about the served model, fixed once it is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// The model id clients send in `model`.
+    pub id: String,
+    /// Context length in tokens (prompt + completion).
+    pub context_length: u32,
+    /// Identifies model file, engine, device and gateway version (see `fingerprint`).
+    pub system_fingerprint: String,
+}
+
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// The model's facts, or `None` while it is loading.
+    fn model_info(&self) -> Option<ModelInfo>;
+
+    /// Starts generating. Errors here happen before any token (the prompt does not fit,
+    /// the model is not loaded); errors during generation arrive as
+    /// [`EngineEvent::Failed`].
+    async fn generate(&self, request: GenerationRequest) -> Result<TokenStream, EngineError>;
+}

@@ -1,0 +1,180 @@
+//! A programmable engine for tests and benchmarks: it "generates" scripted tokens with
+//! scripted delays and failures, and counts what it produced so tests can show that a
+//! cancelled request stops producing.
+//!
+//! A request runs the script registered for its last message's text, or the default
+//! script. Prompt tokens are counted as whitespace-separated words, which is enough to
+//! exercise the context-length check.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{
+    Engine, EngineError, EngineEvent, FinishReason, GenerationRequest, ModelInfo, TokenStream,
+    Usage,
+};
+
+/// One scripted generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Script {
+    pub steps: Vec<Step>,
+    /// Finish reason when the steps run out before `max_tokens`.
+    pub finish: FinishReason,
+    /// Prefill time to report, if any.
+    pub prefill: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Wait `delay`, then emit a token with this text.
+    Token { text: String, delay: Duration },
+    /// Wait `delay`, then fail the generation.
+    Fail { error: EngineError, delay: Duration },
+}
+
+impl Script {
+    /// Tokens with the same delay before each, ending with `stop`.
+    pub fn tokens<S: AsRef<str>>(texts: &[S], delay: Duration) -> Self {
+        Self {
+            steps: texts
+                .iter()
+                .map(|t| Step::Token {
+                    text: t.as_ref().to_owned(),
+                    delay,
+                })
+                .collect(),
+            finish: FinishReason::Stop,
+            prefill: None,
+        }
+    }
+
+    /// Appends a failure after the scripted tokens.
+    pub fn then_fail(mut self, error: EngineError) -> Self {
+        self.steps.push(Step::Fail {
+            error,
+            delay: Duration::ZERO,
+        });
+        self
+    }
+}
+
+pub struct ScriptedEngine {
+    info: ModelInfo,
+    default_script: Script,
+    by_prompt: HashMap<String, Script>,
+    ready: AtomicBool,
+    produced: Arc<AtomicU64>,
+    cancelled: Arc<AtomicU64>,
+}
+
+impl ScriptedEngine {
+    pub fn new(info: ModelInfo, default_script: Script) -> Self {
+        Self {
+            info,
+            default_script,
+            by_prompt: HashMap::new(),
+            ready: AtomicBool::new(true),
+            produced: Arc::default(),
+            cancelled: Arc::default(),
+        }
+    }
+
+    /// Runs `script` for requests whose last message is exactly `prompt`.
+    pub fn with_script(mut self, prompt: &str, script: Script) -> Self {
+        self.by_prompt.insert(prompt.to_owned(), script);
+        self
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Tokens emitted so far, over all requests.
+    pub fn tokens_produced(&self) -> u64 {
+        self.produced.load(Ordering::SeqCst)
+    }
+
+    /// Generations that stopped because their stream was dropped.
+    pub fn generations_cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Engine for ScriptedEngine {
+    fn model_info(&self) -> Option<ModelInfo> {
+        self.ready.load(Ordering::SeqCst).then(|| self.info.clone())
+    }
+
+    async fn generate(&self, request: GenerationRequest) -> Result<TokenStream, EngineError> {
+        if !self.ready.load(Ordering::SeqCst) {
+            return Err(EngineError::NotReady);
+        }
+        let prompt_tokens: usize = request
+            .messages
+            .iter()
+            .map(|m| m.content.split_whitespace().count())
+            .sum();
+        let prompt_tokens = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
+        if prompt_tokens >= self.info.context_length {
+            return Err(EngineError::ContextLengthExceeded {
+                prompt_tokens,
+                context_length: self.info.context_length,
+            });
+        }
+        let script = request
+            .messages
+            .last()
+            .and_then(|m| self.by_prompt.get(&m.content))
+            .unwrap_or(&self.default_script)
+            .clone();
+        let (tx, rx) = mpsc::channel(16);
+        let produced = Arc::clone(&self.produced);
+        let cancelled = Arc::clone(&self.cancelled);
+        tokio::spawn(async move {
+            let mut completion_tokens = 0u32;
+            let mut reason = script.finish;
+            for step in script.steps {
+                if completion_tokens >= request.max_tokens {
+                    reason = FinishReason::Length;
+                    break;
+                }
+                match step {
+                    Step::Token { text, delay } => {
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
+                        if tx.send(EngineEvent::Token { text }).await.is_err() {
+                            cancelled.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        produced.fetch_add(1, Ordering::SeqCst);
+                        completion_tokens += 1;
+                    }
+                    Step::Fail { error, delay } => {
+                        tokio::time::sleep(delay).await;
+                        let _ = tx.send(EngineEvent::Failed(error)).await;
+                        return;
+                    }
+                }
+            }
+            let usage = Usage {
+                prompt_tokens,
+                completion_tokens,
+            };
+            let _ = tx
+                .send(EngineEvent::Finished {
+                    reason,
+                    usage,
+                    prefill: script.prefill,
+                })
+                .await;
+        });
+        Ok(rx)
+    }
+}

@@ -1,0 +1,263 @@
+//! Per-request latency bookkeeping: TTFT, TPOT, inter-token latency, e2e and queue time.
+//!
+//! The stream producer (see `stream`) stamps each moment with the injected [`Clock`] and
+//! feeds it to a [`RequestTimer`]; when the request ends, [`RequestTimer::finish`] turns
+//! the stamps into [`Timings`], which travel in the final chunk, the request log line and
+//! (later) the metrics and the semantic log. Definitions, as in the README:
+//!
+//! - TTFT: `t_recv` -> the first frame carrying non-empty content is handed to the transport.
+//! - engine TTFT: engine submit -> the engine's first token reaches the gateway.
+//! - queue: `t_recv` -> the engine starts the request (first token minus the prefill time
+//!   the engine reports); absent when the engine reports no prefill time.
+//! - TPOT: `(t_last_token - t_first_token) / (output_tokens - 1)`; absent below 2 tokens.
+//! - ITL: every gap between consecutive content frames.
+//! - e2e: `t_recv` -> the final frame is handed to the transport.
+//!
+//! [`Clock`]: crate::clock::Clock
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Timestamps of one request, as offsets on the gateway's clock.
+#[derive(Debug, Clone)]
+pub struct RequestTimer {
+    t_recv: Duration,
+    t_submit: Option<Duration>,
+    /// First token event from the engine, content or not: the end of engine TTFT.
+    t_engine_first: Option<Duration>,
+    t_first_content: Option<Duration>,
+    t_last_content: Option<Duration>,
+    /// Gaps between consecutive content frames, in arrival order.
+    itl: Vec<Duration>,
+}
+
+/// The latency figures of one finished request, in milliseconds. Serialised as the
+/// `timings` extension object of the final chunk and of non-streamed responses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Timings {
+    pub ttft_ms: Option<f64>,
+    pub engine_ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: f64,
+    pub queue_ms: Option<f64>,
+    pub itl_ms: Option<ItlStats>,
+    /// Output tokens per second of the whole request (`output_tokens / e2e`).
+    pub tokens_per_second: Option<f64>,
+    pub output_tokens: u32,
+}
+
+/// Summary of the inter-token gaps of one request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItlStats {
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+}
+
+impl RequestTimer {
+    /// Starts timing at `t_recv`, the moment the handler received the request.
+    pub fn start(t_recv: Duration) -> Self {
+        Self {
+            t_recv,
+            t_submit: None,
+            t_engine_first: None,
+            t_first_content: None,
+            t_last_content: None,
+            itl: Vec::new(),
+        }
+    }
+
+    pub fn engine_submitted(&mut self, at: Duration) {
+        self.t_submit.get_or_insert(at);
+    }
+
+    /// A token event (with or without text) arrived from the engine.
+    pub fn engine_token(&mut self, at: Duration) {
+        self.t_engine_first.get_or_insert(at);
+    }
+
+    /// A frame carrying non-empty content was handed to the transport.
+    pub fn content_sent(&mut self, at: Duration) {
+        if let Some(prev) = self.t_last_content {
+            self.itl.push(at.saturating_sub(prev));
+        } else {
+            self.t_first_content = Some(at);
+        }
+        self.t_last_content = Some(at);
+    }
+
+    /// Whether any content has been handed over yet.
+    pub fn has_content(&self) -> bool {
+        self.t_first_content.is_some()
+    }
+
+    /// Inter-token gaps recorded so far, for per-sample histograms.
+    pub fn itl_samples(&self) -> &[Duration] {
+        &self.itl
+    }
+
+    /// Computes the figures, with `t_end` the moment the final frame was handed over,
+    /// `output_tokens` the completion tokens the engine reported and `prefill` the prompt
+    /// processing time it reported, if any.
+    pub fn finish(
+        &self,
+        t_end: Duration,
+        output_tokens: u32,
+        prefill: Option<Duration>,
+    ) -> Timings {
+        let since_recv = |t: Duration| t.saturating_sub(self.t_recv);
+        let e2e = since_recv(t_end);
+        let tpot = match (self.t_first_content, self.t_last_content, output_tokens) {
+            (Some(first), Some(last), n) if n >= 2 => Some(last.saturating_sub(first) / (n - 1)),
+            _ => None,
+        };
+        let engine_ttft = match (self.t_submit, self.t_engine_first) {
+            (Some(submit), Some(first)) => Some(first.saturating_sub(submit)),
+            _ => None,
+        };
+        let queue = match (self.t_engine_first, prefill) {
+            (Some(first), Some(prefill)) => Some(since_recv(first.saturating_sub(prefill))),
+            _ => None,
+        };
+        let tokens_per_second = (output_tokens > 0 && !e2e.is_zero())
+            .then(|| f64::from(output_tokens) / e2e.as_secs_f64());
+        Timings {
+            ttft_ms: self.t_first_content.map(|t| ms(since_recv(t))),
+            engine_ttft_ms: engine_ttft.map(ms),
+            tpot_ms: tpot.map(ms),
+            e2e_ms: ms(e2e),
+            queue_ms: queue.map(ms),
+            itl_ms: itl_stats(&self.itl),
+            tokens_per_second: tokens_per_second.map(round3),
+            output_tokens,
+        }
+    }
+}
+
+/// Milliseconds with microsecond resolution.
+fn ms(d: Duration) -> f64 {
+    round3(d.as_secs_f64() * 1000.0)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn itl_stats(gaps: &[Duration]) -> Option<ItlStats> {
+    if gaps.is_empty() {
+        return None;
+    }
+    let mut sorted = gaps.to_vec();
+    sorted.sort_unstable();
+    Some(ItlStats {
+        p50: ms(nearest_rank(&sorted, 0.50)),
+        p95: ms(nearest_rank(&sorted, 0.95)),
+        max: ms(sorted[sorted.len() - 1]),
+    })
+}
+
+/// Nearest-rank percentile of a sorted, non-empty slice.
+fn nearest_rank(sorted: &[Duration], q: f64) -> Duration {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn no_tokens_has_e2e_only() {
+        let mut timer = RequestTimer::start(at(100));
+        timer.engine_submitted(at(101));
+        let t = timer.finish(at(150), 0, None);
+        assert_eq!(t.e2e_ms, 50.0);
+        assert_eq!(t.ttft_ms, None);
+        assert_eq!(t.tpot_ms, None);
+        assert_eq!(t.engine_ttft_ms, None);
+        assert_eq!(t.itl_ms, None);
+        assert_eq!(t.tokens_per_second, None);
+    }
+
+    #[test]
+    fn one_token_has_ttft_but_no_tpot() {
+        let mut timer = RequestTimer::start(at(0));
+        timer.engine_submitted(at(2));
+        timer.engine_token(at(40));
+        timer.content_sent(at(41));
+        let t = timer.finish(at(45), 1, None);
+        assert_eq!(t.ttft_ms, Some(41.0));
+        assert_eq!(t.engine_ttft_ms, Some(38.0));
+        assert_eq!(t.tpot_ms, None, "TPOT is undefined below two tokens");
+        assert_eq!(t.itl_ms, None);
+        assert_eq!(t.e2e_ms, 45.0);
+    }
+
+    #[test]
+    fn two_tokens_tpot_is_the_single_gap() {
+        let mut timer = RequestTimer::start(at(0));
+        timer.content_sent(at(300));
+        timer.content_sent(at(325));
+        let t = timer.finish(at(330), 2, None);
+        assert_eq!(t.ttft_ms, Some(300.0));
+        assert_eq!(t.tpot_ms, Some(25.0));
+        assert_eq!(
+            t.itl_ms,
+            Some(ItlStats {
+                p50: 25.0,
+                p95: 25.0,
+                max: 25.0
+            })
+        );
+    }
+
+    #[test]
+    fn many_tokens_tpot_itl_and_queue() {
+        let mut timer = RequestTimer::start(at(1_000));
+        timer.engine_submitted(at(1_001));
+        timer.engine_token(at(1_200));
+        // 21 content frames: gaps 10, 20, ..., 200 ms (20 gaps).
+        let mut t = 1_200;
+        timer.content_sent(at(t));
+        for i in 1..=20 {
+            t += 10 * i;
+            timer.content_sent(at(t));
+        }
+        // The engine reports 21 tokens and 150 ms of prefill.
+        let timings = timer.finish(at(t + 5), 21, Some(at(150)));
+        assert_eq!(timings.ttft_ms, Some(200.0));
+        assert_eq!(timings.engine_ttft_ms, Some(199.0));
+        // (t_last - t_first) = 10 * (1 + ... + 20) = 2100 ms over 20 intervals.
+        assert_eq!(timings.tpot_ms, Some(105.0));
+        assert_eq!(timings.queue_ms, Some(50.0));
+        let itl = timings.itl_ms.expect("itl stats");
+        assert_eq!(itl.p50, 100.0);
+        assert_eq!(itl.p95, 190.0);
+        assert_eq!(itl.max, 200.0);
+        assert_eq!(timings.e2e_ms, 2_305.0);
+        assert_eq!(timings.tokens_per_second, Some(9.111));
+    }
+
+    #[test]
+    fn tpot_uses_engine_token_count_not_frame_count() {
+        // Three tokens, but the last (end of sequence) carried no text: two content frames.
+        let mut timer = RequestTimer::start(at(0));
+        timer.content_sent(at(10));
+        timer.content_sent(at(30));
+        let t = timer.finish(at(31), 3, None);
+        assert_eq!(t.tpot_ms, Some(10.0));
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let sorted: Vec<Duration> = (1..=10).map(at).collect();
+        assert_eq!(nearest_rank(&sorted, 0.5), at(5));
+        assert_eq!(nearest_rank(&sorted, 0.95), at(10));
+        assert_eq!(nearest_rank(&sorted[..1], 0.5), at(1));
+    }
+}
