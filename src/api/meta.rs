@@ -1,0 +1,53 @@
+//! Model listing and the probes: `/health` says the process is up, `/ready` says the
+//! model is loaded and requests will be served.
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use super::AppState;
+use crate::error::ApiError;
+
+pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": [model_object(&state)],
+    }))
+}
+
+pub async fn get_model(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    if *id != state.limits.served_model {
+        return Err(ApiError::ModelNotFound(id.into_inner()));
+    }
+    Ok(HttpResponse::Ok().json(model_object(&state)))
+}
+
+fn model_object(state: &AppState) -> serde_json::Value {
+    let info = state.engine.model_info();
+    json!({
+        "id": state.limits.served_model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "llmgate",
+        "ready": info.is_some(),
+        "context_length": info.map(|i| i.context_length),
+    })
+}
+
+pub async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    match state.engine.model_info() {
+        Some(info) => HttpResponse::Ok().json(json!({
+            "status": "ready",
+            "model": info.id,
+            "context_length": info.context_length,
+            "system_fingerprint": info.system_fingerprint,
+        })),
+        None => HttpResponse::ServiceUnavailable().json(json!({"status": "loading"})),
+    }
+}

@@ -1,0 +1,129 @@
+//! The HTTP surface (actix-web): routes, shared state and the request-id middleware.
+//!
+//! - [`chat`]: `POST /v1/chat/completions`, streamed and not.
+//! - [`meta`]: `GET /v1/models`, `/health`, `/ready`.
+//! - [`request`]: the wire request and its validation into a domain request.
+//!
+//! [`configure`] is the one route table, used by the binary and the black-box tests.
+
+pub mod chat;
+pub mod meta;
+pub mod request;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, HttpRequest};
+
+use crate::admission::Admission;
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::ApiError;
+use crate::record::RequestObserver;
+use request::RequestLimits;
+
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Everything a handler needs, shared by all workers.
+pub struct AppState {
+    pub engine: Arc<dyn Engine>,
+    pub clock: SharedClock,
+    /// Receives the record of every request when it ends.
+    pub observer: Arc<dyn RequestObserver>,
+    pub admission: Admission,
+    pub limits: RequestLimits,
+    pub max_body_bytes: usize,
+    pub keepalive: Duration,
+}
+
+impl AppState {
+    pub fn new(
+        config: &Config,
+        engine: Arc<dyn Engine>,
+        clock: SharedClock,
+        observer: Arc<dyn RequestObserver>,
+    ) -> Self {
+        Self {
+            engine,
+            clock,
+            observer,
+            admission: Admission::new(config.server.max_in_flight),
+            limits: RequestLimits {
+                served_model: config.engine.model_id.clone(),
+                max_tokens_cap: config.engine.max_tokens_cap,
+                default_max_tokens: config.engine.default_max_tokens,
+            },
+            max_body_bytes: config.server.max_body_bytes,
+            keepalive: config.server.keepalive,
+        }
+    }
+}
+
+/// The route table.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/v1/chat/completions",
+        web::post().to(chat::chat_completions),
+    )
+    .route("/v1/models", web::get().to(meta::list_models))
+    .route("/v1/models/{id}", web::get().to(meta::get_model))
+    .route("/health", web::get().to(meta::health))
+    .route("/ready", web::get().to(meta::ready))
+    .default_service(web::to(not_found));
+}
+
+async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::NotFound)
+}
+
+/// The request's id, set by [`request_id`] for every request.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl RequestId {
+    pub fn of(req: &HttpRequest) -> String {
+        req.extensions()
+            .get::<RequestId>()
+            .map_or_else(new_request_id, |id| id.0.clone())
+    }
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// A client-supplied id is kept when it is a short token of safe characters (so it can
+/// go into logs and headers as is); otherwise a new one is made.
+fn acceptable_id(value: &HeaderValue) -> Option<String> {
+    let text = value.to_str().ok()?;
+    let ok = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    ok.then(|| text.to_owned())
+}
+
+/// Middleware: give every request an id and every response the `x-request-id` header.
+pub async fn request_id(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = req
+        .headers()
+        .get(&REQUEST_ID_HEADER)
+        .and_then(acceptable_id)
+        .unwrap_or_else(new_request_id);
+    let header = HeaderValue::from_str(&id).ok();
+    req.extensions_mut().insert(RequestId(id));
+    let mut response = next.call(req).await?;
+    if let Some(value) = header {
+        response.headers_mut().insert(REQUEST_ID_HEADER, value);
+    }
+    Ok(response)
+}

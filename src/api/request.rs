@@ -1,0 +1,600 @@
+//! The chat-completions request: the wire type as OpenAI defines it, and its one-time
+//! conversion into a validated [`ChatRequest`] ("parse, don't validate"). Every rejection
+//! names the offending parameter in OpenAI's error shape.
+//!
+//! Parameters this server cannot honour are refused with a 400 naming them, never ignored;
+//! the same parameters at their neutral values (`n: 1`, `tools: []`, `logprobs: false`...)
+//! are accepted, because SDKs often send them.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::engine::{ChatMessage, GenerationRequest, Role, Sampling};
+use crate::error::ApiError;
+
+/// Limits a request is validated against.
+#[derive(Debug, Clone)]
+pub struct RequestLimits {
+    pub served_model: String,
+    pub max_tokens_cap: u32,
+    pub default_max_tokens: u32,
+}
+
+/// A validated chat request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub model: String,
+    pub stream: bool,
+    /// `stream_options.include_usage`: send the usage chunk before `[DONE]`.
+    pub include_usage: bool,
+    pub user: Option<String>,
+    pub generation: GenerationRequest,
+}
+
+/// Parameters we know. Anything else is refused like OpenAI does.
+const KNOWN: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+    "n",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "response_format",
+    "store",
+    "metadata",
+    "service_tier",
+    "modalities",
+    "audio",
+    "prediction",
+    "reasoning_effort",
+    "web_search_options",
+];
+
+#[derive(Debug, Deserialize)]
+struct WireRequest {
+    model: String,
+    messages: Vec<WireMessage>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<WireStreamOptions>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    stop: Option<WireStop>,
+    #[serde(default)]
+    seed: Option<i64>,
+    #[serde(default)]
+    presence_penalty: Option<f32>,
+    #[serde(default)]
+    frequency_penalty: Option<f32>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireStreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+    #[serde(default)]
+    include_obfuscation: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum WireStop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<WireContent>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum WireContent {
+    Text(String),
+    Parts(Vec<WirePart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePart {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// Parses and validates a request body.
+pub fn parse_chat_request(
+    body: &[u8],
+    limits: &RequestLimits,
+    request_id: &str,
+) -> Result<ChatRequest, ApiError> {
+    let object: Map<String, Value> = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return Err(ApiError::InvalidJson(
+                "the body must be a JSON object".into(),
+            ))
+        }
+        Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
+    };
+    if let Some(unknown) = object.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(ApiError::UnknownParameter(unknown.clone()));
+    }
+    refuse_unsupported(&object)?;
+    for required in ["model", "messages"] {
+        if object.get(required).is_none_or(Value::is_null) {
+            return Err(ApiError::invalid(required, "this parameter is required"));
+        }
+    }
+    let wire: WireRequest =
+        serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
+            let param = e.path().to_string();
+            ApiError::invalid(param, e.into_inner().to_string())
+        })?;
+    validate(wire, limits, request_id)
+}
+
+/// Refuses features this server does not serve when they are asked for.
+fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
+    let get = |key: &str| object.get(key).filter(|v| !v.is_null());
+    if let Some(n) = get("n") {
+        if n.as_u64() != Some(1) {
+            return Err(ApiError::unsupported("n", "only n = 1 is served"));
+        }
+    }
+    for key in ["tools", "functions"] {
+        if let Some(v) = get(key) {
+            if !v.as_array().is_some_and(Vec::is_empty) {
+                return Err(ApiError::unsupported(key, "tool calling is not available"));
+            }
+        }
+    }
+    if let Some(v) = get("tool_choice") {
+        if v.as_str() != Some("none") {
+            return Err(ApiError::unsupported(
+                "tool_choice",
+                "tool calling is not available",
+            ));
+        }
+    }
+    if let Some(v) = get("function_call") {
+        if v.as_str() != Some("none") {
+            return Err(ApiError::unsupported(
+                "function_call",
+                "tool calling is not available",
+            ));
+        }
+    }
+    if get("logprobs").is_some_and(|v| v != &Value::Bool(false)) {
+        return Err(ApiError::unsupported(
+            "logprobs",
+            "log probabilities are not returned",
+        ));
+    }
+    if get("top_logprobs").is_some_and(|v| v.as_u64() != Some(0)) {
+        return Err(ApiError::unsupported(
+            "top_logprobs",
+            "log probabilities are not returned",
+        ));
+    }
+    if get("logit_bias").is_some_and(|v| !v.as_object().is_some_and(Map::is_empty)) {
+        return Err(ApiError::unsupported("logit_bias", ""));
+    }
+    if let Some(v) = get("response_format") {
+        if v.get("type").and_then(Value::as_str) != Some("text") {
+            return Err(ApiError::unsupported(
+                "response_format",
+                "only {\"type\": \"text\"} is served",
+            ));
+        }
+    }
+    if let Some(v) = get("modalities") {
+        let text_only = v
+            .as_array()
+            .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")));
+        if !text_only {
+            return Err(ApiError::unsupported("modalities", "only text is served"));
+        }
+    }
+    for key in [
+        "audio",
+        "prediction",
+        "reasoning_effort",
+        "web_search_options",
+    ] {
+        if get(key).is_some() {
+            return Err(ApiError::unsupported(key, ""));
+        }
+    }
+    Ok(())
+}
+
+fn validate(
+    wire: WireRequest,
+    limits: &RequestLimits,
+    request_id: &str,
+) -> Result<ChatRequest, ApiError> {
+    if wire.model != limits.served_model {
+        return Err(ApiError::ModelNotFound(wire.model));
+    }
+    if wire.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "must contain at least one message",
+        ));
+    }
+    let messages = wire
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let (max_param, requested) = match (wire.max_completion_tokens, wire.max_tokens) {
+        (Some(n), _) => ("max_completion_tokens", Some(n)),
+        (None, Some(n)) => ("max_tokens", Some(n)),
+        (None, None) => ("max_tokens", None),
+    };
+    let max_tokens = match requested {
+        Some(0) => return Err(ApiError::invalid(max_param, "must be at least 1")),
+        Some(n) if n > limits.max_tokens_cap => {
+            return Err(ApiError::invalid(
+                max_param,
+                format!(
+                    "{n} is over this server's limit of {}",
+                    limits.max_tokens_cap
+                ),
+            ))
+        }
+        Some(n) => n,
+        None => limits.default_max_tokens,
+    };
+
+    let temperature = in_range("temperature", wire.temperature, 0.0, 2.0)?;
+    let top_p = in_range("top_p", wire.top_p, 0.0, 1.0)?;
+    if top_p == Some(0.0) {
+        return Err(ApiError::invalid("top_p", "must be greater than 0"));
+    }
+    let presence_penalty = in_range(
+        "presence_penalty",
+        wire.presence_penalty.map(f64::from),
+        -2.0,
+        2.0,
+    )?;
+    let frequency_penalty = in_range(
+        "frequency_penalty",
+        wire.frequency_penalty.map(f64::from),
+        -2.0,
+        2.0,
+    )?;
+    let stop = match wire.stop {
+        None => Vec::new(),
+        Some(WireStop::One(s)) => vec![s],
+        Some(WireStop::Many(v)) => v,
+    };
+    if stop.len() > 4 {
+        return Err(ApiError::invalid(
+            "stop",
+            "at most 4 stop sequences are allowed",
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "stop",
+            "stop sequences must not be empty",
+        ));
+    }
+    let stream = wire.stream.unwrap_or(false);
+    let include_usage = match wire.stream_options {
+        Some(_) if !stream => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "only allowed when stream is true",
+            ))
+        }
+        Some(options) => {
+            let _ = options.include_obfuscation;
+            options.include_usage.unwrap_or(false)
+        }
+        None => false,
+    };
+    let _ = (wire.n, wire.logprobs, wire.top_logprobs);
+
+    Ok(ChatRequest {
+        model: wire.model,
+        stream,
+        include_usage,
+        user: wire.user,
+        generation: GenerationRequest {
+            request_id: request_id.to_owned(),
+            messages,
+            max_tokens,
+            sampling: Sampling {
+                temperature,
+                top_p,
+                // Negative seeds are valid in OpenAI's API; the bits are what matter.
+                seed: wire.seed.map(|s| s as u64),
+                presence_penalty: presence_penalty.map(|p| p as f32),
+                frequency_penalty: frequency_penalty.map(|p| p as f32),
+                stop,
+            },
+        },
+    })
+}
+
+fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => Err(ApiError::invalid(
+            param,
+            format!("{v} is not between {min} and {max}"),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn message(index: usize, wire: WireMessage) -> Result<ChatMessage, ApiError> {
+    let role = match wire.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" | "function" => {
+            return Err(ApiError::unsupported(
+                format!("messages[{index}].role"),
+                format!(
+                    "'{}' messages need tool calling, which is not available",
+                    wire.role
+                ),
+            ))
+        }
+        other => {
+            return Err(ApiError::invalid(
+                format!("messages[{index}].role"),
+                format!("'{other}' is not one of system, developer, user, assistant"),
+            ))
+        }
+    };
+    if wire.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::unsupported(
+            format!("messages[{index}].tool_calls"),
+            "tool calling is not available",
+        ));
+    }
+    let content = match wire.content {
+        Some(WireContent::Text(text)) => text,
+        Some(WireContent::Parts(parts)) => {
+            let mut text = String::new();
+            for (p, part) in parts.into_iter().enumerate() {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    ("text", None) => {
+                        return Err(ApiError::invalid(
+                            format!("messages[{index}].content[{p}].text"),
+                            "a text part needs text",
+                        ))
+                    }
+                    (kind, _) => {
+                        return Err(ApiError::unsupported(
+                            format!("messages[{index}].content[{p}].type"),
+                            format!("'{kind}' parts are not served; only text"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        None => {
+            return Err(ApiError::invalid(
+                format!("messages[{index}].content"),
+                "this parameter is required",
+            ))
+        }
+    };
+    Ok(ChatMessage { role, content })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            served_model: "m".into(),
+            max_tokens_cap: 100,
+            default_max_tokens: 16,
+        }
+    }
+
+    fn parse(body: Value) -> Result<ChatRequest, ApiError> {
+        parse_chat_request(body.to_string().as_bytes(), &limits(), "req-1")
+    }
+
+    fn param_of(result: Result<ChatRequest, ApiError>) -> (String, String) {
+        let error = result.expect_err("should be rejected");
+        (
+            error.kind().to_owned(),
+            error.param().unwrap_or("").to_owned(),
+        )
+    }
+
+    #[test]
+    fn minimal_request_gets_defaults() {
+        let request = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            .expect("valid");
+        assert!(!request.stream);
+        assert_eq!(request.generation.max_tokens, 16);
+        assert_eq!(request.generation.messages[0].role, Role::User);
+        assert_eq!(request.generation.sampling, Sampling::default());
+    }
+
+    #[test]
+    fn full_request_is_carried_over() {
+        let request = parse(json!({
+            "model": "m", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+                          {"role": "user", "content": "hi", "name": "ann"}],
+            "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "stop": "END", "seed": -1,
+            "presence_penalty": 0.1, "frequency_penalty": -0.1, "user": "u1", "n": 1, "tools": [], "logprobs": false
+        }))
+        .expect("valid");
+        assert!(request.stream && request.include_usage);
+        assert_eq!(request.generation.messages[0].content, "be brief");
+        assert_eq!(request.generation.messages[0].role, Role::System);
+        assert_eq!(request.generation.max_tokens, 7);
+        assert_eq!(request.generation.sampling.stop, vec!["END".to_owned()]);
+        assert_eq!(request.generation.sampling.seed, Some(u64::MAX));
+        assert_eq!(request.user.as_deref(), Some("u1"));
+    }
+
+    #[test]
+    fn rejections_name_the_parameter() {
+        let msg = json!([{"role": "user", "content": "hi"}]);
+        let cases = [
+            (
+                json!({"model": "m", "messages": msg, "n": 2}),
+                "unsupported_parameter",
+                "n",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "tools": [{"type": "function"}]}),
+                "unsupported_parameter",
+                "tools",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "logprobs": true}),
+                "unsupported_parameter",
+                "logprobs",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "response_format": {"type": "json_object"}}),
+                "unsupported_parameter",
+                "response_format",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "bogus": 1}),
+                "unknown_parameter",
+                "bogus",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "temperature": "hot"}),
+                "invalid_value",
+                "temperature",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "temperature": 3.0}),
+                "invalid_value",
+                "temperature",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "max_tokens": 101}),
+                "invalid_value",
+                "max_tokens",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "max_tokens": -1}),
+                "invalid_value",
+                "max_tokens",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "stop": ["a", "b", "c", "d", "e"]}),
+                "invalid_value",
+                "stop",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "stream_options": {"include_usage": true}}),
+                "invalid_value",
+                "stream_options",
+            ),
+            (
+                json!({"model": "m", "messages": []}),
+                "invalid_value",
+                "messages",
+            ),
+            (json!({"model": "m"}), "invalid_value", "messages"),
+            (
+                json!({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}),
+                "invalid_value",
+                "messages[0].role",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": 5}]}),
+                "invalid_value",
+                "messages[0].content",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user"}]}),
+                "invalid_value",
+                "messages[0].content",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}),
+                "unsupported_parameter",
+                "messages[0].role",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "unsupported_parameter",
+                "messages[0].content[0].type",
+            ),
+            (
+                json!({"model": "other", "messages": msg}),
+                "model_not_found",
+                "model",
+            ),
+        ];
+        for (body, kind, param) in cases {
+            let text = body.to_string();
+            assert_eq!(
+                param_of(parse(body)),
+                (kind.to_owned(), param.to_owned()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_invalid_json() {
+        let error = parse_chat_request(b"{\"model\": ", &limits(), "r").expect_err("malformed");
+        assert_eq!(error.kind(), "invalid_json");
+        let error = parse_chat_request(b"[1]", &limits(), "r").expect_err("not an object");
+        assert_eq!(error.kind(), "invalid_json");
+    }
+}

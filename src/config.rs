@@ -1,0 +1,432 @@
+//! Configuration: command-line flags, `LLMGATE_*` environment variables and an optional
+//! TOML file, merged in that order of precedence over built-in defaults, then validated
+//! once at start-up into [`Config`]. A bad setting is a [`ConfigError`] that names the
+//! setting in all three spellings and says what would be right.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+
+/// The default model: SmolLM2-135M-Instruct, Q4_1 GGUF, fetched by `scripts/fetch-model`.
+pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub engine: EngineConfig,
+    pub logging: LoggingConfig,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Largest accepted request body; larger ones get a 413 before they are parsed.
+    pub max_body_bytes: usize,
+    /// Admission limit: requests running or waiting in the engine. Beyond it, 429.
+    pub max_in_flight: usize,
+    /// A streamed response quiet for this long gets an SSE comment so proxies keep it open.
+    pub keepalive: Duration,
+    /// HTTP worker threads; 0 means one per CPU core.
+    pub workers: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    /// The id clients send in `model`; any other id is a 404.
+    pub model_id: String,
+    /// Sequences the engine decodes together at most.
+    pub max_batch_size: usize,
+    /// Largest `max_tokens` a request may ask for; more is a 400.
+    pub max_tokens_cap: u32,
+    /// Completion budget of a request that sets no `max_tokens`.
+    pub default_max_tokens: u32,
+    pub force_cpu: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggingConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter directive, such as `info` or `llmgate=debug,info`.
+    pub filter: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines for a terminal.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML file with [server], [engine] and [logging] tables.
+    #[arg(long, env = "LLMGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "LLMGATE_LISTEN")]
+    pub listen: Option<String>,
+    /// Largest request body in bytes [default: 1048576].
+    #[arg(long, env = "LLMGATE_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Requests running or waiting at most; more get 429 [default: 64].
+    #[arg(long, env = "LLMGATE_MAX_IN_FLIGHT")]
+    pub max_in_flight: Option<usize>,
+    /// Seconds of silence before an SSE keep-alive comment [default: 15].
+    #[arg(long, env = "LLMGATE_KEEPALIVE_SECS")]
+    pub keepalive_secs: Option<u64>,
+    /// HTTP worker threads, 0 for one per core [default: 0].
+    #[arg(long, env = "LLMGATE_WORKERS")]
+    pub workers: Option<usize>,
+    /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q4_1.gguf].
+    #[arg(long, env = "LLMGATE_MODEL_PATH")]
+    pub model_path: Option<PathBuf>,
+    /// Model id served in `model` [default: smollm2-135m-instruct].
+    #[arg(long, env = "LLMGATE_MODEL_ID")]
+    pub model_id: Option<String>,
+    /// Sequences decoded together at most [default: 16].
+    #[arg(long, env = "LLMGATE_MAX_BATCH_SIZE")]
+    pub max_batch_size: Option<usize>,
+    /// Largest max_tokens a request may ask for [default: 2048].
+    #[arg(long, env = "LLMGATE_MAX_TOKENS_CAP")]
+    pub max_tokens_cap: Option<u32>,
+    /// max_tokens of a request that sets none [default: 512].
+    #[arg(long, env = "LLMGATE_DEFAULT_MAX_TOKENS")]
+    pub default_max_tokens: Option<u32>,
+    /// Run the model on CPU even in a CUDA build.
+    #[arg(long, env = "LLMGATE_FORCE_CPU")]
+    pub force_cpu: Option<bool>,
+    /// Log format [default: text].
+    #[arg(long, env = "LLMGATE_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter [default: info; RUST_LOG also works].
+    #[arg(long, env = "LLMGATE_LOG")]
+    pub log: Option<String>,
+}
+
+/// The optional TOML file; every field may be omitted.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    server: FileServer,
+    #[serde(default)]
+    engine: FileEngine,
+    #[serde(default)]
+    logging: FileLogging,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileServer {
+    listen: Option<String>,
+    max_body_bytes: Option<usize>,
+    max_in_flight: Option<usize>,
+    keepalive_secs: Option<u64>,
+    workers: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEngine {
+    model_path: Option<PathBuf>,
+    model_id: Option<String>,
+    max_batch_size: Option<usize>,
+    max_tokens_cap: Option<u32>,
+    default_max_tokens: Option<u32>,
+    force_cpu: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLogging {
+    format: Option<LogFormat>,
+    filter: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("could not read the config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("setting {setting} (flag --{flag}, env {env}) is invalid: {message}")]
+    Invalid {
+        setting: &'static str,
+        flag: &'static str,
+        env: &'static str,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn invalid(setting: &'static str, message: impl Into<String>) -> Self {
+        let key = setting.rsplit('.').next().unwrap_or(setting);
+        let (flag, env) = NAMES
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map_or(("?", "?"), |(_, f, e)| (*f, *e));
+        ConfigError::Invalid {
+            setting,
+            flag,
+            env,
+            message: message.into(),
+        }
+    }
+}
+
+/// (file key, flag, environment variable) of each validated setting.
+const NAMES: &[(&str, &str, &str)] = &[
+    ("listen", "listen", "LLMGATE_LISTEN"),
+    ("max_body_bytes", "max-body-bytes", "LLMGATE_MAX_BODY_BYTES"),
+    ("max_in_flight", "max-in-flight", "LLMGATE_MAX_IN_FLIGHT"),
+    ("keepalive_secs", "keepalive-secs", "LLMGATE_KEEPALIVE_SECS"),
+    ("model_path", "model-path", "LLMGATE_MODEL_PATH"),
+    ("model_id", "model-id", "LLMGATE_MODEL_ID"),
+    ("max_batch_size", "max-batch-size", "LLMGATE_MAX_BATCH_SIZE"),
+    ("max_tokens_cap", "max-tokens-cap", "LLMGATE_MAX_TOKENS_CAP"),
+    (
+        "default_max_tokens",
+        "default-max-tokens",
+        "LLMGATE_DEFAULT_MAX_TOKENS",
+    ),
+    ("filter", "log", "LLMGATE_LOG"),
+];
+
+impl Config {
+    /// Merges flags/env over the file named by `--config` (if any) over defaults.
+    pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        Self::resolve(args, file)
+    }
+
+    /// Parses a TOML document as the file layer (for tests and embedding).
+    pub fn from_toml(args: &ServeArgs, toml_text: &str) -> Result<Self, ConfigError> {
+        let file = toml::from_str(toml_text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<inline>"),
+            message: e.to_string(),
+        })?;
+        Self::resolve(args, file)
+    }
+
+    fn resolve(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
+        let listen_text = args
+            .listen
+            .clone()
+            .or(file.server.listen)
+            .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+        let listen = listen_text.parse().map_err(|_| {
+            ConfigError::invalid(
+                "server.listen",
+                format!("'{listen_text}' is not an address like 127.0.0.1:8080"),
+            )
+        })?;
+        let config = Config {
+            server: ServerConfig {
+                listen,
+                max_body_bytes: args
+                    .max_body_bytes
+                    .or(file.server.max_body_bytes)
+                    .unwrap_or(1 << 20),
+                max_in_flight: args
+                    .max_in_flight
+                    .or(file.server.max_in_flight)
+                    .unwrap_or(64),
+                keepalive: Duration::from_secs(
+                    args.keepalive_secs
+                        .or(file.server.keepalive_secs)
+                        .unwrap_or(15),
+                ),
+                workers: args.workers.or(file.server.workers).unwrap_or(0),
+            },
+            engine: EngineConfig {
+                model_path: args
+                    .model_path
+                    .clone()
+                    .or(file.engine.model_path)
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH)),
+                model_id: args
+                    .model_id
+                    .clone()
+                    .or(file.engine.model_id)
+                    .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned()),
+                max_batch_size: args
+                    .max_batch_size
+                    .or(file.engine.max_batch_size)
+                    .unwrap_or(16),
+                max_tokens_cap: args
+                    .max_tokens_cap
+                    .or(file.engine.max_tokens_cap)
+                    .unwrap_or(2048),
+                default_max_tokens: args
+                    .default_max_tokens
+                    .or(file.engine.default_max_tokens)
+                    .unwrap_or(512),
+                force_cpu: args.force_cpu.or(file.engine.force_cpu).unwrap_or(false),
+            },
+            logging: LoggingConfig {
+                format: args
+                    .log_format
+                    .or(file.logging.format)
+                    .unwrap_or(LogFormat::Text),
+                filter: args
+                    .log
+                    .clone()
+                    .or(file.logging.filter)
+                    .or_else(|| std::env::var("RUST_LOG").ok())
+                    .unwrap_or_else(|| "info".to_owned()),
+            },
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and relations between settings; does no I/O.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        let e = &self.engine;
+        if s.max_body_bytes < 1024 {
+            return Err(ConfigError::invalid(
+                "server.max_body_bytes",
+                "must be at least 1024 bytes",
+            ));
+        }
+        if s.max_in_flight == 0 {
+            return Err(ConfigError::invalid(
+                "server.max_in_flight",
+                "must be at least 1",
+            ));
+        }
+        if s.keepalive.is_zero() {
+            return Err(ConfigError::invalid(
+                "server.keepalive_secs",
+                "must be at least 1 second",
+            ));
+        }
+        if e.model_id.trim().is_empty() {
+            return Err(ConfigError::invalid("engine.model_id", "must not be empty"));
+        }
+        if e.max_batch_size == 0 {
+            return Err(ConfigError::invalid(
+                "engine.max_batch_size",
+                "must be at least 1",
+            ));
+        }
+        if e.max_tokens_cap == 0 {
+            return Err(ConfigError::invalid(
+                "engine.max_tokens_cap",
+                "must be at least 1",
+            ));
+        }
+        if e.default_max_tokens == 0 || e.default_max_tokens > e.max_tokens_cap {
+            return Err(ConfigError::invalid(
+                "engine.default_max_tokens",
+                format!(
+                    "must be between 1 and max_tokens_cap ({})",
+                    e.max_tokens_cap
+                ),
+            ));
+        }
+        if let Err(error) = tracing_subscriber::EnvFilter::try_new(&self.logging.filter) {
+            return Err(ConfigError::invalid("logging.filter", error.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Start-up check that the model file is there, with the fix in the message.
+    pub fn check_model_file(&self) -> Result<(), ConfigError> {
+        let path = &self.engine.model_path;
+        if path.is_file() {
+            Ok(())
+        } else {
+            Err(ConfigError::invalid(
+                "engine.model_path",
+                format!(
+                    "{} is not a file; run scripts/fetch-model for the default model or point it at a GGUF file",
+                    path.display()
+                ),
+            ))
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = Config::from_toml(&ServeArgs::default(), "").expect("defaults");
+        assert_eq!(
+            config.server.listen,
+            "127.0.0.1:8080".parse().expect("addr")
+        );
+        assert_eq!(config.engine.model_path, PathBuf::from(DEFAULT_MODEL_PATH));
+        assert_eq!(config.server.keepalive, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let args = ServeArgs {
+            max_in_flight: Some(3),
+            ..ServeArgs::default()
+        };
+        let toml = "[server]\nmax_in_flight = 9\nlisten = \"0.0.0.0:9000\"\n";
+        let config = Config::from_toml(&args, toml).expect("config");
+        assert_eq!(config.server.max_in_flight, 3);
+        assert_eq!(config.server.listen.port(), 9000);
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let toml = "[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 200\n";
+        let error = Config::from_toml(&ServeArgs::default(), toml).expect_err("invalid");
+        let text = error.to_string();
+        assert!(text.contains("engine.default_max_tokens"), "{text}");
+        assert!(text.contains("--default-max-tokens"), "{text}");
+        assert!(text.contains("LLMGATE_DEFAULT_MAX_TOKENS"), "{text}");
+
+        let args = ServeArgs {
+            listen: Some("localhost".into()),
+            ..ServeArgs::default()
+        };
+        let text = Config::from_toml(&args, "")
+            .expect_err("bad listen")
+            .to_string();
+        assert!(
+            text.contains("server.listen") && text.contains("'localhost'"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unknown_file_keys_are_rejected() {
+        let error = Config::from_toml(&ServeArgs::default(), "[server]\nlisten_addr = \"x\"\n")
+            .expect_err("unknown key");
+        assert!(error.to_string().contains("listen_addr"), "{error}");
+    }
+}

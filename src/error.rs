@@ -1,0 +1,273 @@
+//! Every error a client can see, and the one table that maps each to an HTTP status and
+//! OpenAI's error shape: `{"error":{"message","type","param","code"}}`.
+//!
+//! `ApiError::kind()` is the stable snake_case label shared by the response body (`code`)
+//! and, later, the `error_type` metric label: a bounded set, never user input.
+
+use std::time::Duration;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::engine::EngineError;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    #[error("We could not parse the JSON body of your request: {0}")]
+    InvalidJson(String),
+    /// A parameter has the wrong type or an out-of-range value.
+    #[error("Invalid value for '{param}': {message}")]
+    InvalidParameter { param: String, message: String },
+    #[error("'{param}' is not supported by this server{}", reason_suffix(.reason))]
+    UnsupportedParameter { param: String, reason: String },
+    #[error("Unrecognized request argument supplied: {0}")]
+    UnknownParameter(String),
+    #[error("The model '{0}' does not exist")]
+    ModelNotFound(String),
+    #[error("This model's maximum context length is {context_length} tokens, but the messages have {prompt_tokens} tokens")]
+    ContextLengthExceeded {
+        prompt_tokens: u32,
+        context_length: u32,
+    },
+    #[error("The request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("The server is at capacity ({limit} requests in flight); retry after {} s", .retry_after.as_secs())]
+    Overloaded { limit: usize, retry_after: Duration },
+    #[error("The model is still loading; retry shortly")]
+    NotReady,
+    #[error("The engine failed while generating; the error was logged with the request id")]
+    Engine,
+    #[error("Not found")]
+    NotFound,
+    #[error("The server had an error while processing your request")]
+    Internal,
+}
+
+fn reason_suffix(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    }
+}
+
+/// Where an error kind lands: status, OpenAI `type`, and our stable `code`.
+struct Entry {
+    status: StatusCode,
+    error_type: &'static str,
+    code: &'static str,
+}
+
+impl ApiError {
+    /// The one table from error kind to HTTP.
+    fn entry(&self) -> Entry {
+        use ApiError as E;
+        let (status, error_type, code) = match self {
+            E::InvalidJson(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_json",
+            ),
+            E::InvalidParameter { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_value",
+            ),
+            E::UnsupportedParameter { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "unsupported_parameter",
+            ),
+            E::UnknownParameter(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "unknown_parameter",
+            ),
+            E::ModelNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+            ),
+            E::ContextLengthExceeded { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
+            E::PayloadTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "payload_too_large",
+            ),
+            E::Overloaded { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "server_overloaded",
+            ),
+            E::NotReady => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "model_not_ready",
+            ),
+            E::Engine => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "engine_error",
+            ),
+            E::NotFound => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
+            E::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+            ),
+        };
+        Entry {
+            status,
+            error_type,
+            code,
+        }
+    }
+
+    /// Stable snake_case label of this kind of error (the `code` in the body).
+    pub fn kind(&self) -> &'static str {
+        self.entry().code
+    }
+
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            ApiError::InvalidParameter { param, .. }
+            | ApiError::UnsupportedParameter { param, .. }
+            | ApiError::UnknownParameter(param) => Some(param),
+            ApiError::ModelNotFound(_) => Some("model"),
+            ApiError::ContextLengthExceeded { .. } => Some("messages"),
+            _ => None,
+        }
+    }
+
+    /// The body as OpenAI shapes it.
+    pub fn body(&self) -> ErrorBody<'_> {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                error_type: self.entry().error_type,
+                param: self.param(),
+                code: self.kind(),
+            },
+        }
+    }
+
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidParameter {
+            param: param.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn unsupported(param: impl Into<String>, reason: impl Into<String>) -> Self {
+        ApiError::UnsupportedParameter {
+            param: param.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail<'a> {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub error_type: &'static str,
+    pub param: Option<&'a str>,
+    pub code: &'static str,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.entry().status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if let ApiError::Overloaded { retry_after, .. } = self {
+            response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
+        }
+        if matches!(self, ApiError::NotReady) {
+            response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("5")));
+        }
+        response.json(self.body())
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::NotReady => ApiError::NotReady,
+            EngineError::ContextLengthExceeded {
+                prompt_tokens,
+                context_length,
+            } => ApiError::ContextLengthExceeded {
+                prompt_tokens,
+                context_length,
+            },
+            // The engine's own message can carry internals: it is logged, not sent.
+            EngineError::Rejected(_) | EngineError::Internal(_) => ApiError::Engine,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_has_openai_shape() {
+        let error = ApiError::unsupported("n", "only n = 1 is served");
+        let json = serde_json::to_value(error.body()).expect("serialise");
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {
+                "message": "'n' is not supported by this server: only n = 1 is served",
+                "type": "invalid_request_error",
+                "param": "n",
+                "code": "unsupported_parameter"
+            }})
+        );
+    }
+
+    #[test]
+    fn table_statuses() {
+        assert_eq!(
+            ApiError::ModelNotFound("x".into()).status_code(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ApiError::PayloadTooLarge { limit: 1 }.status_code(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let overloaded = ApiError::Overloaded {
+            limit: 4,
+            retry_after: Duration::from_secs(1),
+        };
+        assert_eq!(overloaded.status_code(), StatusCode::TOO_MANY_REQUESTS);
+        let response = overloaded.error_response();
+        assert_eq!(
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            Some(&b"1"[..])
+        );
+    }
+
+    #[test]
+    fn engine_internals_are_not_sent() {
+        let error = ApiError::from(EngineError::Internal("CUDA OOM at 0xdeadbeef".into()));
+        assert!(!error.to_string().contains("deadbeef"));
+        assert_eq!(error.kind(), "engine_error");
+    }
+}

@@ -1,0 +1,68 @@
+//! llmgate: an OpenAI-compatible LLM serving gateway that measures every token.
+//!
+//! One request flows through the modules in this order:
+//!
+//! ```text
+//! client --HTTP--> api (actix-web) --parse+validate--> engine::GenerationRequest
+//!   ^                                                        |
+//!   | SSE frames                                             v
+//!   +-- stream::producer <-- stream::chunks <-- engine (mistral.rs) token events
+//!            |   every frame stamped by an injected clock::Clock
+//!            v
+//!      timing::RequestTimer (TTFT, TPOT, ITL, e2e, queue)
+//!            | once, when the request ends (done, error, cancel)
+//!            v
+//!      record::RequestObserver (structured log line; metrics and semantic logs)
+//! ```
+//!
+//! - [`api`]: routes, request validation, the request-id middleware.
+//! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter and a scripted engine.
+//! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
+//! - [`timing`] and [`clock`]: the latency definitions and the time source.
+//! - [`admission`]: the in-flight limit behind 429s.
+//! - [`error`]: every client-visible error and its one HTTP table.
+//! - [`config`]: flags, environment and TOML file, validated at start-up.
+//! - [`record`]: the per-request record and its observers.
+//! - [`fingerprint`]: the `system_fingerprint` of a response.
+//!
+//! [`serve`] builds the HTTP server on a listener the caller binds, so tests bind
+//! `127.0.0.1:0` and drive the real server.
+
+pub mod admission;
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod fingerprint;
+pub mod quality;
+pub mod record;
+pub mod stream;
+pub mod timing;
+
+use std::net::TcpListener;
+
+use actix_web::dev::Server;
+use actix_web::{middleware, web, App, HttpServer};
+
+pub use api::AppState;
+
+/// Builds the HTTP server on `listener`. Await the returned server to run it; its handle
+/// stops it gracefully. `workers == 0` means one worker per CPU core.
+pub fn serve(
+    state: web::Data<AppState>,
+    listener: TcpListener,
+    workers: usize,
+) -> std::io::Result<Server> {
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(middleware::from_fn(api::request_id))
+            .configure(api::configure)
+    })
+    .listen(listener)?;
+    if workers > 0 {
+        server = server.workers(workers);
+    }
+    Ok(server.run())
+}

@@ -1,0 +1,103 @@
+//! The `llmgate` command: `llmgate serve` runs the gateway.
+
+use std::net::TcpListener;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use actix_web::web;
+use clap::{Parser, Subcommand};
+use llmgate::clock::MonotonicClock;
+use llmgate::config::{Config, LogFormat, ServeArgs};
+use llmgate::engine::mistral::{MistralEngine, MistralSettings};
+use llmgate::record::LogObserver;
+use llmgate::AppState;
+
+#[derive(Parser)]
+#[command(
+    name = "llmgate",
+    version,
+    about = "OpenAI-compatible LLM gateway that measures every token"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the model over the OpenAI chat-completions API.
+    Serve(ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => run_serve(&args),
+    }
+}
+
+fn run_serve(args: &ServeArgs) -> ExitCode {
+    let config = match Config::load(args).and_then(|c| c.check_model_file().map(|()| c)) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("llmgate: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "Could not start the async runtime.");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %format!("{error:#}"), "The gateway stopped with an error.");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.server.listen).map_err(|e| {
+        anyhow::anyhow!(
+            "could not listen on {} (server.listen): {e}",
+            config.server.listen
+        )
+    })?;
+    let engine = MistralEngine::start(MistralSettings {
+        model_path: config.engine.model_path.clone(),
+        model_id: config.engine.model_id.clone(),
+        max_batch_size: config.engine.max_batch_size,
+        force_cpu: config.engine.force_cpu,
+    });
+    let state = AppState::new(
+        &config,
+        engine,
+        Arc::new(MonotonicClock::new()),
+        Arc::new(LogObserver),
+    );
+    tracing::info!(
+        address = %listener.local_addr()?,
+        model = %config.engine.model_id,
+        path = %config.engine.model_path.display(),
+        "Listening; the model is loading."
+    );
+    llmgate::serve(web::Data::new(state), listener, config.server.workers)?.await?;
+    tracing::info!("Stopped.");
+    Ok(())
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::new(&config.logging.filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.logging.format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}

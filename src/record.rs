@@ -1,0 +1,103 @@
+//! The one record each request leaves when it ends (finished, failed or cancelled), and
+//! the observers it is handed to. Today the observer writes the structured request log
+//! line; metrics and the semantic log hang off the same hand-off.
+
+use std::sync::{Arc, Mutex};
+
+use crate::engine::{FinishReason, Usage};
+use crate::timing::Timings;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// Failed after admission: the engine failed or refused the request.
+    Error,
+    /// The client went away before the response was complete.
+    Cancelled,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub request_id: String,
+    pub model: String,
+    pub stream: bool,
+    pub status: Status,
+    /// `ApiError::kind()` of a failed request.
+    pub error_kind: Option<&'static str>,
+    pub finish_reason: Option<FinishReason>,
+    /// Engine-reported usage; for a cancelled request, the tokens seen before it stopped.
+    pub usage: Usage,
+    pub timings: Timings,
+}
+
+/// Receives every finished request's record. Must not block: it runs on the response path.
+pub trait RequestObserver: Send + Sync + 'static {
+    fn observe(&self, record: &RequestRecord);
+}
+
+/// Writes one structured log line per request.
+#[derive(Debug, Default)]
+pub struct LogObserver;
+
+impl RequestObserver for LogObserver {
+    fn observe(&self, r: &RequestRecord) {
+        let t = &r.timings;
+        tracing::info!(
+            request_id = %r.request_id,
+            model = %r.model,
+            stream = r.stream,
+            status = r.status.as_str(),
+            error_type = r.error_kind,
+            finish_reason = r.finish_reason.map(FinishReason::as_str),
+            prompt_tokens = r.usage.prompt_tokens,
+            completion_tokens = r.usage.completion_tokens,
+            ttft_ms = t.ttft_ms,
+            engine_ttft_ms = t.engine_ttft_ms,
+            tpot_ms = t.tpot_ms,
+            queue_ms = t.queue_ms,
+            e2e_ms = t.e2e_ms,
+            "Request finished."
+        );
+    }
+}
+
+/// Keeps every record; for tests.
+#[derive(Debug, Default)]
+pub struct CollectingObserver {
+    records: Mutex<Vec<RequestRecord>>,
+}
+
+impl CollectingObserver {
+    pub fn records(&self) -> Vec<RequestRecord> {
+        self.records.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl RequestObserver for CollectingObserver {
+    fn observe(&self, record: &RequestRecord) {
+        if let Ok(mut records) = self.records.lock() {
+            records.push(record.clone());
+        }
+    }
+}
+
+/// Hands each record to several observers in turn.
+pub struct Fanout(pub Vec<Arc<dyn RequestObserver>>);
+
+impl RequestObserver for Fanout {
+    fn observe(&self, record: &RequestRecord) {
+        for observer in &self.0 {
+            observer.observe(record);
+        }
+    }
+}

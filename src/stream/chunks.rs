@@ -1,0 +1,331 @@
+//! The chunk assembler: a pure state machine that turns engine events into OpenAI
+//! `chat.completion.chunk` frames, byte for byte as OpenAI sends them:
+//!
+//! ```text
+//! data: {... "choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}
+//! data: {... "choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}]}
+//! data: {... "choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}
+//! data: {... "choices":[],"usage":{...},"timings":{...}}      (only with include_usage)
+//! data: [DONE]
+//! ```
+//!
+//! With `include_usage`, every chunk carries `"usage":null` until the usage chunk, as
+//! OpenAI does. `timings` rides on the last chunk before `[DONE]`: the usage chunk when
+//! there is one, the finish-reason chunk otherwise. It never reads a clock or does I/O:
+//! the producer (`stream::producer`) stamps and sends what this returns.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::Serialize;
+
+use crate::engine::{FinishReason, Usage};
+use crate::error::ApiError;
+use crate::timing::Timings;
+
+pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
+pub const KEEPALIVE_FRAME: &[u8] = b": keep-alive\n\n";
+
+/// Identity shared by every chunk of one response.
+#[derive(Debug, Clone)]
+pub struct ResponseMeta {
+    /// `chatcmpl-<request id>`.
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+}
+
+pub struct ChunkAssembler {
+    meta: ResponseMeta,
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: &'a str,
+    choices: &'a [ChunkChoice<'a>],
+    /// Outer `None`: no field (usage not requested); `Some(None)`: `"usage":null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<UsageBody>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timings: Option<&'a Timings>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
+/// OpenAI's `usage` object.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct UsageBody {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+}
+
+impl From<Usage> for UsageBody {
+    fn from(u: Usage) -> Self {
+        Self {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens.saturating_add(u.completion_tokens),
+        }
+    }
+}
+
+impl ChunkAssembler {
+    pub fn new(meta: ResponseMeta, include_usage: bool) -> Self {
+        Self {
+            meta,
+            include_usage,
+        }
+    }
+
+    /// The first frame: the assistant role with empty content.
+    pub fn role_frame(&self) -> Bytes {
+        self.frame(
+            &[choice(Some("assistant"), Some(""), None)],
+            self.null_usage(),
+            None,
+        )
+    }
+
+    /// A content frame for one token's text; `None` for empty text (nothing to send).
+    pub fn token_frame(&self, text: &str) -> Option<Bytes> {
+        (!text.is_empty())
+            .then(|| self.frame(&[choice(None, Some(text), None)], self.null_usage(), None))
+    }
+
+    /// The frames that end a successful response, `[DONE]` included.
+    pub fn finish_frames(
+        &self,
+        reason: FinishReason,
+        usage: Usage,
+        timings: &Timings,
+    ) -> Vec<Bytes> {
+        let finish = [choice(None, None, Some(reason.as_str()))];
+        let mut frames = Vec::with_capacity(3);
+        if self.include_usage {
+            frames.push(self.frame(&finish, Some(None), None));
+            frames.push(self.frame(&[], Some(Some(usage.into())), Some(timings)));
+        } else {
+            frames.push(self.frame(&finish, None, Some(timings)));
+        }
+        frames.push(Bytes::from_static(DONE_FRAME));
+        frames
+    }
+
+    /// A failure mid-stream: one error frame, then `[DONE]`.
+    pub fn error_frames(error: &ApiError) -> Vec<Bytes> {
+        vec![sse_json(&error.body()), Bytes::from_static(DONE_FRAME)]
+    }
+
+    fn null_usage(&self) -> Option<Option<UsageBody>> {
+        self.include_usage.then_some(None)
+    }
+
+    fn frame(
+        &self,
+        choices: &[ChunkChoice<'_>],
+        usage: Option<Option<UsageBody>>,
+        timings: Option<&Timings>,
+    ) -> Bytes {
+        sse_json(&Chunk {
+            id: &self.meta.id,
+            object: "chat.completion.chunk",
+            created: self.meta.created,
+            model: &self.meta.model,
+            system_fingerprint: &self.meta.system_fingerprint,
+            choices,
+            usage,
+            timings,
+        })
+    }
+}
+
+fn choice<'a>(
+    role: Option<&'static str>,
+    content: Option<&'a str>,
+    finish_reason: Option<&'static str>,
+) -> ChunkChoice<'a> {
+    ChunkChoice {
+        index: 0,
+        delta: Delta { role, content },
+        logprobs: None,
+        finish_reason,
+    }
+}
+
+/// `data: <json>\n\n`, serialised straight into the frame buffer.
+fn sse_json<T: Serialize>(value: &T) -> Bytes {
+    let mut buf = BytesMut::with_capacity(256).writer();
+    buf.get_mut().put_slice(b"data: ");
+    // Serialising these plain structs into memory cannot fail.
+    let _ = serde_json::to_writer(&mut buf, value);
+    let mut buf = buf.into_inner();
+    buf.put_slice(b"\n\n");
+    buf.freeze()
+}
+
+/// The non-streamed `chat.completion` response.
+#[derive(Debug, Serialize)]
+pub struct Completion<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    pub system_fingerprint: &'a str,
+    pub choices: [CompletionChoice<'a>; 1],
+    pub usage: UsageBody,
+    pub timings: &'a Timings,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CompletionChoice<'a> {
+    pub index: u32,
+    pub message: Message<'a>,
+    pub logprobs: Option<()>,
+    pub finish_reason: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Message<'a> {
+    pub role: &'static str,
+    pub content: &'a str,
+    pub refusal: Option<()>,
+}
+
+impl<'a> Completion<'a> {
+    pub fn new(
+        meta: &'a ResponseMeta,
+        content: &'a str,
+        reason: FinishReason,
+        usage: Usage,
+        timings: &'a Timings,
+    ) -> Self {
+        Self {
+            id: &meta.id,
+            object: "chat.completion",
+            created: meta.created,
+            model: &meta.model,
+            system_fingerprint: &meta.system_fingerprint,
+            choices: [CompletionChoice {
+                index: 0,
+                message: Message {
+                    role: "assistant",
+                    content,
+                    refusal: None,
+                },
+                logprobs: None,
+                finish_reason: reason.as_str(),
+            }],
+            usage: usage.into(),
+            timings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> ResponseMeta {
+        ResponseMeta {
+            id: "chatcmpl-r1".into(),
+            created: 1_767_225_600,
+            model: "m".into(),
+            system_fingerprint: "fp_x".into(),
+        }
+    }
+
+    fn timings() -> Timings {
+        Timings {
+            ttft_ms: Some(1.0),
+            engine_ttft_ms: None,
+            tpot_ms: None,
+            e2e_ms: 2.0,
+            queue_ms: None,
+            itl_ms: None,
+            tokens_per_second: None,
+            output_tokens: 1,
+        }
+    }
+
+    const HEAD: &str = r#"data: {"id":"chatcmpl-r1","object":"chat.completion.chunk","created":1767225600,"model":"m","system_fingerprint":"fp_x","choices":"#;
+
+    fn text(b: &Bytes) -> &str {
+        std::str::from_utf8(b).expect("utf-8")
+    }
+
+    #[test]
+    fn frames_without_usage() {
+        let a = ChunkAssembler::new(meta(), false);
+        assert_eq!(
+            text(&a.role_frame()),
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
+        );
+        assert_eq!(
+            text(&a.token_frame("Hi \"you\"").expect("frame")),
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi \\\"you\\\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
+        );
+        assert!(a.token_frame("").is_none(), "empty tokens send nothing");
+        let end = a.finish_frames(
+            FinishReason::Length,
+            Usage {
+                prompt_tokens: 3,
+                completion_tokens: 1,
+            },
+            &timings(),
+        );
+        assert_eq!(end.len(), 2);
+        assert_eq!(
+            text(&end[0]),
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1}}}}\n\n")
+        );
+        assert_eq!(text(&end[1]), "data: [DONE]\n\n");
+    }
+
+    #[test]
+    fn frames_with_usage() {
+        let a = ChunkAssembler::new(meta(), true);
+        assert!(text(&a.role_frame()).ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
+        assert!(text(&a.token_frame("x").expect("frame")).ends_with(",\"usage\":null}\n\n"));
+        let end = a.finish_frames(
+            FinishReason::Stop,
+            Usage {
+                prompt_tokens: 3,
+                completion_tokens: 1,
+            },
+            &timings(),
+        );
+        assert_eq!(end.len(), 3);
+        assert!(text(&end[0]).ends_with("\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"));
+        assert!(text(&end[1]).starts_with(&format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}},\"timings\":{{")));
+        assert_eq!(text(&end[2]), "data: [DONE]\n\n");
+    }
+
+    #[test]
+    fn error_frames_are_openai_errors_then_done() {
+        let frames = ChunkAssembler::error_frames(&ApiError::Engine);
+        assert_eq!(
+            text(&frames[0]),
+            "data: {\"error\":{\"message\":\"The engine failed while generating; the error was logged with the request id\",\"type\":\"server_error\",\"param\":null,\"code\":\"engine_error\"}}\n\n"
+        );
+        assert_eq!(text(&frames[1]), "data: [DONE]\n\n");
+    }
+}
