@@ -1,0 +1,108 @@
+//! Shared harness for black-box tests: the real HTTP server on 127.0.0.1:0 with an
+//! injected engine, clock and observer.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_web::dev::ServerHandle;
+use actix_web::web;
+use llmgate::clock::{ManualClock, MonotonicClock, SharedClock};
+use llmgate::config::{Config, ServeArgs};
+use llmgate::engine::scripted::{Script, ScriptedEngine};
+use llmgate::engine::{Engine, ModelInfo};
+use llmgate::record::CollectingObserver;
+use llmgate::AppState;
+
+pub const MODEL: &str = "test-model";
+
+pub struct TestServer {
+    pub base: String,
+    pub observer: Arc<CollectingObserver>,
+    handle: ServerHandle,
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn stop(self) {
+        self.handle.stop(false).await;
+    }
+}
+
+pub fn test_config(toml: &str) -> Config {
+    let base = format!("[engine]\nmodel_id = \"{MODEL}\"\n");
+    let text = if toml.contains("[engine]") {
+        toml.replace("[engine]", &base)
+    } else {
+        format!("{base}{toml}")
+    };
+    Config::from_toml(&ServeArgs::default(), &text).expect("test config")
+}
+
+pub fn model_info(context_length: u32) -> ModelInfo {
+    ModelInfo {
+        id: MODEL.into(),
+        context_length,
+        system_fingerprint: "fp_test".into(),
+    }
+}
+
+pub fn scripted(default: Script) -> ScriptedEngine {
+    ScriptedEngine::new(model_info(64), default)
+}
+
+/// Starts the server with the monotonic clock.
+pub async fn start(engine: Arc<dyn Engine>, config: &Config) -> TestServer {
+    start_with_clock(engine, config, Arc::new(MonotonicClock::new())).await
+}
+
+/// Starts the server with a frozen clock, for byte-exact responses.
+pub async fn start_frozen(engine: Arc<dyn Engine>, config: &Config) -> TestServer {
+    start_with_clock(engine, config, Arc::new(ManualClock::new())).await
+}
+
+pub async fn start_with_clock(
+    engine: Arc<dyn Engine>,
+    config: &Config,
+    clock: SharedClock,
+) -> TestServer {
+    let observer = Arc::new(CollectingObserver::default());
+    let state = AppState::new(config, engine, clock, observer.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = llmgate::serve(web::Data::new(state), listener, 2).expect("server");
+    let handle = server.handle();
+    tokio::spawn(server);
+    TestServer {
+        base,
+        observer,
+        handle,
+    }
+}
+
+pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+    });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+/// Polls `cond` for up to two seconds.
+pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    cond()
+}

@@ -1,0 +1,493 @@
+//! Black-box tests over HTTP with the scripted engine: exact SSE frames, usage on/off,
+//! every error case, cancellation on disconnect, admission control, probes and headers.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use futures_util::StreamExt;
+use llmgate::engine::scripted::{Script, Step};
+use llmgate::engine::EngineError;
+use llmgate::record::Status;
+use serde_json::{json, Value};
+
+fn hello() -> Script {
+    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
+}
+
+async fn post(server: &TestServer, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .header("x-request-id", "t1")
+        .json(body)
+        .send()
+        .await
+        .expect("request")
+}
+
+const HEAD: &str = r#"data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
+const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":null,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3}"#;
+
+#[tokio::test]
+async fn streamed_frames_are_exact_without_usage() {
+    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
+    let response = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    assert_eq!(response.status(), 200);
+    let headers = response.headers();
+    assert_eq!(headers["content-type"], "text/event-stream");
+    assert_eq!(headers["cache-control"], "no-cache");
+    assert_eq!(headers["x-accel-buffering"], "no");
+    assert_eq!(headers["x-request-id"], "t1");
+    let body = response.text().await.expect("body");
+    let choice = |delta: &str, finish: &str| {
+        format!(r#"[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]"#)
+    };
+    let expected = [
+        format!(
+            "{HEAD}{}}}\n\n",
+            choice(r#"{"role":"assistant","content":""}"#, "null")
+        ),
+        format!("{HEAD}{}}}\n\n", choice(r#"{"content":"Hel"}"#, "null")),
+        format!("{HEAD}{}}}\n\n", choice(r#"{"content":"lo"}"#, "null")),
+        format!("{HEAD}{}}}\n\n", choice(r#"{"content":"!"}"#, "null")),
+        format!("{HEAD}{},{ZERO_TIMINGS}}}\n\n", choice("{}", r#""stop""#)),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    assert_eq!(body, expected);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn streamed_frames_are_exact_with_usage() {
+    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
+    let body = json!({"stream": true, "stream_options": {"include_usage": true}});
+    let text = post(&server, &chat_body("say hi", body))
+        .await
+        .text()
+        .await
+        .expect("body");
+    let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
+    assert_eq!(frames.len(), 7, "{text}");
+    for frame in &frames[..5] {
+        assert!(frame.ends_with(",\"usage\":null}\n\n"), "{frame}");
+    }
+    assert_eq!(
+        frames[5],
+        format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":2,\"completion_tokens\":3,\"total_tokens\":5}},{ZERO_TIMINGS}}}\n\n")
+    );
+    assert_eq!(frames[6], "data: [DONE]\n\n");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn non_streamed_response_is_exact() {
+    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
+    let response = post(&server, &chat_body("hi", json!({}))).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        body,
+        json!({
+            "id": "chatcmpl-t1", "object": "chat.completion", "created": 1767225600u64,
+            "model": "test-model", "system_fingerprint": "fp_test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!", "refusal": null},
+                         "logprobs": null, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+            "timings": {"ttft_ms": 0.0, "engine_ttft_ms": 0.0, "tpot_ms": 0.0, "e2e_ms": 0.0, "queue_ms": null,
+                        "itl_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0}, "tokens_per_second": null, "output_tokens": 3}
+        })
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn timings_follow_the_definitions_with_real_delays() {
+    let script = Script {
+        prefill: Some(Duration::from_millis(5)),
+        ..Script::tokens(&["a", "b", "c", "d"], Duration::from_millis(30))
+    };
+    let server = start(Arc::new(scripted(script)), &test_config("")).await;
+    let body: Value = post(&server, &chat_body("hi", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    let t = &body["timings"];
+    let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
+    assert!(f("ttft_ms") >= 30.0, "{t}");
+    assert!(f("ttft_ms") <= f("e2e_ms"));
+    assert!(
+        f("tpot_ms") >= 25.0 && f("tpot_ms") * 3.0 <= f("e2e_ms"),
+        "{t}"
+    );
+    assert!(f("queue_ms") >= 0.0 && f("queue_ms") < f("ttft_ms"), "{t}");
+    assert!(t["itl_ms"]["max"].as_f64() >= t["itl_ms"]["p50"].as_f64());
+    let records = server.observer.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, Status::Ok);
+    assert_eq!(records[0].timings.output_tokens, 4);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn finish_reason_length_when_max_tokens_is_reached() {
+    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let body: Value = post(&server, &chat_body("hi", json!({"max_tokens": 2})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+    assert_eq!(body["usage"]["completion_tokens"], 2);
+    server.stop().await;
+}
+
+async fn expect_error(server: &TestServer, body: Vec<u8>, status: u16, code: &str, param: Value) {
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(
+        response.status().as_u16(),
+        status,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(response.headers().contains_key("x-request-id"));
+    let json: Value = response.json().await.expect("error body is JSON");
+    let error = &json["error"];
+    assert_eq!(error["code"], code, "{json}");
+    assert_eq!(error["param"], param, "{json}");
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(error["type"].is_string());
+}
+
+#[tokio::test]
+async fn every_error_case_has_its_status_and_body() {
+    let config = test_config("[server]\nmax_body_bytes = 2048\n[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 50\n");
+    let server = start(Arc::new(scripted(hello())), &config).await;
+    let to_vec = |v: Value| v.to_string().into_bytes();
+    expect_error(
+        &server,
+        b"{\"model\": ".to_vec(),
+        400,
+        "invalid_json",
+        Value::Null,
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body("hi", json!({"temperature": "warm"}))),
+        400,
+        "invalid_value",
+        json!("temperature"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(json!({"model": MODEL, "messages": []})),
+        400,
+        "invalid_value",
+        json!("messages"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(json!({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]})),
+        400,
+        "invalid_value",
+        json!("messages[0].role"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body("hi", json!({"model": "gpt-4o"}))),
+        404,
+        "model_not_found",
+        json!("model"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body("hi", json!({"n": 3}))),
+        400,
+        "unsupported_parameter",
+        json!("n"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body(
+            "hi",
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+        )),
+        400,
+        "unsupported_parameter",
+        json!("tools"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body("hi", json!({"max_tokens": 101}))),
+        400,
+        "invalid_value",
+        json!("max_tokens"),
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body(&"word ".repeat(600), json!({}))),
+        413,
+        "payload_too_large",
+        Value::Null,
+    )
+    .await;
+    expect_error(
+        &server,
+        to_vec(chat_body(&"word ".repeat(100), json!({}))),
+        400,
+        "context_length_exceeded",
+        json!("messages"),
+    )
+    .await;
+    // Every refused request still leaves a record with its error kind.
+    let kinds: Vec<_> = server
+        .observer
+        .records()
+        .iter()
+        .map(|r| r.error_kind)
+        .collect();
+    assert_eq!(kinds.len(), 10);
+    assert!(kinds.contains(&Some("payload_too_large")));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn failure_mid_stream_is_one_error_frame_then_done() {
+    let failing = Script::tokens(&["par", "tial"], Duration::ZERO)
+        .then_fail(EngineError::Internal("kernel panic at 0xdead".into()));
+    let engine = scripted(hello()).with_script("break", failing);
+    let server = start(Arc::new(engine), &test_config("")).await;
+    let text = post(&server, &chat_body("break", json!({"stream": true})))
+        .await
+        .text()
+        .await
+        .expect("body");
+    let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
+    assert_eq!(frames.len(), 5, "{text}");
+    assert!(frames[2].contains("\"content\":\"tial\""));
+    let error: Value =
+        serde_json::from_str(frames[3].trim_start_matches("data: ").trim()).expect("error frame");
+    assert_eq!(error["error"]["code"], "engine_error");
+    assert!(
+        !frames[3].contains("0xdead"),
+        "internals are logged, not sent"
+    );
+    assert_eq!(frames[4], "data: [DONE]\n\n");
+    assert!(
+        eventually(|| server
+            .observer
+            .records()
+            .first()
+            .is_some_and(|r| r.status == Status::Error))
+        .await
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn non_streamed_failure_is_a_500_in_openai_shape() {
+    let engine = scripted(
+        Script::tokens(&["x"], Duration::ZERO).then_fail(EngineError::Internal("boom".into())),
+    );
+    let server = start(Arc::new(engine), &test_config("")).await;
+    let response = post(&server, &chat_body("hi", json!({}))).await;
+    assert_eq!(response.status(), 500);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "engine_error");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_generation() {
+    let slow = Script::tokens(&vec!["tok"; 500], Duration::from_millis(10));
+    let engine = Arc::new(scripted(slow));
+    let server = start(engine.clone(), &test_config("")).await;
+    let response = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    let mut body = response.bytes_stream();
+    let mut received = 0;
+    while received < 5 {
+        let chunk = body.next().await.expect("frame").expect("bytes");
+        received += chunk.windows(5).filter(|w| w == b"\"tok\"").count();
+    }
+    drop(body);
+
+    assert!(
+        eventually(|| engine.generations_cancelled() == 1).await,
+        "the engine was not told to stop"
+    );
+    let stopped_at = engine.tokens_produced();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        engine.tokens_produced(),
+        stopped_at,
+        "tokens are still being produced"
+    );
+    assert!(stopped_at < 100, "generation ran on: {stopped_at} tokens");
+    assert!(
+        eventually(|| server
+            .observer
+            .records()
+            .iter()
+            .any(|r| r.status == Status::Cancelled))
+        .await
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn admission_overflow_gets_429_with_retry_after() {
+    let slow = Script::tokens(&vec!["x"; 100], Duration::from_millis(20));
+    let server = start(
+        Arc::new(scripted(slow)),
+        &test_config("[server]\nmax_in_flight = 2\n"),
+    )
+    .await;
+    let a = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    let b = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+
+    let third = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    assert_eq!(third.status(), 429);
+    assert_eq!(third.headers()["retry-after"], "1");
+    let body: Value = third.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "server_overloaded");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+
+    drop(a);
+    // The freed slot admits a new request.
+    let mut admitted = false;
+    for _ in 0..100 {
+        let r = post(&server, &chat_body("hi", json!({"max_tokens": 1}))).await;
+        if r.status() == 200 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(admitted, "the slot of the dropped request was not freed");
+    drop(b);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn keepalive_comments_fill_long_gaps() {
+    let gap = Script {
+        steps: vec![Step::Token {
+            text: "late".into(),
+            delay: Duration::from_millis(2_300),
+        }],
+        ..hello()
+    };
+    let server = start(
+        Arc::new(scripted(gap)),
+        &test_config("[server]\nkeepalive_secs = 1\n"),
+    )
+    .await;
+    let text = post(&server, &chat_body("hi", json!({"stream": true})))
+        .await
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(text.matches(": keep-alive\n\n").count(), 2, "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn probes_models_and_request_ids() {
+    let engine = Arc::new(scripted(hello()));
+    let server = start(engine.clone(), &test_config("")).await;
+    let client = reqwest::Client::new();
+
+    let health = client
+        .get(server.url("/health"))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(health.status(), 200);
+    let generated = health.headers()["x-request-id"]
+        .to_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(generated.len(), 32, "a uuid when the client sends none");
+
+    let ready: Value = client
+        .get(server.url("/ready"))
+        .send()
+        .await
+        .expect("ready")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["system_fingerprint"], "fp_test");
+
+    let models: Value = client
+        .get(server.url("/v1/models"))
+        .send()
+        .await
+        .expect("models")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(models["data"][0]["id"], MODEL);
+    assert_eq!(
+        client
+            .get(server.url("/v1/models/nope"))
+            .send()
+            .await
+            .expect("model")
+            .status(),
+        404
+    );
+
+    let unknown = client
+        .get(server.url("/v2/nothing"))
+        .header("x-request-id", "abc-123")
+        .send()
+        .await
+        .expect("404");
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(unknown.headers()["x-request-id"], "abc-123");
+    let unsafe_id = client
+        .get(server.url("/health"))
+        .header("x-request-id", "a b<script>")
+        .send()
+        .await
+        .expect("health");
+    assert_ne!(unsafe_id.headers()["x-request-id"], "a b<script>");
+
+    engine.set_ready(false);
+    assert_eq!(
+        client
+            .get(server.url("/ready"))
+            .send()
+            .await
+            .expect("ready")
+            .status(),
+        503
+    );
+    let loading = post(&server, &chat_body("hi", json!({}))).await;
+    assert_eq!(loading.status(), 503);
+    assert_eq!(loading.headers()["retry-after"], "5");
+    server.stop().await;
+}

@@ -1,0 +1,137 @@
+//! End-to-end with the real default model (SmolLM2-135M-Instruct Q4_1) through
+//! mistral.rs. `scripts/fetch-model` puts it in place; `scripts/test` runs it first.
+//! One test function, so the model loads once.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use llmgate::config::DEFAULT_MODEL_PATH;
+use llmgate::engine::mistral::{MistralEngine, MistralSettings};
+use llmgate::record::Status;
+use serde_json::{json, Value};
+
+fn model_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-model",
+        path.display()
+    );
+    path
+}
+
+fn f(t: &Value, key: &str) -> f64 {
+    t[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("timings.{key} missing in {t}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_model_streams_and_answers_with_consistent_timings() {
+    let engine = MistralEngine::load_now(MistralSettings {
+        model_path: model_path(),
+        model_id: MODEL.into(),
+        max_batch_size: 8,
+        force_cpu: true,
+    })
+    .await
+    .expect("the default model loads");
+    let server = start(engine, &test_config("")).await;
+    let client = reqwest::Client::new();
+    let question = chat_body(
+        "What is the capital of France?",
+        json!({"temperature": 0, "max_tokens": 32}),
+    );
+
+    // Non-streamed.
+    let whole: Value = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&question)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    let content = whole["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content");
+    assert!(!content.trim().is_empty(), "{whole}");
+    let usage = &whole["usage"];
+    let n = usage["completion_tokens"]
+        .as_f64()
+        .expect("completion tokens");
+    assert!((1.0..=32.0).contains(&n));
+    assert!(usage["prompt_tokens"].as_u64() > Some(5));
+    let t = &whole["timings"];
+    assert_eq!(t["output_tokens"].as_f64(), Some(n));
+    assert!(
+        f(t, "ttft_ms") > 0.0 && f(t, "ttft_ms") <= f(t, "e2e_ms"),
+        "{t}"
+    );
+    if n >= 2.0 {
+        assert!(f(t, "tpot_ms") * (n - 1.0) <= f(t, "e2e_ms"), "{t}");
+    }
+    assert!(whole["system_fingerprint"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("fp_")));
+
+    // Streamed, same greedy request: same text, same token counts.
+    let mut streamed_req = question.clone();
+    streamed_req["stream"] = json!(true);
+    streamed_req["stream_options"] = json!({"include_usage": true});
+    let text = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&streamed_req)
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("chunk json"))
+        .collect();
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, content, "greedy stream and non-stream differ");
+    let last = chunks.last().expect("usage chunk");
+    assert_eq!(
+        last["usage"], whole["usage"],
+        "usage differs between the two paths"
+    );
+    let t = &last["timings"];
+    assert!(f(t, "ttft_ms") <= f(t, "e2e_ms"));
+    if n >= 2.0 {
+        assert!(f(t, "tpot_ms") * (n - 1.0) <= f(t, "e2e_ms"), "{t}");
+        assert!(t["itl_ms"]["p50"].as_f64() > Some(0.0));
+    }
+    assert!(
+        t["queue_ms"].as_f64().is_some(),
+        "mistral.rs reports prefill time: {t}"
+    );
+
+    // A prompt the model's context cannot hold is refused before streaming starts.
+    let long = chat_body(&"lorem ipsum ".repeat(10_000), json!({"stream": true}));
+    let refused = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&long)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "context_length_exceeded");
+
+    let records = server.observer.records();
+    assert_eq!(records.iter().filter(|r| r.status == Status::Ok).count(), 2);
+    server.stop().await;
+}
