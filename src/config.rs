@@ -7,18 +7,31 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
+
+use crate::quality::intent::IntentClassifier;
+use crate::quality::refusal::RefusalDetector;
+use crate::quality::{GuardConfig, QualitySettings};
 
 /// The default model: SmolLM2-135M-Instruct, Q4_1 GGUF, fetched by `scripts/fetch-model`.
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
     pub engine: EngineConfig,
+    pub quality: QualityConfig,
     pub logging: LoggingConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct QualityConfig {
+    /// Repetition n, degeneration guard, refusal phrases and intent rules, ready to use.
+    pub settings: QualitySettings,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +59,8 @@ pub struct EngineConfig {
     /// Completion budget of a request that sets no `max_tokens`.
     pub default_max_tokens: u32,
     pub force_cpu: bool,
+    /// Reuse KV caches of shared prompt prefixes (off: seeded answers stay reproducible).
+    pub prefix_cache: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +118,24 @@ pub struct ServeArgs {
     /// Run the model on CPU even in a CUDA build.
     #[arg(long, env = "LLMGATE_FORCE_CPU")]
     pub force_cpu: Option<bool>,
+    /// Reuse KV caches of repeated prompt prefixes [default: false].
+    #[arg(long, env = "LLMGATE_PREFIX_CACHE")]
+    pub prefix_cache: Option<bool>,
+    /// n of the seq-rep-n repetition rate [default: 4].
+    #[arg(long, env = "LLMGATE_REPETITION_N")]
+    pub repetition_n: Option<usize>,
+    /// Stop answers whose recent tokens loop (see --guard-window, --guard-threshold).
+    #[arg(long, env = "LLMGATE_DEGENERATION_GUARD")]
+    pub degeneration_guard: Option<bool>,
+    /// Tokens in the guard's sliding window [default: 64].
+    #[arg(long, env = "LLMGATE_GUARD_WINDOW")]
+    pub guard_window: Option<usize>,
+    /// Stop when the window's repetition rate exceeds this [default: 0.6].
+    #[arg(long, env = "LLMGATE_GUARD_THRESHOLD")]
+    pub guard_threshold: Option<f64>,
+    /// TOML file of intent rules [default: the built-in prompts/intents.toml].
+    #[arg(long, env = "LLMGATE_INTENT_RULES")]
+    pub intent_rules: Option<PathBuf>,
     /// Log format [default: text].
     #[arg(long, env = "LLMGATE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -120,7 +153,21 @@ struct FileConfig {
     #[serde(default)]
     engine: FileEngine,
     #[serde(default)]
+    quality: FileQuality,
+    #[serde(default)]
     logging: FileLogging,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileQuality {
+    repetition_n: Option<usize>,
+    degeneration_guard: Option<bool>,
+    guard_window: Option<usize>,
+    guard_threshold: Option<f64>,
+    /// Replaces the built-in refusal phrases.
+    refusal_phrases: Option<Vec<String>>,
+    intent_rules: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +189,7 @@ struct FileEngine {
     max_tokens_cap: Option<u32>,
     default_max_tokens: Option<u32>,
     force_cpu: Option<bool>,
+    prefix_cache: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,6 +249,15 @@ const NAMES: &[(&str, &str, &str)] = &[
         "LLMGATE_DEFAULT_MAX_TOKENS",
     ),
     ("filter", "log", "LLMGATE_LOG"),
+    ("repetition_n", "repetition-n", "LLMGATE_REPETITION_N"),
+    ("guard_window", "guard-window", "LLMGATE_GUARD_WINDOW"),
+    (
+        "guard_threshold",
+        "guard-threshold",
+        "LLMGATE_GUARD_THRESHOLD",
+    ),
+    ("intent_rules", "intent-rules", "LLMGATE_INTENT_RULES"),
+    ("refusal_phrases", "-", "-"),
 ];
 
 impl Config {
@@ -276,6 +333,13 @@ impl Config {
                     .or(file.engine.default_max_tokens)
                     .unwrap_or(512),
                 force_cpu: args.force_cpu.or(file.engine.force_cpu).unwrap_or(false),
+                prefix_cache: args
+                    .prefix_cache
+                    .or(file.engine.prefix_cache)
+                    .unwrap_or(false),
+            },
+            quality: QualityConfig {
+                settings: quality_settings(args, file.quality)?,
             },
             logging: LoggingConfig {
                 format: args
@@ -340,6 +404,30 @@ impl Config {
                 ),
             ));
         }
+        let q = &self.quality.settings;
+        if !(1..=16).contains(&q.repetition_n) {
+            return Err(ConfigError::invalid(
+                "quality.repetition_n",
+                "must be between 1 and 16",
+            ));
+        }
+        if let Some(guard) = q.guard {
+            if guard.window < 2 * q.repetition_n {
+                return Err(ConfigError::invalid(
+                    "quality.guard_window",
+                    format!(
+                        "must be at least twice repetition_n ({})",
+                        2 * q.repetition_n
+                    ),
+                ));
+            }
+            if !(guard.threshold > 0.0 && guard.threshold < 1.0) {
+                return Err(ConfigError::invalid(
+                    "quality.guard_threshold",
+                    "must be between 0 and 1, exclusive",
+                ));
+            }
+        }
         if let Err(error) = tracing_subscriber::EnvFilter::try_new(&self.logging.filter) {
             return Err(ConfigError::invalid("logging.filter", error.to_string()));
         }
@@ -361,6 +449,45 @@ impl Config {
             ))
         }
     }
+}
+
+fn quality_settings(args: &ServeArgs, file: FileQuality) -> Result<QualitySettings, ConfigError> {
+    let guard_on = args
+        .degeneration_guard
+        .or(file.degeneration_guard)
+        .unwrap_or(false);
+    let guard = guard_on.then(|| GuardConfig {
+        window: args.guard_window.or(file.guard_window).unwrap_or(64),
+        threshold: args.guard_threshold.or(file.guard_threshold).unwrap_or(0.6),
+    });
+    let refusal = match file.refusal_phrases {
+        Some(phrases) if phrases.is_empty() => {
+            return Err(ConfigError::invalid(
+                "quality.refusal_phrases",
+                "must list at least one phrase",
+            ))
+        }
+        Some(phrases) => RefusalDetector::new(&phrases)
+            .map_err(|e| ConfigError::invalid("quality.refusal_phrases", e.to_string()))?,
+        None => RefusalDetector::with_defaults(),
+    };
+    let intents = match args.intent_rules.clone().or(file.intent_rules) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::invalid("quality.intent_rules", format!("{}: {e}", path.display()))
+            })?;
+            IntentClassifier::from_toml(&text).map_err(|e| {
+                ConfigError::invalid("quality.intent_rules", format!("{}: {e}", path.display()))
+            })?
+        }
+        None => IntentClassifier::with_defaults(),
+    };
+    Ok(QualitySettings {
+        repetition_n: args.repetition_n.or(file.repetition_n).unwrap_or(4),
+        guard,
+        refusal: Arc::new(refusal),
+        intents: Arc::new(intents),
+    })
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -421,6 +548,33 @@ mod tests {
             text.contains("server.listen") && text.contains("'localhost'"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn quality_settings_and_their_errors() {
+        let toml = "[quality]\ndegeneration_guard = true\nguard_window = 32\nrefusal_phrases = [\"nope\"]\n";
+        let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
+        let guard = config.quality.settings.guard.expect("guard on");
+        assert_eq!((guard.window, guard.threshold), (32, 0.6));
+        assert!(config.quality.settings.refusal.is_refusal("Nope."));
+
+        let bad = "[quality]\ndegeneration_guard = true\nguard_threshold = 1.5\n";
+        let text = Config::from_toml(&ServeArgs::default(), bad)
+            .expect_err("invalid")
+            .to_string();
+        assert!(
+            text.contains("quality.guard_threshold") && text.contains("--guard-threshold"),
+            "{text}"
+        );
+
+        let args = ServeArgs {
+            intent_rules: Some(PathBuf::from("/nonexistent/intents.toml")),
+            ..ServeArgs::default()
+        };
+        let text = Config::from_toml(&args, "")
+            .expect_err("missing file")
+            .to_string();
+        assert!(text.contains("quality.intent_rules"), "{text}");
     }
 
     #[test]

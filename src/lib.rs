@@ -23,6 +23,7 @@
 //! - [`error`]: every client-visible error and its one HTTP table.
 //! - [`config`]: flags, environment and TOML file, validated at start-up.
 //! - [`record`]: the per-request record and its observers.
+//! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
 //! - [`fingerprint`]: the `system_fingerprint` of a response.
 //!
 //! [`serve`] builds the HTTP server on a listener the caller binds, so tests bind
@@ -37,6 +38,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod quality;
 pub mod record;
+pub mod replay;
 pub mod stream;
 pub mod timing;
 

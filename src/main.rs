@@ -1,6 +1,8 @@
-//! The `llmgate` command: `llmgate serve` runs the gateway.
+//! The `llmgate` command: `llmgate serve` runs the gateway; `llmgate replay` checks that
+//! logged answers are reproduced.
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -26,14 +28,79 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the model over the OpenAI chat-completions API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Re-send logged requests and report whether each answer matches its output hash.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Base URL of the gateway.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Replay files: {"request": {...}, "system_fingerprint": "...", "output_hash": "..."}.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => run_serve(&args),
+        Command::Replay(args) => run_replay(&args),
     }
+}
+
+/// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
+/// checked.
+fn run_replay(args: &ReplayArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("llmgate: could not start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = reqwest::Client::new();
+    let mut status = ExitCode::SUCCESS;
+    for path in &args.files {
+        let file = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                serde_json::from_str::<llmgate::replay::ReplayFile>(&text)
+                    .map_err(|e| e.to_string())
+            });
+        let file = match file {
+            Ok(file) => file,
+            Err(error) => {
+                println!("{}: unreadable replay file: {error}", path.display());
+                status = ExitCode::from(2);
+                continue;
+            }
+        };
+        match runtime.block_on(llmgate::replay::replay(&client, &args.url, &file)) {
+            Ok(verdict) => {
+                println!("{}: {}", path.display(), verdict.summary());
+                if !verdict.output_matches {
+                    println!(
+                        "  expected output {} on {}, got {} on {}",
+                        file.output_hash,
+                        file.system_fingerprint,
+                        verdict.output_hash,
+                        verdict.system_fingerprint
+                    );
+                    if status == ExitCode::SUCCESS {
+                        status = ExitCode::from(1);
+                    }
+                }
+            }
+            Err(error) => {
+                println!("{}: could not replay: {error}", path.display());
+                status = ExitCode::from(2);
+            }
+        }
+    }
+    status
 }
 
 fn run_serve(args: &ServeArgs) -> ExitCode {
@@ -73,6 +140,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         model_id: config.engine.model_id.clone(),
         max_batch_size: config.engine.max_batch_size,
         force_cpu: config.engine.force_cpu,
+        prefix_cache: config.engine.prefix_cache,
     });
     let state = AppState::new(
         &config,

@@ -4,7 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use serde::Serialize;
+
 use crate::engine::{FinishReason, Usage};
+use crate::quality::Quality;
 use crate::timing::Timings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +38,26 @@ pub struct RequestRecord {
     /// `ApiError::kind()` of a failed request.
     pub error_kind: Option<&'static str>,
     pub finish_reason: Option<FinishReason>,
-    /// Engine-reported usage; for a cancelled request, the tokens seen before it stopped.
+    /// Engine-reported usage; for a request stopped early, the tokens seen until then.
     pub usage: Usage,
     pub timings: Timings,
+    /// Absent for requests refused before they reached the engine.
+    pub quality: Option<Quality>,
+    /// sha256 of the canonicalised request (model, messages, sampling parameters).
+    pub input_hash: Option<String>,
+    /// sha256 of the answer text, for `llmgate replay`.
+    pub output_hash: Option<String>,
+    pub seed: Option<u64>,
+    pub system_fingerprint: Option<String>,
+}
+
+/// The `timings` object of a response: latency figures and quality signals side by side.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub timings: Timings,
+    #[serde(flatten)]
+    pub quality: Quality,
 }
 
 /// Receives every finished request's record. Must not block: it runs on the response path.
@@ -66,6 +86,14 @@ impl RequestObserver for LogObserver {
             tpot_ms = t.tpot_ms,
             queue_ms = t.queue_ms,
             e2e_ms = t.e2e_ms,
+            repetition_rate = r.quality.as_ref().map(|q| q.repetition_rate),
+            degenerated = r.quality.as_ref().map(|q| q.degenerated),
+            refusal = r.quality.as_ref().map(|q| q.refusal),
+            intent = r.quality.as_ref().map(|q| q.intent.as_str()),
+            seed = r.seed,
+            input_hash = r.input_hash.as_deref(),
+            output_hash = r.output_hash.as_deref(),
+            system_fingerprint = r.system_fingerprint.as_deref(),
             "Request finished."
         );
     }

@@ -28,7 +28,7 @@ async fn post(server: &TestServer, body: &Value) -> reqwest::Response {
 }
 
 const HEAD: &str = r#"data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
-const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":null,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3}"#;
+const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":null,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"general"}"#;
 
 #[tokio::test]
 async fn streamed_frames_are_exact_without_usage() {
@@ -98,7 +98,8 @@ async fn non_streamed_response_is_exact() {
                          "logprobs": null, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
             "timings": {"ttft_ms": 0.0, "engine_ttft_ms": 0.0, "tpot_ms": 0.0, "e2e_ms": 0.0, "queue_ms": null,
-                        "itl_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0}, "tokens_per_second": null, "output_tokens": 3}
+                        "itl_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0}, "tokens_per_second": null, "output_tokens": 3,
+                        "repetition_rate": 0.0, "degenerated": false, "refusal": false, "intent": "general"}
         })
     );
     server.stop().await;
@@ -489,5 +490,118 @@ async fn probes_models_and_request_ids() {
     let loading = post(&server, &chat_body("hi", json!({}))).await;
     assert_eq!(loading.status(), 503);
     assert_eq!(loading.headers()["retry-after"], "5");
+    server.stop().await;
+}
+
+fn looping(tokens: usize) -> Script {
+    let words: Vec<&str> = ["la ", "femme ", "au ", "martyre, "]
+        .iter()
+        .copied()
+        .cycle()
+        .take(tokens)
+        .collect();
+    Script::tokens(&words, Duration::from_millis(2))
+}
+
+#[tokio::test]
+async fn quality_signals_are_reported_and_recorded() {
+    let engine = scripted(hello())
+        .with_script("loop", looping(40))
+        .with_script(
+            "Write a Python function, please",
+            Script::tokens(
+                &["I'm sorry, but I can't ", "help with that."],
+                Duration::ZERO,
+            ),
+        );
+    let server = start(Arc::new(engine), &test_config("")).await;
+
+    let body: Value = post(&server, &chat_body("loop", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    // 40 tokens cycling through 4 ids: 37 four-grams, 4 unique.
+    let rate = body["timings"]["repetition_rate"].as_f64().expect("rate");
+    assert_eq!(rate, ((1.0 - 4.0 / 37.0) * 10_000.0_f64).round() / 10_000.0);
+    assert_eq!(
+        body["timings"]["degenerated"], false,
+        "the guard is off by default"
+    );
+    assert_eq!(body["usage"]["completion_tokens"], 40);
+
+    let body: Value = post(
+        &server,
+        &chat_body("Write a Python function, please", json!({})),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(body["timings"]["refusal"], true);
+    assert_eq!(body["timings"]["intent"], "coding");
+    assert_eq!(body["timings"]["repetition_rate"], 0.0);
+
+    let records = server.observer.records();
+    let refusal = records.last().expect("record");
+    let quality = refusal.quality.as_ref().expect("quality");
+    assert!(quality.refusal);
+    use sha2::Digest;
+    let expected_hash = hex::encode(sha2::Sha256::digest(
+        b"I'm sorry, but I can't help with that.",
+    ));
+    assert_eq!(refusal.output_hash.as_deref(), Some(expected_hash.as_str()));
+    assert_eq!(refusal.input_hash.as_ref().map(String::len), Some(64));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn degeneration_guard_stops_a_loop_early() {
+    let engine = Arc::new(scripted(hello()).with_script("loop", looping(400)));
+    let config = test_config(
+        "[quality]\ndegeneration_guard = true\nguard_window = 16\nguard_threshold = 0.5\n",
+    );
+    let server = start(engine.clone(), &config).await;
+
+    for stream in [false, true] {
+        let response = post(&server, &chat_body("loop", json!({"stream": stream, "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }}))).await;
+        let body: Value = if stream {
+            let text = response.text().await.expect("body");
+            let last = text
+                .split("\n\n")
+                .filter_map(|f| f.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .last()
+                .expect("usage chunk")
+                .to_owned();
+            assert!(text.contains("\"finish_reason\":\"stop\""), "{text}");
+            serde_json::from_str(&last).expect("json")
+        } else {
+            let body: Value = response.json().await.expect("json");
+            assert_eq!(body["choices"][0]["finish_reason"], "stop");
+            body
+        };
+        assert_eq!(body["timings"]["degenerated"], true, "{body}");
+        // A 16-token window of a 4-token cycle has 13 four-grams, 4 unique: the guard
+        // trips when the window is first full.
+        assert_eq!(body["usage"]["completion_tokens"], 16, "{body}");
+    }
+    assert!(
+        eventually(|| engine.generations_cancelled() == 2).await,
+        "the engine kept generating"
+    );
+    assert!(engine.tokens_produced() < 100);
+    let records = server.observer.records();
+    assert!(records
+        .iter()
+        .all(|r| r.status == Status::Ok && r.quality.as_ref().is_some_and(|q| q.degenerated)));
+
+    // Varied text is not stopped.
+    let body: Value = post(&server, &chat_body("hi", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["timings"]["degenerated"], false);
     server.stop().await;
 }

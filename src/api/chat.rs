@@ -14,10 +14,12 @@ use tokio::sync::mpsc;
 
 use super::request::parse_chat_request;
 use super::{AppState, RequestId};
+use crate::engine::Role;
 use crate::error::ApiError;
+use crate::quality::QualityTracker;
 use crate::record::{RequestRecord, Status};
 use crate::stream::chunks::{ChunkAssembler, ResponseMeta};
-use crate::stream::{producer, Run};
+use crate::stream::{producer, Run, RunInfo};
 use crate::timing::RequestTimer;
 
 /// SSE frames buffered between the producer and the socket. Small on purpose: a slow
@@ -52,6 +54,11 @@ pub async fn chat_completions(
                 finish_reason: None,
                 usage: Default::default(),
                 timings: timer.finish(state.clock.now(), 0, None),
+                quality: None,
+                input_hash: None,
+                output_hash: None,
+                seed: None,
+                system_fingerprint: None,
             });
             error.error_response()
         }
@@ -73,8 +80,18 @@ async fn handle(
     })?;
     let info = state.engine.model_info().ok_or(ApiError::NotReady)?;
 
+    let prompt = chat
+        .generation
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map_or("", |m| m.content.as_str());
+    let quality = QualityTracker::new(&state.quality, prompt);
+    let seed = chat.generation.sampling.seed;
+
     timer.engine_submitted(state.clock.now());
-    let events = state
+    let generation = state
         .engine
         .generate(chat.generation)
         .await
@@ -82,21 +99,30 @@ async fn handle(
             tracing::warn!(request_id, error = %error, "The engine refused the request.");
             ApiError::from(error)
         })?;
-    let run = Run::new(
-        request_id.to_owned(),
-        chat.model.clone(),
-        chat.stream,
-        state.clock.clone(),
-        timer,
-        state.observer.clone(),
-        permit,
-    );
+    let info = RunInfo {
+        request_id: request_id.to_owned(),
+        model: chat.model.clone(),
+        stream: chat.stream,
+        input_hash: chat.input_hash,
+        seed,
+        system_fingerprint: info.system_fingerprint,
+        prompt_tokens: generation.prompt_tokens,
+    };
     let meta = ResponseMeta {
         id: format!("chatcmpl-{request_id}"),
         created: state.clock.unix_seconds(),
         model: chat.model,
-        system_fingerprint: info.system_fingerprint,
+        system_fingerprint: info.system_fingerprint.clone(),
     };
+    let run = Run::new(
+        info,
+        state.clock.clone(),
+        timer,
+        quality,
+        state.observer.clone(),
+        permit,
+    );
+    let events = generation.events;
 
     if !chat.stream {
         let body = producer::collect_json(run, &meta, events).await?;

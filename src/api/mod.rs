@@ -24,6 +24,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::ApiError;
+use crate::quality::QualitySettings;
 use crate::record::RequestObserver;
 use request::RequestLimits;
 
@@ -39,6 +40,7 @@ pub struct AppState {
     pub limits: RequestLimits,
     pub max_body_bytes: usize,
     pub keepalive: Duration,
+    pub quality: QualitySettings,
 }
 
 impl AppState {
@@ -60,6 +62,7 @@ impl AppState {
             },
             max_body_bytes: config.server.max_body_bytes,
             keepalive: config.server.keepalive,
+            quality: config.quality.settings.clone(),
         }
     }
 }

@@ -6,8 +6,9 @@
 //! the same parameters at their neutral values (`n: 1`, `tools: []`, `logprobs: false`...)
 //! are accepted, because SDKs often send them.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use crate::engine::{ChatMessage, GenerationRequest, Role, Sampling};
 use crate::error::ApiError;
@@ -28,7 +29,47 @@ pub struct ChatRequest {
     /// `stream_options.include_usage`: send the usage chunk before `[DONE]`.
     pub include_usage: bool,
     pub user: Option<String>,
+    /// sha256 of the canonicalised request (see [`input_hash`]).
+    pub input_hash: String,
     pub generation: GenerationRequest,
+}
+
+/// sha256 (hex) of the request as the model sees it: model, messages and every sampling
+/// parameter after defaults are applied, in a fixed JSON layout. Two requests with the
+/// same hash ask for the same thing, whatever their JSON spelling; a logged request can
+/// be matched to its replay without storing the prompt.
+pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
+    #[derive(Serialize)]
+    struct Canonical<'a> {
+        model: &'a str,
+        messages: Vec<(&'static str, &'a str)>,
+        max_tokens: u32,
+        temperature: Option<f64>,
+        top_p: Option<f64>,
+        seed: Option<u64>,
+        presence_penalty: Option<f32>,
+        frequency_penalty: Option<f32>,
+        stop: &'a [String],
+    }
+    let s = &generation.sampling;
+    let canonical = Canonical {
+        model,
+        messages: generation
+            .messages
+            .iter()
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect(),
+        max_tokens: generation.max_tokens,
+        temperature: s.temperature,
+        top_p: s.top_p,
+        seed: s.seed,
+        presence_penalty: s.presence_penalty,
+        frequency_penalty: s.frequency_penalty,
+        stop: &s.stop,
+    };
+    // Serialising plain data into memory cannot fail.
+    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Parameters we know. Anything else is refused like OpenAI does.
@@ -338,25 +379,27 @@ fn validate(
     };
     let _ = (wire.n, wire.logprobs, wire.top_logprobs);
 
+    let generation = GenerationRequest {
+        request_id: request_id.to_owned(),
+        messages,
+        max_tokens,
+        sampling: Sampling {
+            temperature,
+            top_p,
+            // Negative seeds are valid in OpenAI's API; the bits are what matter.
+            seed: wire.seed.map(|s| s as u64),
+            presence_penalty: presence_penalty.map(|p| p as f32),
+            frequency_penalty: frequency_penalty.map(|p| p as f32),
+            stop,
+        },
+    };
     Ok(ChatRequest {
+        input_hash: input_hash(&wire.model, &generation),
         model: wire.model,
         stream,
         include_usage,
         user: wire.user,
-        generation: GenerationRequest {
-            request_id: request_id.to_owned(),
-            messages,
-            max_tokens,
-            sampling: Sampling {
-                temperature,
-                top_p,
-                // Negative seeds are valid in OpenAI's API; the bits are what matter.
-                seed: wire.seed.map(|s| s as u64),
-                presence_penalty: presence_penalty.map(|p| p as f32),
-                frequency_penalty: frequency_penalty.map(|p| p as f32),
-                stop,
-            },
-        },
+        generation,
     })
 }
 
@@ -588,6 +631,19 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn input_hash_ignores_spelling_but_not_content() {
+        let a = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5})).expect("valid");
+        let b = parse(json!({"temperature": 0.5, "messages": [{"content": [{"type": "text", "text": "hi"}], "role": "user"}], "model": "m", "max_tokens": 16})).expect("valid");
+        let c = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.6})).expect("valid");
+        assert_eq!(
+            a.input_hash, b.input_hash,
+            "same request, other JSON spelling"
+        );
+        assert_ne!(a.input_hash, c.input_hash);
+        assert_eq!(a.input_hash.len(), 64);
     }
 
     #[test]

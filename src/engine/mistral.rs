@@ -4,24 +4,25 @@
 //! Loading happens in the background so the HTTP server can answer `/health` and a 503
 //! from `/ready` while the weights load. Each request is sent to the engine as a streaming
 //! chat request on its own response channel; a forwarder task turns mistral.rs responses
-//! into [`EngineEvent`]s. When the gateway drops its [`TokenStream`], the forwarder drops
+//! into [`EngineEvent`]s. When the gateway drops its [`TokenStream`](super::TokenStream), the forwarder drops
 //! the mistral.rs receiver, and mistral.rs cancels the sequence at its next token.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use either::Either;
 use mistralrs::{
-    Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, Response,
-    SamplingParams, StopTokens, TextMessageRole, TextMessages,
+    Constraint, CustomLogitsProcessor, DType, GgufModelBuilder, Model, NormalRequest, Request,
+    RequestLike, Response, SamplingParams, StopTokens, Tensor, TextMessageRole, TextMessages,
 };
 use tokio::sync::mpsc;
 
+use super::sampling::SeededSampler;
 use super::{
-    ChatMessage, Engine, EngineError, EngineEvent, FinishReason, GenerationRequest, ModelInfo,
-    Role, TokenStream, Usage,
+    ChatMessage, Engine, EngineError, EngineEvent, FinishReason, Generation, GenerationRequest,
+    ModelInfo, Role, Usage,
 };
 use crate::fingerprint;
 
@@ -38,6 +39,10 @@ pub struct MistralSettings {
     pub max_batch_size: usize,
     /// Run on CPU even when built with CUDA.
     pub force_cpu: bool,
+    /// Reuse the KV cache of earlier requests' shared prefixes. Saves prefill time on
+    /// repeated system prompts, but a reused prefix was computed in another batch, so
+    /// a seeded answer may then depend on what ran before it.
+    pub prefix_cache: bool,
 }
 
 struct Loaded {
@@ -93,8 +98,10 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let file_sha256 =
         tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
     let (dir, file) = split_model_path(&settings.model_path)?;
-    let mut builder =
-        GgufModelBuilder::new(dir, vec![file]).with_max_num_seqs(settings.max_batch_size);
+    let prefix_cache = settings.prefix_cache.then_some(16);
+    let mut builder = GgufModelBuilder::new(dir, vec![file])
+        .with_max_num_seqs(settings.max_batch_size)
+        .with_prefix_cache_n(prefix_cache);
     if settings.force_cpu || !cfg!(feature = "cuda") {
         builder = builder.with_force_cpu();
     }
@@ -140,12 +147,12 @@ fn text_messages(messages: &[ChatMessage]) -> TextMessages {
     })
 }
 
+/// Engine-side sampling: penalties and stops only. The token itself is chosen by the
+/// gateway's seeded sampler (see [`picker`]), so mistral.rs decodes greedily over the
+/// one token the picker leaves.
 fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     let s = &request.sampling;
     let mut params = SamplingParams::neutral();
-    // OpenAI's defaults: temperature 1, top_p 1. Temperature 0 is greedy in mistral.rs.
-    params.temperature = Some(s.temperature.unwrap_or(1.0));
-    params.top_p = s.top_p;
     params.presence_penalty = s.presence_penalty;
     params.frequency_penalty = s.frequency_penalty;
     params.max_len = Some(request.max_tokens as usize);
@@ -155,13 +162,46 @@ fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     params
 }
 
+/// Ids of the tokens the picker chose, drained by the forwarder as chunks arrive.
+type PickedIds = Arc<Mutex<Vec<u32>>>;
+
+/// A logits processor that picks the next token with the request's [`SeededSampler`]
+/// (keyed by seed and position, so concurrent neighbours cannot change it), records its
+/// id, and masks every other token. It runs after mistral.rs has applied penalties.
+fn picker(request: &GenerationRequest, picked: PickedIds) -> Arc<dyn CustomLogitsProcessor> {
+    let s = &request.sampling;
+    let sampler = SeededSampler {
+        // Without a seed the request is still sampled, from a fresh random stream.
+        seed: s
+            .seed
+            .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0),
+        // OpenAI's defaults: temperature 1, top_p 1.
+        temperature: s.temperature.unwrap_or(1.0),
+        top_p: s.top_p.unwrap_or(1.0),
+    };
+    Arc::new(
+        move |logits: &Tensor, context: &[u32]| -> mistralrs::Result<Tensor> {
+            let values: Vec<f32> = logits.to_dtype(DType::F32)?.to_vec1()?;
+            let id = sampler.pick(&values, context.len() as u64);
+            if let Ok(mut ids) = picked.lock() {
+                ids.push(id);
+            }
+            let mut mask = vec![f32::NEG_INFINITY; values.len()];
+            if let Some(slot) = mask.get_mut(id as usize) {
+                *slot = 0.0;
+            }
+            Tensor::from_vec(mask, values.len(), logits.device())
+        },
+    )
+}
+
 #[async_trait]
 impl Engine for MistralEngine {
     fn model_info(&self) -> Option<ModelInfo> {
         self.loaded.get().map(|l| l.info.clone())
     }
 
-    async fn generate(&self, request: GenerationRequest) -> Result<TokenStream, EngineError> {
+    async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         // Render the chat template and count the prompt before committing to a stream,
         // so a prompt that cannot fit is a clean 400 instead of a mid-stream failure.
@@ -185,6 +225,7 @@ impl Engine for MistralEngine {
         }
 
         let (engine_tx, engine_rx) = mpsc::channel(32);
+        let picked = PickedIds::default();
         let mut messages = text_messages(&request.messages);
         let normal = NormalRequest {
             messages: messages.take_messages(),
@@ -197,7 +238,7 @@ impl Engine for MistralEngine {
             suffix: None,
             tools: None,
             tool_choice: None,
-            logits_processors: None,
+            logits_processors: Some(vec![picker(&request, Arc::clone(&picked))]),
             return_raw_logits: false,
             web_search_options: None,
             model_id: None,
@@ -214,14 +255,21 @@ impl Engine for MistralEngine {
             .map_err(|e| EngineError::Internal(e.to_string()))?;
 
         let (tx, rx) = mpsc::channel(32);
-        tokio::spawn(forward(engine_rx, tx));
-        Ok(rx)
+        tokio::spawn(forward(engine_rx, picked, tx));
+        Ok(Generation {
+            prompt_tokens,
+            events: rx,
+        })
     }
 }
 
 /// Translates mistral.rs responses into engine events until the request ends or the
 /// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).
-async fn forward(mut engine_rx: mpsc::Receiver<Response>, tx: mpsc::Sender<EngineEvent>) {
+async fn forward(
+    mut engine_rx: mpsc::Receiver<Response>,
+    picked: PickedIds,
+    tx: mpsc::Sender<EngineEvent>,
+) {
     loop {
         let response = tokio::select! {
             r = engine_rx.recv() => r,
@@ -235,7 +283,11 @@ async fn forward(mut engine_rx: mpsc::Receiver<Response>, tx: mpsc::Sender<Engin
                 .await;
             return;
         };
-        for event in translate(response) {
+        let ids = picked
+            .lock()
+            .map(|mut ids| std::mem::take(&mut *ids))
+            .unwrap_or_default();
+        for event in translate(response, ids) {
             let last = !matches!(event, EngineEvent::Token { .. });
             if tx.send(event).await.is_err() || last {
                 return;
@@ -244,15 +296,17 @@ async fn forward(mut engine_rx: mpsc::Receiver<Response>, tx: mpsc::Sender<Engin
     }
 }
 
-fn translate(response: Response) -> Vec<EngineEvent> {
+/// Events for one mistral.rs response; `ids` are the tokens picked since the last one.
+fn translate(response: Response, ids: Vec<u32>) -> Vec<EngineEvent> {
     match response {
         Response::Chunk(chunk) => {
             let mut events = Vec::with_capacity(2);
             let Some(choice) = chunk.choices.into_iter().next() else {
                 return events;
             };
-            if let Some(text) = choice.delta.content {
-                events.push(EngineEvent::Token { text });
+            let text = choice.delta.content.unwrap_or_default();
+            if !text.is_empty() || !ids.is_empty() {
+                events.push(EngineEvent::Token { text, ids });
             }
             if let Some(reason) = choice.finish_reason {
                 let (usage, prefill) = usage_of(chunk.usage);

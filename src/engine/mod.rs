@@ -67,9 +67,12 @@ pub struct Sampling {
 /// exactly one `Finished` or `Failed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineEvent {
-    /// One decoded token's text. It may be empty (a token that completes no character).
+    /// Newly decoded text and the ids of the tokens behind it, in order. The text may be
+    /// empty (a token that completes no character); ids may be empty when an engine
+    /// reports several tokens' ids with a later event.
     Token {
         text: String,
+        ids: Vec<u32>,
     },
     Finished {
         reason: FinishReason,
@@ -122,6 +125,14 @@ pub enum EngineError {
 /// Stream of events for one request. Dropping it tells the engine to stop generating.
 pub type TokenStream = mpsc::Receiver<EngineEvent>;
 
+/// A started generation.
+#[derive(Debug)]
+pub struct Generation {
+    /// Tokens of the prompt as the model sees it (chat template applied).
+    pub prompt_tokens: u32,
+    pub events: TokenStream,
+}
+
 /// Static facts about the served model, fixed once it is loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelInfo {
@@ -141,5 +152,5 @@ pub trait Engine: Send + Sync + 'static {
     /// Starts generating. Errors here happen before any token (the prompt does not fit,
     /// the model is not loaded); errors during generation arrive as
     /// [`EngineEvent::Failed`].
-    async fn generate(&self, request: GenerationRequest) -> Result<TokenStream, EngineError>;
+    async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError>;
 }

@@ -4,7 +4,8 @@
 //!
 //! A request runs the script registered for its last message's text, or the default
 //! script. Prompt tokens are counted as whitespace-separated words, which is enough to
-//! exercise the context-length check.
+//! exercise the context-length check. Token ids are a hash of each token's text, so a
+//! script that repeats itself has a high repetition rate.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,8 +16,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{
-    Engine, EngineError, EngineEvent, FinishReason, GenerationRequest, ModelInfo, TokenStream,
-    Usage,
+    Engine, EngineError, EngineEvent, FinishReason, Generation, GenerationRequest, ModelInfo, Usage,
 };
 
 /// One scripted generation.
@@ -111,7 +111,7 @@ impl Engine for ScriptedEngine {
         self.ready.load(Ordering::SeqCst).then(|| self.info.clone())
     }
 
-    async fn generate(&self, request: GenerationRequest) -> Result<TokenStream, EngineError> {
+    async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         if !self.ready.load(Ordering::SeqCst) {
             return Err(EngineError::NotReady);
         }
@@ -149,7 +149,8 @@ impl Engine for ScriptedEngine {
                         if !delay.is_zero() {
                             tokio::time::sleep(delay).await;
                         }
-                        if tx.send(EngineEvent::Token { text }).await.is_err() {
+                        let ids = vec![token_id(&text)];
+                        if tx.send(EngineEvent::Token { text, ids }).await.is_err() {
                             cancelled.fetch_add(1, Ordering::SeqCst);
                             return;
                         }
@@ -175,6 +176,15 @@ impl Engine for ScriptedEngine {
                 })
                 .await;
         });
-        Ok(rx)
+        Ok(Generation {
+            prompt_tokens,
+            events: rx,
+        })
     }
+}
+
+/// The scripted "vocabulary": equal texts get equal ids.
+pub fn token_id(text: &str) -> u32 {
+    text.bytes()
+        .fold(17u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::engine::{FinishReason, Usage};
 use crate::error::ApiError;
-use crate::timing::Timings;
+use crate::record::Report;
 
 pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
 pub const KEEPALIVE_FRAME: &[u8] = b": keep-alive\n\n";
@@ -51,7 +51,7 @@ struct Chunk<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<Option<UsageBody>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    timings: Option<&'a Timings>,
+    timings: Option<&'a Report>,
 }
 
 #[derive(Serialize)]
@@ -116,7 +116,7 @@ impl ChunkAssembler {
         &self,
         reason: FinishReason,
         usage: Usage,
-        timings: &Timings,
+        timings: &Report,
     ) -> Vec<Bytes> {
         let finish = [choice(None, None, Some(reason.as_str()))];
         let mut frames = Vec::with_capacity(3);
@@ -143,7 +143,7 @@ impl ChunkAssembler {
         &self,
         choices: &[ChunkChoice<'_>],
         usage: Option<Option<UsageBody>>,
-        timings: Option<&Timings>,
+        timings: Option<&Report>,
     ) -> Bytes {
         sse_json(&Chunk {
             id: &self.meta.id,
@@ -192,7 +192,7 @@ pub struct Completion<'a> {
     pub system_fingerprint: &'a str,
     pub choices: [CompletionChoice<'a>; 1],
     pub usage: UsageBody,
-    pub timings: &'a Timings,
+    pub timings: &'a Report,
 }
 
 #[derive(Debug, Serialize)]
@@ -216,7 +216,7 @@ impl<'a> Completion<'a> {
         content: &'a str,
         reason: FinishReason,
         usage: Usage,
-        timings: &'a Timings,
+        timings: &'a Report,
     ) -> Self {
         Self {
             id: &meta.id,
@@ -253,16 +253,24 @@ mod tests {
         }
     }
 
-    fn timings() -> Timings {
-        Timings {
-            ttft_ms: Some(1.0),
-            engine_ttft_ms: None,
-            tpot_ms: None,
-            e2e_ms: 2.0,
-            queue_ms: None,
-            itl_ms: None,
-            tokens_per_second: None,
-            output_tokens: 1,
+    fn timings() -> Report {
+        Report {
+            timings: crate::timing::Timings {
+                ttft_ms: Some(1.0),
+                engine_ttft_ms: None,
+                tpot_ms: None,
+                e2e_ms: 2.0,
+                queue_ms: None,
+                itl_ms: None,
+                tokens_per_second: None,
+                output_tokens: 1,
+            },
+            quality: crate::quality::Quality {
+                repetition_rate: 0.0,
+                degenerated: false,
+                refusal: false,
+                intent: "general".into(),
+            },
         }
     }
 
@@ -295,7 +303,7 @@ mod tests {
         assert_eq!(end.len(), 2);
         assert_eq!(
             text(&end[0]),
-            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1}}}}\n\n")
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\"}}}}\n\n")
         );
         assert_eq!(text(&end[1]), "data: [DONE]\n\n");
     }

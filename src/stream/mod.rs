@@ -5,99 +5,134 @@
 //!   the clock as it is handed to the transport, sends keep-alives, notices a departed
 //!   client, and leaves one [`RequestRecord`] when the request ends.
 //!
-//! [`RequestRecord`]: crate::record::RequestRecord
+//! [`Run`] is the state one admitted request carries through either path.
 
 pub mod chunks;
 pub mod producer;
 
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
+
 use crate::admission::Permit;
 use crate::clock::SharedClock;
 use crate::engine::{FinishReason, Usage};
-use crate::record::{RequestObserver, RequestRecord, Status};
-use crate::timing::{RequestTimer, Timings};
+use crate::quality::QualityTracker;
+use crate::record::{Report, RequestObserver, RequestRecord, Status};
+use crate::timing::RequestTimer;
+
+/// Who a request is and what it asked for, for its record.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub request_id: String,
+    pub model: String,
+    pub stream: bool,
+    pub input_hash: String,
+    pub seed: Option<u64>,
+    pub system_fingerprint: String,
+    pub prompt_tokens: u32,
+}
 
 /// One admitted request on its way through the engine. If it is dropped before
 /// [`Run::finish`] (the client left, the handler was dropped), it records itself as
 /// cancelled: every request leaves exactly one record.
 pub struct Run {
-    pub request_id: String,
-    pub model: String,
-    pub stream: bool,
-    pub clock: SharedClock,
-    pub timer: RequestTimer,
-    /// Token events received so far; the usage of a cancelled request.
-    pub tokens_seen: u32,
+    pub info: RunInfo,
+    clock: SharedClock,
+    timer: RequestTimer,
+    quality: QualityTracker,
     observer: Arc<dyn RequestObserver>,
     recorded: bool,
     _permit: Permit,
 }
 
-/// How a request ended, for its record.
+/// How a request ended.
 pub enum Ending {
     Finished {
         reason: FinishReason,
         usage: Usage,
-        timings: Timings,
+        prefill: Option<std::time::Duration>,
     },
+    /// The degeneration guard stopped it.
+    Degenerated,
     Failed {
         kind: &'static str,
-        timings: Timings,
     },
 }
 
 impl Run {
     pub fn new(
-        request_id: String,
-        model: String,
-        stream: bool,
+        info: RunInfo,
         clock: SharedClock,
         timer: RequestTimer,
+        quality: QualityTracker,
         observer: Arc<dyn RequestObserver>,
         permit: Permit,
     ) -> Self {
         Self {
-            request_id,
-            model,
-            stream,
+            info,
             clock,
             timer,
-            tokens_seen: 0,
+            quality,
             observer,
             recorded: false,
             _permit: permit,
         }
     }
 
-    /// Timings as of now, for a request that ends without engine usage.
-    pub fn timings_now(&self) -> Timings {
-        self.timer.finish(self.clock.now(), self.tokens_seen, None)
+    /// A token event arrived from the engine. Returns `true` when the degeneration guard
+    /// says to stop generating.
+    pub fn token_arrived(&mut self, text: &str, ids: &[u32]) -> bool {
+        self.timer.engine_token(self.clock.now());
+        self.quality.push(text, ids)
     }
 
-    pub fn finish(mut self, ending: Ending) {
-        let (status, error_kind, finish_reason, usage, timings) = match ending {
-            Ending::Finished {
-                reason,
-                usage,
-                timings,
-            } => (Status::Ok, None, Some(reason), usage, timings),
-            Ending::Failed { kind, timings } => (
-                Status::Error,
-                Some(kind),
-                None,
-                self.partial_usage(),
-                timings,
-            ),
-        };
-        self.record(status, error_kind, finish_reason, usage, timings);
+    /// A frame with content has just been handed to the transport.
+    pub fn content_sent(&mut self) {
+        self.timer.content_sent(self.clock.now());
     }
 
-    fn partial_usage(&self) -> Usage {
+    /// The answer so far.
+    pub fn text(&self) -> &str {
+        self.quality.text()
+    }
+
+    /// Usage of a request that ends without the engine's count: the tokens seen so far.
+    pub fn usage_so_far(&self) -> Usage {
         Usage {
-            prompt_tokens: 0,
-            completion_tokens: self.tokens_seen,
+            prompt_tokens: self.info.prompt_tokens,
+            completion_tokens: u32::try_from(self.quality.token_ids().len()).unwrap_or(u32::MAX),
         }
+    }
+
+    /// Latency and quality as of now, for a response body.
+    pub fn report(&self, ending: &Ending) -> Report {
+        let (tokens, prefill) = match ending {
+            Ending::Finished { usage, prefill, .. } => (usage.completion_tokens, *prefill),
+            Ending::Degenerated | Ending::Failed { .. } => {
+                (self.usage_so_far().completion_tokens, None)
+            }
+        };
+        Report {
+            timings: self.timer.finish(self.clock.now(), tokens, prefill),
+            quality: self.quality.finish(),
+        }
+    }
+
+    /// Records the request as ended, with timings as of now.
+    pub fn finish(mut self, ending: Ending) {
+        let report = self.report(&ending);
+        let (status, error_kind, finish_reason, usage) = match ending {
+            Ending::Finished { reason, usage, .. } => (Status::Ok, None, Some(reason), usage),
+            Ending::Degenerated => (
+                Status::Ok,
+                None,
+                Some(FinishReason::Stop),
+                self.usage_so_far(),
+            ),
+            Ending::Failed { kind } => (Status::Error, Some(kind), None, self.usage_so_far()),
+        };
+        self.record(status, error_kind, finish_reason, usage, report);
     }
 
     fn record(
@@ -106,18 +141,25 @@ impl Run {
         error_kind: Option<&'static str>,
         finish_reason: Option<FinishReason>,
         usage: Usage,
-        timings: Timings,
+        report: Report,
     ) {
         self.recorded = true;
+        let output_hash = hex::encode(Sha256::digest(self.quality.text().as_bytes()));
+        let info = &mut self.info;
         self.observer.observe(&RequestRecord {
-            request_id: std::mem::take(&mut self.request_id),
-            model: std::mem::take(&mut self.model),
-            stream: self.stream,
+            request_id: std::mem::take(&mut info.request_id),
+            model: std::mem::take(&mut info.model),
+            stream: info.stream,
             status,
             error_kind,
             finish_reason,
             usage,
-            timings,
+            timings: report.timings,
+            quality: Some(report.quality),
+            input_hash: Some(std::mem::take(&mut info.input_hash)),
+            output_hash: Some(output_hash),
+            seed: info.seed,
+            system_fingerprint: Some(std::mem::take(&mut info.system_fingerprint)),
         });
     }
 }
@@ -125,9 +167,10 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         if !self.recorded {
-            let timings = self.timings_now();
-            let usage = self.partial_usage();
-            self.record(Status::Cancelled, None, None, usage, timings);
+            let ending = Ending::Failed { kind: "cancelled" };
+            let report = self.report(&ending);
+            let usage = self.usage_so_far();
+            self.record(Status::Cancelled, None, None, usage, report);
         }
     }
 }

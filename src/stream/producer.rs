@@ -4,7 +4,9 @@
 //! response body drains. A frame counts as "handed to the transport" when the channel
 //! accepts it; that is the moment the timer stamps (TTFT, ITL, e2e). A closed channel
 //! means the client left: the task returns, dropping the engine stream (which cancels the
-//! generation) and the [`Run`] (which records the request as cancelled).
+//! generation) and the [`Run`] (which records the request as cancelled). When the
+//! degeneration guard trips, the engine stream is dropped the same way and the answer
+//! ends with `finish_reason: "stop"`.
 //!
 //! Non-streaming: the same events are gathered into one `chat.completion` body.
 
@@ -15,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::chunks::{ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
 use super::{Ending, Run};
-use crate::engine::{EngineError, EngineEvent, TokenStream};
+use crate::engine::{EngineError, EngineEvent, FinishReason, TokenStream};
 use crate::error::ApiError;
 
 /// Streams a response into `tx` until the engine finishes, fails or the client leaves.
@@ -44,61 +46,64 @@ pub async fn stream_sse(
                 continue;
             }
         };
-        match event {
-            Some(EngineEvent::Token { text }) => {
-                run.timer.engine_token(run.clock.now());
-                run.tokens_seen += 1;
+        let ending = match event {
+            Some(EngineEvent::Token { text, ids }) => {
+                let degenerated = run.token_arrived(&text, &ids);
                 if let Some(frame) = assembler.token_frame(&text) {
                     if tx.send(frame).await.is_err() {
                         return;
                     }
-                    run.timer.content_sent(run.clock.now());
+                    run.content_sent();
                 }
-                idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
+                if !degenerated {
+                    idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
+                    continue;
+                }
+                // Dropping the engine stream stops the generation now.
+                drop(std::mem::replace(&mut events, mpsc::channel(1).1));
+                Ending::Degenerated
             }
             Some(EngineEvent::Finished {
                 reason,
                 usage,
                 prefill,
-            }) => {
-                let tokens = usage.completion_tokens;
-                let timings = run.timer.finish(run.clock.now(), tokens, prefill);
-                for frame in assembler.finish_frames(reason, usage, &timings) {
-                    if tx.send(frame).await.is_err() {
-                        return;
-                    }
-                }
-                // e2e ends when [DONE] has been handed over, a moment after the chunk
-                // that carried the timings was built.
-                let timings = run.timer.finish(run.clock.now(), tokens, prefill);
-                run.finish(Ending::Finished {
-                    reason,
-                    usage,
-                    timings,
-                });
-                return;
-            }
+            }) => Ending::Finished {
+                reason,
+                usage,
+                prefill,
+            },
             Some(EngineEvent::Failed(error)) => return fail(run, &tx, error).await,
             None => {
                 let error = EngineError::Internal("the engine dropped the request".into());
                 return fail(run, &tx, error).await;
             }
+        };
+        let (reason, usage) = match &ending {
+            Ending::Finished { reason, usage, .. } => (*reason, *usage),
+            _ => (FinishReason::Stop, run.usage_so_far()),
+        };
+        for frame in assembler.finish_frames(reason, usage, &run.report(&ending)) {
+            if tx.send(frame).await.is_err() {
+                return;
+            }
         }
+        // e2e ends when [DONE] has been handed over, a moment after the chunk that
+        // carried the timings was built.
+        run.finish(ending);
+        return;
     }
 }
 
 async fn fail(run: Run, tx: &mpsc::Sender<Bytes>, error: EngineError) {
-    tracing::error!(request_id = %run.request_id, error = %error, "The engine failed mid-stream.");
+    tracing::error!(request_id = %run.info.request_id, error = %error, "The engine failed mid-stream.");
     let api_error = ApiError::from(error);
     for frame in ChunkAssembler::error_frames(&api_error) {
         if tx.send(frame).await.is_err() {
             return;
         }
     }
-    let timings = run.timings_now();
     run.finish(Ending::Failed {
         kind: api_error.kind(),
-        timings,
     });
 }
 
@@ -108,16 +113,16 @@ pub async fn collect_json(
     meta: &ResponseMeta,
     mut events: TokenStream,
 ) -> Result<Bytes, ApiError> {
-    let mut content = String::new();
-    loop {
+    let ending = loop {
         match events.recv().await {
-            Some(EngineEvent::Token { text }) => {
-                let now = run.clock.now();
-                run.timer.engine_token(now);
-                run.tokens_seen += 1;
+            Some(EngineEvent::Token { text, ids }) => {
+                let degenerated = run.token_arrived(&text, &ids);
                 if !text.is_empty() {
-                    content.push_str(&text);
-                    run.timer.content_sent(now);
+                    run.content_sent();
+                }
+                if degenerated {
+                    drop(events);
+                    break Ending::Degenerated;
                 }
             }
             Some(EngineEvent::Finished {
@@ -125,18 +130,11 @@ pub async fn collect_json(
                 usage,
                 prefill,
             }) => {
-                let timings = run
-                    .timer
-                    .finish(run.clock.now(), usage.completion_tokens, prefill);
-                let body =
-                    serde_json::to_vec(&Completion::new(meta, &content, reason, usage, &timings))
-                        .map_err(|_| ApiError::Internal)?;
-                run.finish(Ending::Finished {
+                break Ending::Finished {
                     reason,
                     usage,
-                    timings,
-                });
-                return Ok(Bytes::from(body));
+                    prefill,
+                }
             }
             Some(EngineEvent::Failed(error)) => return Err(failed(run, error)),
             None => {
@@ -146,16 +144,23 @@ pub async fn collect_json(
                 ))
             }
         }
-    }
+    };
+    let (reason, usage) = match &ending {
+        Ending::Finished { reason, usage, .. } => (*reason, *usage),
+        _ => (FinishReason::Stop, run.usage_so_far()),
+    };
+    let report = run.report(&ending);
+    let body = serde_json::to_vec(&Completion::new(meta, run.text(), reason, usage, &report))
+        .map_err(|_| ApiError::Internal)?;
+    run.finish(ending);
+    Ok(Bytes::from(body))
 }
 
 fn failed(run: Run, error: EngineError) -> ApiError {
-    tracing::error!(request_id = %run.request_id, error = %error, "The engine failed.");
+    tracing::error!(request_id = %run.info.request_id, error = %error, "The engine failed.");
     let api_error = ApiError::from(error);
-    let timings = run.timings_now();
     run.finish(Ending::Failed {
         kind: api_error.kind(),
-        timings,
     });
     api_error
 }
