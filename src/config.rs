@@ -52,7 +52,8 @@ pub struct EngineConfig {
     pub model_path: PathBuf,
     /// The id clients send in `model`; any other id is a 404.
     pub model_id: String,
-    /// Sequences the engine decodes together at most.
+    /// Sequences the engine decodes together at most. 1 by default: mistral.rs 0.8.1
+    /// garbles sequences that join a running batch on CPU.
     pub max_batch_size: usize,
     /// Largest `max_tokens` a request may ask for; more is a 400.
     pub max_tokens_cap: u32,
@@ -106,7 +107,7 @@ pub struct ServeArgs {
     /// Model id served in `model` [default: smollm2-135m-instruct].
     #[arg(long, env = "LLMGATE_MODEL_ID")]
     pub model_id: Option<String>,
-    /// Sequences decoded together at most [default: 16].
+    /// Sequences decoded together at most [default: 1; see README before raising it].
     #[arg(long, env = "LLMGATE_MAX_BATCH_SIZE")]
     pub max_batch_size: Option<usize>,
     /// Largest max_tokens a request may ask for [default: 2048].
@@ -323,7 +324,7 @@ impl Config {
                 max_batch_size: args
                     .max_batch_size
                     .or(file.engine.max_batch_size)
-                    .unwrap_or(16),
+                    .unwrap_or(1),
                 max_tokens_cap: args
                     .max_tokens_cap
                     .or(file.engine.max_tokens_cap)
@@ -374,10 +375,10 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if s.keepalive.is_zero() {
+        if s.keepalive.is_zero() || s.keepalive > Duration::from_secs(3600) {
             return Err(ConfigError::invalid(
                 "server.keepalive_secs",
-                "must be at least 1 second",
+                "must be between 1 and 3600 seconds",
             ));
         }
         if e.model_id.trim().is_empty() {

@@ -28,6 +28,9 @@ pub struct RequestTimer {
     t_engine_first: Option<Duration>,
     t_first_content: Option<Duration>,
     t_last_content: Option<Duration>,
+    /// Last token event of any kind: the final token (end of sequence) often carries no
+    /// text, yet TPOT's span must end at it.
+    t_last_token: Option<Duration>,
     /// Gaps between consecutive content frames, in arrival order.
     itl: Vec<Duration>,
 }
@@ -64,6 +67,7 @@ impl RequestTimer {
             t_engine_first: None,
             t_first_content: None,
             t_last_content: None,
+            t_last_token: None,
             itl: Vec::new(),
         }
     }
@@ -75,6 +79,7 @@ impl RequestTimer {
     /// A token event (with or without text) arrived from the engine.
     pub fn engine_token(&mut self, at: Duration) {
         self.t_engine_first.get_or_insert(at);
+        self.t_last_token = Some(at);
     }
 
     /// A frame carrying non-empty content was handed to the transport.
@@ -108,7 +113,8 @@ impl RequestTimer {
     ) -> Timings {
         let since_recv = |t: Duration| t.saturating_sub(self.t_recv);
         let e2e = since_recv(t_end);
-        let tpot = match (self.t_first_content, self.t_last_content, output_tokens) {
+        let t_last = self.t_last_content.max(self.t_last_token);
+        let tpot = match (self.t_first_content, t_last, output_tokens) {
             (Some(first), Some(last), n) if n >= 2 => Some(last.saturating_sub(first) / (n - 1)),
             _ => None,
         };
@@ -244,13 +250,22 @@ mod tests {
     }
 
     #[test]
-    fn tpot_uses_engine_token_count_not_frame_count() {
-        // Three tokens, but the last (end of sequence) carried no text: two content frames.
+    fn tpot_spans_to_the_last_token_even_without_text() {
+        // Three tokens 15 ms apart; the last (end of sequence) carried no text.
         let mut timer = RequestTimer::start(at(0));
-        timer.content_sent(at(10));
-        timer.content_sent(at(30));
-        let t = timer.finish(at(31), 3, None);
-        assert_eq!(t.tpot_ms, Some(10.0));
+        for (t, text) in [(10, true), (25, true), (40, false)] {
+            timer.engine_token(at(t));
+            if text {
+                timer.content_sent(at(t));
+            }
+        }
+        let t = timer.finish(at(41), 3, None);
+        assert_eq!(t.tpot_ms, Some(15.0));
+        assert_eq!(
+            t.itl_ms.map(|i| i.max),
+            Some(15.0),
+            "ITL covers content frames only"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     let engine = MistralEngine::load_now(MistralSettings {
         model_path: model_path(),
         model_id: MODEL.into(),
-        max_batch_size: 8,
+        max_batch_size: 1,
         force_cpu: true,
         prefix_cache: false,
     })
@@ -203,19 +203,27 @@ async fn guard_stops_a_looping_answer(server: &TestServer) {
 async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer) {
     let story = "Write a short story about a cat.";
     let seeded = json!({"temperature": 0.9, "seed": 1234, "max_tokens": 24});
-    let mut answers = Vec::new();
-    for i in 0..8u64 {
-        // Different neighbours before each run, so the engine's state and its one global
-        // RNG have moved on; the seeded sampler must not care.
-        let neighbour = json!({"temperature": 1.0, "seed": 100 + i, "max_tokens": 4 + i});
-        ask(server, "Tell me about the sea.", neighbour).await;
-        answers.push(
-            ask(server, story, seeded.clone()).await["choices"][0]["message"]["content"].clone(),
-        );
+    let mut calls = Vec::new();
+    for i in 0..16u64 {
+        // Even calls: the request under test. Odd calls: different concurrent neighbours.
+        let (prompt, extra) = if i % 2 == 0 {
+            (story, seeded.clone())
+        } else {
+            (
+                "Tell me about the sea.",
+                json!({"temperature": 1.0, "seed": i, "max_tokens": 4 + i}),
+            )
+        };
+        calls.push(async move {
+            ask(server, prompt, extra).await["choices"][0]["message"]["content"].clone()
+        });
     }
+    let answers = futures_util::future::join_all(calls).await;
+    let seeded_answers: Vec<&Value> = answers.iter().step_by(2).collect();
+    assert_eq!(seeded_answers.len(), 8);
     assert!(
-        answers.iter().all(|a| *a == answers[0]),
-        "same seed, different texts: {answers:?}"
+        seeded_answers.iter().all(|a| *a == seeded_answers[0]),
+        "same seed, different texts: {seeded_answers:?}"
     );
 
     let other_seed = ask(
@@ -225,7 +233,7 @@ async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer) {
     )
     .await;
     assert_ne!(
-        other_seed["choices"][0]["message"]["content"], answers[0],
+        &other_seed["choices"][0]["message"]["content"], seeded_answers[0],
         "different seeds, same text"
     );
 }

@@ -43,7 +43,8 @@ pub async fn chat_completions(
     .await
     {
         Ok(response) => response,
-        Err(error) => {
+        Err(Failure::Recorded(error)) => error.error_response(),
+        Err(Failure::Refused(error)) => {
             let timer = RequestTimer::start(t_recv);
             state.observer.observe(&RequestRecord {
                 request_id,
@@ -65,13 +66,27 @@ pub async fn chat_completions(
     }
 }
 
+/// Why a request got an error answer instead of a completion.
+enum Failure {
+    /// Refused before reaching the engine: the handler records it.
+    Refused(ApiError),
+    /// Failed in the engine, after its [`Run`] recorded it.
+    Recorded(ApiError),
+}
+
+impl From<ApiError> for Failure {
+    fn from(error: ApiError) -> Self {
+        Failure::Refused(error)
+    }
+}
+
 async fn handle(
     req: &HttpRequest,
     payload: web::Payload,
     state: &AppState,
     request_id: &str,
     mut timer: RequestTimer,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, Failure> {
     let body = read_body(req, payload, state.max_body_bytes).await?;
     let chat = parse_chat_request(&body, &state.limits, request_id)?;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
@@ -125,7 +140,9 @@ async fn handle(
     let events = generation.events;
 
     if !chat.stream {
-        let body = producer::collect_json(run, &meta, events).await?;
+        let body = producer::collect_json(run, &meta, events)
+            .await
+            .map_err(Failure::Recorded)?;
         return Ok(HttpResponse::Ok()
             .content_type("application/json")
             .body(body));

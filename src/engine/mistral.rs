@@ -17,7 +17,7 @@ use mistralrs::{
     Constraint, CustomLogitsProcessor, DType, GgufModelBuilder, Model, NormalRequest, Request,
     RequestLike, Response, SamplingParams, StopTokens, Tensor, TextMessageRole, TextMessages,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::sampling::SeededSampler;
 use super::{
@@ -35,7 +35,9 @@ pub struct MistralSettings {
     pub model_path: PathBuf,
     /// The id clients use in `model`.
     pub model_id: String,
-    /// Sequences mistral.rs batches together at most.
+    /// Sequences mistral.rs batches together at most. Keep it at 1 on CPU: mistral.rs
+    /// 0.8.1 garbles the output of a sequence that joins a batch already decoding (see
+    /// the README, "Known engine defect").
     pub max_batch_size: usize,
     /// Run on CPU even when built with CUDA.
     pub force_cpu: bool,
@@ -52,6 +54,9 @@ struct Loaded {
 
 pub struct MistralEngine {
     loaded: OnceLock<Loaded>,
+    /// One permit per sequence running in mistral.rs: requests wait here, in the gateway,
+    /// where the wait is measured, rather than in mistral.rs's own queue.
+    slots: Arc<Semaphore>,
 }
 
 impl MistralEngine {
@@ -60,8 +65,9 @@ impl MistralEngine {
     pub fn start(settings: MistralSettings) -> Arc<Self> {
         let engine = Arc::new(Self {
             loaded: OnceLock::new(),
+            slots: Arc::new(Semaphore::new(settings.max_batch_size)),
         });
-        let slot = Arc::clone(&engine);
+        let loader = Arc::clone(&engine);
         tokio::spawn(async move {
             match load(&settings).await {
                 Ok(loaded) => {
@@ -71,7 +77,7 @@ impl MistralEngine {
                         system_fingerprint = %loaded.info.system_fingerprint,
                         "Model loaded; ready to serve."
                     );
-                    let _ = slot.loaded.set(loaded);
+                    let _ = loader.loaded.set(loaded);
                 }
                 Err(error) => {
                     tracing::error!(path = %settings.model_path.display(), error = %format!("{error:#}"), "Could not load the model.");
@@ -87,6 +93,7 @@ impl MistralEngine {
         let loaded = load(&settings).await?;
         let engine = Self {
             loaded: OnceLock::new(),
+            slots: Arc::new(Semaphore::new(settings.max_batch_size)),
         };
         let _ = engine.loaded.set(loaded);
         Ok(Arc::new(engine))
@@ -224,6 +231,11 @@ impl Engine for MistralEngine {
             });
         }
 
+        // Wait for a running slot; held by the forwarder until the sequence ends.
+        let slot = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
         let mut messages = text_messages(&request.messages);
@@ -255,7 +267,7 @@ impl Engine for MistralEngine {
             .map_err(|e| EngineError::Internal(e.to_string()))?;
 
         let (tx, rx) = mpsc::channel(32);
-        tokio::spawn(forward(engine_rx, picked, tx));
+        tokio::spawn(forward(engine_rx, picked, prompt_tokens, tx, slot));
         Ok(Generation {
             prompt_tokens,
             events: rx,
@@ -264,12 +276,20 @@ impl Engine for MistralEngine {
 }
 
 /// Translates mistral.rs responses into engine events until the request ends or the
-/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).
+/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence). The
+/// running slot is freed when this returns.
 async fn forward(
     mut engine_rx: mpsc::Receiver<Response>,
     picked: PickedIds,
+    prompt_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
+    _slot: OwnedSemaphorePermit,
 ) {
+    // Counted here as well, for a finish that arrives without usage.
+    let mut tokens = Usage {
+        prompt_tokens,
+        completion_tokens: 0,
+    };
     loop {
         let response = tokio::select! {
             r = engine_rx.recv() => r,
@@ -287,7 +307,8 @@ async fn forward(
             .lock()
             .map(|mut ids| std::mem::take(&mut *ids))
             .unwrap_or_default();
-        for event in translate(response, ids) {
+        tokens.completion_tokens += to_u32(ids.len());
+        for event in translate(response, ids, tokens) {
             let last = !matches!(event, EngineEvent::Token { .. });
             if tx.send(event).await.is_err() || last {
                 return;
@@ -296,8 +317,9 @@ async fn forward(
     }
 }
 
-/// Events for one mistral.rs response; `ids` are the tokens picked since the last one.
-fn translate(response: Response, ids: Vec<u32>) -> Vec<EngineEvent> {
+/// Events for one mistral.rs response; `ids` are the tokens picked since the last one and
+/// `counted` the usage the forwarder counted itself, used when mistral.rs sends none.
+fn translate(response: Response, ids: Vec<u32>, counted: Usage) -> Vec<EngineEvent> {
     match response {
         Response::Chunk(chunk) => {
             let mut events = Vec::with_capacity(2);
@@ -309,15 +331,21 @@ fn translate(response: Response, ids: Vec<u32>) -> Vec<EngineEvent> {
                 events.push(EngineEvent::Token { text, ids });
             }
             if let Some(reason) = choice.finish_reason {
-                let (usage, prefill) = usage_of(chunk.usage);
-                let reason = if reason == "length" {
-                    FinishReason::Length
-                } else {
-                    FinishReason::Stop
+                let reason = match reason.as_str() {
+                    "length" => FinishReason::Length,
+                    "stop" => FinishReason::Stop,
+                    // "canceled", "tool_calls"...: nothing this gateway asked for.
+                    other => {
+                        events.push(EngineEvent::Failed(EngineError::Internal(format!(
+                            "the engine ended the sequence with '{other}'"
+                        ))));
+                        return events;
+                    }
                 };
+                let (usage, prefill) = usage_of(chunk.usage);
                 events.push(EngineEvent::Finished {
                     reason,
-                    usage,
+                    usage: usage.unwrap_or(counted),
                     prefill,
                 });
             }
@@ -354,16 +382,16 @@ fn to_u32(n: usize) -> u32 {
 }
 
 /// Token counts and prefill time from the usage mistral.rs attaches to the last chunk.
-fn usage_of(usage: Option<mistralrs::Usage>) -> (Usage, Option<Duration>) {
+fn usage_of(usage: Option<mistralrs::Usage>) -> (Option<Usage>, Option<Duration>) {
     let Some(u) = usage else {
-        return (Usage::default(), None);
+        return (None, None);
     };
     let counts = Usage {
         prompt_tokens: to_u32(u.prompt_tokens),
         completion_tokens: to_u32(u.completion_tokens),
     };
     (
-        counts,
+        Some(counts),
         Duration::try_from_secs_f32(u.total_prompt_time_sec).ok(),
     )
 }

@@ -54,9 +54,9 @@ pub async fn stream_sse(
                         return;
                     }
                     run.content_sent();
+                    idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
                 if !degenerated {
-                    idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                     continue;
                 }
                 // Dropping the engine stream stops the generation now.
@@ -150,10 +150,9 @@ pub async fn collect_json(
         _ => (FinishReason::Stop, run.usage_so_far()),
     };
     let report = run.report(&ending);
-    let body = serde_json::to_vec(&Completion::new(meta, run.text(), reason, usage, &report))
-        .map_err(|_| ApiError::Internal)?;
+    let body = serde_json::to_vec(&Completion::new(meta, run.text(), reason, usage, &report));
     run.finish(ending);
-    Ok(Bytes::from(body))
+    body.map(Bytes::from).map_err(|_| ApiError::Internal)
 }
 
 fn failed(run: Run, error: EngineError) -> ApiError {

@@ -7,6 +7,7 @@ then streams and reads chat answers the way users' applications do.
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -28,17 +29,21 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def gateway():
     port = free_port()
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--workers", "2"],
         cwd=ROOT,
+        # A pipe nobody reads would fill up and block the gateway's logging.
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         env={**os.environ, "LLMGATE_LOG_FORMAT": "json"},
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:
-        assert proc.poll() is None, proc.stderr.read().decode()
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"the gateway exited: {log.read().decode(errors='replace')}")
         try:
             with urllib.request.urlopen(f"{base}/ready", timeout=2) as r:
                 if r.status == 200:
