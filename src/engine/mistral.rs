@@ -267,7 +267,8 @@ impl Engine for MistralEngine {
             .map_err(|e| EngineError::Internal(e.to_string()))?;
 
         let (tx, rx) = mpsc::channel(32);
-        tokio::spawn(forward(engine_rx, picked, prompt_tokens, tx, slot));
+        let budget = request.max_tokens;
+        tokio::spawn(forward(engine_rx, picked, prompt_tokens, budget, tx, slot));
         Ok(Generation {
             prompt_tokens,
             events: rx,
@@ -282,6 +283,7 @@ async fn forward(
     mut engine_rx: mpsc::Receiver<Response>,
     picked: PickedIds,
     prompt_tokens: u32,
+    max_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
     _slot: OwnedSemaphorePermit,
 ) {
@@ -295,18 +297,20 @@ async fn forward(
             r = engine_rx.recv() => r,
             () = tx.closed() => return,
         };
-        let Some(response) = response else {
-            let _ = tx
-                .send(EngineEvent::Failed(EngineError::Internal(
-                    "the engine closed the stream without finishing".into(),
-                )))
-                .await;
-            return;
-        };
         let ids = picked
             .lock()
             .map(|mut ids| std::mem::take(&mut *ids))
             .unwrap_or_default();
+        let Some(response) = response else {
+            // mistral.rs 0.8.1 sends no final chunk when the last token completes no
+            // character (an accented letter split across tokens, say): the sequence
+            // ends and the channel closes. Finish it from our own count.
+            tokens.completion_tokens += to_u32(ids.len());
+            for event in closed_without_finish(ids, tokens, max_tokens) {
+                let _ = tx.send(event).await;
+            }
+            return;
+        };
         tokens.completion_tokens += to_u32(ids.len());
         for event in translate(response, ids, tokens) {
             let last = !matches!(event, EngineEvent::Token { .. });
@@ -315,6 +319,38 @@ async fn forward(
             }
         }
     }
+}
+
+/// What to report when mistral.rs closes a stream without a finish chunk: a finish with
+/// our own count when tokens were generated, an error otherwise.
+fn closed_without_finish(ids: Vec<u32>, counted: Usage, max_tokens: u32) -> Vec<EngineEvent> {
+    if counted.completion_tokens == 0 {
+        return vec![EngineEvent::Failed(EngineError::Internal(
+            "the engine closed the stream without finishing".into(),
+        ))];
+    }
+    tracing::warn!(
+        completion_tokens = counted.completion_tokens,
+        "The engine ended a sequence without a final chunk; finishing it from the gateway's count."
+    );
+    let reason = if counted.completion_tokens >= max_tokens {
+        FinishReason::Length
+    } else {
+        FinishReason::Stop
+    };
+    let mut events = Vec::with_capacity(2);
+    if !ids.is_empty() {
+        events.push(EngineEvent::Token {
+            text: String::new(),
+            ids,
+        });
+    }
+    events.push(EngineEvent::Finished {
+        reason,
+        usage: counted,
+        prefill: None,
+    });
+    events
 }
 
 /// Events for one mistral.rs response; `ids` are the tokens picked since the last one and
@@ -394,4 +430,56 @@ fn usage_of(usage: Option<mistralrs::Usage>) -> (Option<Usage>, Option<Duration>
         Some(counts),
         Duration::try_from_secs_f32(u.total_prompt_time_sec).ok(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_close_after_tokens_is_a_finish_from_our_count() {
+        let counted = Usage {
+            prompt_tokens: 51,
+            completion_tokens: 128,
+        };
+        let events = closed_without_finish(vec![7], counted, 128);
+        assert_eq!(
+            events,
+            vec![
+                EngineEvent::Token {
+                    text: String::new(),
+                    ids: vec![7]
+                },
+                EngineEvent::Finished {
+                    reason: FinishReason::Length,
+                    usage: counted,
+                    prefill: None
+                }
+            ]
+        );
+        let early = closed_without_finish(
+            vec![],
+            Usage {
+                completion_tokens: 5,
+                ..counted
+            },
+            128,
+        );
+        assert!(matches!(
+            early[0],
+            EngineEvent::Finished {
+                reason: FinishReason::Stop,
+                ..
+            }
+        ));
+        let nothing = closed_without_finish(
+            vec![],
+            Usage {
+                completion_tokens: 0,
+                ..counted
+            },
+            128,
+        );
+        assert!(matches!(nothing[0], EngineEvent::Failed(_)));
+    }
 }
