@@ -164,6 +164,9 @@ struct WireMessage {
     content: Option<WireContent>,
     #[serde(default)]
     tool_calls: Option<Value>,
+    /// Participant name; the chat template has no place for it.
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,6 +277,9 @@ fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
         if !text_only {
             return Err(ApiError::unsupported("modalities", "only text is served"));
         }
+    }
+    if get("store").is_some_and(|v| v != &Value::Bool(false)) {
+        return Err(ApiError::unsupported("store", "completions are not stored"));
     }
     for key in [
         "audio",
@@ -434,6 +440,12 @@ fn message(index: usize, wire: WireMessage) -> Result<ChatMessage, ApiError> {
             ))
         }
     };
+    if wire.name.as_deref().is_some_and(|n| !n.is_empty()) {
+        return Err(ApiError::unsupported(
+            format!("messages[{index}].name"),
+            "participant names are not passed to the model",
+        ));
+    }
     if wire.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::unsupported(
             format!("messages[{index}].tool_calls"),
@@ -513,7 +525,7 @@ mod tests {
         let request = parse(json!({
             "model": "m", "stream": true, "stream_options": {"include_usage": true},
             "messages": [{"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
-                          {"role": "user", "content": "hi", "name": "ann"}],
+                          {"role": "user", "content": "hi"}],
             "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "stop": "END", "seed": -1,
             "presence_penalty": 0.1, "frequency_penalty": -0.1, "user": "u1", "n": 1, "tools": [], "logprobs": false
         }))
@@ -621,6 +633,16 @@ mod tests {
                 json!({"model": "other", "messages": msg}),
                 "model_not_found",
                 "model",
+            ),
+            (
+                json!({"model": "m", "messages": msg, "store": true}),
+                "unsupported_parameter",
+                "store",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": "x", "name": "ann"}]}),
+                "unsupported_parameter",
+                "messages[0].name",
             ),
         ];
         for (body, kind, param) in cases {

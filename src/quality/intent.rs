@@ -79,7 +79,10 @@ mod tests {
             ("Why does my Rust code not compile?", "coding"),
             ("Solve the equation 2x + 3 = 7", "math"),
             ("What is 17 * 23", "math"),
-            ("A train travels 120 km in 1.5 hours. Show the calculation.", "math"),
+            (
+                "A train travels 120 km in 1.5 hours. Show the calculation.",
+                "math",
+            ),
             ("Translate 'good morning' into French", "translation"),
             ("Summarize this article in three sentences", "summarization"),
             ("Write a poem about the sea", "creative_writing"),
