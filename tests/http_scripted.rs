@@ -410,7 +410,7 @@ async fn keepalive_comments_fill_long_gaps() {
     let gap = Script {
         steps: vec![Step::Token {
             text: "late".into(),
-            delay: Duration::from_millis(2_300),
+            delay: Duration::from_millis(2_500),
         }],
         ..hello()
     };
