@@ -2,7 +2,7 @@
 //! the observers it is handed to. Today the observer writes the structured request log
 //! line; metrics and the semantic log hang off the same hand-off.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -115,17 +115,6 @@ impl RequestObserver for CollectingObserver {
     fn observe(&self, record: &RequestRecord) {
         if let Ok(mut records) = self.records.lock() {
             records.push(record.clone());
-        }
-    }
-}
-
-/// Hands each record to several observers in turn.
-pub struct Fanout(pub Vec<Arc<dyn RequestObserver>>);
-
-impl RequestObserver for Fanout {
-    fn observe(&self, record: &RequestRecord) {
-        for observer in &self.0 {
-            observer.observe(record);
         }
     }
 }

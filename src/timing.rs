@@ -92,16 +92,6 @@ impl RequestTimer {
         self.t_last_content = Some(at);
     }
 
-    /// Whether any content has been handed over yet.
-    pub fn has_content(&self) -> bool {
-        self.t_first_content.is_some()
-    }
-
-    /// Inter-token gaps recorded so far, for per-sample histograms.
-    pub fn itl_samples(&self) -> &[Duration] {
-        &self.itl
-    }
-
     /// Computes the figures, with `t_end` the moment the final frame was handed over,
     /// `output_tokens` the completion tokens the engine reported and `prefill` the prompt
     /// processing time it reported, if any.

@@ -41,21 +41,11 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     .expect("the default model loads");
     let server = start(engine.clone(), &test_config("")).await;
     let client = reqwest::Client::new();
-    let question = chat_body(
-        "What is the capital of France?",
-        json!({"temperature": 0, "max_tokens": 32}),
-    );
+    let sampling = json!({"temperature": 0, "max_tokens": 32});
+    let question = chat_body(LOOPING, sampling.clone());
 
     // Non-streamed.
-    let whole: Value = client
-        .post(server.url("/v1/chat/completions"))
-        .json(&question)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let whole = ask(&server, LOOPING, sampling).await;
     let content = whole["choices"][0]["message"]["content"]
         .as_str()
         .expect("content");

@@ -59,8 +59,9 @@ pub async fn stream_sse(
                 if !degenerated {
                     continue;
                 }
-                // Dropping the engine stream stops the generation now.
-                drop(std::mem::replace(&mut events, mpsc::channel(1).1));
+                // Closing the engine stream stops the generation now, before the last
+                // frames are sent.
+                events.close();
                 Ending::Degenerated
             }
             Some(EngineEvent::Finished {
