@@ -13,8 +13,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Duration;
 
+    /// Wall-clock time now, for the timestamps of trace spans.
+    fn system_time(&self) -> SystemTime;
+
     /// Wall-clock seconds since the Unix epoch, for the `created` field of responses.
-    fn unix_seconds(&self) -> u64;
+    fn unix_seconds(&self) -> u64 {
+        self.system_time()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
 }
 
 /// Shared handle to the clock, as held by application state.
@@ -45,10 +52,8 @@ impl Clock for MonotonicClock {
         self.origin.elapsed()
     }
 
-    fn unix_seconds(&self) -> u64 {
+    fn system_time(&self) -> SystemTime {
         SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
     }
 }
 
@@ -77,8 +82,8 @@ impl Clock for ManualClock {
     }
 
     /// A fixed date (2026-01-01T00:00:00Z) plus the time advanced so far.
-    fn unix_seconds(&self) -> u64 {
-        1_767_225_600 + self.now().as_secs()
+    fn system_time(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_767_225_600) + self.now()
     }
 }
 

@@ -26,6 +26,24 @@ pub struct Config {
     pub engine: EngineConfig,
     pub quality: QualityConfig,
     pub logging: LoggingConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+/// Trace sampling. The exporter itself is configured by the standard `OTEL_*`
+/// environment variables (see `telemetry::trace`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// Share of ordinary requests whose trace is exported; failed, cancelled and slow
+    /// requests always are.
+    pub trace_sample_ratio: f64,
+    /// A request with a TTFT above this is slow: its trace is always exported.
+    pub trace_slow_ttft: Duration,
+    /// A request with an e2e latency above this is slow: its trace is always exported.
+    pub trace_slow_e2e: Duration,
+    /// Spans held while their request runs; beyond this, child spans are dropped.
+    pub trace_max_held_spans: usize,
+    /// Spans waiting for the exporter; beyond this, whole traces are dropped.
+    pub trace_export_queue: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -83,7 +101,7 @@ pub enum LogFormat {
 /// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML file with [server], [engine] and [logging] tables.
+    /// TOML file with [server], [engine], [quality], [logging] and [telemetry] tables.
     #[arg(long, env = "LLMGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:8080].
@@ -143,6 +161,21 @@ pub struct ServeArgs {
     /// Log filter [default: info; RUST_LOG also works].
     #[arg(long, env = "LLMGATE_LOG")]
     pub log: Option<String>,
+    /// Share of ordinary requests whose trace is exported, 0 to 1 [default: 0.05].
+    #[arg(long, env = "LLMGATE_TRACE_SAMPLE_RATIO")]
+    pub trace_sample_ratio: Option<f64>,
+    /// TTFT in ms above which a trace is always exported [default: 2000].
+    #[arg(long, env = "LLMGATE_TRACE_SLOW_TTFT_MS")]
+    pub trace_slow_ttft_ms: Option<u64>,
+    /// e2e latency in ms above which a trace is always exported [default: 60000].
+    #[arg(long, env = "LLMGATE_TRACE_SLOW_E2E_MS")]
+    pub trace_slow_e2e_ms: Option<u64>,
+    /// Spans held until their request ends, at most [default: 4096].
+    #[arg(long, env = "LLMGATE_TRACE_MAX_HELD_SPANS")]
+    pub trace_max_held_spans: Option<usize>,
+    /// Spans queued for the exporter, at most [default: 2048].
+    #[arg(long, env = "LLMGATE_TRACE_EXPORT_QUEUE")]
+    pub trace_export_queue: Option<usize>,
 }
 
 /// The optional TOML file; every field may be omitted.
@@ -157,6 +190,18 @@ struct FileConfig {
     quality: FileQuality,
     #[serde(default)]
     logging: FileLogging,
+    #[serde(default)]
+    telemetry: FileTelemetry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTelemetry {
+    trace_sample_ratio: Option<f64>,
+    trace_slow_ttft_ms: Option<u64>,
+    trace_slow_e2e_ms: Option<u64>,
+    trace_max_held_spans: Option<usize>,
+    trace_export_queue: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,6 +279,28 @@ impl ConfigError {
     }
 }
 
+fn telemetry_config(args: &ServeArgs, file: FileTelemetry) -> TelemetryConfig {
+    let ms = |flag: Option<u64>, file: Option<u64>, default: u64| {
+        Duration::from_millis(flag.or(file).unwrap_or(default))
+    };
+    TelemetryConfig {
+        trace_sample_ratio: args
+            .trace_sample_ratio
+            .or(file.trace_sample_ratio)
+            .unwrap_or(0.05),
+        trace_slow_ttft: ms(args.trace_slow_ttft_ms, file.trace_slow_ttft_ms, 2000),
+        trace_slow_e2e: ms(args.trace_slow_e2e_ms, file.trace_slow_e2e_ms, 60_000),
+        trace_max_held_spans: args
+            .trace_max_held_spans
+            .or(file.trace_max_held_spans)
+            .unwrap_or(4096),
+        trace_export_queue: args
+            .trace_export_queue
+            .or(file.trace_export_queue)
+            .unwrap_or(2048),
+    }
+}
+
 /// (file key, flag, environment variable) of each validated setting.
 const NAMES: &[(&str, &str, &str)] = &[
     ("listen", "listen", "LLMGATE_LISTEN"),
@@ -259,6 +326,31 @@ const NAMES: &[(&str, &str, &str)] = &[
     ),
     ("intent_rules", "intent-rules", "LLMGATE_INTENT_RULES"),
     ("refusal_phrases", "-", "-"),
+    (
+        "trace_sample_ratio",
+        "trace-sample-ratio",
+        "LLMGATE_TRACE_SAMPLE_RATIO",
+    ),
+    (
+        "trace_slow_ttft_ms",
+        "trace-slow-ttft-ms",
+        "LLMGATE_TRACE_SLOW_TTFT_MS",
+    ),
+    (
+        "trace_slow_e2e_ms",
+        "trace-slow-e2e-ms",
+        "LLMGATE_TRACE_SLOW_E2E_MS",
+    ),
+    (
+        "trace_max_held_spans",
+        "trace-max-held-spans",
+        "LLMGATE_TRACE_MAX_HELD_SPANS",
+    ),
+    (
+        "trace_export_queue",
+        "trace-export-queue",
+        "LLMGATE_TRACE_EXPORT_QUEUE",
+    ),
 ];
 
 impl Config {
@@ -354,6 +446,7 @@ impl Config {
                     .or_else(|| std::env::var("RUST_LOG").ok())
                     .unwrap_or_else(|| "info".to_owned()),
             },
+            telemetry: telemetry_config(args, file.telemetry),
         };
         config.validate()?;
         Ok(config)
@@ -361,6 +454,33 @@ impl Config {
 
     /// Checks ranges and relations between settings; does no I/O.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.telemetry;
+        if !(0.0..=1.0).contains(&t.trace_sample_ratio) {
+            return Err(ConfigError::invalid(
+                "telemetry.trace_sample_ratio",
+                "must be between 0 and 1",
+            ));
+        }
+        if t.trace_slow_ttft.is_zero() || t.trace_slow_e2e.is_zero() {
+            return Err(ConfigError::invalid(
+                if t.trace_slow_ttft.is_zero() {
+                    "telemetry.trace_slow_ttft_ms"
+                } else {
+                    "telemetry.trace_slow_e2e_ms"
+                },
+                "must be at least 1 ms",
+            ));
+        }
+        if t.trace_max_held_spans == 0 || t.trace_export_queue == 0 {
+            return Err(ConfigError::invalid(
+                if t.trace_max_held_spans == 0 {
+                    "telemetry.trace_max_held_spans"
+                } else {
+                    "telemetry.trace_export_queue"
+                },
+                "must be at least 1",
+            ));
+        }
         let s = &self.server;
         let e = &self.engine;
         if s.max_body_bytes < 1024 {

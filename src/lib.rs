@@ -10,9 +10,10 @@
 //!            |   every frame stamped by an injected clock::Clock
 //!            v
 //!      timing::RequestTimer (TTFT, TPOT, ITL, e2e, queue)
-//!            | once, when the request ends (done, error, cancel)
+//!            | once, when the request ends (done, error, cancel): record::RequestRecord
 //!            v
-//!      record::RequestObserver (structured log line; metrics and semantic logs)
+//!      telemetry: Prometheus metrics, record::RequestObserver (request log line),
+//!                 the request's span (OTLP, tail-sampled)
 //! ```
 //!
 //! - [`api`]: routes, request validation, the request-id middleware.
@@ -23,6 +24,7 @@
 //! - [`error`]: every client-visible error and its one HTTP table.
 //! - [`config`]: flags, environment and TOML file, validated at start-up.
 //! - [`record`]: the per-request record and its observers.
+//! - [`telemetry`]: `/metrics`, OpenTelemetry traces with tail sampling, log set-up.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
 //! - [`fingerprint`]: the `system_fingerprint` of a response.
 //!
@@ -40,6 +42,7 @@ pub mod quality;
 pub mod record;
 pub mod replay;
 pub mod stream;
+pub mod telemetry;
 pub mod timing;
 
 use std::net::TcpListener;

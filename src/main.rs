@@ -9,9 +9,13 @@ use std::sync::Arc;
 use actix_web::web;
 use clap::{Parser, Subcommand};
 use llmgate::clock::MonotonicClock;
-use llmgate::config::{Config, LogFormat, ServeArgs};
+use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::mistral::{MistralEngine, MistralSettings};
 use llmgate::record::LogObserver;
+use llmgate::telemetry::logs::Logging;
+use llmgate::telemetry::metrics::Metrics;
+use llmgate::telemetry::trace::{TraceSettings, Tracing};
+use llmgate::telemetry::Telemetry;
 use llmgate::AppState;
 
 #[derive(Parser)]
@@ -111,7 +115,13 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(&config);
+    let logging = match llmgate::telemetry::logs::init(&config.logging) {
+        Ok(logging) => logging,
+        Err(error) => {
+            eprintln!("llmgate: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -119,7 +129,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(config)) {
+    match runtime.block_on(serve(config, &logging)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = %format!("{error:#}"), "The gateway stopped with an error.");
@@ -128,7 +138,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.server.listen).map_err(|e| {
         anyhow::anyhow!(
             "could not listen on {} (server.listen): {e}",
@@ -142,11 +152,29 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         force_cpu: config.engine.force_cpu,
         prefix_cache: config.engine.prefix_cache,
     });
+    let metrics = Arc::new(Metrics::new(&config.engine.model_id));
+    let trace_settings = TraceSettings::from(&config.telemetry);
+    let tracing = if llmgate::telemetry::trace::enabled_by_env() {
+        tracing::info!("Exporting traces over OTLP, as the OTEL_* variables say.");
+        Some(Tracing::from_env(&trace_settings, Arc::clone(&metrics))?)
+    } else {
+        tracing::info!("No OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT); traces are off.");
+        None
+    };
+    let telemetry = Arc::new(
+        Telemetry::new(
+            metrics,
+            tracing,
+            trace_settings.policy,
+            Arc::new(LogObserver),
+        )
+        .with_log_drops(logging.drop_counter()),
+    );
     let state = AppState::new(
         &config,
         engine,
         Arc::new(MonotonicClock::new()),
-        Arc::new(LogObserver),
+        Arc::clone(&telemetry),
     );
     tracing::info!(
         address = %listener.local_addr()?,
@@ -155,17 +183,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "Listening; the model is loading."
     );
     llmgate::serve(web::Data::new(state), listener, config.server.workers)?.await?;
+    telemetry.shutdown();
     tracing::info!("Stopped.");
     Ok(())
-}
-
-fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::new(&config.logging.filter);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match config.logging.format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
 }

@@ -1,14 +1,17 @@
 //! The one record each request leaves when it ends (finished, failed or cancelled), and
-//! the observers it is handed to. Today the observer writes the structured request log
-//! line; metrics and the semantic log hang off the same hand-off.
+//! the observers it is handed to. `telemetry::Telemetry::request_ended` hands it to the
+//! metrics, to the record observer (the request log line; the semantic log) and to the
+//! request's trace.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::engine::{FinishReason, Usage};
 use crate::quality::Quality;
-use crate::timing::Timings;
+use crate::telemetry::trace::TraceIds;
+use crate::timing::{Phases, Timings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -49,6 +52,21 @@ pub struct RequestRecord {
     pub output_hash: Option<String>,
     pub seed: Option<u64>,
     pub system_fingerprint: Option<String>,
+    /// Sampling parameters as the request set them (absent when it was not parsed).
+    pub params: RequestParams,
+    pub trace: TraceIds,
+    /// When each phase began on the gateway's clock: the timestamps of the trace.
+    pub phases: Phases,
+    /// Every gap between consecutive content frames: one ITL histogram sample each.
+    pub itl_gaps: Vec<Duration>,
+}
+
+/// The sampling parameters a request set, as the GenAI span attributes report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestParams {
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
 }
 
 /// The `timings` object of a response: latency figures and quality signals side by side.
@@ -72,8 +90,8 @@ pub struct LogObserver;
 impl RequestObserver for LogObserver {
     fn observe(&self, r: &RequestRecord) {
         let t = &r.timings;
+        // request_id, trace_id and span_id come from the enclosing `request` span.
         tracing::info!(
-            request_id = %r.request_id,
             model = %r.model,
             stream = r.stream,
             status = r.status.as_str(),
@@ -96,6 +114,17 @@ impl RequestObserver for LogObserver {
             system_fingerprint = r.system_fingerprint.as_deref(),
             "Request finished."
         );
+    }
+}
+
+/// Hands each record to several observers, in order.
+pub struct FanOut(pub Vec<std::sync::Arc<dyn RequestObserver>>);
+
+impl RequestObserver for FanOut {
+    fn observe(&self, record: &RequestRecord) {
+        for observer in &self.0 {
+            observer.observe(record);
+        }
     }
 }
 

@@ -50,6 +50,17 @@ pub struct Timings {
     pub output_tokens: u32,
 }
 
+/// When each phase of a request began, as readings of the gateway's clock: the span
+/// timestamps of its trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phases {
+    pub received: Duration,
+    pub submitted: Option<Duration>,
+    pub first_token: Option<Duration>,
+    pub last_token: Option<Duration>,
+    pub ended: Duration,
+}
+
 /// Summary of the inter-token gaps of one request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ItlStats {
@@ -90,6 +101,27 @@ impl RequestTimer {
             self.t_first_content = Some(at);
         }
         self.t_last_content = Some(at);
+    }
+
+    /// `t_recv` on the gateway's clock.
+    pub fn received(&self) -> Duration {
+        self.t_recv
+    }
+
+    /// The clock readings of the request's phases, with `t_end` its end.
+    pub fn phases(&self, t_end: Duration) -> Phases {
+        Phases {
+            received: self.t_recv,
+            submitted: self.t_submit,
+            first_token: self.t_engine_first,
+            last_token: self.t_last_content.max(self.t_last_token),
+            ended: t_end,
+        }
+    }
+
+    /// Every gap between consecutive content frames, in arrival order.
+    pub fn gaps(&self) -> &[Duration] {
+        &self.itl
     }
 
     /// Computes the figures, with `t_end` the moment the final frame was handed over,

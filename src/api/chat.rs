@@ -11,15 +11,17 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::request::parse_chat_request;
 use super::{AppState, RequestId};
 use crate::engine::Role;
 use crate::error::ApiError;
 use crate::quality::QualityTracker;
-use crate::record::{RequestRecord, Status};
+use crate::record::{RequestParams, RequestRecord, Status};
 use crate::stream::chunks::{ChunkAssembler, ResponseMeta};
 use crate::stream::{producer, Run, RunInfo};
+use crate::telemetry::trace::RequestTrace;
 use crate::timing::RequestTimer;
 
 /// SSE frames buffered between the producer and the socket. Small on purpose: a slow
@@ -32,38 +34,67 @@ pub async fn chat_completions(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     let t_recv = state.clock.now();
+    let trace = state
+        .telemetry
+        .start_request(req.headers(), state.clock.system_time());
     let request_id = RequestId::of(&req);
-    match handle(
-        &req,
-        payload,
-        &state,
-        &request_id,
-        RequestTimer::start(t_recv),
-    )
-    .await
-    {
-        Ok(response) => response,
-        Err(Failure::Recorded(error)) => error.error_response(),
-        Err(Failure::Refused(error)) => {
-            let timer = RequestTimer::start(t_recv);
-            state.observer.observe(&RequestRecord {
-                request_id,
-                model: state.limits.served_model.clone(),
-                stream: false,
-                status: Status::Error,
-                error_kind: Some(error.kind()),
-                finish_reason: None,
-                usage: Default::default(),
-                timings: timer.finish(state.clock.now(), 0, None),
-                quality: None,
-                input_hash: None,
-                output_hash: None,
-                seed: None,
-                system_fingerprint: None,
-            });
-            error.error_response()
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        trace_id = %trace.ids.trace_id,
+        span_id = %trace.ids.span_id,
+    );
+    async move {
+        let mut trace = Some(trace);
+        let timer = RequestTimer::start(t_recv);
+        match handle(&req, payload, &state, &request_id, timer, &mut trace).await {
+            Ok(response) => response,
+            Err(Failure::Recorded(error)) => error.error_response(),
+            Err(Failure::Refused(error)) => {
+                if let Some(trace) = trace {
+                    record_refusal(&state, request_id, trace, t_recv, &error);
+                }
+                error.error_response()
+            }
         }
     }
+    .instrument(span)
+    .await
+}
+
+/// Leaves the record of a request refused before it reached the engine.
+fn record_refusal(
+    state: &AppState,
+    request_id: String,
+    trace: RequestTrace,
+    t_recv: std::time::Duration,
+    error: &ApiError,
+) {
+    let timer = RequestTimer::start(t_recv);
+    let timings = timer.finish(state.clock.now(), 0, None);
+    let t_end = t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
+    let record = RequestRecord {
+        request_id,
+        model: state.limits.served_model.clone(),
+        stream: false,
+        status: Status::Error,
+        error_kind: Some(error.kind()),
+        finish_reason: None,
+        usage: Default::default(),
+        timings,
+        quality: None,
+        input_hash: None,
+        output_hash: None,
+        seed: None,
+        system_fingerprint: None,
+        params: RequestParams::default(),
+        trace: trace.ids,
+        phases: timer.phases(t_end),
+        itl_gaps: Vec::new(),
+    };
+    state
+        .telemetry
+        .request_ended(&record, trace, state.clock.as_ref());
 }
 
 /// Why a request got an error answer instead of a completion.
@@ -86,6 +117,7 @@ async fn handle(
     state: &AppState,
     request_id: &str,
     mut timer: RequestTimer,
+    trace: &mut Option<RequestTrace>,
 ) -> Result<HttpResponse, Failure> {
     let body = read_body(req, payload, state.max_body_bytes).await?;
     let chat = parse_chat_request(&body, &state.limits, request_id)?;
@@ -94,6 +126,11 @@ async fn handle(
         retry_after: std::time::Duration::from_secs(1),
     })?;
     let info = state.engine.model_info().ok_or(ApiError::NotReady)?;
+    tracing::debug!(
+        stream = chat.stream,
+        max_tokens = chat.generation.max_tokens,
+        "Request admitted."
+    );
 
     let prompt = chat
         .generation
@@ -104,6 +141,11 @@ async fn handle(
         .map_or("", |m| m.content.as_str());
     let quality = QualityTracker::new(&state.quality, prompt);
     let seed = chat.generation.sampling.seed;
+    let params = RequestParams {
+        max_tokens: Some(chat.generation.max_tokens),
+        temperature: chat.generation.sampling.temperature,
+        top_p: chat.generation.sampling.top_p,
+    };
 
     timer.engine_submitted(state.clock.now());
     let generation = state
@@ -111,7 +153,7 @@ async fn handle(
         .generate(chat.generation)
         .await
         .map_err(|error| {
-            tracing::warn!(request_id, error = %error, "The engine refused the request.");
+            tracing::warn!(error = %error, "The engine refused the request.");
             ApiError::from(error)
         })?;
     let info = RunInfo {
@@ -122,6 +164,7 @@ async fn handle(
         seed,
         system_fingerprint: info.system_fingerprint,
         prompt_tokens: generation.prompt_tokens,
+        params,
     };
     let meta = ResponseMeta {
         id: format!("chatcmpl-{request_id}"),
@@ -129,12 +172,17 @@ async fn handle(
         model: chat.model,
         system_fingerprint: info.system_fingerprint.clone(),
     };
+    // Taken only here, so a refusal above still finds it for its record.
+    let Some(trace) = trace.take() else {
+        return Err(Failure::Refused(ApiError::Internal));
+    };
     let run = Run::new(
         info,
         state.clock.clone(),
         timer,
         quality,
-        state.observer.clone(),
+        state.telemetry.clone(),
+        trace,
         permit,
     );
     let events = generation.events;
@@ -149,13 +197,9 @@ async fn handle(
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, chat.include_usage);
-    tokio::spawn(producer::stream_sse(
-        run,
-        assembler,
-        events,
-        tx,
-        state.keepalive,
-    ));
+    tokio::spawn(
+        producer::stream_sse(run, assembler, events, tx, state.keepalive).in_current_span(),
+    );
     let body = futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|f| f.map(Ok::<_, Infallible>))
     });

@@ -1,11 +1,13 @@
-//! Model listing and the probes: `/health` says the process is up, `/ready` says the
-//! model is loaded and requests will be served.
+//! Model listing, the probes (`/health` says the process is up, `/ready` says the model
+//! is loaded and requests will be served) and the Prometheus scrape endpoint.
 
-use actix_web::{web, HttpResponse};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
 use super::AppState;
 use crate::error::ApiError;
+use crate::telemetry::metrics::ExpositionFormat;
 
 pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(json!({
@@ -50,4 +52,28 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         })),
         None => HttpResponse::ServiceUnavailable().json(json!({"status": "loading"})),
     }
+}
+
+/// `GET /metrics`: OpenMetrics (with exemplars) when the scraper asks for it, the
+/// classic Prometheus text format otherwise.
+pub async fn metrics(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let load = state.engine.load();
+    state
+        .telemetry
+        .refresh(load.running, load.waiting, state.admission.in_flight());
+    let format = ExpositionFormat::negotiate(
+        req.headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    );
+    let body = state.telemetry.metrics.encode(format).map_err(|error| {
+        tracing::error!(error = %error, "Could not encode the metrics.");
+        ApiError::Internal
+    })?;
+    Ok(HttpResponse::Ok()
+        .content_type(format.content_type())
+        .body(body))
 }

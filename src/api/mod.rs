@@ -1,7 +1,7 @@
 //! The HTTP surface (actix-web): routes, shared state and the request-id middleware.
 //!
 //! - [`chat`]: `POST /v1/chat/completions`, streamed and not.
-//! - [`meta`]: `GET /v1/models`, `/health`, `/ready`.
+//! - [`meta`]: `GET /v1/models`, `/health`, `/ready`, `/metrics`.
 //! - [`request`]: the wire request and its validation into a domain request.
 //!
 //! [`configure`] is the one route table, used by the binary and the black-box tests.
@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::quality::QualitySettings;
-use crate::record::RequestObserver;
+use crate::telemetry::Telemetry;
 use request::RequestLimits;
 
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -34,8 +34,8 @@ pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id"
 pub struct AppState {
     pub engine: Arc<dyn Engine>,
     pub clock: SharedClock,
-    /// Receives the record of every request when it ends.
-    pub observer: Arc<dyn RequestObserver>,
+    /// Metrics, traces and the record hand-off of every request when it ends.
+    pub telemetry: Arc<Telemetry>,
     pub admission: Admission,
     pub limits: RequestLimits,
     pub max_body_bytes: usize,
@@ -48,12 +48,12 @@ impl AppState {
         config: &Config,
         engine: Arc<dyn Engine>,
         clock: SharedClock,
-        observer: Arc<dyn RequestObserver>,
+        telemetry: Arc<Telemetry>,
     ) -> Self {
         Self {
             engine,
             clock,
-            observer,
+            telemetry,
             admission: Admission::new(config.server.max_in_flight),
             limits: RequestLimits {
                 served_model: config.engine.model_id.clone(),
@@ -77,6 +77,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .route("/v1/models/{id}", web::get().to(meta::get_model))
     .route("/health", web::get().to(meta::health))
     .route("/ready", web::get().to(meta::ready))
+    .route("/metrics", web::get().to(meta::metrics))
     .default_service(web::to(not_found));
 }
 

@@ -8,6 +8,7 @@
 //! the mistral.rs receiver, and mistral.rs cancels the sequence at its next token.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -18,11 +19,12 @@ use mistralrs::{
     RequestLike, Response, SamplingParams, StopTokens, Tensor, TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 
 use super::sampling::SeededSampler;
 use super::{
-    ChatMessage, Engine, EngineError, EngineEvent, FinishReason, Generation, GenerationRequest,
-    ModelInfo, Role, Usage,
+    ChatMessage, Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
+    GenerationRequest, ModelInfo, Role, Usage,
 };
 use crate::fingerprint;
 
@@ -57,6 +59,9 @@ pub struct MistralEngine {
     /// One permit per sequence running in mistral.rs: requests wait here, in the gateway,
     /// where the wait is measured, rather than in mistral.rs's own queue.
     slots: Arc<Semaphore>,
+    max_batch_size: usize,
+    /// Requests waiting for a slot.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl MistralEngine {
@@ -66,6 +71,8 @@ impl MistralEngine {
         let engine = Arc::new(Self {
             loaded: OnceLock::new(),
             slots: Arc::new(Semaphore::new(settings.max_batch_size)),
+            max_batch_size: settings.max_batch_size,
+            waiting: Arc::default(),
         });
         let loader = Arc::clone(&engine);
         tokio::spawn(async move {
@@ -94,6 +101,8 @@ impl MistralEngine {
         let engine = Self {
             loaded: OnceLock::new(),
             slots: Arc::new(Semaphore::new(settings.max_batch_size)),
+            max_batch_size: settings.max_batch_size,
+            waiting: Arc::default(),
         };
         let _ = engine.loaded.set(loaded);
         Ok(Arc::new(engine))
@@ -208,6 +217,15 @@ impl Engine for MistralEngine {
         self.loaded.get().map(|l| l.info.clone())
     }
 
+    fn load(&self) -> EngineLoad {
+        EngineLoad {
+            running: self
+                .max_batch_size
+                .saturating_sub(self.slots.available_permits()),
+            waiting: self.waiting.load(Ordering::SeqCst),
+        }
+    }
+
     async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         // Render the chat template and count the prompt before committing to a stream,
@@ -232,10 +250,12 @@ impl Engine for MistralEngine {
         }
 
         // Wait for a running slot; held by the forwarder until the sequence ends.
+        let waiting = Counted::new(&self.waiting);
         let slot = Arc::clone(&self.slots)
             .acquire_owned()
             .await
             .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
+        drop(waiting);
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
         let mut messages = text_messages(&request.messages);
@@ -268,7 +288,7 @@ impl Engine for MistralEngine {
 
         let (tx, rx) = mpsc::channel(32);
         let budget = request.max_tokens;
-        tokio::spawn(forward(engine_rx, picked, prompt_tokens, budget, tx, slot));
+        tokio::spawn(forward(engine_rx, picked, prompt_tokens, budget, tx, slot).in_current_span());
         Ok(Generation {
             prompt_tokens,
             events: rx,

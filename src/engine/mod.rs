@@ -11,6 +11,8 @@ pub mod mistral;
 pub mod sampling;
 pub mod scripted;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -144,10 +146,41 @@ pub struct ModelInfo {
     pub system_fingerprint: String,
 }
 
+/// How busy the engine is right now, for the `requests_running` / `requests_waiting`
+/// gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineLoad {
+    /// Sequences being prefilled or decoded.
+    pub running: usize,
+    /// Requests waiting for a slot to start.
+    pub waiting: usize,
+}
+
+/// Counts itself in a shared number while it lives: `load` figures that stay right
+/// whichever way a task ends (finished, failed, cancelled).
+#[derive(Debug)]
+pub(crate) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
     /// The model's facts, or `None` while it is loading.
     fn model_info(&self) -> Option<ModelInfo>;
+
+    /// Sequences running and requests waiting in the engine now.
+    fn load(&self) -> EngineLoad;
 
     /// Starts generating. Errors here happen before any token (the prompt does not fit,
     /// the model is not loaded); errors during generation arrive as

@@ -8,7 +8,7 @@
 //! script that repeats itself has a high repetition rate.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{
-    Engine, EngineError, EngineEvent, FinishReason, Generation, GenerationRequest, ModelInfo, Usage,
+    Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
+    GenerationRequest, ModelInfo, Usage,
 };
 
 /// One scripted generation.
@@ -70,6 +71,8 @@ pub struct ScriptedEngine {
     ready: AtomicBool,
     produced: Arc<AtomicU64>,
     cancelled: Arc<AtomicU64>,
+    /// Generations whose script is still playing.
+    running: Arc<AtomicUsize>,
 }
 
 impl ScriptedEngine {
@@ -81,6 +84,7 @@ impl ScriptedEngine {
             ready: AtomicBool::new(true),
             produced: Arc::default(),
             cancelled: Arc::default(),
+            running: Arc::default(),
         }
     }
 
@@ -111,6 +115,13 @@ impl Engine for ScriptedEngine {
         self.ready.load(Ordering::SeqCst).then(|| self.info.clone())
     }
 
+    fn load(&self) -> EngineLoad {
+        EngineLoad {
+            running: self.running.load(Ordering::SeqCst),
+            waiting: 0,
+        }
+    }
+
     async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         if !self.ready.load(Ordering::SeqCst) {
             return Err(EngineError::NotReady);
@@ -136,7 +147,9 @@ impl Engine for ScriptedEngine {
         let (tx, rx) = mpsc::channel(16);
         let produced = Arc::clone(&self.produced);
         let cancelled = Arc::clone(&self.cancelled);
+        let running = Counted::new(&self.running);
         tokio::spawn(async move {
+            let _running = running;
             let mut completion_tokens = 0u32;
             let mut reason = script.finish;
             for step in script.steps {

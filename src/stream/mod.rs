@@ -11,6 +11,7 @@ pub mod chunks;
 pub mod producer;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -18,7 +19,9 @@ use crate::admission::Permit;
 use crate::clock::SharedClock;
 use crate::engine::{FinishReason, Usage};
 use crate::quality::QualityTracker;
-use crate::record::{Report, RequestObserver, RequestRecord, Status};
+use crate::record::{Report, RequestParams, RequestRecord, Status};
+use crate::telemetry::trace::RequestTrace;
+use crate::telemetry::Telemetry;
 use crate::timing::RequestTimer;
 
 /// Who a request is and what it asked for, for its record.
@@ -31,6 +34,7 @@ pub struct RunInfo {
     pub seed: Option<u64>,
     pub system_fingerprint: String,
     pub prompt_tokens: u32,
+    pub params: RequestParams,
 }
 
 /// One admitted request on its way through the engine. If it is dropped before
@@ -41,8 +45,11 @@ pub struct Run {
     clock: SharedClock,
     timer: RequestTimer,
     quality: QualityTracker,
-    observer: Arc<dyn RequestObserver>,
-    recorded: bool,
+    telemetry: Arc<Telemetry>,
+    /// Taken when the record is written.
+    trace: Option<RequestTrace>,
+    /// The `request` span whose fields every log line of this request carries.
+    log_span: tracing::Span,
     _permit: Permit,
 }
 
@@ -66,7 +73,8 @@ impl Run {
         clock: SharedClock,
         timer: RequestTimer,
         quality: QualityTracker,
-        observer: Arc<dyn RequestObserver>,
+        telemetry: Arc<Telemetry>,
+        trace: RequestTrace,
         permit: Permit,
     ) -> Self {
         Self {
@@ -74,8 +82,9 @@ impl Run {
             clock,
             timer,
             quality,
-            observer,
-            recorded: false,
+            telemetry,
+            trace: Some(trace),
+            log_span: tracing::Span::current(),
             _permit: permit,
         }
     }
@@ -143,10 +152,15 @@ impl Run {
         usage: Usage,
         report: Report,
     ) {
-        self.recorded = true;
+        let Some(trace) = self.trace.take() else {
+            return;
+        };
+        let _entered = self.log_span.clone().entered();
         let output_hash = hex::encode(Sha256::digest(self.quality.text().as_bytes()));
+        let t_end = self.timer.received() + Duration::from_secs_f64(report.timings.e2e_ms / 1000.0);
+        let phases = self.timer.phases(t_end);
         let info = &mut self.info;
-        self.observer.observe(&RequestRecord {
+        let record = RequestRecord {
             request_id: std::mem::take(&mut info.request_id),
             model: std::mem::take(&mut info.model),
             stream: info.stream,
@@ -160,13 +174,19 @@ impl Run {
             output_hash: Some(output_hash),
             seed: info.seed,
             system_fingerprint: Some(std::mem::take(&mut info.system_fingerprint)),
-        });
+            params: info.params,
+            trace: trace.ids,
+            phases,
+            itl_gaps: self.timer.gaps().to_vec(),
+        };
+        self.telemetry
+            .request_ended(&record, trace, self.clock.as_ref());
     }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
-        if !self.recorded {
+        if self.trace.is_some() {
             let ending = Ending::Failed { kind: "cancelled" };
             let report = self.report(&ending);
             let usage = self.usage_so_far();

@@ -96,7 +96,7 @@ pub async fn stream_sse(
 }
 
 async fn fail(run: Run, tx: &mpsc::Sender<Bytes>, error: EngineError) {
-    tracing::error!(request_id = %run.info.request_id, error = %error, "The engine failed mid-stream.");
+    tracing::error!(error = %error, "The engine failed mid-stream.");
     let api_error = ApiError::from(error);
     for frame in ChunkAssembler::error_frames(&api_error) {
         if tx.send(frame).await.is_err() {
@@ -157,7 +157,7 @@ pub async fn collect_json(
 }
 
 fn failed(run: Run, error: EngineError) -> ApiError {
-    tracing::error!(request_id = %run.info.request_id, error = %error, "The engine failed.");
+    tracing::error!(error = %error, "The engine failed.");
     let api_error = ApiError::from(error);
     run.finish(Ending::Failed {
         kind: api_error.kind(),

@@ -11,7 +11,10 @@ use llmgate::clock::{ManualClock, MonotonicClock, SharedClock};
 use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::scripted::{Script, ScriptedEngine};
 use llmgate::engine::{Engine, ModelInfo};
-use llmgate::record::CollectingObserver;
+use llmgate::record::{CollectingObserver, FanOut, LogObserver};
+use llmgate::telemetry::metrics::Metrics;
+use llmgate::telemetry::trace::{TraceSettings, Tracing};
+use llmgate::telemetry::Telemetry;
 use llmgate::AppState;
 
 pub const MODEL: &str = "test-model";
@@ -19,6 +22,7 @@ pub const MODEL: &str = "test-model";
 pub struct TestServer {
     pub base: String,
     pub observer: Arc<CollectingObserver>,
+    pub telemetry: Arc<Telemetry>,
     handle: ServerHandle,
 }
 
@@ -70,7 +74,33 @@ pub async fn start_with_clock(
     clock: SharedClock,
 ) -> TestServer {
     let observer = Arc::new(CollectingObserver::default());
-    let state = AppState::new(config, engine, clock, observer.clone());
+    let telemetry = Telemetry::without_traces(MODEL, observer.clone());
+    start_with_telemetry(engine, config, clock, observer, telemetry).await
+}
+
+/// Starts the server exporting traces over OTLP/gRPC to `endpoint`, sampled as `config`'s
+/// `[telemetry]` table says.
+pub async fn start_traced(engine: Arc<dyn Engine>, config: &Config, endpoint: &str) -> TestServer {
+    let observer = Arc::new(CollectingObserver::default());
+    let metrics = Arc::new(Metrics::new(MODEL));
+    let settings = TraceSettings::from(&config.telemetry);
+    let tracing = Tracing::grpc(endpoint, &settings, Arc::clone(&metrics)).expect("tracing");
+    // The request log line too, so log lines can be checked against spans.
+    let records = Arc::new(FanOut(vec![observer.clone(), Arc::new(LogObserver)]));
+    let telemetry = Telemetry::new(metrics, Some(tracing), settings.policy, records);
+    let clock = Arc::new(MonotonicClock::new());
+    start_with_telemetry(engine, config, clock, observer, telemetry).await
+}
+
+async fn start_with_telemetry(
+    engine: Arc<dyn Engine>,
+    config: &Config,
+    clock: SharedClock,
+    observer: Arc<CollectingObserver>,
+    telemetry: Telemetry,
+) -> TestServer {
+    let telemetry = Arc::new(telemetry);
+    let state = AppState::new(config, engine, clock, Arc::clone(&telemetry));
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let server = llmgate::serve(web::Data::new(state), listener, 2).expect("server");
@@ -79,6 +109,7 @@ pub async fn start_with_clock(
     TestServer {
         base,
         observer,
+        telemetry,
         handle,
     }
 }
@@ -96,9 +127,9 @@ pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
     body
 }
 
-/// Polls `cond` for up to two seconds.
+/// Polls `cond` for up to five seconds.
 pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
+    for _ in 0..500 {
         if cond() {
             return true;
         }

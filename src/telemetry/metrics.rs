@@ -1,0 +1,491 @@
+//! Prometheus metrics: one registry per gateway (in application state, never global),
+//! fed once per request from its [`RequestRecord`] and refreshed with point-in-time
+//! gauges (engine load, memory) at each scrape.
+//!
+//! Labels take a small fixed set of values: `model` is the configured model id or
+//! `none`; `status`, `finish_reason` and `error_type` come from enums and the error
+//! table. Nothing a client sends becomes a label value.
+//!
+//! Bucket lists follow vLLM's, extended down to the 20-60 ms per token a 2-core CPU
+//! decodes at, so the histograms separate CPU and GPU deployments alike.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::names;
+use crate::record::{RequestRecord, Status};
+
+/// TTFT buckets (seconds): vLLM's list from 1 ms, plus 1.5 s and 3 s where CPU prefill lands.
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 3.0, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// TPOT and ITL buckets (seconds): vLLM's list from 10 ms, denser over 10-100 ms.
+const TOKEN_BUCKETS: &[f64] = &[
+    0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+];
+/// e2e and queue buckets (seconds): vLLM's request-latency list, reaching down to the
+/// milliseconds a refused request takes.
+const REQUEST_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+];
+const RATE_BUCKETS: &[f64] = &[0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    model: String,
+    status: &'static str,
+    finish_reason: &'static str,
+    error_type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabel {
+    gpu: String,
+}
+
+/// The exemplar attached to a latency observation: the trace that explains it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TraceExemplar {
+    trace_id: String,
+}
+
+/// Why a trace was kept or dropped (the `reason` label of the trace counters).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum TraceReason {
+    /// Kept: the request failed or was cancelled.
+    Error,
+    /// Kept: TTFT or e2e over the configured threshold.
+    Slow,
+    /// Kept: the caller's `traceparent` said it samples this trace.
+    Parent,
+    /// Kept: drawn by the sampling ratio.
+    Ratio,
+    /// Dropped: not drawn by the ratio.
+    SampledOut,
+    /// Dropped: the export queue was full.
+    QueueFull,
+    /// Dropped: the exporter reported an error.
+    ExportFailed,
+    /// Span dropped: the tail sampler already held its maximum of spans.
+    BufferFull,
+    /// Span dropped: it ended after its trace had been decided.
+    Late,
+}
+
+/// Makes one histogram of a family with the family's bucket list.
+#[derive(Clone, Copy)]
+struct Buckets(&'static [f64]);
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+impl MetricConstructor<HistogramWithExemplars<TraceExemplar>> for Buckets {
+    fn new_metric(&self) -> HistogramWithExemplars<TraceExemplar> {
+        HistogramWithExemplars::new(self.0.iter().copied())
+    }
+}
+
+type ExemplarHistograms = Family<ModelLabel, HistogramWithExemplars<TraceExemplar>, Buckets>;
+type Histograms = Family<ModelLabel, Histogram, Buckets>;
+type Counters = Family<ModelLabel, Counter>;
+
+fn exemplar_family(buckets: &'static [f64]) -> ExemplarHistograms {
+    Family::new_with_constructor(Buckets(buckets))
+}
+
+fn histogram_family(buckets: &'static [f64]) -> Histograms {
+    Family::new_with_constructor(Buckets(buckets))
+}
+
+/// Point-in-time readings copied into gauges at each scrape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Sequences the engine is working on.
+    pub running: usize,
+    /// Requests admitted and waiting for an engine slot.
+    pub waiting: usize,
+    /// Requests admitted and not yet finished, whatever their stage.
+    pub in_flight: usize,
+    pub resident_memory_bytes: Option<u64>,
+    /// Memory used per GPU, by device index.
+    pub gpu_memory_used_bytes: Vec<(u32, u64)>,
+    /// Log lines the non-blocking writer dropped since start.
+    pub log_lines_dropped: u64,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    /// The configured model id: the only `model` label value besides `none`.
+    model: String,
+    ttft: ExemplarHistograms,
+    tpot: ExemplarHistograms,
+    e2e: ExemplarHistograms,
+    itl: Histograms,
+    queue: Histograms,
+    repetition: Histograms,
+    requests: Family<RequestLabels, Counter>,
+    prompt_tokens: Counters,
+    generation_tokens: Counters,
+    refusals: Counters,
+    degenerations: Counters,
+    traces_sampled: Family<ReasonLabel, Counter>,
+    traces_dropped: Family<ReasonLabel, Counter>,
+    trace_spans_dropped: Family<ReasonLabel, Counter>,
+    log_lines_dropped: Counter,
+    /// The writer's cumulative drop count at the last scrape, to turn it into increments.
+    log_lines_dropped_seen: AtomicU64,
+    running: Gauge,
+    waiting: Gauge,
+    in_flight: Gauge,
+    resident_memory: Gauge,
+    gpu_memory: Family<GpuLabel, Gauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry for a gateway serving `model`.
+    pub fn new(model: &str) -> Self {
+        let mut registry = Registry::with_prefix(names::METRIC_PREFIX);
+        let m = Self {
+            model: model.to_owned(),
+            ttft: exemplar_family(TTFT_BUCKETS),
+            tpot: exemplar_family(TOKEN_BUCKETS),
+            e2e: exemplar_family(REQUEST_BUCKETS),
+            itl: histogram_family(TOKEN_BUCKETS),
+            queue: histogram_family(REQUEST_BUCKETS),
+            repetition: histogram_family(RATE_BUCKETS),
+            requests: Family::default(),
+            prompt_tokens: Family::default(),
+            generation_tokens: Family::default(),
+            refusals: Family::default(),
+            degenerations: Family::default(),
+            traces_sampled: Family::default(),
+            traces_dropped: Family::default(),
+            trace_spans_dropped: Family::default(),
+            log_lines_dropped: Counter::default(),
+            log_lines_dropped_seen: AtomicU64::new(0),
+            running: Gauge::default(),
+            waiting: Gauge::default(),
+            in_flight: Gauge::default(),
+            resident_memory: Gauge::default(),
+            gpu_memory: Family::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            names::TIME_TO_FIRST_TOKEN,
+            "Time from receiving a request to handing its first content frame to the transport",
+            m.ttft.clone(),
+        );
+        r.register(
+            names::TIME_PER_OUTPUT_TOKEN,
+            "Mean time per output token after the first, per request",
+            m.tpot.clone(),
+        );
+        r.register(
+            names::INTER_TOKEN_LATENCY,
+            "Every gap between consecutive content frames",
+            m.itl.clone(),
+        );
+        r.register(
+            names::E2E_REQUEST_LATENCY,
+            "Time from receiving a request to handing its final frame to the transport",
+            m.e2e.clone(),
+        );
+        r.register(
+            names::REQUEST_QUEUE_TIME,
+            "Time from receiving a request to the engine starting it",
+            m.queue.clone(),
+        );
+        r.register(
+            names::REPETITION_RATE,
+            "seq-rep-n repetition rate of each answer (0 = no repeated n-gram)",
+            m.repetition.clone(),
+        );
+        r.register(
+            names::REQUESTS,
+            "Requests by outcome: status, finish reason and error type",
+            m.requests.clone(),
+        );
+        r.register(
+            names::PROMPT_TOKENS,
+            "Prompt tokens processed (tokens in)",
+            m.prompt_tokens.clone(),
+        );
+        r.register(
+            names::GENERATION_TOKENS,
+            "Completion tokens generated (tokens out)",
+            m.generation_tokens.clone(),
+        );
+        r.register(
+            names::REFUSALS,
+            "Answers that declined the request",
+            m.refusals.clone(),
+        );
+        r.register(
+            names::DEGENERATIONS,
+            "Answers stopped by the degeneration guard",
+            m.degenerations.clone(),
+        );
+        r.register(
+            names::TRACES_SAMPLED,
+            "Request traces kept by the tail sampler, by reason",
+            m.traces_sampled.clone(),
+        );
+        r.register(
+            names::TRACES_DROPPED,
+            "Request traces not exported, by reason",
+            m.traces_dropped.clone(),
+        );
+        r.register(
+            names::TRACE_SPANS_DROPPED,
+            "Spans dropped before their trace was decided, by reason",
+            m.trace_spans_dropped.clone(),
+        );
+        r.register(
+            names::LOG_LINES_DROPPED,
+            "Log lines dropped because the log writer's queue was full",
+            m.log_lines_dropped.clone(),
+        );
+        r.register(
+            names::REQUESTS_RUNNING,
+            "Sequences the engine is working on",
+            m.running.clone(),
+        );
+        r.register(
+            names::REQUESTS_WAITING,
+            "Admitted requests waiting for an engine slot",
+            m.waiting.clone(),
+        );
+        r.register(
+            names::REQUESTS_IN_FLIGHT,
+            "Admitted requests not yet finished",
+            m.in_flight.clone(),
+        );
+        r.register_with_unit(
+            names::PROCESS_RESIDENT_MEMORY,
+            "Resident memory of the gateway process",
+            Unit::Bytes,
+            m.resident_memory.clone(),
+        );
+        if cfg!(feature = "gpu-metrics") {
+            r.register_with_unit(
+                names::GPU_MEMORY_USED,
+                "GPU memory in use, per device (NVML)",
+                Unit::Bytes,
+                m.gpu_memory.clone(),
+            );
+        }
+        Self { registry, ..m }
+    }
+
+    /// Counts one finished request. `exemplar` is the trace id to attach to its latency
+    /// observations: pass it only when that trace is exported, so every exemplar links
+    /// to a trace that exists.
+    pub fn observe(&self, r: &RequestRecord, exemplar: Option<&str>) {
+        let model = ModelLabel {
+            model: if r.model == self.model {
+                self.model.clone()
+            } else {
+                names::MODEL_NONE.to_owned()
+            },
+        };
+        let error_type = match r.status {
+            Status::Ok => names::LABEL_NONE,
+            Status::Cancelled => names::CANCELLED,
+            Status::Error => r.error_kind.unwrap_or("engine_error"),
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                model: model.model.clone(),
+                status: r.status.as_str(),
+                finish_reason: r.finish_reason.map_or(names::LABEL_NONE, |f| f.as_str()),
+                error_type,
+            })
+            .inc();
+        self.prompt_tokens
+            .get_or_create(&model)
+            .inc_by(u64::from(r.usage.prompt_tokens));
+        self.generation_tokens
+            .get_or_create(&model)
+            .inc_by(u64::from(r.usage.completion_tokens));
+
+        let t = &r.timings;
+        let exemplar = || {
+            exemplar.map(|trace_id| TraceExemplar {
+                trace_id: trace_id.to_owned(),
+            })
+        };
+        if let Some(ttft) = t.ttft_ms {
+            self.ttft
+                .get_or_create(&model)
+                .observe(ttft / 1000.0, exemplar(), None);
+        }
+        if let Some(tpot) = t.tpot_ms {
+            self.tpot
+                .get_or_create(&model)
+                .observe(tpot / 1000.0, exemplar(), None);
+        }
+        self.e2e
+            .get_or_create(&model)
+            .observe(t.e2e_ms / 1000.0, exemplar(), None);
+        if let Some(queue) = t.queue_ms {
+            self.queue.get_or_create(&model).observe(queue / 1000.0);
+        }
+        if !r.itl_gaps.is_empty() {
+            let itl = self.itl.get_or_create(&model);
+            for gap in &r.itl_gaps {
+                itl.observe(gap.as_secs_f64());
+            }
+        }
+        if let Some(q) = &r.quality {
+            if r.usage.completion_tokens > 0 {
+                self.repetition
+                    .get_or_create(&model)
+                    .observe(q.repetition_rate);
+            }
+            if q.refusal {
+                self.refusals.get_or_create(&model).inc();
+            }
+            if q.degenerated {
+                self.degenerations.get_or_create(&model).inc();
+            }
+        }
+    }
+
+    /// Counts a tail-sampling decision about one trace.
+    pub fn trace_decided(&self, reason: TraceReason, kept: bool) {
+        let family = if kept {
+            &self.traces_sampled
+        } else {
+            &self.traces_dropped
+        };
+        family.get_or_create(&ReasonLabel::from(reason)).inc();
+    }
+
+    /// Counts a span dropped before its trace was decided.
+    pub fn span_dropped(&self, reason: TraceReason) {
+        self.trace_spans_dropped
+            .get_or_create(&ReasonLabel::from(reason))
+            .inc();
+    }
+
+    /// Copies point-in-time readings into the gauges.
+    pub fn refresh(&self, s: &Snapshot) {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.running.set(gauge(s.running as u64));
+        self.waiting.set(gauge(s.waiting as u64));
+        self.in_flight.set(gauge(s.in_flight as u64));
+        if let Some(rss) = s.resident_memory_bytes {
+            self.resident_memory.set(gauge(rss));
+        }
+        for (index, used) in &s.gpu_memory_used_bytes {
+            self.gpu_memory
+                .get_or_create(&GpuLabel {
+                    gpu: index.to_string(),
+                })
+                .set(gauge(*used));
+        }
+        let seen = self
+            .log_lines_dropped_seen
+            .fetch_max(s.log_lines_dropped, Ordering::Relaxed);
+        if s.log_lines_dropped > seen {
+            self.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
+        }
+    }
+
+    /// The exposition: OpenMetrics text (with exemplars) or the classic Prometheus text
+    /// format 0.0.4, which has no exemplars.
+    pub fn encode(&self, format: ExpositionFormat) -> Result<String, std::fmt::Error> {
+        let mut out = String::with_capacity(16 * 1024);
+        match format {
+            ExpositionFormat::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+            }
+            ExpositionFormat::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl From<TraceReason> for ReasonLabel {
+    fn from(reason: TraceReason) -> Self {
+        let reason = match reason {
+            TraceReason::Error => "error",
+            TraceReason::Slow => "slow",
+            TraceReason::Parent => "parent",
+            TraceReason::Ratio => "ratio",
+            TraceReason::SampledOut => "sampled_out",
+            TraceReason::QueueFull => "queue_full",
+            TraceReason::ExportFailed => "export_failed",
+            TraceReason::BufferFull => "buffer_full",
+            TraceReason::Late => "late",
+        };
+        ReasonLabel { reason }
+    }
+}
+
+/// The two text formats `/metrics` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpositionFormat {
+    OpenMetrics,
+    Prometheus,
+}
+
+impl ExpositionFormat {
+    /// OpenMetrics when the scraper asks for it (Prometheus does when exemplar storage
+    /// is on), the classic format otherwise.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        match accept {
+            Some(accept) if accept.contains("application/openmetrics-text") => Self::OpenMetrics,
+            _ => Self::Prometheus,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
+/// Resident memory of this process from `/proc/self/status` (Linux); `None` elsewhere.
+pub fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

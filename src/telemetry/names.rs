@@ -1,0 +1,80 @@
+//! Every metric name, label value and span attribute llmgate exports, in one place, so
+//! the dashboards, alert rules and tests have one list to check against.
+
+/// Prefix of every Prometheus metric (added by the registry).
+pub const METRIC_PREFIX: &str = "llmgate";
+
+// Histograms (seconds unless the name says otherwise).
+pub const TIME_TO_FIRST_TOKEN: &str = "time_to_first_token_seconds";
+pub const TIME_PER_OUTPUT_TOKEN: &str = "time_per_output_token_seconds";
+pub const INTER_TOKEN_LATENCY: &str = "inter_token_latency_seconds";
+pub const E2E_REQUEST_LATENCY: &str = "e2e_request_latency_seconds";
+pub const REQUEST_QUEUE_TIME: &str = "request_queue_time_seconds";
+pub const REPETITION_RATE: &str = "repetition_rate";
+
+// Counters. prometheus-client appends `_total` to counter names when it encodes them.
+pub const REQUESTS: &str = "requests";
+pub const PROMPT_TOKENS: &str = "prompt_tokens";
+pub const GENERATION_TOKENS: &str = "generation_tokens";
+pub const REFUSALS: &str = "refusals";
+pub const DEGENERATIONS: &str = "degenerations";
+pub const TRACES_SAMPLED: &str = "traces_sampled";
+pub const TRACES_DROPPED: &str = "traces_dropped";
+pub const TRACE_SPANS_DROPPED: &str = "trace_spans_dropped";
+pub const LOG_LINES_DROPPED: &str = "log_lines_dropped";
+
+// Gauges, refreshed at each scrape.
+pub const REQUESTS_RUNNING: &str = "requests_running";
+pub const REQUESTS_WAITING: &str = "requests_waiting";
+pub const REQUESTS_IN_FLIGHT: &str = "requests_in_flight";
+// Registered with the unit `bytes`, so exported as `..._bytes`.
+pub const PROCESS_RESIDENT_MEMORY: &str = "process_resident_memory";
+pub const GPU_MEMORY_USED: &str = "gpu_memory_used";
+
+/// `model` label of requests that never named the served model (refused before parsing,
+/// or asking for another model): the label takes configured values only.
+pub const MODEL_NONE: &str = "none";
+/// `finish_reason` / `error_type` label of requests that have none.
+pub const LABEL_NONE: &str = "none";
+/// `error_type` of a request the client abandoned.
+pub const CANCELLED: &str = "cancelled";
+
+// Span names.
+pub const SPAN_QUEUE_AND_PREFILL: &str = "queue_and_prefill";
+pub const SPAN_DECODE: &str = "decode";
+pub const SPAN_SEMLOG_HANDOFF: &str = "semlog.handoff";
+
+/// `gen_ai.operation.name` and `gen_ai.provider.name` of every request span.
+pub const OPERATION_CHAT: &str = "chat";
+pub const PROVIDER: &str = "llmgate";
+
+// Span attributes that no semantic convention defines.
+pub const ATTR_TTFT_MS: &str = "llm.ttft_ms";
+pub const ATTR_TPOT_MS: &str = "llm.tpot_ms";
+pub const ATTR_E2E_MS: &str = "llm.e2e_ms";
+pub const ATTR_QUEUE_MS: &str = "llm.queue_ms";
+pub const ATTR_REPETITION_RATE: &str = "llm.repetition_rate";
+pub const ATTR_DEGENERATED: &str = "llm.degenerated";
+pub const ATTR_REFUSAL: &str = "llm.refusal";
+pub const ATTR_INTENT: &str = "llm.intent";
+pub const ATTR_REQUEST_ID: &str = "llm.request_id";
+pub const ATTR_STREAM: &str = "llm.stream";
+pub const ATTR_STATUS: &str = "llm.status";
+
+// OpenTelemetry GenAI semantic conventions. Spelled out here: the
+// opentelemetry-semantic-conventions crate deprecates them since they moved to the
+// separate GenAI conventions repository, which publishes no Rust crate.
+pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
+pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+pub const GEN_AI_REQUEST_SEED: &str = "gen_ai.request.seed";
+pub const GEN_AI_REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
+pub const GEN_AI_REQUEST_TEMPERATURE: &str = "gen_ai.request.temperature";
+pub const GEN_AI_REQUEST_TOP_P: &str = "gen_ai.request.top_p";
+pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+/// General semantic conventions: the class of error a failed operation ended with.
+pub const ERROR_TYPE: &str = "error.type";

@@ -1,0 +1,338 @@
+//! OpenTelemetry traces of requests: the W3C `traceparent` is extracted when a request
+//! arrives, the `chat {model}` span starts at `t_recv`, and when the request ends its
+//! GenAI attributes and child spans (queue and prefill, decode, semantic-log hand-off)
+//! are written from the request's record, with the timestamps the request timer took.
+//! The spans then pass through the [`TailSampler`] on their way to OTLP.
+//!
+//! Exporting is configured by the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL` = `grpc` or
+//! `http/protobuf`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`,
+//! `OTEL_RESOURCE_ATTRIBUTES`...), and is off when no endpoint is set.
+//!
+//! Prompt and completion text never become span attributes.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceId, Tracer as _,
+    TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    IdGenerator, RandomIdGenerator, Sampler, SdkTracerProvider, Tracer as SdkTracer,
+};
+use opentelemetry_sdk::Resource;
+
+use super::metrics::Metrics;
+use super::names;
+use super::sampler::{Bounds, SamplingPolicy, TailSampler};
+use crate::record::{RequestRecord, Status as RecordStatus};
+
+/// Sampling and buffer settings of the trace pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceSettings {
+    pub policy: SamplingPolicy,
+    pub bounds: Bounds,
+}
+
+/// The ids one request is known by in traces and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceIds {
+    pub trace_id: TraceId,
+    /// The request's `chat {model}` span.
+    pub span_id: SpanId,
+}
+
+/// The OTLP trace pipeline: SDK tracer, tail sampler and export thread.
+pub struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
+impl std::fmt::Debug for Tracing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracing").finish_non_exhaustive()
+    }
+}
+
+/// Is an OTLP endpoint configured in the environment (and tracing not disabled)?
+pub fn enabled_by_env() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+        || std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.eq_ignore_ascii_case("none"));
+    !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+}
+
+impl Tracing {
+    /// The pipeline the standard `OTEL_*` variables describe.
+    pub fn from_env(settings: &TraceSettings, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+        Self::start(settings, metrics, || {
+            opentelemetry_otlp::SpanExporter::builder()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// Exports over OTLP/gRPC to `endpoint`, whatever the environment says (for tests).
+    pub fn grpc(
+        endpoint: &str,
+        settings: &TraceSettings,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
+        use opentelemetry_otlp::WithExportConfig;
+        let endpoint = endpoint.to_owned();
+        Self::start(settings, metrics, move || {
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .build()
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn start<E, B>(
+        settings: &TraceSettings,
+        metrics: Arc<Metrics>,
+        build: B,
+    ) -> std::io::Result<Self>
+    where
+        E: opentelemetry_sdk::trace::SpanExporter + 'static,
+        B: FnOnce() -> Result<E, String> + Send + 'static,
+    {
+        let mut resource = Resource::builder()
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+        if std::env::var("OTEL_SERVICE_NAME").is_err() {
+            resource = resource.with_service_name("llmgate");
+        }
+        let resource = resource.build();
+        let sampler = TailSampler::start(
+            settings.policy.clone(),
+            settings.bounds,
+            resource.clone(),
+            metrics,
+            build,
+        )?;
+        let provider = SdkTracerProvider::builder()
+            .with_sampler(Sampler::AlwaysOn)
+            .with_resource(resource)
+            .with_span_processor(sampler)
+            .build();
+        let tracer = provider.tracer("llmgate");
+        Ok(Self { provider, tracer })
+    }
+
+    /// Exports what is queued (waiting up to a few seconds) and stops the pipeline.
+    pub fn shutdown(&self) {
+        if let Err(error) = self.provider.shutdown() {
+            tracing::warn!(error = %error, "The trace pipeline did not shut down cleanly.");
+        }
+    }
+}
+
+/// Reads W3C trace-context headers from an actix-web header map.
+struct Headers<'a>(&'a actix_web::http::header::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// One request's trace, from `t_recv` until its record is written.
+pub struct RequestTrace {
+    /// Holds the request's root span when traces are exported.
+    cx: Context,
+    tracer: Option<SdkTracer>,
+    pub ids: TraceIds,
+    parent_sampled: bool,
+    /// Wall-clock time of `t_recv`: spans carry wall-clock timestamps.
+    received: SystemTime,
+}
+
+impl std::fmt::Debug for RequestTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestTrace")
+            .field("ids", &self.ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RequestTrace {
+    /// Starts the request's span at `received`, continuing the caller's trace when the
+    /// headers carry a valid `traceparent`. With `tracing` off, the ids are still made
+    /// (or taken from the caller), so logs and semantic logs carry them.
+    pub fn start(
+        tracing: Option<&Tracing>,
+        headers: &actix_web::http::header::HeaderMap,
+        received: SystemTime,
+    ) -> Self {
+        let parent = TraceContextPropagator::new().extract(&Headers(headers));
+        let remote: SpanContext = parent.span().span_context().clone();
+        let parent_sampled = remote.is_valid() && remote.is_sampled();
+        match tracing {
+            Some(t) => {
+                let span = t
+                    .tracer
+                    .span_builder(names::OPERATION_CHAT)
+                    .with_kind(SpanKind::Server)
+                    .with_start_time(received)
+                    .start_with_context(&t.tracer, &parent);
+                let sc = span.span_context();
+                let ids = TraceIds {
+                    trace_id: sc.trace_id(),
+                    span_id: sc.span_id(),
+                };
+                Self {
+                    cx: parent.with_span(span),
+                    tracer: Some(t.tracer.clone()),
+                    ids,
+                    parent_sampled,
+                    received,
+                }
+            }
+            None => {
+                let ids = RandomIdGenerator::default();
+                let trace_id = if remote.is_valid() {
+                    remote.trace_id()
+                } else {
+                    ids.new_trace_id()
+                };
+                Self {
+                    cx: Context::new(),
+                    tracer: None,
+                    ids: TraceIds {
+                        trace_id,
+                        span_id: ids.new_span_id(),
+                    },
+                    parent_sampled,
+                    received,
+                }
+            }
+        }
+    }
+
+    /// Did the caller's `traceparent` have the sampled flag?
+    pub fn parent_sampled(&self) -> bool {
+        self.parent_sampled
+    }
+
+    /// Writes the record into the span, adds the child spans and ends it. `handoff` is
+    /// when the semantic-log hand-off began and ended, on the request timer's clock.
+    pub fn finish(self, r: &RequestRecord, handoff: (Duration, Duration)) {
+        let Some(tracer) = &self.tracer else { return };
+        let p = &r.phases;
+        let wall = |t: Duration| self.received + t.saturating_sub(p.received);
+        let root = self.cx.span();
+        root.update_name(format!("{} {}", names::OPERATION_CHAT, r.model));
+        root.set_attributes(attributes(r));
+        match r.status {
+            RecordStatus::Ok => {}
+            RecordStatus::Cancelled => {
+                root.set_attribute(KeyValue::new(names::ERROR_TYPE, names::CANCELLED));
+            }
+            RecordStatus::Error => {
+                let kind = r.error_kind.unwrap_or("engine_error");
+                root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
+                root.set_status(Status::error(kind));
+            }
+        }
+
+        let child = |name: &'static str, from: Duration, to: Duration, extra: Vec<KeyValue>| {
+            let mut span = tracer
+                .span_builder(name)
+                .with_kind(SpanKind::Internal)
+                .with_start_time(wall(from))
+                .with_attributes(extra)
+                .start_with_context(tracer, &self.cx);
+            span.end_with_timestamp(wall(to));
+        };
+        if let Some(first) = p.first_token {
+            let queue = r
+                .timings
+                .queue_ms
+                .map(|ms| KeyValue::new(names::ATTR_QUEUE_MS, ms));
+            child(
+                names::SPAN_QUEUE_AND_PREFILL,
+                p.submitted.unwrap_or(p.received),
+                first,
+                queue.into_iter().collect(),
+            );
+            if let Some(last) = p.last_token.filter(|last| *last > first) {
+                child(names::SPAN_DECODE, first, last, Vec::new());
+            }
+        }
+        child(names::SPAN_SEMLOG_HANDOFF, handoff.0, handoff.1, Vec::new());
+        root.end_with_timestamp(wall(p.ended.max(handoff.1)));
+    }
+}
+
+/// The GenAI semantic-convention attributes of a request, plus llmgate's own.
+fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
+    let mut a = vec![
+        KeyValue::new(names::GEN_AI_OPERATION_NAME, names::OPERATION_CHAT),
+        KeyValue::new(names::GEN_AI_PROVIDER_NAME, names::PROVIDER),
+        KeyValue::new(names::GEN_AI_REQUEST_MODEL, r.model.clone()),
+        KeyValue::new(names::ATTR_REQUEST_ID, r.request_id.clone()),
+        KeyValue::new(names::ATTR_STREAM, r.stream),
+        KeyValue::new(names::ATTR_STATUS, r.status.as_str()),
+        KeyValue::new(names::ATTR_E2E_MS, r.timings.e2e_ms),
+    ];
+    let mut push = |key: &'static str, value: Option<opentelemetry::Value>| {
+        if let Some(value) = value {
+            a.push(KeyValue::new(key, value));
+        }
+    };
+    let params = &r.params;
+    push(
+        names::GEN_AI_REQUEST_SEED,
+        r.seed.map(|s| i64::try_from(s).unwrap_or(i64::MAX).into()),
+    );
+    push(
+        names::GEN_AI_REQUEST_MAX_TOKENS,
+        params.max_tokens.map(|n| i64::from(n).into()),
+    );
+    push(
+        names::GEN_AI_REQUEST_TEMPERATURE,
+        params.temperature.map(Into::into),
+    );
+    push(names::GEN_AI_REQUEST_TOP_P, params.top_p.map(Into::into));
+    if r.status != RecordStatus::Error || r.quality.is_some() {
+        push(
+            names::GEN_AI_RESPONSE_ID,
+            Some(format!("chatcmpl-{}", r.request_id).into()),
+        );
+        push(names::GEN_AI_RESPONSE_MODEL, Some(r.model.clone().into()));
+        push(
+            names::GEN_AI_USAGE_INPUT_TOKENS,
+            Some(i64::from(r.usage.prompt_tokens).into()),
+        );
+        push(
+            names::GEN_AI_USAGE_OUTPUT_TOKENS,
+            Some(i64::from(r.usage.completion_tokens).into()),
+        );
+    }
+    if let Some(reason) = r.finish_reason {
+        push(
+            names::GEN_AI_RESPONSE_FINISH_REASONS,
+            Some(opentelemetry::Value::Array(
+                vec![opentelemetry::StringValue::from(reason.as_str())].into(),
+            )),
+        );
+    }
+    push(names::ATTR_TTFT_MS, r.timings.ttft_ms.map(Into::into));
+    push(names::ATTR_TPOT_MS, r.timings.tpot_ms.map(Into::into));
+    if let Some(q) = &r.quality {
+        push(names::ATTR_REPETITION_RATE, Some(q.repetition_rate.into()));
+        push(names::ATTR_DEGENERATED, Some(q.degenerated.into()));
+        push(names::ATTR_REFUSAL, Some(q.refusal.into()));
+        push(names::ATTR_INTENT, Some(q.intent.clone().into()));
+    }
+    a
+}
