@@ -8,16 +8,11 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use common::otlp::{string, Collector};
 use common::{chat_body, eventually, scripted, start, start_traced, test_config, MODEL};
 use futures_util::StreamExt;
 use llmgate::engine::scripted::Script;
 use llmgate::engine::EngineError;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -243,68 +238,6 @@ fn promtool_check(exposition: &str) -> (bool, String) {
         String::from_utf8_lossy(&output.stderr)
     );
     (output.status.success(), text)
-}
-
-/// An OTLP/gRPC trace collector that keeps every span it receives.
-#[derive(Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<Span>>>,
-    service_names: Arc<Mutex<Vec<String>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        for resource_spans in request.into_inner().resource_spans {
-            if let Some(resource) = resource_spans.resource {
-                for kv in resource.attributes {
-                    if kv.key == "service.name" {
-                        self.service_names
-                            .lock()
-                            .expect("lock")
-                            .push(string(kv.value.and_then(|v| v.value)));
-                    }
-                }
-            }
-            for scope in resource_spans.scope_spans {
-                self.spans.lock().expect("lock").extend(scope.spans);
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-impl Collector {
-    async fn start() -> (Self, String) {
-        let collector = Collector::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-        let service = TraceServiceServer::new(collector.clone());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        (collector, endpoint)
-    }
-
-    fn spans(&self) -> Vec<Span> {
-        self.spans.lock().expect("lock").clone()
-    }
-}
-
-fn string(value: Option<Value>) -> String {
-    match value {
-        Some(Value::StringValue(s)) => s,
-        other => format!("{other:?}"),
-    }
 }
 
 fn attribute(span: &Span, key: &str) -> Option<Value> {

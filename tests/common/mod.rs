@@ -2,6 +2,8 @@
 //! injected engine, clock and observer.
 #![allow(dead_code)]
 
+pub mod otlp;
+
 use std::net::TcpListener;
 use std::sync::Arc;
 
