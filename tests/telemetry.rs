@@ -138,6 +138,26 @@ async fn metrics_count_every_outcome_and_pass_promtool() {
     assert_eq!(requests("error", "none", "invalid_value"), 1.0, "{text}");
     assert_eq!(requests("error", "none", "engine_error"), 1.0, "{text}");
     assert_eq!(requests("cancelled", "none", "cancelled"), 1.0, "{text}");
+    // The model label takes configured values only: another model's request is "none".
+    let other = client
+        .post(server.url("/v1/chat/completions"))
+        .json(
+            &serde_json::json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(other.status(), 404);
+    let text = scrape(&server.base, None).await.1;
+    assert_eq!(
+        value(
+            &text,
+            "llmgate_requests_total{model=\"none\",status=\"error\",finish_reason=\"none\",error_type=\"model_not_found\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(!text.contains("gpt-4o"));
 
     // Token counts: 3 (success) + 2 (failure) + the cancelled request's tokens.
     let cancelled_tokens = server

@@ -73,9 +73,14 @@ fn record_refusal(
     let timer = RequestTimer::start(t_recv);
     let timings = timer.finish(state.clock.now(), 0, None);
     let t_end = t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
+    // A request for another model is not counted under the served one.
+    let model = match error {
+        ApiError::ModelNotFound(_) => crate::telemetry::names::MODEL_NONE.to_owned(),
+        _ => state.limits.served_model.clone(),
+    };
     let record = RequestRecord {
         request_id,
-        model: state.limits.served_model.clone(),
+        model,
         stream: false,
         status: Status::Error,
         error_kind: Some(error.kind()),
