@@ -393,6 +393,88 @@ mod tests {
         assert_eq!(p.decide(&outcome(1)), (false, TraceReason::SampledOut));
     }
 
+    /// An exporter that keeps what it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Keep(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Keep {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().expect("lock").extend(batch);
+            Ok(())
+        }
+    }
+
+    /// Runs one request-shaped trace (root + `children` children, all fast and
+    /// successful) through a sampler with the given bounds; returns the exported span
+    /// names and the metrics exposition.
+    fn run_trace(bounds: Bounds, children: usize) -> (Vec<String>, String) {
+        use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
+        let metrics = Arc::new(Metrics::new("m"));
+        let kept = Keep::default();
+        let exporter = kept.clone();
+        let sampler = TailSampler::start(
+            policy(1.0),
+            bounds,
+            Resource::builder_empty().build(),
+            Arc::clone(&metrics),
+            move || Ok(exporter),
+        )
+        .expect("sampler");
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(sampler)
+            .build();
+        let tracer = provider.tracer("test");
+        let root = tracer.start("chat m");
+        let cx = Context::new().with_span(root);
+        for i in 0..children {
+            let mut child = tracer.start_with_context(format!("child {i}"), &cx);
+            child.end();
+        }
+        cx.span().end();
+        let _ = provider.shutdown();
+        let mut names: Vec<String> = kept
+            .0
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|s| s.name.to_string())
+            .collect();
+        names.sort();
+        let text = metrics
+            .encode(super::super::metrics::ExpositionFormat::Prometheus)
+            .expect("encode");
+        (names, text)
+    }
+
+    #[test]
+    fn held_spans_are_bounded_and_the_root_is_still_decided() {
+        let bounds = Bounds {
+            max_held_spans: 1,
+            export_queue_spans: 100,
+        };
+        let (names, text) = run_trace(bounds, 3);
+        assert_eq!(names, ["chat m", "child 0"]);
+        assert!(
+            text.contains("llmgate_trace_spans_dropped_total{reason=\"buffer_full\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("llmgate_traces_sampled_total{reason=\"ratio\"} 1"));
+    }
+
+    #[test]
+    fn a_trace_that_does_not_fit_the_export_queue_is_dropped_whole() {
+        let bounds = Bounds {
+            max_held_spans: 100,
+            export_queue_spans: 2,
+        };
+        let (names, text) = run_trace(bounds, 2);
+        assert!(names.is_empty(), "{names:?}");
+        assert!(
+            text.contains("llmgate_traces_dropped_total{reason=\"queue_full\"} 1"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn the_ratio_keeps_about_its_share_of_random_trace_ids() {
         use rand_chacha::rand_core::{RngCore, SeedableRng};
