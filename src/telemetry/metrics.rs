@@ -306,7 +306,40 @@ impl Metrics {
                 m.gpu_memory.clone(),
             );
         }
+        m.create_zero_series();
         Self { registry, ..m }
+    }
+
+    /// Creates every series whose labels are known up front, at zero, so that rates and
+    /// alerts see a 0 rather than no data before the first event.
+    fn create_zero_series(&self) {
+        let served = ModelLabel {
+            model: self.model.clone(),
+        };
+        for counters in [
+            &self.prompt_tokens,
+            &self.generation_tokens,
+            &self.refusals,
+            &self.degenerations,
+        ] {
+            drop(counters.get_or_create(&served));
+        }
+        for histograms in [&self.ttft, &self.tpot, &self.e2e] {
+            drop(histograms.get_or_create(&served));
+        }
+        for histograms in [&self.itl, &self.queue, &self.repetition] {
+            drop(histograms.get_or_create(&served));
+        }
+        use TraceReason as R;
+        for reason in [R::Error, R::Slow, R::Parent, R::Ratio] {
+            drop(self.traces_sampled.get_or_create(&reason.into()));
+        }
+        for reason in [R::SampledOut, R::QueueFull, R::ExportFailed] {
+            drop(self.traces_dropped.get_or_create(&reason.into()));
+        }
+        for reason in [R::BufferFull, R::Late] {
+            drop(self.trace_spans_dropped.get_or_create(&reason.into()));
+        }
     }
 
     /// Counts one finished request. `exemplar` is the trace id to attach to its latency
