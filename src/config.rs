@@ -15,6 +15,7 @@ use serde::Deserialize;
 use crate::quality::intent::IntentClassifier;
 use crate::quality::refusal::RefusalDetector;
 use crate::quality::{GuardConfig, QualitySettings};
+use crate::semlog::config::{FileSemlog, SemlogArgs, SemlogConfig};
 
 /// The default model: SmolLM2-135M-Instruct, Q4_1 GGUF, fetched by `scripts/fetch-model`.
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -27,6 +28,7 @@ pub struct Config {
     pub quality: QualityConfig,
     pub logging: LoggingConfig,
     pub telemetry: TelemetryConfig,
+    pub semlog: SemlogConfig,
 }
 
 /// Trace sampling. The exporter itself is configured by the standard `OTEL_*`
@@ -101,7 +103,7 @@ pub enum LogFormat {
 /// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML file with [server], [engine], [quality], [logging] and [telemetry] tables.
+    /// TOML file with [server], [engine], [quality], [logging], [telemetry] and [semlog] tables.
     #[arg(long, env = "LLMGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:8080].
@@ -176,6 +178,8 @@ pub struct ServeArgs {
     /// Spans queued for the exporter, at most [default: 2048].
     #[arg(long, env = "LLMGATE_TRACE_EXPORT_QUEUE")]
     pub trace_export_queue: Option<usize>,
+    #[command(flatten)]
+    pub semlog: SemlogArgs,
 }
 
 /// The optional TOML file; every field may be omitted.
@@ -192,6 +196,8 @@ struct FileConfig {
     logging: FileLogging,
     #[serde(default)]
     telemetry: FileTelemetry,
+    #[serde(default)]
+    semlog: FileSemlog,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -351,6 +357,11 @@ const NAMES: &[(&str, &str, &str)] = &[
         "trace-export-queue",
         "LLMGATE_TRACE_EXPORT_QUEUE",
     ),
+    ("es_url", "es-url", "LLMGATE_ES_URL"),
+    ("es_username", "es-username", "LLMGATE_ES_USERNAME"),
+    ("es_api_key", "es-api-key", "LLMGATE_ES_API_KEY"),
+    ("namespace", "semlog-namespace", "LLMGATE_SEMLOG_NAMESPACE"),
+    ("redaction_key", "redaction-key", "LLMGATE_REDACTION_KEY"),
 ];
 
 impl Config {
@@ -447,6 +458,8 @@ impl Config {
                     .unwrap_or_else(|| "info".to_owned()),
             },
             telemetry: telemetry_config(args, file.telemetry),
+            semlog: SemlogConfig::resolve(&args.semlog, file.semlog)
+                .map_err(|(setting, message)| ConfigError::invalid(setting, message))?,
         };
         config.validate()?;
         Ok(config)

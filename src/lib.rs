@@ -41,6 +41,7 @@ pub mod fingerprint;
 pub mod quality;
 pub mod record;
 pub mod replay;
+pub mod semlog;
 pub mod stream;
 pub mod telemetry;
 pub mod timing;

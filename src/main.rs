@@ -11,7 +11,8 @@ use clap::{Parser, Subcommand};
 use llmgate::clock::MonotonicClock;
 use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::mistral::{MistralEngine, MistralSettings};
-use llmgate::record::LogObserver;
+use llmgate::record::{FanOut, LogObserver};
+use llmgate::semlog::{Semlog, DEFAULT_PACING};
 use llmgate::telemetry::logs::Logging;
 use llmgate::telemetry::metrics::Metrics;
 use llmgate::telemetry::trace::{TraceSettings, Tracing};
@@ -161,14 +162,25 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         tracing::info!("No OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT); traces are off.");
         None
     };
+    let semlog = Arc::new(
+        Semlog::start(&config.semlog, Arc::clone(&metrics), DEFAULT_PACING)
+            .map_err(|e| anyhow::anyhow!("semantic log (semlog): {e}"))?,
+    );
+    match &config.semlog.elasticsearch {
+        Some(es) => tracing::info!(
+            target_url = es.url.as_deref().unwrap_or("Elastic Cloud"),
+            data_stream = %format!("logs-llmgate.requests-{}", config.semlog.namespace),
+            "Semantic logs go to Elasticsearch."
+        ),
+        None => tracing::info!(
+            dir = %config.semlog.data_dir.join("semlog").display(),
+            "No Elasticsearch configured; semantic logs go to NDJSON files."
+        ),
+    }
+    let records = FanOut(vec![Arc::new(LogObserver), semlog.clone()]);
     let telemetry = Arc::new(
-        Telemetry::new(
-            metrics,
-            tracing,
-            trace_settings.policy,
-            Arc::new(LogObserver),
-        )
-        .with_log_drops(logging.drop_counter()),
+        Telemetry::new(metrics, tracing, trace_settings.policy, Arc::new(records))
+            .with_log_drops(logging.drop_counter()),
     );
     let state = AppState::new(
         &config,
@@ -183,6 +195,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         "Listening; the model is loading."
     );
     llmgate::serve(web::Data::new(state), listener, config.server.workers)?.await?;
+    semlog.shutdown(std::time::Duration::from_secs(15)).await;
     telemetry.shutdown();
     tracing::info!("Stopped.");
     Ok(())

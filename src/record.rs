@@ -4,7 +4,7 @@
 //! request's trace.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -59,6 +59,12 @@ pub struct RequestRecord {
     pub phases: Phases,
     /// Every gap between consecutive content frames: one ITL histogram sample each.
     pub itl_gaps: Vec<Duration>,
+    /// Wall-clock time of `t_recv`: the document's `@timestamp`.
+    pub received_at: SystemTime,
+    /// The last user message, unredacted: only `semlog` reads it, through the redactor.
+    pub prompt: Option<String>,
+    /// The answer, unredacted: only `semlog` reads it, through the redactor.
+    pub response: Option<String>,
 }
 
 /// The sampling parameters a request set, as the GenAI span attributes report them.
@@ -81,6 +87,20 @@ pub struct Report {
 /// Receives every finished request's record. Must not block: it runs on the response path.
 pub trait RequestObserver: Send + Sync + 'static {
     fn observe(&self, record: &RequestRecord);
+
+    /// What the observer holds but has not delivered yet (for the metrics).
+    fn backlog(&self) -> Backlog {
+        Backlog::default()
+    }
+}
+
+/// Records an observer holds but has not delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Documents in the in-memory queue.
+    pub queued: usize,
+    /// Bytes in the on-disk spool.
+    pub spooled_bytes: u64,
 }
 
 /// Writes one structured log line per request.
@@ -125,6 +145,16 @@ impl RequestObserver for FanOut {
         for observer in &self.0 {
             observer.observe(record);
         }
+    }
+
+    fn backlog(&self) -> Backlog {
+        self.0.iter().fold(Backlog::default(), |sum, o| {
+            let b = o.backlog();
+            Backlog {
+                queued: sum.queued + b.queued,
+                spooled_bytes: sum.spooled_bytes + b.spooled_bytes,
+            }
+        })
     }
 }
 

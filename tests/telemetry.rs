@@ -5,9 +5,10 @@
 mod common;
 
 use std::io::Write as _;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::logs::captured_logs;
 use common::otlp::{string, Collector};
 use common::{chat_body, eventually, scripted, start, start_traced, test_config, MODEL};
 use futures_util::StreamExt;
@@ -266,38 +267,6 @@ fn attribute(span: &Span, key: &str) -> Option<Value> {
         .find(|kv| kv.key == key)
         .and_then(|kv| kv.value.clone())
         .and_then(|v| v.value)
-}
-
-/// Log lines written by the global JSON subscriber of this test binary.
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buffer);
-        let writer = move || SharedWriter(Arc::clone(&sink));
-        tracing_subscriber::registry()
-            .with(tracing_subscriber::EnvFilter::new("llmgate=debug"))
-            .with(llmgate::telemetry::logs::json_layer(writer))
-            .try_init()
-            .expect("the only subscriber of this test binary");
-        buffer
-    })
-    .clone()
-}
-
-struct SharedWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";

@@ -96,6 +96,9 @@ fn record_refusal(
         trace: trace.ids,
         phases: timer.phases(t_end),
         itl_gaps: Vec::new(),
+        received_at: trace.received_at(),
+        prompt: None,
+        response: None,
     };
     state
         .telemetry
@@ -145,6 +148,7 @@ async fn handle(
         .find(|m| m.role == Role::User)
         .map_or("", |m| m.content.as_str());
     let quality = QualityTracker::new(&state.quality, prompt);
+    let prompt = prompt.to_owned();
     let seed = chat.generation.sampling.seed;
     let params = RequestParams {
         max_tokens: Some(chat.generation.max_tokens),
@@ -170,6 +174,7 @@ async fn handle(
         system_fingerprint: info.system_fingerprint,
         prompt_tokens: generation.prompt_tokens,
         params,
+        prompt,
     };
     let meta = ResponseMeta {
         id: format!("chatcmpl-{request_id}"),

@@ -35,6 +35,8 @@ pub struct RunInfo {
     pub system_fingerprint: String,
     pub prompt_tokens: u32,
     pub params: RequestParams,
+    /// The last user message, for the semantic log's redacted excerpt.
+    pub prompt: String,
 }
 
 /// One admitted request on its way through the engine. If it is dropped before
@@ -178,6 +180,9 @@ impl Run {
             trace: trace.ids,
             phases,
             itl_gaps: self.timer.gaps().to_vec(),
+            received_at: trace.received_at(),
+            prompt: Some(std::mem::take(&mut info.prompt)),
+            response: Some(self.quality.text().to_owned()),
         };
         self.telemetry
             .request_ended(&record, trace, self.clock.as_ref());

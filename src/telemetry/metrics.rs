@@ -59,6 +59,28 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+/// What happened to semantic-log documents (one counter each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemlogEvent {
+    /// Handed to the in-memory queue.
+    Queued,
+    /// Accepted by Elasticsearch (or written to the files).
+    Indexed,
+    /// Answered 409: already indexed (a retry after a lost answer).
+    Duplicate,
+    /// Sent again after a 429 or 5xx.
+    Retried,
+    /// Refused for good and written to the dead-letter file.
+    DeadLettered,
+    /// Written to the disk spool.
+    Spooled,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabel {
     gpu: String,
 }
@@ -68,6 +90,14 @@ struct GpuLabel {
 struct TraceExemplar {
     trace_id: String,
 }
+
+/// The `reason` values of `llmgate_semlog_dropped_total`.
+pub const SEMLOG_DROP_REASONS: [&str; 4] = [
+    "spool_full",
+    "spool_error",
+    "encode_error",
+    "dead_letter_error",
+];
 
 /// Why a trace was kept or dropped (the `reason` label of the trace counters).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -134,6 +164,10 @@ pub struct Snapshot {
     pub gpu_memory_used_bytes: Vec<(u32, u64)>,
     /// Log lines the non-blocking writer dropped since start.
     pub log_lines_dropped: u64,
+    /// Semantic-log documents in the in-memory queue.
+    pub semlog_queue_depth: usize,
+    /// Bytes in the semantic-log spool.
+    pub semlog_spooled_bytes: u64,
 }
 
 pub struct Metrics {
@@ -157,6 +191,12 @@ pub struct Metrics {
     log_lines_dropped: Counter,
     /// The writer's cumulative drop count at the last scrape, to turn it into increments.
     log_lines_dropped_seen: AtomicU64,
+    semlog: [Counter; 6],
+    semlog_dropped: Family<ReasonLabel, Counter>,
+    semlog_redactions: Family<KindLabel, Counter>,
+    semlog_bulk_latency: Histogram,
+    semlog_queue_depth: Gauge,
+    semlog_spooled_bytes: Gauge,
     running: Gauge,
     waiting: Gauge,
     in_flight: Gauge,
@@ -194,6 +234,12 @@ impl Metrics {
             trace_spans_dropped: Family::default(),
             log_lines_dropped: Counter::default(),
             log_lines_dropped_seen: AtomicU64::new(0),
+            semlog: Default::default(),
+            semlog_dropped: Family::default(),
+            semlog_redactions: Family::default(),
+            semlog_bulk_latency: Histogram::new(REQUEST_BUCKETS.iter().copied()),
+            semlog_queue_depth: Gauge::default(),
+            semlog_spooled_bytes: Gauge::default(),
             running: Gauge::default(),
             waiting: Gauge::default(),
             in_flight: Gauge::default(),
@@ -277,6 +323,61 @@ impl Metrics {
             "Log lines dropped because the log writer's queue was full",
             m.log_lines_dropped.clone(),
         );
+        let semlog_help = [
+            (
+                names::SEMLOG_QUEUED,
+                "Semantic-log documents handed to the indexer queue",
+            ),
+            (
+                names::SEMLOG_INDEXED,
+                "Semantic-log documents accepted by the sink",
+            ),
+            (
+                names::SEMLOG_DUPLICATES,
+                "Semantic-log documents Elasticsearch already had (409)",
+            ),
+            (
+                names::SEMLOG_RETRIED,
+                "Semantic-log documents sent again after a 429 or 5xx",
+            ),
+            (
+                names::SEMLOG_DEAD_LETTERED,
+                "Semantic-log documents refused for good, in the dead-letter file",
+            ),
+            (
+                names::SEMLOG_SPOOLED,
+                "Semantic-log documents written to the disk spool",
+            ),
+        ];
+        for ((name, help), counter) in semlog_help.into_iter().zip(&m.semlog) {
+            r.register(name, help, counter.clone());
+        }
+        r.register(
+            names::SEMLOG_DROPPED,
+            "Semantic-log documents lost, by reason (queue and spool both full, I/O error)",
+            m.semlog_dropped.clone(),
+        );
+        r.register(
+            names::SEMLOG_REDACTIONS,
+            "Values redacted from semantic logs, by kind",
+            m.semlog_redactions.clone(),
+        );
+        r.register(
+            names::SEMLOG_BULK_LATENCY,
+            "Duration of each Elasticsearch bulk request",
+            m.semlog_bulk_latency.clone(),
+        );
+        r.register(
+            names::SEMLOG_QUEUE_DEPTH,
+            "Semantic-log documents waiting in memory",
+            m.semlog_queue_depth.clone(),
+        );
+        r.register_with_unit(
+            names::SEMLOG_SPOOLED_BYTES,
+            "Bytes of semantic-log documents waiting in the disk spool",
+            Unit::Bytes,
+            m.semlog_spooled_bytes.clone(),
+        );
         r.register(
             names::REQUESTS_RUNNING,
             "Sequences the engine is working on",
@@ -339,6 +440,14 @@ impl Metrics {
         }
         for reason in [R::BufferFull, R::Late] {
             drop(self.trace_spans_dropped.get_or_create(&reason.into()));
+        }
+        for reason in SEMLOG_DROP_REASONS {
+            drop(self.semlog_dropped.get_or_create(&ReasonLabel { reason }));
+        }
+        for kind in crate::semlog::redact::Kind::ALL {
+            drop(self.semlog_redactions.get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            }));
         }
     }
 
@@ -433,6 +542,39 @@ impl Metrics {
             .inc();
     }
 
+    pub fn semlog_count(&self, event: SemlogEvent, n: u64) {
+        let index = match event {
+            SemlogEvent::Queued => 0,
+            SemlogEvent::Indexed => 1,
+            SemlogEvent::Duplicate => 2,
+            SemlogEvent::Retried => 3,
+            SemlogEvent::DeadLettered => 4,
+            SemlogEvent::Spooled => 5,
+        };
+        self.semlog[index].inc_by(n);
+    }
+
+    /// Counts a lost document; `reason` is one of [`SEMLOG_DROP_REASONS`].
+    pub fn semlog_dropped(&self, reason: &'static str) {
+        self.semlog_dropped
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    pub fn semlog_redactions(&self, counts: &crate::semlog::redact::RedactionCounts) {
+        for (kind, n) in counts.iter() {
+            self.semlog_redactions
+                .get_or_create(&KindLabel {
+                    kind: kind.as_str(),
+                })
+                .inc_by(u64::from(n));
+        }
+    }
+
+    pub fn semlog_bulk_latency(&self, took: std::time::Duration) {
+        self.semlog_bulk_latency.observe(took.as_secs_f64());
+    }
+
     /// Copies point-in-time readings into the gauges.
     pub fn refresh(&self, s: &Snapshot) {
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -449,6 +591,9 @@ impl Metrics {
                 })
                 .set(gauge(*used));
         }
+        self.semlog_queue_depth
+            .set(gauge(s.semlog_queue_depth as u64));
+        self.semlog_spooled_bytes.set(gauge(s.semlog_spooled_bytes));
         let seen = self
             .log_lines_dropped_seen
             .fetch_max(s.log_lines_dropped, Ordering::Relaxed);

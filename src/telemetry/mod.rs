@@ -141,7 +141,10 @@ impl Telemetry {
 
     /// Copies the point-in-time readings into the gauges before a scrape.
     pub fn refresh(&self, running: usize, waiting: usize, in_flight: usize) {
+        let backlog = self.semlog.backlog();
         self.metrics.refresh(&Snapshot {
+            semlog_queue_depth: backlog.queued,
+            semlog_spooled_bytes: backlog.spooled_bytes,
             running,
             waiting,
             in_flight,

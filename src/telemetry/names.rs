@@ -23,6 +23,20 @@ pub const TRACES_DROPPED: &str = "traces_dropped";
 pub const TRACE_SPANS_DROPPED: &str = "trace_spans_dropped";
 pub const LOG_LINES_DROPPED: &str = "log_lines_dropped";
 
+// The semantic-log pipeline.
+pub const SEMLOG_QUEUED: &str = "semlog_queued";
+pub const SEMLOG_INDEXED: &str = "semlog_indexed";
+pub const SEMLOG_DUPLICATES: &str = "semlog_duplicates";
+pub const SEMLOG_RETRIED: &str = "semlog_retried";
+pub const SEMLOG_DEAD_LETTERED: &str = "semlog_dead_lettered";
+pub const SEMLOG_SPOOLED: &str = "semlog_spooled";
+pub const SEMLOG_DROPPED: &str = "semlog_dropped";
+pub const SEMLOG_REDACTIONS: &str = "semlog_redactions";
+pub const SEMLOG_BULK_LATENCY: &str = "semlog_bulk_latency_seconds";
+pub const SEMLOG_QUEUE_DEPTH: &str = "semlog_queue_depth";
+// Registered with the unit `bytes`, so exported as `..._bytes`.
+pub const SEMLOG_SPOOLED_BYTES: &str = "semlog_spool";
+
 // Gauges, refreshed at each scrape.
 pub const REQUESTS_RUNNING: &str = "requests_running";
 pub const REQUESTS_WAITING: &str = "requests_waiting";

@@ -218,6 +218,11 @@ impl RequestTrace {
         }
     }
 
+    /// Wall-clock time of `t_recv`.
+    pub fn received_at(&self) -> SystemTime {
+        self.received
+    }
+
     /// Did the caller's `traceparent` have the sampled flag?
     pub fn parent_sampled(&self) -> bool {
         self.parent_sampled

@@ -2,6 +2,8 @@
 //! injected engine, clock and observer.
 #![allow(dead_code)]
 
+pub mod es;
+pub mod logs;
 pub mod otlp;
 
 use std::net::TcpListener;
@@ -13,7 +15,9 @@ use llmgate::clock::{ManualClock, MonotonicClock, SharedClock};
 use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::scripted::{Script, ScriptedEngine};
 use llmgate::engine::{Engine, ModelInfo};
-use llmgate::record::{CollectingObserver, FanOut, LogObserver};
+use llmgate::record::{CollectingObserver, FanOut, LogObserver, RequestObserver};
+use llmgate::semlog::indexer::Pacing;
+use llmgate::semlog::Semlog;
 use llmgate::telemetry::metrics::Metrics;
 use llmgate::telemetry::trace::{TraceSettings, Tracing};
 use llmgate::telemetry::Telemetry;
@@ -25,6 +29,8 @@ pub struct TestServer {
     pub base: String,
     pub observer: Arc<CollectingObserver>,
     pub telemetry: Arc<Telemetry>,
+    /// The semantic-log pipeline, when the server was started with one.
+    pub semlog: Option<Arc<Semlog>>,
     handle: ServerHandle,
 }
 
@@ -35,6 +41,16 @@ impl TestServer {
 
     pub async fn stop(self) {
         self.handle.stop(false).await;
+    }
+
+    /// Stops like the binary does: HTTP first, then the semantic log drains (to the
+    /// cluster or the spool), then traces are flushed.
+    pub async fn shut_down(self) {
+        self.handle.stop(true).await;
+        if let Some(semlog) = &self.semlog {
+            semlog.shutdown(std::time::Duration::from_secs(10)).await;
+        }
+        self.telemetry.shutdown();
     }
 }
 
@@ -83,15 +99,51 @@ pub async fn start_with_clock(
 /// Starts the server exporting traces over OTLP/gRPC to `endpoint`, sampled as `config`'s
 /// `[telemetry]` table says.
 pub async fn start_traced(engine: Arc<dyn Engine>, config: &Config, endpoint: &str) -> TestServer {
+    start_with(engine, config, Some(endpoint), None).await
+}
+
+/// Pacing for tests: small batches soon, quick retries.
+pub const TEST_PACING: Pacing = Pacing {
+    batch_docs: 500,
+    batch_bytes: 5 << 20,
+    batch_age: std::time::Duration::from_millis(50),
+    base_backoff: std::time::Duration::from_millis(20),
+    max_backoff: std::time::Duration::from_millis(200),
+    attempts: 3,
+};
+
+/// Starts the server with the request log line, optionally traces to `otlp` and the
+/// semantic-log pipeline as `config`'s `[semlog]` table says (when `semlog` is given).
+pub async fn start_with(
+    engine: Arc<dyn Engine>,
+    config: &Config,
+    otlp: Option<&str>,
+    semlog: Option<Pacing>,
+) -> TestServer {
     let observer = Arc::new(CollectingObserver::default());
     let metrics = Arc::new(Metrics::new(MODEL));
     let settings = TraceSettings::from(&config.telemetry);
-    let tracing = Tracing::grpc(endpoint, &settings, Arc::clone(&metrics)).expect("tracing");
+    let tracing = otlp
+        .map(|endpoint| Tracing::grpc(endpoint, &settings, Arc::clone(&metrics)).expect("tracing"));
+    let semlog = semlog.map(|pacing| {
+        Arc::new(Semlog::start(&config.semlog, Arc::clone(&metrics), pacing).expect("semlog"))
+    });
     // The request log line too, so log lines can be checked against spans.
-    let records = Arc::new(FanOut(vec![observer.clone(), Arc::new(LogObserver)]));
-    let telemetry = Telemetry::new(metrics, Some(tracing), settings.policy, records);
+    let mut observers: Vec<Arc<dyn RequestObserver>> =
+        vec![observer.clone(), Arc::new(LogObserver)];
+    if let Some(semlog) = &semlog {
+        observers.push(semlog.clone());
+    }
+    let telemetry = Telemetry::new(
+        metrics,
+        tracing,
+        settings.policy,
+        Arc::new(FanOut(observers)),
+    );
     let clock = Arc::new(MonotonicClock::new());
-    start_with_telemetry(engine, config, clock, observer, telemetry).await
+    let mut server = start_with_telemetry(engine, config, clock, observer, telemetry).await;
+    server.semlog = semlog;
+    server
 }
 
 async fn start_with_telemetry(
@@ -112,6 +164,7 @@ async fn start_with_telemetry(
         base,
         observer,
         telemetry,
+        semlog: None,
         handle,
     }
 }

@@ -1,0 +1,187 @@
+//! The semantic-log pipeline under load, against the in-test Elasticsearch
+//! (tests/common/es.rs):
+//!
+//! 1. the cluster is down for a minute while documents arrive at a steady rate: resident
+//!    memory, queue and spool are sampled every 5 s;
+//! 2. the cluster comes back: how fast the spool drains into it (documents/s), and
+//!    whether every document arrived exactly once;
+//! 3. the request-path cost of one hand-off (build, redact, encode, `try_send`).
+//!
+//! `cargo bench --bench semlog` runs it in full; `cargo test` runs a seconds-long smoke
+//! version (`--bench` absent).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::es::FakeEs;
+use llmgate::config::{Config, ServeArgs};
+use llmgate::engine::{FinishReason, Usage};
+use llmgate::quality::Quality;
+use llmgate::record::{RequestObserver, RequestParams, RequestRecord, Status};
+use llmgate::semlog::Semlog;
+use llmgate::telemetry::metrics::{resident_memory_bytes, Metrics};
+use llmgate::telemetry::trace::TraceIds;
+use llmgate::timing::{Phases, Timings};
+
+fn record(i: usize) -> RequestRecord {
+    RequestRecord {
+        request_id: format!("bench-{i:08}"),
+        model: common::MODEL.into(),
+        stream: true,
+        status: Status::Ok,
+        error_kind: None,
+        finish_reason: Some(FinishReason::Stop),
+        usage: Usage {
+            prompt_tokens: 40,
+            completion_tokens: 64,
+        },
+        timings: Timings {
+            ttft_ms: Some(540.0),
+            engine_ttft_ms: Some(538.0),
+            tpot_ms: Some(23.5),
+            e2e_ms: 2020.0,
+            queue_ms: Some(1.0),
+            itl_ms: None,
+            tokens_per_second: Some(31.7),
+            output_tokens: 64,
+        },
+        quality: Some(Quality {
+            repetition_rate: 0.12,
+            degenerated: false,
+            refusal: false,
+            intent: "general".into(),
+        }),
+        input_hash: Some("a".repeat(64)),
+        output_hash: Some("b".repeat(64)),
+        seed: None,
+        system_fingerprint: Some("fp_0123456789abcdef".into()),
+        params: RequestParams::default(),
+        trace: TraceIds {
+            trace_id: opentelemetry::trace::TraceId::from(i as u128 + 1),
+            span_id: opentelemetry::trace::SpanId::from(i as u64 + 1),
+        },
+        phases: Phases::default(),
+        itl_gaps: Vec::new(),
+        received_at: SystemTime::now(),
+        prompt: Some(format!(
+            "Hi, I am customer {i}, reach me at user{i}@example.com or +44 20 7946 0958. \
+             Please summarise the attached quarterly report in three bullet points and \
+             suggest two follow-up questions for the finance team."
+        )),
+        response: Some(
+            "Here is a summary of the report: revenue grew 12% year over year, costs were \
+             flat, and the outlook for the next quarter is cautious. Follow-up questions: \
+             what drove the revenue growth, and which costs can still be reduced?"
+                .repeat(3),
+        ),
+    }
+}
+
+fn config(es: &FakeEs, dir: &std::path::Path) -> Config {
+    let text = format!(
+        "[engine]\nmodel_id = \"{}\"\n[semlog]\ndata_dir = \"{}\"\nes_url = \"{}\"\nqueue_capacity = 10000\n",
+        common::MODEL,
+        dir.display(),
+        es.url
+    );
+    Config::from_toml(&ServeArgs::default(), &text).expect("config")
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (outage, rate) = if full {
+        (Duration::from_secs(60), 1000u32)
+    } else {
+        (Duration::from_secs(2), 200)
+    };
+    let es = FakeEs::not_yet();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = Arc::new(Metrics::new(common::MODEL));
+    let semlog = Semlog::start(
+        &config(&es, dir.path()).semlog,
+        Arc::clone(&metrics),
+        // Retry at most every 2 s, so the drain starts soon after the cluster is back.
+        llmgate::semlog::indexer::Pacing {
+            max_backoff: Duration::from_secs(2),
+            ..llmgate::semlog::DEFAULT_PACING
+        },
+    )
+    .expect("semlog");
+
+    // 1. Cluster down, steady load.
+    let rss_before = resident_memory_bytes().unwrap_or(0);
+    println!(
+        "cluster down for {} s at {rate} documents/s; resident memory at start {:.1} MiB",
+        outage.as_secs(),
+        mib(rss_before)
+    );
+    let started = Instant::now();
+    let mut sent = 0usize;
+    let mut handoff = Duration::ZERO;
+    let mut next_sample = Duration::from_secs(5);
+    let tick = Duration::from_secs(1) / rate;
+    while started.elapsed() < outage {
+        let r = record(sent);
+        let t = Instant::now();
+        semlog.observe(&r);
+        handoff += t.elapsed();
+        sent += 1;
+        let due = tick * sent as u32;
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        if started.elapsed() >= next_sample {
+            let backlog = semlog.backlog();
+            println!(
+                "  t={:>3} s  sent {sent:>6}  rss {:>6.1} MiB  queue {:>5}  spool {:>6.1} MiB",
+                next_sample.as_secs(),
+                mib(resident_memory_bytes().unwrap_or(0)),
+                backlog.queued,
+                mib(backlog.spooled_bytes)
+            );
+            next_sample += Duration::from_secs(5);
+        }
+    }
+    let rss_after = resident_memory_bytes().unwrap_or(0);
+    println!(
+        "  after the outage: rss {:.1} MiB ({:+.1} MiB), spool {:.1} MiB for {sent} documents",
+        mib(rss_after),
+        mib(rss_after) - mib(rss_before),
+        mib(semlog.backlog().spooled_bytes)
+    );
+    println!(
+        "request-path hand-off (build + redact + encode + try_send/spool): {:.1} µs per document",
+        handoff.as_secs_f64() * 1e6 / sent as f64
+    );
+
+    // 2. Cluster back: drain.
+    let back = Instant::now();
+    es.come_back();
+    let mut first_bulk = None;
+    while es.doc_count() < sent && back.elapsed() < Duration::from_secs(600) {
+        if first_bulk.is_none() && !es.bulks().is_empty() {
+            first_bulk = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let indexed = es.doc_count();
+    let draining = first_bulk.map_or(back.elapsed(), |t| t.elapsed());
+    println!(
+        "cluster back: first bulk after {:.2} s (set-up retry backoff); {indexed} of {sent} documents \
+         indexed in {:.2} s from the first bulk = {:.0} documents/s ({} bulk requests)",
+        (back.elapsed() - draining).as_secs_f64(),
+        draining.as_secs_f64(),
+        indexed as f64 / draining.as_secs_f64(),
+        es.bulks().len()
+    );
+    assert_eq!(indexed, sent, "every document arrives exactly once");
+    semlog.shutdown(Duration::from_secs(10)).await;
+}

@@ -1,0 +1,222 @@
+//! Settings of the semantic-log pipeline: the `[semlog]` table of the TOML file, its
+//! flags and `LLMGATE_*` variables, validated without I/O (reading the CA file happens
+//! when the pipeline starts).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+/// Flags of `llmgate serve` for the semantic log; each also reads an environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SemlogArgs {
+    /// Directory for the NDJSON files, the spool and the dead-letter file [default: data].
+    #[arg(long, env = "LLMGATE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Elasticsearch URL; without it (and without a Cloud id) documents go to files.
+    #[arg(long, env = "LLMGATE_ES_URL")]
+    pub es_url: Option<String>,
+    /// Elastic Cloud id (instead of a URL).
+    #[arg(long, env = "LLMGATE_ES_CLOUD_ID")]
+    pub es_cloud_id: Option<String>,
+    /// User for basic authentication.
+    #[arg(long, env = "LLMGATE_ES_USERNAME")]
+    pub es_username: Option<String>,
+    /// Password for basic authentication.
+    #[arg(long, env = "LLMGATE_ES_PASSWORD", hide_env_values = true)]
+    pub es_password: Option<String>,
+    /// Encoded API key (the `encoded` value Elasticsearch returns).
+    #[arg(long, env = "LLMGATE_ES_API_KEY", hide_env_values = true)]
+    pub es_api_key: Option<String>,
+    /// PEM file of the CA that signed the cluster's certificate.
+    #[arg(long, env = "LLMGATE_ES_CA_CERT")]
+    pub es_ca_cert: Option<PathBuf>,
+    /// Namespace of the data stream logs-llmgate.requests-<namespace> [default: default].
+    #[arg(long, env = "LLMGATE_SEMLOG_NAMESPACE")]
+    pub semlog_namespace: Option<String>,
+    /// Key of the keyed-hash redaction mode (equal values get equal tokens); off if unset.
+    #[arg(long, env = "LLMGATE_REDACTION_KEY", hide_env_values = true)]
+    pub redaction_key: Option<String>,
+}
+
+/// The `[semlog]` table; every field may be omitted.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSemlog {
+    data_dir: Option<PathBuf>,
+    es_url: Option<String>,
+    es_cloud_id: Option<String>,
+    es_username: Option<String>,
+    es_password: Option<String>,
+    es_api_key: Option<String>,
+    es_ca_cert: Option<PathBuf>,
+    es_timeout_secs: Option<u64>,
+    namespace: Option<String>,
+    retention_days: Option<u32>,
+    redaction_key: Option<String>,
+    excerpt_chars: Option<usize>,
+    queue_capacity: Option<usize>,
+    batch_docs: Option<usize>,
+    batch_bytes: Option<usize>,
+    batch_age_ms: Option<u64>,
+    spool_max_bytes: Option<u64>,
+    spool_segment_bytes: Option<u64>,
+    file_max_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SemlogConfig {
+    pub data_dir: PathBuf,
+    /// `None`: documents go to rotating NDJSON files under `data_dir`.
+    pub elasticsearch: Option<EsConfig>,
+    pub namespace: String,
+    /// Keyed-hash redaction when set.
+    pub redaction_key: Option<String>,
+    /// Characters of prompt and response kept in a document, after redaction.
+    pub excerpt_chars: usize,
+    /// Documents waiting in memory for the indexer; beyond it they go to the spool.
+    pub queue_capacity: usize,
+    /// A bulk request is sent at this many documents...
+    pub batch_docs: usize,
+    /// ...or this many bytes...
+    pub batch_bytes: usize,
+    /// ...or when its oldest document has waited this long.
+    pub batch_age: Duration,
+    /// The spool refuses documents beyond this; they are dropped and counted.
+    pub spool_max_bytes: u64,
+    pub spool_segment_bytes: u64,
+    /// The NDJSON files rotate at this size.
+    pub file_max_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EsConfig {
+    pub url: Option<String>,
+    pub cloud_id: Option<String>,
+    pub auth: EsAuth,
+    pub ca_cert: Option<PathBuf>,
+    /// The CA file's contents, read when the pipeline starts.
+    pub ca_cert_pem: Option<Vec<u8>>,
+    pub timeout: Duration,
+    pub retention_days: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EsAuth {
+    None,
+    Basic {
+        username: String,
+        password: String,
+    },
+    /// The base64 `id:api_key` pair, as Elasticsearch's create-API-key answer encodes it.
+    ApiKey(String),
+}
+
+impl SemlogConfig {
+    /// Flags and variables over the file over defaults. Errors name the setting.
+    pub fn resolve(args: &SemlogArgs, file: FileSemlog) -> Result<Self, (&'static str, String)> {
+        let url = args.es_url.clone().or(file.es_url);
+        let cloud_id = args.es_cloud_id.clone().or(file.es_cloud_id);
+        let username = args.es_username.clone().or(file.es_username);
+        let password = args.es_password.clone().or(file.es_password);
+        let api_key = args.es_api_key.clone().or(file.es_api_key);
+        let auth = match (username, password, api_key) {
+            (None, None, None) => EsAuth::None,
+            (None, None, Some(key)) => EsAuth::ApiKey(key),
+            (Some(username), Some(password), None) => EsAuth::Basic { username, password },
+            (Some(_), None, _) | (None, Some(_), _) => {
+                return Err((
+                    "semlog.es_username",
+                    "basic authentication needs both es_username and es_password".into(),
+                ))
+            }
+            (Some(_), Some(_), Some(_)) => {
+                return Err((
+                    "semlog.es_api_key",
+                    "set either an API key or a user and password, not both".into(),
+                ))
+            }
+        };
+        let elasticsearch = (url.is_some() || cloud_id.is_some()).then(|| EsConfig {
+            url,
+            cloud_id,
+            auth: auth.clone(),
+            ca_cert: args.es_ca_cert.clone().or(file.es_ca_cert),
+            ca_cert_pem: None,
+            timeout: Duration::from_secs(file.es_timeout_secs.unwrap_or(30)),
+            retention_days: file.retention_days.unwrap_or(30),
+        });
+        if elasticsearch.is_none() && auth != EsAuth::None {
+            return Err((
+                "semlog.es_url",
+                "credentials are set but no Elasticsearch URL or Cloud id".into(),
+            ));
+        }
+        let config = Self {
+            data_dir: args
+                .data_dir
+                .clone()
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("data")),
+            elasticsearch,
+            namespace: args
+                .semlog_namespace
+                .clone()
+                .or(file.namespace)
+                .unwrap_or_else(|| "default".to_owned()),
+            redaction_key: args.redaction_key.clone().or(file.redaction_key),
+            excerpt_chars: file.excerpt_chars.unwrap_or(512),
+            queue_capacity: file.queue_capacity.unwrap_or(10_000),
+            batch_docs: file.batch_docs.unwrap_or(500),
+            batch_bytes: file.batch_bytes.unwrap_or(5 << 20),
+            batch_age: Duration::from_millis(file.batch_age_ms.unwrap_or(1000)),
+            spool_max_bytes: file.spool_max_bytes.unwrap_or(1 << 30),
+            spool_segment_bytes: file.spool_segment_bytes.unwrap_or(16 << 20),
+            file_max_bytes: file.file_max_bytes.unwrap_or(64 << 20),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges; does no I/O.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        // Elasticsearch data stream names: lowercase, no '-' in the namespace part.
+        let ns_ok = !self.namespace.is_empty()
+            && self.namespace.len() <= 100
+            && self
+                .namespace
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
+        if !ns_ok {
+            return Err((
+                "semlog.namespace",
+                "must be lowercase letters, digits, '_' or '.' (no '-'), at most 100".into(),
+            ));
+        }
+        if self.redaction_key.as_ref().is_some_and(|k| k.len() < 16) {
+            return Err((
+                "semlog.redaction_key",
+                "must be at least 16 characters".into(),
+            ));
+        }
+        let positive = [
+            ("semlog.queue_capacity", self.queue_capacity as u64),
+            ("semlog.batch_docs", self.batch_docs as u64),
+            ("semlog.batch_bytes", self.batch_bytes as u64),
+            ("semlog.spool_segment_bytes", self.spool_segment_bytes),
+            ("semlog.file_max_bytes", self.file_max_bytes),
+            ("semlog.excerpt_chars", self.excerpt_chars as u64),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err((name, "must be at least 1".into()));
+        }
+        if self.spool_max_bytes < self.spool_segment_bytes {
+            return Err((
+                "semlog.spool_max_bytes",
+                "must be at least spool_segment_bytes".into(),
+            ));
+        }
+        Ok(())
+    }
+}

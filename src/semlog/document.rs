@@ -1,0 +1,472 @@
+//! The semantic-log document: one per request, redacted, in the shape Elasticsearch
+//! stores it. ECS fields where ECS has them (`@timestamp`, `event.*`, `trace.id`,
+//! `span.id`, `service.*`, `error.*`, `data_stream.*`), ECS `gen_ai.*` (the OpenTelemetry
+//! GenAI names) for model, usage and finish reasons, and `llm.*` for what no standard has.
+//!
+//! [`RedactedLog::build`] is the only way to make one, and it sends every piece of free
+//! text through the [`Redactor`]: the encoder and every sink take a `RedactedLog`, so
+//! nothing unredacted can reach them.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::redact::{Redacted, RedactionCounts, Redactor};
+use crate::record::{RequestRecord, Status};
+use crate::telemetry::names;
+
+/// The data stream's dataset: `logs-llmgate.requests-<namespace>`.
+pub const DATASET: &str = "llmgate.requests";
+
+/// Where the documents of one gateway go and how long excerpts may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentSettings {
+    /// The `<namespace>` of the data stream (`default` unless configured).
+    pub namespace: String,
+    /// Characters of the prompt and of the response kept, after redaction.
+    pub excerpt_chars: usize,
+}
+
+impl DocumentSettings {
+    pub fn data_stream(&self) -> String {
+        format!("logs-{DATASET}-{}", self.namespace)
+    }
+}
+
+/// A request's semantic log, redacted. Serialises to the Elasticsearch document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RedactedLog {
+    #[serde(rename = "@timestamp")]
+    timestamp: String,
+    event: Event,
+    service: Service,
+    trace: Id,
+    span: Id,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Error>,
+    gen_ai: GenAi,
+    llm: Llm,
+    data_stream: DataStream,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Event {
+    /// Unique per document: the `_id` it is indexed under. Made by the gateway, never
+    /// taken from the client (whose `x-request-id` is in `llm.request_id`), so no client
+    /// can collide with or overwrite another request's document.
+    id: String,
+    kind: &'static str,
+    category: [&'static str; 1],
+    #[serde(rename = "type")]
+    kind_type: [&'static str; 1],
+    dataset: &'static str,
+    outcome: &'static str,
+    /// Nanoseconds, as ECS wants: the request's e2e latency.
+    duration: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Service {
+    name: &'static str,
+    version: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Id {
+    id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Error {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct GenAi {
+    operation: Name,
+    provider: Name,
+    request: GenAiRequest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<GenAiResponse>,
+    usage: Usage,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Name {
+    name: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct GenAiRequest {
+    model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct GenAiResponse {
+    id: String,
+    model: String,
+    finish_reasons: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Usage {
+    input_tokens: u32,
+    output_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Llm {
+    request_id: String,
+    status: &'static str,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine_ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tpot_ms: Option<f64>,
+    e2e_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    itl: Option<Itl>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens_per_second: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repetition_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    degenerated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    intent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_excerpt: Option<Redacted>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_excerpt: Option<Redacted>,
+    redactions: RedactionCounts,
+    redactions_total: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Itl {
+    p50_ms: f64,
+    p95_ms: f64,
+    max_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct DataStream {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    dataset: &'static str,
+    namespace: String,
+}
+
+impl RedactedLog {
+    /// The document of `r`, with its prompt and response excerpts redacted. `id` is the
+    /// document id (see `event.id`); `received` the wall-clock time of `t_recv`.
+    pub fn build(
+        r: &RequestRecord,
+        id: String,
+        received: SystemTime,
+        redactor: &Redactor,
+        settings: &DocumentSettings,
+    ) -> Self {
+        let mut counts = RedactionCounts::default();
+        let mut excerpt = |text: &Option<String>| {
+            text.as_deref()
+                .map(|t| redactor.excerpt(t, settings.excerpt_chars, &mut counts))
+        };
+        let prompt_excerpt = excerpt(&r.prompt);
+        let response_excerpt = excerpt(&r.response);
+        let t = &r.timings;
+        let answered = r.quality.is_some();
+        Self {
+            timestamp: rfc3339(received),
+            event: Event {
+                id,
+                kind: "event",
+                category: ["web"],
+                kind_type: ["access"],
+                dataset: DATASET,
+                outcome: match r.status {
+                    Status::Ok => "success",
+                    Status::Error | Status::Cancelled => "failure",
+                },
+                duration: u64::try_from(
+                    Duration::from_secs_f64(t.e2e_ms.max(0.0) / 1000.0).as_nanos(),
+                )
+                .unwrap_or(u64::MAX),
+            },
+            service: Service {
+                name: "llmgate",
+                version: env!("CARGO_PKG_VERSION"),
+            },
+            trace: Id {
+                id: r.trace.trace_id.to_string(),
+            },
+            span: Id {
+                id: r.trace.span_id.to_string(),
+            },
+            error: match r.status {
+                Status::Ok => None,
+                Status::Cancelled => Some(Error {
+                    kind: names::CANCELLED,
+                }),
+                Status::Error => Some(Error {
+                    kind: r.error_kind.unwrap_or("engine_error"),
+                }),
+            },
+            gen_ai: GenAi {
+                operation: Name {
+                    name: names::OPERATION_CHAT,
+                },
+                provider: Name {
+                    name: names::PROVIDER,
+                },
+                request: GenAiRequest {
+                    model: r.model.clone(),
+                    max_tokens: r.params.max_tokens,
+                    temperature: r.params.temperature,
+                    top_p: r.params.top_p,
+                    seed: r.seed,
+                },
+                response: answered.then(|| GenAiResponse {
+                    id: format!("chatcmpl-{}", r.request_id),
+                    model: r.model.clone(),
+                    finish_reasons: r.finish_reason.iter().map(|f| f.as_str()).collect(),
+                }),
+                usage: Usage {
+                    input_tokens: r.usage.prompt_tokens,
+                    output_tokens: r.usage.completion_tokens,
+                },
+            },
+            llm: Llm {
+                request_id: r.request_id.clone(),
+                status: r.status.as_str(),
+                stream: r.stream,
+                ttft_ms: t.ttft_ms,
+                engine_ttft_ms: t.engine_ttft_ms,
+                tpot_ms: t.tpot_ms,
+                e2e_ms: t.e2e_ms,
+                queue_ms: t.queue_ms,
+                itl: t.itl_ms.as_ref().map(|i| Itl {
+                    p50_ms: i.p50,
+                    p95_ms: i.p95,
+                    max_ms: i.max,
+                }),
+                tokens_per_second: t.tokens_per_second,
+                repetition_rate: r.quality.as_ref().map(|q| q.repetition_rate),
+                degenerated: r.quality.as_ref().map(|q| q.degenerated),
+                refusal: r.quality.as_ref().map(|q| q.refusal),
+                intent: r.quality.as_ref().map(|q| q.intent.clone()),
+                input_hash: r.input_hash.clone(),
+                output_hash: r.output_hash.clone(),
+                system_fingerprint: r.system_fingerprint.clone(),
+                prompt_excerpt,
+                response_excerpt,
+                redactions_total: counts.total(),
+                redactions: counts,
+            },
+            data_stream: DataStream {
+                kind: "logs",
+                dataset: DATASET,
+                namespace: settings.namespace.clone(),
+            },
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.event.id
+    }
+
+    pub fn redactions(&self) -> &RedactionCounts {
+        &self.llm.redactions
+    }
+}
+
+/// One document ready for `_bulk`: its id and the two NDJSON lines (action, source),
+/// each ending in `\n`. The same bytes go to Elasticsearch, the spool and the files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub id: String,
+    pub lines: bytes::Bytes,
+}
+
+/// The bulk action line of a document: `create` (a data stream accepts only `create`),
+/// with the document's own id.
+fn action_line(id: &str) -> String {
+    let action = serde_json::json!({"create": {"_id": id}});
+    format!("{action}\n")
+}
+
+impl RedactedLog {
+    /// Encodes the document as a bulk pair.
+    pub fn encode(&self) -> Result<Encoded, serde_json::Error> {
+        let mut out = action_line(self.id()).into_bytes();
+        serde_json::to_writer(&mut out, self)?;
+        out.push(b'\n');
+        Ok(Encoded {
+            id: self.id().to_owned(),
+            lines: out.into(),
+        })
+    }
+}
+
+/// RFC 3339 UTC with milliseconds, as ECS `@timestamp` wants.
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use opentelemetry::trace::{SpanId, TraceId};
+
+    use super::*;
+    use crate::engine::{FinishReason, Usage};
+    use crate::quality::Quality;
+    use crate::record::RequestParams;
+    use crate::telemetry::trace::TraceIds;
+    use crate::timing::{ItlStats, Phases, Timings};
+
+    fn record() -> RequestRecord {
+        RequestRecord {
+            request_id: "req-1".into(),
+            model: "smollm2".into(),
+            stream: true,
+            status: Status::Ok,
+            error_kind: None,
+            finish_reason: Some(FinishReason::Length),
+            usage: Usage {
+                prompt_tokens: 12,
+                completion_tokens: 3,
+            },
+            timings: Timings {
+                ttft_ms: Some(120.5),
+                engine_ttft_ms: Some(118.25),
+                tpot_ms: Some(21.0),
+                e2e_ms: 170.5,
+                queue_ms: Some(1.5),
+                itl_ms: Some(ItlStats {
+                    p50: 21.0,
+                    p95: 22.0,
+                    max: 22.0,
+                }),
+                tokens_per_second: Some(17.595),
+                output_tokens: 3,
+            },
+            quality: Some(Quality {
+                repetition_rate: 0.0,
+                degenerated: false,
+                refusal: false,
+                intent: "general".into(),
+            }),
+            input_hash: Some("in".into()),
+            output_hash: Some("out".into()),
+            seed: Some(42),
+            system_fingerprint: Some("fp_1".into()),
+            params: RequestParams {
+                max_tokens: Some(3),
+                temperature: Some(0.5),
+                top_p: None,
+            },
+            trace: TraceIds {
+                trace_id: TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736_u128),
+                span_id: SpanId::from(0x00f0_67aa_0ba9_02b7_u64),
+            },
+            phases: Phases::default(),
+            itl_gaps: Vec::new(),
+            received_at: UNIX_EPOCH + Duration::from_millis(1_764_460_800_123),
+            prompt: Some("Mail me at jane@example.com".into()),
+            response: Some("Sure.".into()),
+        }
+    }
+
+    #[test]
+    fn encodes_a_bulk_pair_byte_for_byte() {
+        let settings = DocumentSettings {
+            namespace: "default".into(),
+            excerpt_chars: 512,
+        };
+        let doc = RedactedLog::build(
+            &record(),
+            "0123abcd".into(),
+            record().received_at,
+            &Redactor::default(),
+            &settings,
+        );
+        let encoded = doc.encode().expect("encode");
+        let expected = concat!(
+            r#"{"create":{"_id":"0123abcd"}}"#,
+            "\n",
+            r#"{"@timestamp":"2025-11-30T00:00:00.123Z","#,
+            r#""event":{"id":"0123abcd","kind":"event","category":["web"],"type":["access"],"dataset":"llmgate.requests","outcome":"success","duration":170500000},"#,
+            r#""service":{"name":"llmgate","version":""#,
+            env!("CARGO_PKG_VERSION"),
+            r#""},"trace":{"id":"4bf92f3577b34da6a3ce929d0e0e4736"},"span":{"id":"00f067aa0ba902b7"},"#,
+            r#""gen_ai":{"operation":{"name":"chat"},"provider":{"name":"llmgate"},"#,
+            r#""request":{"model":"smollm2","max_tokens":3,"temperature":0.5,"seed":42},"#,
+            r#""response":{"id":"chatcmpl-req-1","model":"smollm2","finish_reasons":["length"]},"#,
+            r#""usage":{"input_tokens":12,"output_tokens":3}},"#,
+            r#""llm":{"request_id":"req-1","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
+            r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
+            r#""tokens_per_second":17.595,"repetition_rate":0.0,"degenerated":false,"refusal":false,"#,
+            r#""intent":"general","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
+            r#""prompt_excerpt":"Mail me at <EMAIL>","response_excerpt":"Sure.","#,
+            r#""redactions":{"email":1},"redactions_total":1},"#,
+            r#""data_stream":{"type":"logs","dataset":"llmgate.requests","namespace":"default"}}"#,
+            "\n"
+        );
+        assert_eq!(
+            std::str::from_utf8(&encoded.lines).expect("utf-8"),
+            expected
+        );
+        assert_eq!(encoded.id, "0123abcd");
+    }
+
+    #[test]
+    fn failed_requests_carry_their_error_type_and_no_response() {
+        let mut r = record();
+        r.status = Status::Error;
+        r.error_kind = Some("context_length_exceeded");
+        r.quality = None;
+        r.finish_reason = None;
+        let settings = DocumentSettings {
+            namespace: "prod".into(),
+            excerpt_chars: 8,
+        };
+        let doc = RedactedLog::build(
+            &r,
+            "x".into(),
+            r.received_at,
+            &Redactor::default(),
+            &settings,
+        );
+        let value = serde_json::to_value(&doc).expect("json");
+        assert_eq!(value["error"]["type"], "context_length_exceeded");
+        assert_eq!(value["event"]["outcome"], "failure");
+        assert!(value["gen_ai"].get("response").is_none());
+        assert_eq!(value["data_stream"]["namespace"], "prod");
+        // Redacted first, then cut to 8 characters, the ellipsis included.
+        assert_eq!(value["llm"]["prompt_excerpt"], "Mail me…");
+        assert_eq!(value["llm"]["redactions"]["email"], 1);
+    }
+}

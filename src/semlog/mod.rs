@@ -1,0 +1,201 @@
+//! Semantic logs: one redacted document per request, searchable in Kibana, without
+//! storing personal data or secrets, and without losing a record when Elasticsearch is
+//! slow, down or refusing documents.
+//!
+//! ```text
+//! RequestRecord --RedactedLog::build (redact)--> RedactedLog --encode--> bulk pair
+//!   --try_send--> queue --indexer--> Elasticsearch _bulk (or NDJSON files)
+//!        | full                 | cluster unavailable
+//!        v                      v
+//!      spool (NDJSON segments on disk), replayed oldest first when the cluster is back
+//! ```
+//!
+//! - [`redact`]: what counts as personal data or a secret, and the `Redacted` text type.
+//! - [`document`]: the ECS document and its byte-exact bulk encoding.
+//! - [`elasticsearch`]: set-up, `_bulk`, and bulk answers as data.
+//! - [`indexer`]: batching, retries, dead letters, spooling.
+//! - [`spool`], [`files`]: the on-disk parts.
+//! - [`config`]: the `[semlog]` settings.
+//!
+//! A document is dropped only when both the queue and the spool are full, and counted
+//! (`llmgate_semlog_dropped_total{reason}`).
+
+pub mod config;
+pub mod document;
+pub mod elasticsearch;
+pub mod files;
+pub mod indexer;
+pub mod redact;
+pub mod spool;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::record::{Backlog, RequestObserver, RequestRecord};
+use crate::telemetry::metrics::{Metrics, SemlogEvent};
+use config::SemlogConfig;
+use document::{DocumentSettings, Encoded, RedactedLog};
+use indexer::{Destination, Indexer, Pacing};
+use redact::{Mode, Redactor};
+use spool::Spool;
+
+/// The semantic-log pipeline: the request path's end of it (an observer that never
+/// blocks) and the indexer task behind it.
+pub struct Semlog {
+    tx: mpsc::Sender<Encoded>,
+    spool: Arc<Spool>,
+    redactor: Redactor,
+    settings: DocumentSettings,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Semlog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semlog")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Retry pacing of the indexer; tests shorten it.
+pub const DEFAULT_PACING: Pacing = Pacing {
+    batch_docs: 500,
+    batch_bytes: 5 << 20,
+    batch_age: Duration::from_secs(1),
+    base_backoff: Duration::from_millis(200),
+    max_backoff: Duration::from_secs(30),
+    attempts: 4,
+};
+
+impl Semlog {
+    /// Opens the spool and the files, builds the Elasticsearch client (if configured)
+    /// and spawns the indexer on the current Tokio runtime.
+    pub fn start(
+        config: &SemlogConfig,
+        metrics: Arc<Metrics>,
+        retry: Pacing,
+    ) -> Result<Self, String> {
+        let dir = &config.data_dir;
+        let spool = Arc::new(
+            Spool::open(
+                &dir.join("spool"),
+                config.spool_max_bytes,
+                config.spool_segment_bytes,
+            )
+            .map_err(|e| format!("could not open the spool in {}: {e}", dir.display()))?,
+        );
+        let settings = DocumentSettings {
+            namespace: config.namespace.clone(),
+            excerpt_chars: config.excerpt_chars,
+        };
+        let destination = match &config.elasticsearch {
+            Some(es) => {
+                let mut es = es.clone();
+                if let Some(path) = &es.ca_cert {
+                    es.ca_cert_pem = Some(std::fs::read(path).map_err(|e| {
+                        format!("could not read the CA certificate {}: {e}", path.display())
+                    })?);
+                }
+                Destination::Elasticsearch(Arc::new(elasticsearch::Cluster::new(
+                    &es,
+                    settings.data_stream(),
+                )?))
+            }
+            None => Destination::Files(
+                files::RotatingFile::open(&dir.join("semlog"), "requests", config.file_max_bytes)
+                    .map_err(|e| format!("could not open the semantic-log files: {e}"))?,
+            ),
+        };
+        let dead_letter = files::RotatingFile::open(
+            &indexer::dead_letter_dir(dir),
+            "dead-letter",
+            config.file_max_bytes,
+        )
+        .map_err(|e| format!("could not open the dead-letter file: {e}"))?;
+        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let shutdown = CancellationToken::new();
+        let indexer = Indexer {
+            rx,
+            destination,
+            spool: Arc::clone(&spool),
+            dead_letter,
+            pacing: Pacing {
+                batch_docs: config.batch_docs,
+                batch_bytes: config.batch_bytes,
+                batch_age: config.batch_age,
+                ..retry
+            },
+            metrics: Arc::clone(&metrics),
+            shutdown: shutdown.clone(),
+        };
+        let task = tokio::spawn(indexer.run());
+        let redactor = match &config.redaction_key {
+            Some(key) => Redactor::new(Mode::KeyedHash(key.as_bytes().to_vec())),
+            None => Redactor::new(Mode::Placeholder),
+        };
+        Ok(Self {
+            tx,
+            spool,
+            redactor,
+            settings,
+            metrics,
+            shutdown,
+            task: Mutex::new(Some(task)),
+        })
+    }
+
+    /// Stops the indexer after it has delivered or spooled what is queued (waiting up to
+    /// `timeout`).
+    pub async fn shutdown(&self, timeout: Duration) {
+        self.shutdown.cancel();
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            if tokio::time::timeout(timeout, task).await.is_err() {
+                tracing::error!(
+                    "The semantic-log indexer did not stop in time; queued documents may be lost."
+                );
+            }
+        }
+    }
+}
+
+impl RequestObserver for Semlog {
+    fn observe(&self, record: &RequestRecord) {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let doc = RedactedLog::build(
+            record,
+            id,
+            record.received_at,
+            &self.redactor,
+            &self.settings,
+        );
+        self.metrics.semlog_redactions(doc.redactions());
+        let encoded = match doc.encode() {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                tracing::error!(error = %error, "Could not encode a semantic log.");
+                self.metrics.semlog_dropped("encode_error");
+                return;
+            }
+        };
+        match self.tx.try_send(encoded) {
+            Ok(()) => self.metrics.semlog_count(SemlogEvent::Queued, 1),
+            Err(mpsc::error::TrySendError::Full(doc) | mpsc::error::TrySendError::Closed(doc)) => {
+                indexer::spool_one(&self.spool, &self.metrics, &doc);
+            }
+        }
+    }
+
+    fn backlog(&self) -> Backlog {
+        Backlog {
+            queued: self.tx.max_capacity() - self.tx.capacity(),
+            spooled_bytes: self.spool.pending_bytes(),
+        }
+    }
+}
