@@ -349,7 +349,7 @@ impl Redactor {
             };
             match judge(kind, text, start, group_end) {
                 Verdict::Accept(end)
-                    if true || look_alike.is_none_or(|(other, until)| {
+                    if look_alike.is_none_or(|(other, until)| {
                         other == kind || m.start() >= until || end > until
                     }) =>
                 {
