@@ -484,14 +484,15 @@ impl Config {
                 "must be at least 1 ms",
             ));
         }
-        if t.trace_max_held_spans == 0 || t.trace_export_queue == 0 {
+        // A request's trace is 4 spans; a smaller bound would drop every one of them.
+        if t.trace_max_held_spans < 16 || t.trace_export_queue < 16 {
             return Err(ConfigError::invalid(
-                if t.trace_max_held_spans == 0 {
+                if t.trace_max_held_spans < 16 {
                     "telemetry.trace_max_held_spans"
                 } else {
                     "telemetry.trace_export_queue"
                 },
-                "must be at least 1",
+                "must be at least 16",
             ));
         }
         let s = &self.server;

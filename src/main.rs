@@ -168,7 +168,10 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     );
     match &config.semlog.elasticsearch {
         Some(es) => tracing::info!(
-            target_url = es.url.as_deref().unwrap_or("Elastic Cloud"),
+            target_url = %es
+                .url
+                .as_deref()
+                .map_or("Elastic Cloud".to_owned(), llmgate::semlog::elasticsearch::display_url),
             data_stream = %format!("logs-llmgate.requests-{}", config.semlog.namespace),
             "Semantic logs go to Elasticsearch."
         ),

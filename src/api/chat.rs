@@ -45,15 +45,27 @@ pub async fn chat_completions(
         span_id = %trace.ids.span_id,
     );
     async move {
-        let mut trace = Some(trace);
+        let mut pending = Unanswered {
+            state: state.clone(),
+            request_id: request_id.clone(),
+            t_recv,
+            trace: Some(trace),
+        };
         let timer = RequestTimer::start(t_recv);
-        match handle(&req, payload, &state, &request_id, timer, &mut trace).await {
+        match handle(
+            &req,
+            payload,
+            &state,
+            &request_id,
+            timer,
+            &mut pending.trace,
+        )
+        .await
+        {
             Ok(response) => response,
             Err(Failure::Recorded(error)) => error.error_response(),
             Err(Failure::Refused(error)) => {
-                if let Some(trace) = trace {
-                    record_refusal(&state, request_id, trace, t_recv, &error);
-                }
+                pending.record(Some(&error));
                 error.error_response()
             }
         }
@@ -62,47 +74,68 @@ pub async fn chat_completions(
     .await
 }
 
-/// Leaves the record of a request refused before it reached the engine.
-fn record_refusal(
-    state: &AppState,
+/// A request not yet handed to a [`Run`]: if it is refused, or dropped before it reaches
+/// the engine (the client left while it waited for a slot, the server is stopping), it
+/// still leaves its one record — as cancelled in the second case.
+struct Unanswered {
+    state: web::Data<AppState>,
     request_id: String,
-    trace: RequestTrace,
     t_recv: std::time::Duration,
-    error: &ApiError,
-) {
-    let timer = RequestTimer::start(t_recv);
-    let timings = timer.finish(state.clock.now(), 0, None);
-    let t_end = t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
-    // A request for another model is not counted under the served one.
-    let model = match error {
-        ApiError::ModelNotFound(_) => crate::telemetry::names::MODEL_NONE.to_owned(),
-        _ => state.limits.served_model.clone(),
-    };
-    let record = RequestRecord {
-        request_id,
-        model,
-        stream: false,
-        status: Status::Error,
-        error_kind: Some(error.kind()),
-        finish_reason: None,
-        usage: Default::default(),
-        timings,
-        quality: None,
-        input_hash: None,
-        output_hash: None,
-        seed: None,
-        system_fingerprint: None,
-        params: RequestParams::default(),
-        trace: trace.ids,
-        phases: timer.phases(t_end),
-        itl_gaps: Vec::new(),
-        received_at: trace.received_at(),
-        prompt: None,
-        response: None,
-    };
-    state
-        .telemetry
-        .request_ended(&record, trace, state.clock.as_ref());
+    /// Taken by the `Run` once the engine has the request.
+    trace: Option<RequestTrace>,
+}
+
+impl Unanswered {
+    /// Records the request as refused with `error`, or as cancelled without one.
+    fn record(&mut self, error: Option<&ApiError>) {
+        let Some(trace) = self.trace.take() else {
+            return;
+        };
+        let state = &self.state;
+        let timer = RequestTimer::start(self.t_recv);
+        let timings = timer.finish(state.clock.now(), 0, None);
+        let t_end = self.t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
+        // A request for another model is not counted under the served one.
+        let model = match error {
+            Some(ApiError::ModelNotFound(_)) => crate::telemetry::names::MODEL_NONE.to_owned(),
+            _ => state.limits.served_model.clone(),
+        };
+        let record = RequestRecord {
+            request_id: std::mem::take(&mut self.request_id),
+            model,
+            stream: false,
+            status: if error.is_some() {
+                Status::Error
+            } else {
+                Status::Cancelled
+            },
+            error_kind: error.map(ApiError::kind),
+            finish_reason: None,
+            usage: Default::default(),
+            timings,
+            quality: None,
+            input_hash: None,
+            output_hash: None,
+            seed: None,
+            system_fingerprint: None,
+            params: RequestParams::default(),
+            trace: trace.ids,
+            phases: timer.phases(t_end),
+            itl_gaps: Vec::new(),
+            received_at: trace.received_at(),
+            prompt: None,
+            response: None,
+        };
+        state
+            .telemetry
+            .request_ended(&record, trace, state.clock.as_ref());
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.record(None);
+    }
 }
 
 /// Why a request got an error answer instead of a completion.

@@ -189,9 +189,15 @@ impl RedactedLog {
         settings: &DocumentSettings,
     ) -> Self {
         let mut counts = RedactionCounts::default();
+        // Only the start of a long prompt is redacted: the excerpt comes from it, and a
+        // megabyte prompt must not cost the request path a megabyte of regex work. The
+        // window is wide enough that a value cut by it lies wholly beyond the excerpt.
+        let window = settings.excerpt_chars.saturating_mul(4).max(4096);
         let mut excerpt = |text: &Option<String>| {
-            text.as_deref()
-                .map(|t| redactor.excerpt(t, settings.excerpt_chars, &mut counts))
+            text.as_deref().map(|t| {
+                let head = t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i]);
+                redactor.excerpt(head, settings.excerpt_chars, &mut counts)
+            })
         };
         let prompt_excerpt = excerpt(&r.prompt);
         let response_excerpt = excerpt(&r.response);

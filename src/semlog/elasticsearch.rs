@@ -85,18 +85,19 @@ pub fn parse_bulk(status: u16, retry_after: Option<&str>, body: &[u8], sent: usi
                 retry_after,
             }
         }
-        // Authentication and permission failures are fixed by the operator, not by the
-        // document: keep the documents and try again later.
-        401 | 403 | 408 => {
-            return BulkResult::RetryAll {
-                reason: error_reason(),
-                retry_after,
-            }
-        }
-        _ => {
+        // Elasticsearch refusing the request body itself: no retry will change that.
+        400 => {
             return BulkResult::RejectAll {
                 status,
                 reason: error_reason(),
+            }
+        }
+        // Anything else (authentication, permissions, a proxy's 404 or 502) is fixed on
+        // the operator's side, not in the documents: keep them and try again later.
+        _ => {
+            return BulkResult::RetryAll {
+                reason: error_reason(),
+                retry_after,
             }
         }
     }
@@ -247,6 +248,18 @@ pub fn index_template_body() -> Value {
     })
 }
 
+/// `url` without the user and password it may carry, for log lines.
+pub fn display_url(url: &str) -> String {
+    match elasticsearch::http::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_password(None);
+            let _ = parsed.set_username("");
+            parsed.to_string()
+        }
+        Err(_) => "<not a valid URL>".to_owned(),
+    }
+}
+
 /// A connection to the cluster.
 pub struct Cluster {
     client: Elasticsearch,
@@ -282,7 +295,7 @@ impl Cluster {
             (None, Some(url)) => {
                 let url = url
                     .parse()
-                    .map_err(|e| format!("'{url}' is not a URL: {e}"))?;
+                    .map_err(|e| format!("the Elasticsearch URL is not valid: {e}"))?;
                 let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
                     .request_body_compression(true)
                     .timeout(config.timeout);
@@ -409,6 +422,15 @@ mod tests {
     }
 
     #[test]
+    fn urls_are_logged_without_credentials() {
+        assert_eq!(
+            display_url("https://llmgate:s3cret@es.internal:9200/"),
+            "https://es.internal:9200/"
+        );
+        assert_eq!(display_url("not a url"), "<not a valid URL>");
+    }
+
+    #[test]
     fn whole_request_failures_retry_split_or_reject() {
         let err = br#"{"error":{"type":"circuit_breaking_exception","reason":"[parent] Data too large"},"status":429}"#;
         assert_eq!(
@@ -429,6 +451,11 @@ mod tests {
         assert!(matches!(
             parse_bulk(400, None, br#"{"error":{"type":"illegal_argument_exception","reason":"Malformed action/metadata line"}}"#, 2),
             BulkResult::RejectAll { status: 400, .. }
+        ));
+        // A proxy's answer is not the cluster refusing the documents.
+        assert!(matches!(
+            parse_bulk(404, None, b"<html>not found</html>", 2),
+            BulkResult::RetryAll { .. }
         ));
         // An answer that does not account for every document is not trusted.
         assert!(matches!(

@@ -63,7 +63,12 @@ impl RotatingFile {
             self.current = Some((file, 0));
         }
         if let Some((file, size)) = self.current.as_mut() {
-            file.write_all(bytes)?;
+            if let Err(error) = file.write_all(bytes) {
+                // A partial line may be in the file: the next write starts a new file, so
+                // the torn line stays at the end of this one.
+                self.current = None;
+                return Err(error);
+            }
             *size += len;
         }
         Ok(())

@@ -56,6 +56,9 @@ pub struct Indexer {
     pub pacing: Pacing,
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
+    /// The Elasticsearch set-up succeeded (always true for files): until then nothing
+    /// is sent, or the data stream would be created from the built-in template.
+    pub ready: bool,
 }
 
 /// How a delivery attempt ended.
@@ -84,13 +87,29 @@ impl Indexer {
                     .spool
                     .peek(self.pacing.batch_docs, self.pacing.batch_bytes)
                 {
-                    Ok(batch) if !batch.docs.is_empty() => {
-                        match self.deliver(batch.docs, &mut rng).await {
+                    Ok(batch) => {
+                        let sent = batch.docs.len();
+                        let delivery = if sent == 0 {
+                            // Only a torn tail or a missing file: step over it.
+                            Delivery::Done
+                        } else {
+                            self.deliver(batch.docs, &mut rng).await
+                        };
+                        match delivery {
                             Delivery::Done => {
                                 failures = 0;
-                                if let Err(error) = self.spool.ack(batch.end) {
-                                    tracing::error!(error = %error, "Could not advance the spool cursor.");
+                                self.ack(batch.end);
+                            }
+                            Delivery::Unavailable(rest) if rest.len() < sent => {
+                                // Part of the batch went through (indexed or dead-lettered):
+                                // keep only the rest, behind the newer documents, so the
+                                // delivered ones are not sent again.
+                                if rest.iter().all(|doc| self.spool.append(doc).is_ok()) {
+                                    self.ack(batch.end);
                                 }
+                                failures += 1;
+                                self.wait_spooling(backoff(&self.pacing, failures, None, &mut rng))
+                                    .await;
                             }
                             Delivery::Unavailable(_) => {
                                 // Still in the spool; wait, moving new arrivals there too.
@@ -101,7 +120,6 @@ impl Indexer {
                         }
                         continue;
                     }
-                    Ok(_) => {}
                     Err(error) => {
                         tracing::error!(error = %error, "Could not read the spool.");
                         self.wait_spooling(self.pacing.max_backoff).await;
@@ -124,18 +142,32 @@ impl Indexer {
         self.drain_on_shutdown(&mut rng).await;
     }
 
+    fn ack(&self, end: super::spool::Position) {
+        if let Err(error) = self.spool.ack(end) {
+            tracing::error!(error = %error, "Could not advance the spool cursor.");
+        }
+    }
+
     /// Creates the Elasticsearch policy and templates, retrying until it works (or the
     /// gateway stops); meanwhile arriving documents go to the spool.
     async fn set_up(&mut self, rng: &mut rand_chacha::ChaCha8Rng) {
         let Destination::Elasticsearch(cluster) = &self.destination else {
+            self.ready = true;
+            self.metrics.semlog_ready(true);
             return;
         };
         let cluster = Arc::clone(cluster);
         let mut attempt = 0;
         loop {
-            match cluster.set_up().await {
+            let result = tokio::select! {
+                r = cluster.set_up() => r,
+                () = self.shutdown.cancelled() => return,
+            };
+            match result {
                 Ok(()) => {
                     tracing::info!("Elasticsearch is set up for the semantic log.");
+                    self.ready = true;
+                    self.metrics.semlog_ready(true);
                     return;
                 }
                 Err(error) => {
@@ -176,10 +208,12 @@ impl Indexer {
     async fn deliver(&mut self, docs: Vec<Encoded>, rng: &mut rand_chacha::ChaCha8Rng) -> Delivery {
         let cluster = match &mut self.destination {
             Destination::Files(files) => {
-                for doc in &docs {
+                let mut docs = docs;
+                for (i, doc) in docs.iter().enumerate() {
                     if let Err(error) = files.write(&doc.lines) {
-                        tracing::error!(error = %error, "Could not write a semantic log file; the document is spooled.");
-                        return Delivery::Unavailable(docs);
+                        tracing::error!(error = %error, "Could not write a semantic log file; the rest of the batch is spooled.");
+                        self.metrics.semlog_count(SemlogEvent::Indexed, i as u64);
+                        return Delivery::Unavailable(docs.split_off(i));
                     }
                 }
                 self.metrics
@@ -192,10 +226,31 @@ impl Indexer {
         let mut queue = vec![docs];
         let mut undelivered = Vec::new();
         while let Some(mut pending) = queue.pop() {
+            if !undelivered.is_empty() {
+                // The cluster is unavailable: the other pieces wait with the first.
+                undelivered.extend(pending);
+                continue;
+            }
             let mut attempt = 0;
             loop {
                 let started = Instant::now();
-                let result = cluster.bulk(&pending).await;
+                let result = if self.shutdown.is_cancelled() {
+                    // Draining at shutdown: one bounded try.
+                    tokio::time::timeout(DRAIN_BULK_TIMEOUT, cluster.bulk(&pending))
+                        .await
+                        .unwrap_or_else(|_| BulkResult::RetryAll {
+                            reason: "no answer while the gateway stops".into(),
+                            retry_after: None,
+                        })
+                } else {
+                    tokio::select! {
+                        r = cluster.bulk(&pending) => r,
+                        () = self.shutdown.cancelled() => BulkResult::RetryAll {
+                            reason: "the gateway is stopping".into(),
+                            retry_after: None,
+                        },
+                    }
+                };
                 self.metrics.semlog_bulk_latency(started.elapsed());
                 let retry_after = match result {
                     BulkResult::Items(items) => {
@@ -305,23 +360,26 @@ impl Indexer {
         }
     }
 
-    /// Shutdown: what is still queued is delivered if the cluster takes it at once,
-    /// spooled otherwise.
+    /// Shutdown: what is still queued is delivered if the cluster takes it at once (one
+    /// bounded try per batch), spooled otherwise. Before the set-up has succeeded, or with
+    /// older documents in the spool, everything goes to the spool.
     async fn drain_on_shutdown(&mut self, rng: &mut rand_chacha::ChaCha8Rng) {
         self.rx.close();
         let mut rest = Vec::new();
         while let Ok(doc) = self.rx.try_recv() {
             rest.push(doc);
         }
-        if !rest.is_empty() {
-            let delivered = if self.spool.is_empty() {
-                self.deliver(rest, rng).await
-            } else {
-                // Keep the order: behind what the spool already holds.
-                Delivery::Unavailable(rest)
-            };
-            if let Delivery::Unavailable(rest) = delivered {
-                self.spool_all(&rest);
+        if !self.ready || !self.spool.is_empty() {
+            self.spool_all(&rest);
+        } else {
+            while !rest.is_empty() {
+                let tail = rest.split_off(rest.len().min(self.pacing.batch_docs));
+                let batch = std::mem::replace(&mut rest, tail);
+                if let Delivery::Unavailable(undelivered) = self.deliver(batch, rng).await {
+                    self.spool_all(&undelivered);
+                    self.spool_all(&rest);
+                    rest.clear();
+                }
             }
         }
         if let Err(error) = self.spool.sync() {
@@ -333,6 +391,9 @@ impl Indexer {
         let _ = self.dead_letter.sync();
     }
 }
+
+/// How long one bulk request may take while the gateway stops.
+const DRAIN_BULK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Writes one document to the spool, counting it or its drop.
 pub fn spool_one(spool: &Spool, metrics: &Metrics, doc: &Encoded) {

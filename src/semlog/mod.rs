@@ -133,6 +133,7 @@ impl Semlog {
             },
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.clone(),
+            ready: false,
         };
         let task = tokio::spawn(indexer.run());
         let redactor = match &config.redaction_key {

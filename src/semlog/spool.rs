@@ -103,6 +103,13 @@ impl Spool {
             }
             !sent
         });
+        let read = match segments.first() {
+            Some(&(first, _)) if first > read.segment => Position {
+                segment: first,
+                offset: 0,
+            },
+            _ => read,
+        };
         Ok(Self {
             dir: dir.to_owned(),
             max_bytes,
@@ -144,13 +151,22 @@ impl Spool {
                 .create(true)
                 .append(true)
                 .open(segment_path(&self.dir, seq))?;
-            if let Some(old) = s.writer.replace(file) {
-                old.sync_all()?;
-            }
+            // The closed segment is flushed by the OS; `sync` makes it durable at
+            // shutdown. No fsync here: this runs on the request path when the queue is full.
+            s.writer = Some(file);
             s.segments.push_back((seq, 0));
         }
-        if let Some(writer) = s.writer.as_mut() {
-            writer.write_all(&doc.lines)?;
+        let written = match s.writer.as_mut() {
+            Some(writer) => writer.write_all(&doc.lines),
+            None => Ok(()),
+        };
+        if let Err(error) = written {
+            // A partial write leaves a torn tail: close the segment where it really ends,
+            // so the next document starts a new one and `peek` stops at the tear.
+            if let (Some(writer), Some(last)) = (s.writer.take(), s.segments.back_mut()) {
+                last.1 = writer.metadata().map_or(last.1, |m| m.len());
+            }
+            return Err(error.into());
         }
         if let Some(last) = s.segments.back_mut() {
             last.1 += len;
@@ -161,8 +177,14 @@ impl Spool {
     /// Bytes on disk not yet acknowledged.
     pub fn pending_bytes(&self) -> u64 {
         self.lock().map_or(0, |s| {
-            let total: u64 = s.segments.iter().map(|(_, size)| size).sum();
-            total.saturating_sub(s.read.offset)
+            s.segments
+                .iter()
+                .map(|&(seq, size)| match seq.cmp(&s.read.segment) {
+                    std::cmp::Ordering::Less => 0,
+                    std::cmp::Ordering::Equal => size.saturating_sub(s.read.offset),
+                    std::cmp::Ordering::Greater => size,
+                })
+                .sum()
         })
     }
 
@@ -171,12 +193,20 @@ impl Spool {
     }
 
     /// Reads up to `max_docs` documents (and about `max_bytes`) from the oldest unsent.
+    /// A torn or unreadable pair ends its segment (what follows it in that segment cannot
+    /// be trusted) and a missing segment file is skipped: the spool never stalls on one
+    /// bad segment. `end` moves past them, so acknowledging the batch drops them.
     pub fn peek(&self, max_docs: usize, max_bytes: usize) -> io::Result<Batch> {
-        let s = self.lock()?;
+        let (segments, read) = {
+            let s = self.lock()?;
+            (s.segments.clone(), s.read)
+        };
+        // Segments are append-only and only the indexer removes them, so they are read
+        // outside the lock the request path needs.
         let mut docs = Vec::new();
         let mut bytes = 0usize;
-        let mut at = s.read;
-        for &(seq, size) in &s.segments {
+        let mut at = read;
+        for (seq, size) in segments {
             if seq < at.segment {
                 continue;
             }
@@ -189,79 +219,97 @@ impl Spool {
             if at.offset >= size {
                 continue;
             }
-            let mut file = File::open(segment_path(&self.dir, seq))?;
-            file.seek(SeekFrom::Start(at.offset))?;
-            let mut reader = BufReader::new(file).take(size - at.offset);
+            let file = match File::open(segment_path(&self.dir, seq)) {
+                Ok(file) => file,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                    tracing::error!(segment = seq, "A spool segment is missing; skipping it.");
+                    at.offset = size;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let mut reader = BufReader::new(file);
+            reader.seek(SeekFrom::Start(at.offset))?;
+            let mut reader = reader.take(size - at.offset);
             loop {
                 if docs.len() >= max_docs || bytes >= max_bytes {
                     return Ok(Batch { docs, end: at });
                 }
-                let mut action = String::new();
-                if reader.read_line(&mut action)? == 0 {
+                let mut pair = Vec::new();
+                let action_len = reader.read_until(b'\n', &mut pair)?;
+                if action_len == 0 {
                     break;
                 }
-                let mut source = String::new();
-                if reader.read_line(&mut source)? == 0 || !source.ends_with('\n') {
-                    // A torn pair at the end of a segment (the process died mid-write):
-                    // nothing after it in this segment is trustworthy.
+                let source_len = reader.read_until(b'\n', &mut pair)?;
+                let id = (source_len > 0 && pair.ends_with(b"\n"))
+                    .then(|| serde_json::from_slice::<serde_json::Value>(&pair[..action_len]).ok())
+                    .flatten()
+                    .and_then(|a| a["create"]["_id"].as_str().map(str::to_owned));
+                let Some(id) = id else {
+                    tracing::error!(
+                        segment = seq,
+                        offset = at.offset,
+                        "A spool segment ends in a torn or unreadable document; skipping the rest of it."
+                    );
                     break;
-                }
-                let id = serde_json::from_str::<serde_json::Value>(&action)
-                    .ok()
-                    .and_then(|a| a["create"]["_id"].as_str().map(str::to_owned))
-                    .ok_or_else(|| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("spool segment {seq} has a bad action line"),
-                        )
-                    })?;
-                let len = action.len() + source.len();
-                at.offset += len as u64;
-                bytes += len;
-                action.push_str(&source);
+                };
+                at.offset += pair.len() as u64;
+                bytes += pair.len();
                 docs.push(Encoded {
                     id,
-                    lines: action.into_bytes().into(),
+                    lines: pair.into(),
                 });
             }
-            // This segment is read to its end; the next one starts at 0.
+            // This segment is read to its end (or to a tear); the next one starts at 0.
             at.offset = size;
         }
         Ok(Batch { docs, end: at })
     }
 
-    /// Marks everything before `end` as delivered: deletes finished segments and
-    /// persists the cursor.
+    /// Marks everything before `end` as delivered: persists the cursor, then deletes the
+    /// segments wholly sent (a crash in between leaves files `open` deletes).
     pub fn ack(&self, end: Position) -> io::Result<()> {
         let mut s = self.lock()?;
-        s.read = end;
-        while let Some(&(seq, size)) = s.segments.front() {
-            let finished = seq < end.segment || (seq == end.segment && end.offset >= size);
-            if !finished {
+        let mut read = end;
+        let mut finished = Vec::new();
+        for &(seq, size) in &s.segments {
+            let done = seq < end.segment || (seq == end.segment && end.offset >= size);
+            if !done {
                 break;
             }
-            if s.segments.len() == 1 {
-                // The last segment is done: start afresh in a new one.
-                s.writer = None;
+            finished.push(seq);
+            if seq >= read.segment {
+                read = Position {
+                    segment: seq + 1,
+                    offset: 0,
+                };
             }
-            fs::remove_file(segment_path(&self.dir, seq))?;
-            s.segments.pop_front();
-            s.read = Position {
-                segment: seq + 1,
-                offset: 0,
-            };
         }
-        let cursor = format!("{} {}\n", s.read.segment, s.read.offset);
+        let cursor = format!("{} {}\n", read.segment, read.offset);
         let tmp = self.dir.join("cursor.tmp");
         fs::write(&tmp, cursor)?;
-        fs::rename(tmp, self.dir.join("cursor"))
+        fs::rename(tmp, self.dir.join("cursor"))?;
+        s.read = read;
+        for seq in finished {
+            if s.segments.len() == 1 {
+                // The last segment is done: the next document starts a new one.
+                s.writer = None;
+            }
+            s.segments.pop_front();
+            fs::remove_file(segment_path(&self.dir, seq))?;
+        }
+        Ok(())
     }
 
-    /// Flushes the open segment to disk (at shutdown).
+    /// Makes every unsent segment durable (at shutdown).
     pub fn sync(&self) -> io::Result<()> {
-        let s = self.lock()?;
-        if let Some(writer) = &s.writer {
-            writer.sync_all()?;
+        let segments = self.lock()?.segments.clone();
+        for (seq, _) in segments {
+            match File::open(segment_path(&self.dir, seq)) {
+                Ok(file) => file.sync_all()?,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
         }
         Ok(())
     }
@@ -312,6 +360,59 @@ mod tests {
             })
             .count();
         assert!(segments <= 1, "sent segments are deleted ({segments} left)");
+    }
+
+    #[test]
+    fn a_batch_ending_inside_a_segment_keeps_its_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let one = doc(0).lines.len() as u64;
+        // Two documents per segment; a batch of three ends inside the second segment.
+        let spool = Spool::open(dir.path(), 1 << 20, one * 2).expect("open");
+        for i in 0..6 {
+            spool.append(&doc(i)).expect("append");
+        }
+        let batch = spool.peek(3, usize::MAX).expect("peek");
+        spool.ack(batch.end).expect("ack");
+        assert_eq!(spool.pending_bytes(), one * 3);
+        let ids = |spool: &Spool| -> Vec<String> {
+            let batch = spool.peek(100, usize::MAX).expect("peek");
+            batch.docs.into_iter().map(|d| d.id).collect()
+        };
+        assert_eq!(ids(&spool), ["doc-3", "doc-4", "doc-5"]);
+        drop(spool);
+        let reopened = Spool::open(dir.path(), 1 << 20, one * 2).expect("reopen");
+        assert_eq!(
+            ids(&reopened),
+            ["doc-3", "doc-4", "doc-5"],
+            "and after a restart"
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_is_skipped_and_the_spool_goes_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let spool = Spool::open(dir.path(), 1 << 20, 1 << 20).expect("open");
+            spool.append(&doc(0)).expect("append");
+        }
+        // The process died in the middle of the second document (mid-character, too).
+        let segment = segment_path(dir.path(), 0);
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(&segment)
+            .expect("open");
+        file.write_all(
+            "{\"create\":{\"_id\":\"doc-1\"}}\n{\"text\":\"caf\u{e9}".as_bytes()[..40].as_ref(),
+        )
+        .expect("torn write");
+        drop(file);
+        let spool = Spool::open(dir.path(), 1 << 20, 1 << 20).expect("reopen");
+        spool.append(&doc(2)).expect("append after the tear");
+        let batch = spool.peek(100, usize::MAX).expect("peek");
+        let ids: Vec<_> = batch.docs.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["doc-0", "doc-2"]);
+        spool.ack(batch.end).expect("ack");
+        assert!(spool.is_empty());
     }
 
     #[test]

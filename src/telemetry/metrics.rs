@@ -197,6 +197,7 @@ pub struct Metrics {
     semlog_bulk_latency: Histogram,
     semlog_queue_depth: Gauge,
     semlog_spooled_bytes: Gauge,
+    semlog_ready: Gauge,
     running: Gauge,
     waiting: Gauge,
     in_flight: Gauge,
@@ -240,6 +241,7 @@ impl Metrics {
             semlog_bulk_latency: Histogram::new(REQUEST_BUCKETS.iter().copied()),
             semlog_queue_depth: Gauge::default(),
             semlog_spooled_bytes: Gauge::default(),
+            semlog_ready: Gauge::default(),
             running: Gauge::default(),
             waiting: Gauge::default(),
             in_flight: Gauge::default(),
@@ -371,6 +373,11 @@ impl Metrics {
             names::SEMLOG_QUEUE_DEPTH,
             "Semantic-log documents waiting in memory",
             m.semlog_queue_depth.clone(),
+        );
+        r.register(
+            names::SEMLOG_READY,
+            "1 once the semantic-log sink is set up (Elasticsearch policy and templates)",
+            m.semlog_ready.clone(),
         );
         r.register_with_unit(
             names::SEMLOG_SPOOLED_BYTES,
@@ -569,6 +576,10 @@ impl Metrics {
                 })
                 .inc_by(u64::from(n));
         }
+    }
+
+    pub fn semlog_ready(&self, ready: bool) {
+        self.semlog_ready.set(i64::from(ready));
     }
 
     pub fn semlog_bulk_latency(&self, took: std::time::Duration) {

@@ -34,6 +34,7 @@ pub const SEMLOG_DROPPED: &str = "semlog_dropped";
 pub const SEMLOG_REDACTIONS: &str = "semlog_redactions";
 pub const SEMLOG_BULK_LATENCY: &str = "semlog_bulk_latency_seconds";
 pub const SEMLOG_QUEUE_DEPTH: &str = "semlog_queue_depth";
+pub const SEMLOG_READY: &str = "semlog_ready";
 // Registered with the unit `bytes`, so exported as `..._bytes`.
 pub const SEMLOG_SPOOLED_BYTES: &str = "semlog_spool";
 

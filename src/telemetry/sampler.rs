@@ -96,10 +96,15 @@ fn outcome_of(root: &SpanData, parent_sampled: bool) -> Outcome {
         opentelemetry::Value::F64(ms) if ms >= 0.0 => Some(Duration::from_secs_f64(ms / 1000.0)),
         _ => None,
     });
-    let e2e = root
-        .end_time
-        .duration_since(root.start_time)
-        .unwrap_or_default();
+    // The e2e the request reported, as the metrics path sees it; the span itself lasts a
+    // little longer (it also covers the hand-off after the last frame).
+    let e2e = match attribute(names::ATTR_E2E_MS).map(|kv| &kv.value) {
+        Some(opentelemetry::Value::F64(ms)) if *ms >= 0.0 => Duration::from_secs_f64(ms / 1000.0),
+        _ => root
+            .end_time
+            .duration_since(root.start_time)
+            .unwrap_or_default(),
+    };
     Outcome {
         trace_id: root.span_context.trace_id(),
         failed,
