@@ -25,6 +25,7 @@
 //! - [`config`]: flags, environment and TOML file, validated at start-up.
 //! - [`record`]: the per-request record and its observers.
 //! - [`telemetry`]: `/metrics`, OpenTelemetry traces with tail sampling, log set-up.
+//! - [`bench`]: `llmgate bench`, the load generator, with an engine-direct mode.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
 //! - [`fingerprint`]: the `system_fingerprint` of a response.
 //!
@@ -33,6 +34,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod engine;

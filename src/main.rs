@@ -36,6 +36,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Re-send logged requests and report whether each answer matches its output hash.
     Replay(ReplayArgs),
+    /// Load-test an OpenAI-compatible server (or the engine in-process) and report
+    /// TTFT, TPOT, ITL, e2e and throughput.
+    Bench(Box<llmgate::bench::BenchArgs>),
 }
 
 #[derive(clap::Args)]
@@ -53,7 +56,45 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Replay(args) => run_replay(&args),
+        Command::Bench(args) => run_bench(&args),
     }
+}
+
+/// Prints the table(s), and writes JSON when asked. Exit status 1 when a request failed.
+fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("llmgate: could not start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let reports = match runtime.block_on(llmgate::bench::bench(args)) {
+        Ok(reports) => reports,
+        Err(error) => {
+            eprintln!("llmgate bench: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    for report in &reports {
+        println!("{}", report.table());
+    }
+    if let [engine, gateway] = reports.as_slice() {
+        print!("{}", llmgate::bench::overhead(engine, gateway));
+    }
+    if let Some(path) = &args.json {
+        let written = serde_json::to_vec_pretty(&reports)
+            .map_err(|e| e.to_string())
+            .and_then(|json| std::fs::write(path, json).map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            eprintln!("llmgate bench: could not write {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if reports.iter().any(|r| r.errors > 0) {
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be

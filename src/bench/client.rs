@@ -1,0 +1,203 @@
+//! One measured request: streamed over HTTP to any OpenAI-compatible server, or handed
+//! straight to the engine in-process. Both use the gateway's own definitions (TTFT to
+//! the first non-empty content, TPOT over the tokens after the first, ITL between
+//! content chunks, e2e to the end of the stream).
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use crate::engine::{ChatMessage, Engine, EngineEvent, GenerationRequest, Role, Sampling};
+
+/// What one request measured.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub ttft: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub itl: Vec<Duration>,
+    pub e2e: Duration,
+    pub output_tokens: u32,
+    /// The gateway's own figures, when the server is llmgate (the `timings` object).
+    pub server_ttft_ms: Option<f64>,
+    pub server_tpot_ms: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// The request body's sampling settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub max_tokens: u32,
+    pub temperature: f64,
+}
+
+fn tpot(first: Option<Instant>, last: Option<Instant>, tokens: u32) -> Option<Duration> {
+    match (first, last) {
+        (Some(first), Some(last)) if tokens >= 2 => Some((last - first) / (tokens - 1)),
+        _ => None,
+    }
+}
+
+/// Streams one chat completion from `url` and times it as it arrives.
+pub async fn over_http(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    messages: &Value,
+    settings: Settings,
+) -> Sample {
+    let body = serde_json::json!({
+        "model": model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+    });
+    let started = Instant::now();
+    let mut sample = Sample::default();
+    let response = match client
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+    {
+        Ok(response) if response.status().is_success() => response,
+        Ok(response) => {
+            sample.error = Some(format!("status {}", response.status()));
+            sample.e2e = started.elapsed();
+            return sample;
+        }
+        Err(error) => {
+            sample.error = Some(error.to_string());
+            sample.e2e = started.elapsed();
+            return sample;
+        }
+    };
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    let mut chunks = 0u32;
+    let mut usage_tokens = None;
+    let mut buffer = Vec::new();
+    let mut stream = response.bytes_stream();
+    'read: while let Some(bytes) = stream.next().await {
+        let bytes = match bytes {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                sample.error = Some(error.to_string());
+                break;
+            }
+        };
+        let now = Instant::now();
+        buffer.extend_from_slice(&bytes);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let frame: Vec<u8> = buffer.drain(..end + 2).collect();
+            let Some(data) = std::str::from_utf8(&frame)
+                .ok()
+                .and_then(|f| f.trim().strip_prefix("data: "))
+            else {
+                continue;
+            };
+            if data == "[DONE]" {
+                break 'read;
+            }
+            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            if chunk.get("error").is_some() {
+                sample.error = Some(chunk["error"]["message"].to_string());
+            }
+            let content = chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("");
+            if !content.is_empty() {
+                if let Some(previous) = last {
+                    sample.itl.push(now - previous);
+                }
+                first.get_or_insert(now);
+                last = Some(now);
+                chunks += 1;
+            }
+            if let Some(n) = chunk["usage"]["completion_tokens"].as_u64() {
+                usage_tokens = u32::try_from(n).ok();
+            }
+            if let Some(t) = chunk.get("timings") {
+                sample.server_ttft_ms = t["ttft_ms"].as_f64();
+                sample.server_tpot_ms = t["tpot_ms"].as_f64();
+            }
+        }
+    }
+    sample.e2e = started.elapsed();
+    sample.output_tokens = usage_tokens.unwrap_or(chunks);
+    sample.ttft = first.map(|f| f - started);
+    sample.tpot = tpot(first, last, sample.output_tokens);
+    sample
+}
+
+/// Runs one request straight through `engine`: no HTTP, no chunk assembly.
+pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Settings) -> Sample {
+    let messages = messages
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|m| ChatMessage {
+                    role: match m["role"].as_str() {
+                        Some("system") => Role::System,
+                        Some("assistant") => Role::Assistant,
+                        _ => Role::User,
+                    },
+                    content: m["content"].as_str().unwrap_or("").to_owned(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let request = GenerationRequest {
+        request_id: uuid::Uuid::new_v4().simple().to_string(),
+        messages,
+        max_tokens: settings.max_tokens,
+        sampling: Sampling {
+            temperature: Some(settings.temperature),
+            ..Sampling::default()
+        },
+    };
+    let started = Instant::now();
+    let mut sample = Sample::default();
+    let mut generation = match engine.generate(request).await {
+        Ok(generation) => generation,
+        Err(error) => {
+            sample.error = Some(error.to_string());
+            sample.e2e = started.elapsed();
+            return sample;
+        }
+    };
+    let (mut first, mut last, mut last_token) = (None::<Instant>, None::<Instant>, None);
+    let mut tokens = 0u32;
+    while let Some(event) = generation.events.recv().await {
+        let now = Instant::now();
+        match event {
+            EngineEvent::Token { text, .. } => {
+                tokens += 1;
+                last_token = Some(now);
+                if !text.is_empty() {
+                    if let Some(previous) = last {
+                        sample.itl.push(now - previous);
+                    }
+                    first.get_or_insert(now);
+                    last = Some(now);
+                }
+            }
+            EngineEvent::Finished { usage, .. } => {
+                tokens = usage.completion_tokens;
+                break;
+            }
+            EngineEvent::Failed(error) => {
+                sample.error = Some(error.to_string());
+                break;
+            }
+        }
+    }
+    sample.e2e = started.elapsed();
+    sample.output_tokens = tokens;
+    sample.ttft = first.map(|f| f - started);
+    sample.tpot = tpot(first, last.max(last_token), tokens);
+    sample
+}
