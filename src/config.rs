@@ -362,6 +362,14 @@ const NAMES: &[(&str, &str, &str)] = &[
     ("es_api_key", "es-api-key", "LLMGATE_ES_API_KEY"),
     ("namespace", "semlog-namespace", "LLMGATE_SEMLOG_NAMESPACE"),
     ("redaction_key", "redaction-key", "LLMGATE_REDACTION_KEY"),
+    // Set in the [semlog] table of the file only.
+    ("queue_capacity", "-", "-"),
+    ("batch_docs", "-", "-"),
+    ("batch_bytes", "-", "-"),
+    ("spool_max_bytes", "-", "-"),
+    ("spool_segment_bytes", "-", "-"),
+    ("file_max_bytes", "-", "-"),
+    ("excerpt_chars", "-", "-"),
 ];
 
 impl Config {
@@ -683,6 +691,63 @@ mod tests {
             text.contains("server.listen") && text.contains("'localhost'"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn telemetry_and_semlog_settings_and_their_errors() {
+        let toml = "[telemetry]\ntrace_sample_ratio = 0.25\n[semlog]\nes_url = \"http://es:9200\"\nes_api_key = \"abc\"\nnamespace = \"prod\"\n";
+        let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
+        assert_eq!(config.telemetry.trace_sample_ratio, 0.25);
+        let es = config.semlog.elasticsearch.expect("elasticsearch");
+        assert_eq!(es.auth, crate::semlog::config::EsAuth::ApiKey("abc".into()));
+        assert_eq!(config.semlog.namespace, "prod");
+
+        let cases = [
+            (
+                "[telemetry]\ntrace_sample_ratio = 1.5\n",
+                "telemetry.trace_sample_ratio",
+                "--trace-sample-ratio",
+            ),
+            (
+                "[telemetry]\ntrace_export_queue = 3\n",
+                "telemetry.trace_export_queue",
+                "--trace-export-queue",
+            ),
+            (
+                "[semlog]\nnamespace = \"my-ns\"\n",
+                "semlog.namespace",
+                "--semlog-namespace",
+            ),
+            (
+                "[semlog]\nes_url = \"http://es\"\nes_username = \"u\"\n",
+                "semlog.es_username",
+                "--es-username",
+            ),
+            (
+                "[semlog]\nes_username = \"u\"\nes_password = \"p\"\n",
+                "semlog.es_url",
+                "--es-url",
+            ),
+            (
+                "[semlog]\nredaction_key = \"short\"\n",
+                "semlog.redaction_key",
+                "LLMGATE_REDACTION_KEY",
+            ),
+            (
+                "[semlog]\nqueue_capacity = 0\n",
+                "semlog.queue_capacity",
+                "flag ---",
+            ),
+        ];
+        for (toml, setting, named) in cases {
+            let text = Config::from_toml(&ServeArgs::default(), toml)
+                .expect_err(toml)
+                .to_string();
+            assert!(
+                text.contains(setting) && text.contains(named),
+                "{toml}: {text}"
+            );
+        }
     }
 
     #[test]
