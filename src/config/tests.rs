@@ -1,0 +1,138 @@
+use super::*;
+
+#[test]
+fn defaults_are_valid() {
+    let config = Config::from_toml(&ServeArgs::default(), "").expect("defaults");
+    assert_eq!(
+        config.server.listen,
+        "127.0.0.1:8080".parse().expect("addr")
+    );
+    assert_eq!(config.engine.model_path, PathBuf::from(DEFAULT_MODEL_PATH));
+    assert_eq!(config.server.keepalive, Duration::from_secs(15));
+}
+
+#[test]
+fn flags_win_over_file() {
+    let args = ServeArgs {
+        max_in_flight: Some(3),
+        ..ServeArgs::default()
+    };
+    let toml = "[server]\nmax_in_flight = 9\nlisten = \"0.0.0.0:9000\"\n";
+    let config = Config::from_toml(&args, toml).expect("config");
+    assert_eq!(config.server.max_in_flight, 3);
+    assert_eq!(config.server.listen.port(), 9000);
+}
+
+#[test]
+fn errors_name_the_setting() {
+    let toml = "[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 200\n";
+    let error = Config::from_toml(&ServeArgs::default(), toml).expect_err("invalid");
+    let text = error.to_string();
+    assert!(text.contains("engine.default_max_tokens"), "{text}");
+    assert!(text.contains("--default-max-tokens"), "{text}");
+    assert!(text.contains("LLMGATE_DEFAULT_MAX_TOKENS"), "{text}");
+
+    let args = ServeArgs {
+        listen: Some("localhost".into()),
+        ..ServeArgs::default()
+    };
+    let text = Config::from_toml(&args, "")
+        .expect_err("bad listen")
+        .to_string();
+    assert!(
+        text.contains("server.listen") && text.contains("'localhost'"),
+        "{text}"
+    );
+}
+
+#[test]
+fn telemetry_and_semlog_settings_and_their_errors() {
+    let toml = "[telemetry]\ntrace_sample_ratio = 0.25\n[semlog]\nes_url = \"http://es:9200\"\nes_api_key = \"abc\"\nnamespace = \"prod\"\n";
+    let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
+    assert_eq!(config.telemetry.trace_sample_ratio, 0.25);
+    let es = config.semlog.elasticsearch.expect("elasticsearch");
+    assert_eq!(es.auth, crate::semlog::config::EsAuth::ApiKey("abc".into()));
+    assert_eq!(config.semlog.namespace, "prod");
+
+    let cases = [
+        (
+            "[telemetry]\ntrace_sample_ratio = 1.5\n",
+            "telemetry.trace_sample_ratio",
+            "--trace-sample-ratio",
+        ),
+        (
+            "[telemetry]\ntrace_export_queue = 3\n",
+            "telemetry.trace_export_queue",
+            "--trace-export-queue",
+        ),
+        (
+            "[semlog]\nnamespace = \"my-ns\"\n",
+            "semlog.namespace",
+            "--semlog-namespace",
+        ),
+        (
+            "[semlog]\nes_url = \"http://es\"\nes_username = \"u\"\n",
+            "semlog.es_username",
+            "--es-username",
+        ),
+        (
+            "[semlog]\nes_username = \"u\"\nes_password = \"p\"\n",
+            "semlog.es_url",
+            "--es-url",
+        ),
+        (
+            "[semlog]\nredaction_key = \"short\"\n",
+            "semlog.redaction_key",
+            "LLMGATE_REDACTION_KEY",
+        ),
+        (
+            "[semlog]\nqueue_capacity = 0\n",
+            "semlog.queue_capacity",
+            "flag ---",
+        ),
+    ];
+    for (toml, setting, named) in cases {
+        let text = Config::from_toml(&ServeArgs::default(), toml)
+            .expect_err(toml)
+            .to_string();
+        assert!(
+            text.contains(setting) && text.contains(named),
+            "{toml}: {text}"
+        );
+    }
+}
+
+#[test]
+fn quality_settings_and_their_errors() {
+    let toml =
+        "[quality]\ndegeneration_guard = true\nguard_window = 32\nrefusal_phrases = [\"nope\"]\n";
+    let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
+    let guard = config.quality.settings.guard.expect("guard on");
+    assert_eq!((guard.window, guard.threshold), (32, 0.6));
+    assert!(config.quality.settings.refusal.is_refusal("Nope."));
+
+    let bad = "[quality]\ndegeneration_guard = true\nguard_threshold = 1.5\n";
+    let text = Config::from_toml(&ServeArgs::default(), bad)
+        .expect_err("invalid")
+        .to_string();
+    assert!(
+        text.contains("quality.guard_threshold") && text.contains("--guard-threshold"),
+        "{text}"
+    );
+
+    let args = ServeArgs {
+        intent_rules: Some(PathBuf::from("/nonexistent/intents.toml")),
+        ..ServeArgs::default()
+    };
+    let text = Config::from_toml(&args, "")
+        .expect_err("missing file")
+        .to_string();
+    assert!(text.contains("quality.intent_rules"), "{text}");
+}
+
+#[test]
+fn unknown_file_keys_are_rejected() {
+    let error = Config::from_toml(&ServeArgs::default(), "[server]\nlisten_addr = \"x\"\n")
+        .expect_err("unknown key");
+    assert!(error.to_string().contains("listen_addr"), "{error}");
+}
