@@ -77,6 +77,7 @@ pub async fn over_http(
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     let mut chunks = 0u32;
     let mut usage_tokens = None;
+    let (mut finished, mut done) = (false, false);
     let mut buffer = Vec::new();
     let mut stream = response.bytes_stream();
     'read: while let Some(bytes) = stream.next().await {
@@ -98,6 +99,7 @@ pub async fn over_http(
                 continue;
             };
             if data == "[DONE]" {
+                done = true;
                 break 'read;
             }
             let Ok(chunk) = serde_json::from_str::<Value>(data) else {
@@ -117,6 +119,9 @@ pub async fn over_http(
                 last = Some(now);
                 chunks += 1;
             }
+            if chunk["choices"][0]["finish_reason"].is_string() {
+                finished = true;
+            }
             if let Some(n) = chunk["usage"]["completion_tokens"].as_u64() {
                 usage_tokens = u32::try_from(n).ok();
             }
@@ -130,6 +135,18 @@ pub async fn over_http(
     sample.output_tokens = usage_tokens.unwrap_or(chunks);
     sample.ttft = first.map(|f| f - started);
     sample.tpot = tpot(first, last, sample.output_tokens);
+    // A stream cut short is a failure even when the status was 200 (some servers abort
+    // concurrent streams that way: a role chunk, then [DONE]).
+    if sample.error.is_none() && !(finished && done) {
+        sample.error = Some(
+            if done {
+                "the stream ended without a finish_reason"
+            } else {
+                "the stream ended without [DONE]"
+            }
+            .into(),
+        );
+    }
     sample
 }
 
