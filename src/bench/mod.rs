@@ -127,6 +127,10 @@ pub struct Report {
     /// Client minus server, per request, when the server reports `timings` (llmgate).
     pub client_minus_server_ttft_ms: Option<Percentiles>,
     pub client_minus_server_tpot_ms: Option<Percentiles>,
+    /// With `--engine-direct` at concurrency 1: this request through the gateway minus
+    /// the same prompt straight into the engine, paired request by request.
+    pub gateway_minus_direct_ttft_ms: Option<Percentiles>,
+    pub gateway_minus_direct_tpot_ms: Option<Percentiles>,
 }
 
 impl Report {
@@ -168,6 +172,8 @@ impl Report {
             e2e_ms: percentiles(&collect(&|s| Some(s.e2e))),
             client_minus_server_ttft_ms: percentiles_ms(&ttft_diff),
             client_minus_server_tpot_ms: percentiles_ms(&tpot_diff),
+            gateway_minus_direct_ttft_ms: None,
+            gateway_minus_direct_tpot_ms: None,
         }
     }
 
@@ -198,6 +204,16 @@ impl Report {
         out.push_str(&row("TPOT", self.tpot_ms));
         out.push_str(&row("ITL", self.itl_ms));
         out.push_str(&row("e2e", self.e2e_ms));
+        if self.gateway_minus_direct_ttft_ms.is_some() {
+            out.push_str(&row(
+                "TTFT gateway - direct",
+                self.gateway_minus_direct_ttft_ms,
+            ));
+            out.push_str(&row(
+                "TPOT gateway - direct",
+                self.gateway_minus_direct_tpot_ms,
+            ));
+        }
         if self.client_minus_server_ttft_ms.is_some() {
             out.push_str(&row(
                 "TTFT client - server",
@@ -329,6 +345,45 @@ async fn run(target: &Target, args: &BenchArgs, prompts: &[Value]) -> (Vec<Sampl
     (samples, took)
 }
 
+/// Sends each prompt to `a` then to `b`, one request at a time; each side's duration is
+/// the sum of its own requests.
+async fn interleaved(
+    a: &Target,
+    b: &Target,
+    args: &BenchArgs,
+    prompts: &[Value],
+) -> ((Vec<Sample>, Duration), (Vec<Sample>, Duration)) {
+    let settings = Settings {
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+    };
+    for i in 0..args.warmup {
+        a.one(&prompts[i % prompts.len()], settings).await;
+        b.one(&prompts[i % prompts.len()], settings).await;
+    }
+    let progress = indicatif::ProgressBar::new(args.requests as u64);
+    let deadline = args
+        .duration_secs
+        .map(|s| Instant::now() + Duration::from_secs(s));
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    let (mut ta, mut tb) = (Duration::ZERO, Duration::ZERO);
+    for i in 0..args.requests {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let prompt = &prompts[i % prompts.len()];
+        let started = Instant::now();
+        sa.push(a.one(prompt, settings).await);
+        ta += started.elapsed();
+        let started = Instant::now();
+        sb.push(b.one(prompt, settings).await);
+        tb += started.elapsed();
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    ((sa, ta), (sb, tb))
+}
+
 /// The `bench` command.
 pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
     let prompts = load_prompts(&args.prompts)?;
@@ -361,14 +416,6 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
         })
         .await?;
     let engine: Arc<dyn Engine> = engine;
-    let (samples, took) = run(&Target::Engine(engine.clone()), args, &prompts).await;
-    reports.push(Report::from_samples(
-        "engine-direct".into(),
-        "in-process".into(),
-        args,
-        &samples,
-        took,
-    ));
 
     // The gateway over the same engine, on loopback.
     let config = Config::from_toml(
@@ -384,7 +431,7 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
     ));
     let state = crate::AppState::new(
         &config,
-        engine,
+        engine.clone(),
         Arc::new(crate::clock::MonotonicClock::new()),
         telemetry,
     );
@@ -393,14 +440,40 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
     let server = crate::serve(actix_web::web::Data::new(state), listener, 2)?;
     let handle = server.handle();
     tokio::spawn(server);
-    let (samples, took) = run(&http(url.clone()), args, &prompts).await;
+
+    let direct = Target::Engine(engine);
+    let gateway = http(url.clone());
+    let ((direct_samples, direct_took), (gateway_samples, gateway_took)) =
+        if args.concurrency <= 1 && args.rate.is_none() {
+            // One at a time, alternating, so drift on a shared machine hits both alike.
+            interleaved(&direct, &gateway, args, &prompts).await
+        } else {
+            (
+                run(&direct, args, &prompts).await,
+                run(&gateway, args, &prompts).await,
+            )
+        };
     reports.push(Report::from_samples(
-        "gateway".into(),
-        url,
+        "engine-direct".into(),
+        "in-process".into(),
         args,
-        &samples,
-        took,
+        &direct_samples,
+        direct_took,
     ));
+    let mut gateway_report =
+        Report::from_samples("gateway".into(), url, args, &gateway_samples, gateway_took);
+    if direct_samples.len() == gateway_samples.len() && args.concurrency <= 1 {
+        let paired = |f: &dyn Fn(&Sample) -> Option<Duration>| -> Vec<f64> {
+            direct_samples
+                .iter()
+                .zip(&gateway_samples)
+                .filter_map(|(d, g)| Some((f(g)?.as_secs_f64() - f(d)?.as_secs_f64()) * 1000.0))
+                .collect()
+        };
+        gateway_report.gateway_minus_direct_ttft_ms = percentiles_ms(&paired(&|s| s.ttft));
+        gateway_report.gateway_minus_direct_tpot_ms = percentiles_ms(&paired(&|s| s.tpot));
+    }
+    reports.push(gateway_report);
     handle.stop(true).await;
     Ok(reports)
 }
