@@ -88,7 +88,7 @@ async fn set_up_then_per_item_outcomes_partial_retries_and_dead_letters() {
     // One bulk of 5: created, 429, 400, 503, created. The retry carries only the 429 and
     // 503 documents, with their _ids; the 400 goes to the dead-letter file.
     es.script_items(&[201, 429, 400, 503, 201]);
-    let config = config(Some(&es), dir.path(), "batch_age_ms = 300\n");
+    let config = config(Some(&es), dir.path(), "batch_age_ms = 1000\n");
     let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
     let ids: Vec<String> = (0..5).map(|i| format!("item-{i}")).collect();
     let sends = ids.iter().map(|id| ask(&server, id, "hello"));
