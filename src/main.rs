@@ -213,7 +213,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
                 .url
                 .as_deref()
                 .map_or("Elastic Cloud".to_owned(), llmgate::semlog::elasticsearch::display_url),
-            data_stream = %format!("logs-llmgate.requests-{}", config.semlog.namespace),
+            data_stream = %config.semlog.data_stream(),
             "Semantic logs go to Elasticsearch."
         ),
         None => tracing::info!(

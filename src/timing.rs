@@ -119,9 +119,10 @@ impl RequestTimer {
         }
     }
 
-    /// Every gap between consecutive content frames, in arrival order.
-    pub fn gaps(&self) -> &[Duration] {
-        &self.itl
+    /// Every gap between consecutive content frames, in arrival order, moved out once
+    /// the timings are computed (for the ITL histogram).
+    pub fn take_gaps(&mut self) -> Vec<Duration> {
+        std::mem::take(&mut self.itl)
     }
 
     /// Computes the figures, with `t_end` the moment the final frame was handed over,

@@ -232,6 +232,15 @@ impl Report {
     }
 }
 
+impl From<&BenchArgs> for Settings {
+    fn from(args: &BenchArgs) -> Self {
+        Settings {
+            max_tokens: args.max_tokens,
+            temperature: args.temperature,
+        }
+    }
+}
+
 /// Where the requests go.
 #[derive(Clone)]
 enum Target {
@@ -280,10 +289,7 @@ pub fn load_prompts(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
 
 /// Runs warm-up, then the measured requests, with a progress bar on standard error.
 async fn run(target: &Target, args: &BenchArgs, prompts: &[Value]) -> (Vec<Sample>, Duration) {
-    let settings = Settings {
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-    };
+    let settings = Settings::from(args);
     for i in 0..args.warmup {
         target.one(&prompts[i % prompts.len()], settings).await;
     }
@@ -298,6 +304,7 @@ async fn run(target: &Target, args: &BenchArgs, prompts: &[Value]) -> (Vec<Sampl
     let next = Arc::new(Mutex::new(0usize));
     let samples = Arc::new(Mutex::new(Vec::with_capacity(args.requests)));
     let started = Instant::now();
+    let shared: Arc<[Value]> = prompts.into();
     let mut tasks = Vec::new();
     let workers = if args.rate.is_some() {
         args.requests
@@ -311,7 +318,7 @@ async fn run(target: &Target, args: &BenchArgs, prompts: &[Value]) -> (Vec<Sampl
             samples.clone(),
             progress.clone(),
         );
-        let prompts = prompts.to_vec();
+        let prompts = Arc::clone(&shared);
         let (requests, rate) = (args.requests, args.rate);
         tasks.push(tokio::spawn(async move {
             if let Some(rate) = rate {
@@ -353,10 +360,7 @@ async fn interleaved(
     args: &BenchArgs,
     prompts: &[Value],
 ) -> ((Vec<Sample>, Duration), (Vec<Sample>, Duration)) {
-    let settings = Settings {
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-    };
+    let settings = Settings::from(args);
     for i in 0..args.warmup {
         a.one(&prompts[i % prompts.len()], settings).await;
         b.one(&prompts[i % prompts.len()], settings).await;

@@ -114,6 +114,11 @@ pub enum EsAuth {
 }
 
 impl SemlogConfig {
+    /// The data stream the documents go to: `logs-llmgate.requests-<namespace>`.
+    pub fn data_stream(&self) -> String {
+        format!("logs-{}-{}", super::document::DATASET, self.namespace)
+    }
+
     /// Flags and variables over the file over defaults. Errors name the setting.
     pub fn resolve(args: &SemlogArgs, file: FileSemlog) -> Result<Self, (&'static str, String)> {
         let url = args.es_url.clone().or(file.es_url);

@@ -27,12 +27,6 @@ pub struct DocumentSettings {
     pub excerpt_chars: usize,
 }
 
-impl DocumentSettings {
-    pub fn data_stream(&self) -> String {
-        format!("logs-{DATASET}-{}", self.namespace)
-    }
-}
-
 /// A request's semantic log, redacted. Serialises to the Elasticsearch document.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RedactedLog {

@@ -104,7 +104,7 @@ impl Semlog {
                 }
                 Destination::Elasticsearch(Arc::new(elasticsearch::Cluster::new(
                     &es,
-                    settings.data_stream(),
+                    config.data_stream(),
                 )?))
             }
             None => Destination::Files(

@@ -179,7 +179,7 @@ impl Run {
             params: info.params,
             trace: trace.ids,
             phases,
-            itl_gaps: self.timer.gaps().to_vec(),
+            itl_gaps: self.timer.take_gaps(),
             received_at: trace.received_at(),
             prompt: Some(std::mem::take(&mut info.prompt)),
             response: Some(self.quality.text().to_owned()),

@@ -26,11 +26,7 @@ pub struct Logging {
 }
 
 impl Logging {
-    /// Lines dropped so far because the queue was full.
-    pub fn dropped_lines(&self) -> u64 {
-        self.dropped.dropped_lines() as u64
-    }
-
+    /// Counts the lines dropped because the queue was full (for the metrics).
     pub fn drop_counter(&self) -> ErrorCounter {
         self.dropped.clone()
     }
