@@ -20,10 +20,10 @@ use common::es::FakeEs;
 use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::{FinishReason, Usage};
 use llmgate::quality::Quality;
+use llmgate::record::TraceIds;
 use llmgate::record::{RequestObserver, RequestParams, RequestRecord, Status};
 use llmgate::semlog::Semlog;
 use llmgate::telemetry::metrics::{resident_memory_bytes, Metrics};
-use llmgate::telemetry::trace::TraceIds;
 use llmgate::timing::{Phases, Timings};
 
 fn record(i: usize) -> RequestRecord {

@@ -2,16 +2,27 @@
 //! the observers it is handed to. `telemetry::Telemetry::request_ended` hands it to the
 //! metrics, to the record observer (the request log line; the semantic log) and to the
 //! request's trace.
+//!
+//! This module sits below `telemetry`: telemetry reads records, records know nothing of
+//! telemetry (the trace ids they carry are plain OpenTelemetry ids).
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use opentelemetry::trace::{SpanId, TraceId};
 use serde::Serialize;
 
 use crate::engine::{FinishReason, Usage};
 use crate::quality::Quality;
-use crate::telemetry::trace::TraceIds;
 use crate::timing::{Phases, Timings};
+
+/// The ids one request is known by in traces and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceIds {
+    pub trace_id: TraceId,
+    /// The request's `chat {model}` span.
+    pub span_id: SpanId,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

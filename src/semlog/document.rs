@@ -344,7 +344,7 @@ mod tests {
     use crate::engine::{FinishReason, Usage};
     use crate::quality::Quality;
     use crate::record::RequestParams;
-    use crate::telemetry::trace::TraceIds;
+    use crate::record::TraceIds;
     use crate::timing::{ItlStats, Phases, Timings};
 
     fn record() -> RequestRecord {

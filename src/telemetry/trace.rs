@@ -16,8 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceId, Tracer as _,
-    TracerProvider as _,
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -29,21 +28,13 @@ use opentelemetry_sdk::Resource;
 use super::metrics::Metrics;
 use super::names;
 use super::sampler::{Bounds, SamplingPolicy, TailSampler};
-use crate::record::{RequestRecord, Status as RecordStatus};
+use crate::record::{RequestRecord, Status as RecordStatus, TraceIds};
 
 /// Sampling and buffer settings of the trace pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceSettings {
     pub policy: SamplingPolicy,
     pub bounds: Bounds,
-}
-
-/// The ids one request is known by in traces and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TraceIds {
-    pub trace_id: TraceId,
-    /// The request's `chat {model}` span.
-    pub span_id: SpanId,
 }
 
 /// The OTLP trace pipeline: SDK tracer, tail sampler and export thread.
