@@ -125,11 +125,8 @@ async fn main() {
     if benchmarking && model.is_file() {
         let engine = llmgate::engine::mistral::MistralEngine::load_now(
             llmgate::engine::mistral::MistralSettings {
-                model_path: model,
-                model_id: common::MODEL.into(),
-                max_batch_size: 1,
                 force_cpu: true,
-                prefix_cache: false,
+                ..llmgate::engine::mistral::MistralSettings::new(model, common::MODEL)
             },
         )
         .await

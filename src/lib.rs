@@ -10,21 +10,30 @@
 //!            |   every frame stamped by an injected clock::Clock
 //!            v
 //!      timing::RequestTimer (TTFT, TPOT, ITL, e2e, queue)
+//!      quality (repetition rate, refusal, intent, degeneration guard), per token
 //!            | once, when the request ends (done, error, cancel): record::RequestRecord
 //!            v
-//!      telemetry: Prometheus metrics, record::RequestObserver (request log line),
-//!                 the request's span (OTLP, tail-sampled)
+//!      telemetry: Prometheus metrics, the request's span (OTLP, tail-sampled),
+//!                 record::RequestObserver (request log line)
+//!      semlog:    SemanticLog --redact--> RedactedLog --try_send--> indexer queue
+//!                 --> Elasticsearch _bulk, or NDJSON files; disk spool when either fails
 //! ```
 //!
 //! - [`api`]: routes, request validation, the request-id middleware.
-//! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter and a scripted engine.
+//! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter (with its replicas
+//!   and process-wide CPU settings), the seeded sampler and a scripted engine.
 //! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
 //! - [`timing`] and [`clock`]: the latency definitions and the time source.
+//! - [`quality`]: per-answer signals computed while it streams: seq-rep-n repetition
+//!   rate, the degeneration guard, refusal phrases, intent rules.
 //! - [`admission`]: the in-flight limit behind 429s.
 //! - [`error`]: every client-visible error and its one HTTP table.
-//! - [`config`]: flags, environment and TOML file, validated at start-up.
+//! - [`config`]: flags, environment and TOML file, each setting declared once, validated
+//!   at start-up.
 //! - [`record`]: the per-request record and its observers.
 //! - [`telemetry`]: `/metrics`, OpenTelemetry traces with tail sampling, log set-up.
+//! - [`semlog`]: the semantic log: one redacted ECS document per request, bulk-indexed
+//!   into Elasticsearch (or written to NDJSON files), with a disk spool and dead letters.
 //! - [`bench`]: `llmgate bench`, the load generator, with an engine-direct mode.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
 //! - [`fingerprint`]: the `system_fingerprint` of a response.

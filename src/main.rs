@@ -10,7 +10,7 @@ use actix_web::web;
 use clap::{Parser, Subcommand};
 use llmgate::clock::MonotonicClock;
 use llmgate::config::{Config, ServeArgs};
-use llmgate::engine::mistral::{MistralEngine, MistralSettings};
+use llmgate::engine::mistral::{process, MistralEngine, MistralSettings};
 use llmgate::record::{FanOut, LogObserver};
 use llmgate::semlog::{Semlog, DEFAULT_PACING};
 use llmgate::telemetry::logs::Logging;
@@ -62,6 +62,15 @@ fn main() -> ExitCode {
 
 /// Prints the table(s), and writes JSON when asked. Exit status 1 when a request failed.
 fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
+    if args.engine_direct {
+        let applied = llmgate::bench::engine_direct_config(args)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|config| process::apply(&config.engine));
+        if let Err(error) = applied {
+            eprintln!("llmgate bench: {error}");
+            return ExitCode::from(2);
+        }
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -157,6 +166,14 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any thread starts: candle and rayon read these once per process.
+    let applied = match process::apply(&config.engine) {
+        Ok(applied) => applied,
+        Err(error) => {
+            eprintln!("llmgate: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let logging = match llmgate::telemetry::logs::init(&config.logging) {
         Ok(logging) => logging,
         Err(error) => {
@@ -164,6 +181,20 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for (variable, value) in &applied.overridden {
+        tracing::warn!(
+            variable,
+            value,
+            "The environment set an engine variable the gateway sets itself from engine.weights and engine.threads; it was overridden."
+        );
+    }
+    tracing::info!(
+        weights = config.engine.weights.as_str(),
+        threads = applied.threads,
+        replicas = config.engine.replicas,
+        max_batch_size = config.engine.max_batch_size,
+        "Engine settings."
+    );
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -187,13 +218,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             config.server.listen
         )
     })?;
-    let engine = MistralEngine::start(MistralSettings {
-        model_path: config.engine.model_path.clone(),
-        model_id: config.engine.model_id.clone(),
-        max_batch_size: config.engine.max_batch_size,
-        force_cpu: config.engine.force_cpu,
-        prefix_cache: config.engine.prefix_cache,
-    });
+    let engine = MistralEngine::start(MistralSettings::from_config(&config.engine));
     let metrics = Arc::new(Metrics::new(&config.engine.model_id));
     let trace_settings = TraceSettings::from(&config.telemetry);
     let tracing = if llmgate::telemetry::trace::enabled_by_env() {

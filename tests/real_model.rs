@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use common::*;
 use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::mistral::{MistralEngine, MistralSettings};
+use llmgate::engine::Engine;
 use llmgate::record::Status;
 use serde_json::{json, Value};
 
@@ -30,12 +31,11 @@ fn f(t: &Value, key: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_model_streams_and_answers_with_consistent_timings() {
+    // Two replicas, so concurrent requests really run side by side below.
     let engine = MistralEngine::load_now(MistralSettings {
-        model_path: model_path(),
-        model_id: MODEL.into(),
-        max_batch_size: 1,
         force_cpu: true,
-        prefix_cache: false,
+        replicas: 2,
+        ..MistralSettings::new(model_path(), MODEL)
     })
     .await
     .expect("the default model loads");
@@ -126,7 +126,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     assert_eq!(records.iter().filter(|r| r.status == Status::Ok).count(), 2);
 
     repetition_rates(&server).await;
-    same_seed_same_text_whatever_the_neighbours(&server).await;
+    same_seed_same_text_whatever_the_neighbours(&server, &engine).await;
     server.stop().await;
 
     let guarded = start(
@@ -190,7 +190,8 @@ async fn guard_stops_a_looping_answer(server: &TestServer) {
     assert!(n < 128, "the guard stopped the loop early: {n} tokens");
 }
 
-async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer) {
+/// Seeded answers do not depend on what runs beside them, nor on which replica runs them.
+async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer, engine: &MistralEngine) {
     let story = "Write a short story about a cat.";
     let seeded = json!({"temperature": 0.9, "seed": 1234, "max_tokens": 24});
     let mut calls = Vec::new();
@@ -208,7 +209,20 @@ async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer) {
             ask(server, prompt, extra).await["choices"][0]["message"]["content"].clone()
         });
     }
-    let answers = futures_util::future::join_all(calls).await;
+    // Watch the engine while the calls run: both replicas must have been busy at once.
+    let most_running = async {
+        let mut most = 0;
+        for _ in 0..2000 {
+            most = most.max(engine.load().running);
+            if most == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        most
+    };
+    let (answers, most_running) = tokio::join!(futures_util::future::join_all(calls), most_running);
+    assert_eq!(most_running, 2, "two sequences ran at once on two replicas");
     let seeded_answers: Vec<&Value> = answers.iter().step_by(2).collect();
     assert_eq!(seeded_answers.len(), 8);
     assert!(

@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::config::{Config, ServeArgs, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
+use crate::config::{Config, EngineTable, ServeArgs, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
 use crate::engine::Engine;
 use crate::timing::nearest_rank;
 use client::{Sample, Settings};
@@ -388,6 +388,23 @@ async fn interleaved(
     ((sa, ta), (sb, tb))
 }
 
+/// The configuration `--engine-direct` serves with: `llmgate serve`'s defaults on
+/// `--model-path`. The caller applies its process-wide engine settings before the async
+/// runtime starts (`engine::mistral::process::apply`).
+pub fn engine_direct_config(args: &BenchArgs) -> anyhow::Result<Config> {
+    Ok(Config::from_toml(
+        &ServeArgs {
+            engine: EngineTable {
+                model_id: Some(args.model.clone()),
+                model_path: Some(args.model_path.clone()),
+                ..EngineTable::default()
+            },
+            ..ServeArgs::default()
+        },
+        "",
+    )?)
+}
+
 /// The `bench` command.
 pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
     let prompts = load_prompts(&args.prompts)?;
@@ -410,25 +427,15 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
         return Ok(reports);
     }
 
-    let engine =
-        crate::engine::mistral::MistralEngine::load_now(crate::engine::mistral::MistralSettings {
-            model_path: args.model_path.clone(),
-            model_id: args.model.clone(),
-            max_batch_size: args.concurrency.max(1),
-            force_cpu: false,
-            prefix_cache: false,
-        })
-        .await?;
+    // The engine and the gateway over it as `llmgate serve` would run them by default.
+    let config = engine_direct_config(args)?;
+    let engine = crate::engine::mistral::MistralEngine::load_now(
+        crate::engine::mistral::MistralSettings::from_config(&config.engine),
+    )
+    .await?;
     let engine: Arc<dyn Engine> = engine;
 
     // The gateway over the same engine, on loopback.
-    let config = Config::from_toml(
-        &ServeArgs {
-            model_id: Some(args.model.clone()),
-            ..ServeArgs::default()
-        },
-        "",
-    )?;
     let telemetry = Arc::new(crate::telemetry::Telemetry::without_traces(
         &args.model,
         Arc::new(crate::record::FanOut(Vec::new())),

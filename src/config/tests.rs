@@ -14,7 +14,10 @@ fn defaults_are_valid() {
 #[test]
 fn flags_win_over_file() {
     let args = ServeArgs {
-        max_in_flight: Some(3),
+        server: ServerTable {
+            max_in_flight: Some(3),
+            ..ServerTable::default()
+        },
         ..ServeArgs::default()
     };
     let toml = "[server]\nmax_in_flight = 9\nlisten = \"0.0.0.0:9000\"\n";
@@ -33,7 +36,10 @@ fn errors_name_the_setting() {
     assert!(text.contains("LLMGATE_DEFAULT_MAX_TOKENS"), "{text}");
 
     let args = ServeArgs {
-        listen: Some("localhost".into()),
+        server: ServerTable {
+            listen: Some("localhost".into()),
+            ..ServerTable::default()
+        },
         ..ServeArgs::default()
     };
     let text = Config::from_toml(&args, "")
@@ -88,7 +94,7 @@ fn telemetry_and_semlog_settings_and_their_errors() {
         (
             "[semlog]\nqueue_capacity = 0\n",
             "semlog.queue_capacity",
-            "flag ---",
+            "flag -, env -",
         ),
     ];
     for (toml, setting, named) in cases {
@@ -121,7 +127,10 @@ fn quality_settings_and_their_errors() {
     );
 
     let args = ServeArgs {
-        intent_rules: Some(PathBuf::from("/nonexistent/intents.toml")),
+        quality: QualityTable {
+            intent_rules: Some(PathBuf::from("/nonexistent/intents.toml")),
+            ..QualityTable::default()
+        },
         ..ServeArgs::default()
     };
     let text = Config::from_toml(&args, "")
@@ -135,4 +144,29 @@ fn unknown_file_keys_are_rejected() {
     let error = Config::from_toml(&ServeArgs::default(), "[server]\nlisten_addr = \"x\"\n")
         .expect_err("unknown key");
     assert!(error.to_string().contains("listen_addr"), "{error}");
+}
+
+#[test]
+fn engine_settings_and_their_errors() {
+    let toml = "[engine]\nweights = \"f16\"\nthreads = 2\nreplicas = 2\n";
+    let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
+    assert_eq!(config.engine.weights, Weights::F16);
+    assert_eq!((config.engine.threads, config.engine.replicas), (2, 2));
+    let defaults = Config::from_toml(&ServeArgs::default(), "").expect("defaults");
+    assert_eq!(defaults.engine.weights, Weights::Quantized);
+    assert_eq!((defaults.engine.threads, defaults.engine.replicas), (0, 1));
+
+    let text = Config::from_toml(&ServeArgs::default(), "[engine]\nreplicas = 0\n")
+        .expect_err("no replicas")
+        .to_string();
+    assert!(
+        text.contains("engine.replicas")
+            && text.contains("--replicas")
+            && text.contains("LLMGATE_REPLICAS"),
+        "{text}"
+    );
+    let text = Config::from_toml(&ServeArgs::default(), "[engine]\nweights = \"q4\"\n")
+        .expect_err("unknown mode")
+        .to_string();
+    assert!(text.contains("weights"), "{text}");
 }

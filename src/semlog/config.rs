@@ -6,11 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// Flags of `llmgate serve` for the semantic log; each also reads an environment variable.
-#[derive(Debug, Clone, Default, Args)]
-pub struct SemlogArgs {
+/// `[semlog]`: the semantic-log settings, each a file key and, unless `#[arg(skip)]`
+/// (file only), a flag of `llmgate serve` with its environment variable.
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Semantic logs")]
+pub struct SemlogTable {
     /// Directory for the NDJSON files, the spool and the dead-letter file [default: data].
     #[arg(long, env = "LLMGATE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -32,37 +35,42 @@ pub struct SemlogArgs {
     /// PEM file of the CA that signed the cluster's certificate.
     #[arg(long, env = "LLMGATE_ES_CA_CERT")]
     pub es_ca_cert: Option<PathBuf>,
+    /// Seconds before a request to Elasticsearch times out [default: 30].
+    #[arg(skip)]
+    pub es_timeout_secs: Option<u64>,
     /// Namespace of the data stream logs-llmgate.requests-<namespace> [default: default].
-    #[arg(long, env = "LLMGATE_SEMLOG_NAMESPACE")]
-    pub semlog_namespace: Option<String>,
+    #[arg(long = "semlog-namespace", env = "LLMGATE_SEMLOG_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Days the lifecycle policy keeps documents [default: 30].
+    #[arg(skip)]
+    pub retention_days: Option<u32>,
     /// Key of the keyed-hash redaction mode (equal values get equal tokens); off if unset.
     #[arg(long, env = "LLMGATE_REDACTION_KEY", hide_env_values = true)]
     pub redaction_key: Option<String>,
-}
-
-/// The `[semlog]` table; every field may be omitted.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSemlog {
-    data_dir: Option<PathBuf>,
-    es_url: Option<String>,
-    es_cloud_id: Option<String>,
-    es_username: Option<String>,
-    es_password: Option<String>,
-    es_api_key: Option<String>,
-    es_ca_cert: Option<PathBuf>,
-    es_timeout_secs: Option<u64>,
-    namespace: Option<String>,
-    retention_days: Option<u32>,
-    redaction_key: Option<String>,
-    excerpt_chars: Option<usize>,
-    queue_capacity: Option<usize>,
-    batch_docs: Option<usize>,
-    batch_bytes: Option<usize>,
-    batch_age_ms: Option<u64>,
-    spool_max_bytes: Option<u64>,
-    spool_segment_bytes: Option<u64>,
-    file_max_bytes: Option<u64>,
+    /// Characters of prompt and response kept in a document [default: 512].
+    #[arg(skip)]
+    pub excerpt_chars: Option<usize>,
+    /// Documents waiting in memory for the indexer [default: 10000].
+    #[arg(skip)]
+    pub queue_capacity: Option<usize>,
+    /// Documents per bulk request at most [default: 500].
+    #[arg(skip)]
+    pub batch_docs: Option<usize>,
+    /// Bytes per bulk request at most [default: 5 MiB].
+    #[arg(skip)]
+    pub batch_bytes: Option<usize>,
+    /// Milliseconds a document waits for its batch at most [default: 1000].
+    #[arg(skip)]
+    pub batch_age_ms: Option<u64>,
+    /// Bytes of disk spool at most [default: 1 GiB].
+    #[arg(skip)]
+    pub spool_max_bytes: Option<u64>,
+    /// Bytes per spool segment [default: 16 MiB].
+    #[arg(skip)]
+    pub spool_segment_bytes: Option<u64>,
+    /// Size at which the NDJSON files rotate [default: 64 MiB].
+    #[arg(skip)]
+    pub file_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -119,13 +127,17 @@ impl SemlogConfig {
         format!("logs-{}-{}", super::document::DATASET, self.namespace)
     }
 
-    /// Flags and variables over the file over defaults. Errors name the setting.
-    pub fn resolve(args: &SemlogArgs, file: FileSemlog) -> Result<Self, (&'static str, String)> {
-        let url = args.es_url.clone().or(file.es_url);
-        let cloud_id = args.es_cloud_id.clone().or(file.es_cloud_id);
-        let username = args.es_username.clone().or(file.es_username);
-        let password = args.es_password.clone().or(file.es_password);
-        let api_key = args.es_api_key.clone().or(file.es_api_key);
+    /// The table (flags and variables already laid over the file) over defaults.
+    /// Errors name the setting.
+    pub fn resolve(table: SemlogTable) -> Result<Self, (&'static str, String)> {
+        let SemlogTable {
+            es_url: url,
+            es_cloud_id: cloud_id,
+            es_username: username,
+            es_password: password,
+            es_api_key: api_key,
+            ..
+        } = table.clone();
         let auth = match (username, password, api_key) {
             (None, None, None) => EsAuth::None,
             (None, None, Some(key)) => EsAuth::ApiKey(key),
@@ -147,10 +159,10 @@ impl SemlogConfig {
             url,
             cloud_id,
             auth: auth.clone(),
-            ca_cert: args.es_ca_cert.clone().or(file.es_ca_cert),
+            ca_cert: table.es_ca_cert.clone(),
             ca_cert_pem: None,
-            timeout: Duration::from_secs(file.es_timeout_secs.unwrap_or(30)),
-            retention_days: file.retention_days.unwrap_or(30),
+            timeout: Duration::from_secs(table.es_timeout_secs.unwrap_or(30)),
+            retention_days: table.retention_days.unwrap_or(30),
         });
         if elasticsearch.is_none() && auth != EsAuth::None {
             return Err((
@@ -159,26 +171,18 @@ impl SemlogConfig {
             ));
         }
         let config = Self {
-            data_dir: args
-                .data_dir
-                .clone()
-                .or(file.data_dir)
-                .unwrap_or_else(|| PathBuf::from("data")),
+            data_dir: table.data_dir.unwrap_or_else(|| PathBuf::from("data")),
             elasticsearch,
-            namespace: args
-                .semlog_namespace
-                .clone()
-                .or(file.namespace)
-                .unwrap_or_else(|| "default".to_owned()),
-            redaction_key: args.redaction_key.clone().or(file.redaction_key),
-            excerpt_chars: file.excerpt_chars.unwrap_or(512),
-            queue_capacity: file.queue_capacity.unwrap_or(10_000),
-            batch_docs: file.batch_docs.unwrap_or(500),
-            batch_bytes: file.batch_bytes.unwrap_or(5 << 20),
-            batch_age: Duration::from_millis(file.batch_age_ms.unwrap_or(1000)),
-            spool_max_bytes: file.spool_max_bytes.unwrap_or(1 << 30),
-            spool_segment_bytes: file.spool_segment_bytes.unwrap_or(16 << 20),
-            file_max_bytes: file.file_max_bytes.unwrap_or(64 << 20),
+            namespace: table.namespace.unwrap_or_else(|| "default".to_owned()),
+            redaction_key: table.redaction_key,
+            excerpt_chars: table.excerpt_chars.unwrap_or(512),
+            queue_capacity: table.queue_capacity.unwrap_or(10_000),
+            batch_docs: table.batch_docs.unwrap_or(500),
+            batch_bytes: table.batch_bytes.unwrap_or(5 << 20),
+            batch_age: Duration::from_millis(table.batch_age_ms.unwrap_or(1000)),
+            spool_max_bytes: table.spool_max_bytes.unwrap_or(1 << 30),
+            spool_segment_bytes: table.spool_segment_bytes.unwrap_or(16 << 20),
+            file_max_bytes: table.file_max_bytes.unwrap_or(64 << 20),
         };
         config.validate()?;
         Ok(config)

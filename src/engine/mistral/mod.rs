@@ -1,31 +1,40 @@
-//! The mistral.rs engine: a GGUF model run in-process, with mistral.rs's own continuous
-//! batching of concurrent requests. This is the only file that imports `mistralrs`.
+//! The mistral.rs engine: a GGUF model run in-process. This module is the only one that
+//! imports `mistralrs`.
 //!
 //! Loading happens in the background so the HTTP server can answer `/health` and a 503
 //! from `/ready` while the weights load. Each request is sent to the engine as a streaming
-//! chat request on its own response channel; a forwarder task turns mistral.rs responses
-//! into [`EngineEvent`]s. When the gateway drops its [`TokenStream`](super::TokenStream), the forwarder drops
-//! the mistral.rs receiver, and mistral.rs cancels the sequence at its next token.
+//! chat request on its own response channel; a forwarder task ([`forward`]) turns
+//! mistral.rs responses into [`EngineEvent`]s. When the gateway drops its
+//! [`TokenStream`](super::TokenStream), the forwarder drops the mistral.rs receiver, and
+//! mistral.rs cancels the sequence at its next token.
+//!
+//! Requests wait for a slot in the gateway (where the wait is measured), then run on one
+//! of `replicas` independent model instances: on CPU, where mistral.rs 0.8.1 cannot
+//! batch correctly, replicas are how concurrent streams share the cores.
+//! [`process`] holds the settings candle and rayon read once per process.
+
+mod forward;
+pub mod process;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use either::Either;
 use mistralrs::{
     Constraint, CustomLogitsProcessor, DType, GgufModelBuilder, Model, NormalRequest, Request,
-    RequestLike, Response, SamplingParams, StopTokens, Tensor, TextMessageRole, TextMessages,
+    RequestLike, SamplingParams, StopTokens, Tensor, TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use super::sampling::SeededSampler;
 use super::{
-    ChatMessage, Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
-    GenerationRequest, ModelInfo, Role, Usage,
+    ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
+    ModelInfo, Role,
 };
+use crate::config::EngineConfig;
 use crate::fingerprint;
 
 /// Engine name and version, part of the system fingerprint.
@@ -37,10 +46,13 @@ pub struct MistralSettings {
     pub model_path: PathBuf,
     /// The id clients use in `model`.
     pub model_id: String,
-    /// Sequences mistral.rs batches together at most. Keep it at 1 on CPU: mistral.rs
-    /// 0.8.1 garbles the output of a sequence that joins a batch already decoding (see
-    /// the README, "Known engine defect").
+    /// Sequences one model instance batches together at most. Keep it at 1 on CPU:
+    /// mistral.rs 0.8.1 garbles sequences that share a decode step there (see the
+    /// README, "Known engine defect").
     pub max_batch_size: usize,
+    /// Independent model instances, each with its own weights, KV cache and engine
+    /// thread; a request runs on the least busy one.
+    pub replicas: usize,
     /// Run on CPU even when built with CUDA.
     pub force_cpu: bool,
     /// Reuse the KV cache of earlier requests' shared prefixes. Saves prefill time on
@@ -49,31 +61,83 @@ pub struct MistralSettings {
     pub prefix_cache: bool,
 }
 
+impl MistralSettings {
+    /// One instance, one sequence at a time, no prefix cache: the correct settings on CPU.
+    pub fn new(model_path: impl Into<PathBuf>, model_id: impl Into<String>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            model_id: model_id.into(),
+            max_batch_size: 1,
+            replicas: 1,
+            force_cpu: false,
+            prefix_cache: false,
+        }
+    }
+
+    /// The settings `engine` in the config describes.
+    pub fn from_config(engine: &EngineConfig) -> Self {
+        Self {
+            model_path: engine.model_path.clone(),
+            model_id: engine.model_id.clone(),
+            max_batch_size: engine.max_batch_size,
+            replicas: engine.replicas,
+            force_cpu: engine.force_cpu,
+            prefix_cache: engine.prefix_cache,
+        }
+    }
+
+    fn on_cpu(&self) -> bool {
+        self.force_cpu || !cfg!(feature = "cuda")
+    }
+}
+
 struct Loaded {
-    model: Model,
+    /// At least one; the first also renders chat templates and counts prompt tokens.
+    replicas: Vec<Model>,
     info: ModelInfo,
 }
 
 pub struct MistralEngine {
     loaded: OnceLock<Loaded>,
-    /// One permit per sequence running in mistral.rs: requests wait here, in the gateway,
-    /// where the wait is measured, rather than in mistral.rs's own queue.
+    /// One permit per sequence that may run (replicas x max_batch_size): requests wait
+    /// here, in the gateway, where the wait is measured, rather than in mistral.rs.
     slots: Arc<Semaphore>,
-    max_batch_size: usize,
+    /// Sequences running on each replica.
+    running: Arc<Mutex<Vec<usize>>>,
     /// Requests waiting for a slot.
     waiting: Arc<AtomicUsize>,
 }
 
+/// A running sequence's claim on its replica; frees the slot when dropped.
+struct Slot {
+    replica: usize,
+    running: Arc<Mutex<Vec<usize>>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.running.lock() {
+            running[self.replica] -= 1;
+        }
+    }
+}
+
 impl MistralEngine {
+    fn empty(settings: &MistralSettings) -> Self {
+        let replicas = settings.replicas.max(1);
+        Self {
+            loaded: OnceLock::new(),
+            slots: Arc::new(Semaphore::new(replicas * settings.max_batch_size)),
+            running: Arc::new(Mutex::new(vec![0; replicas])),
+            waiting: Arc::default(),
+        }
+    }
+
     /// Starts loading the model in the background and returns at once. A load failure
     /// is logged and ends the process: a gateway without its model serves nothing.
     pub fn start(settings: MistralSettings) -> Arc<Self> {
-        let engine = Arc::new(Self {
-            loaded: OnceLock::new(),
-            slots: Arc::new(Semaphore::new(settings.max_batch_size)),
-            max_batch_size: settings.max_batch_size,
-            waiting: Arc::default(),
-        });
+        let engine = Arc::new(Self::empty(&settings));
         let loader = Arc::clone(&engine);
         tokio::spawn(async move {
             match load(&settings).await {
@@ -81,6 +145,7 @@ impl MistralEngine {
                     tracing::info!(
                         model = %loaded.info.id,
                         context_length = loaded.info.context_length,
+                        replicas = loaded.replicas.len(),
                         system_fingerprint = %loaded.info.system_fingerprint,
                         "Model loaded; ready to serve."
                     );
@@ -97,15 +162,33 @@ impl MistralEngine {
 
     /// Loads the model and waits until it is ready (for benchmarks and tests).
     pub async fn load_now(settings: MistralSettings) -> anyhow::Result<Arc<Self>> {
-        let loaded = load(&settings).await?;
-        let engine = Self {
-            loaded: OnceLock::new(),
-            slots: Arc::new(Semaphore::new(settings.max_batch_size)),
-            max_batch_size: settings.max_batch_size,
-            waiting: Arc::default(),
-        };
-        let _ = engine.loaded.set(loaded);
+        let engine = Self::empty(&settings);
+        let _ = engine.loaded.set(load(&settings).await?);
         Ok(Arc::new(engine))
+    }
+
+    /// Waits for a free slot and claims it on the least busy replica.
+    async fn claim_slot(&self) -> Result<Slot, EngineError> {
+        let waiting = Counted::new(&self.waiting);
+        let permit = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
+        drop(waiting);
+        let mut running = self
+            .running
+            .lock()
+            .map_err(|_| EngineError::Internal("the slot table is poisoned".into()))?;
+        // The permit guarantees some replica is below max_batch_size.
+        let replica = (0..running.len())
+            .min_by_key(|&i| running[i])
+            .unwrap_or_default();
+        running[replica] += 1;
+        Ok(Slot {
+            replica,
+            running: Arc::clone(&self.running),
+            _permit: permit,
+        })
     }
 }
 
@@ -114,29 +197,32 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let file_sha256 =
         tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
     let (dir, file) = split_model_path(&settings.model_path)?;
-    let prefix_cache = settings.prefix_cache.then_some(16);
-    let mut builder = GgufModelBuilder::new(dir, vec![file])
-        .with_max_num_seqs(settings.max_batch_size)
-        .with_prefix_cache_n(prefix_cache);
-    if settings.force_cpu || !cfg!(feature = "cuda") {
-        builder = builder.with_force_cpu();
+    let mut replicas = Vec::with_capacity(settings.replicas.max(1));
+    for _ in 0..settings.replicas.max(1) {
+        let mut builder = GgufModelBuilder::new(dir.clone(), vec![file.clone()])
+            .with_max_num_seqs(settings.max_batch_size)
+            .with_prefix_cache_n(settings.prefix_cache.then_some(16));
+        if settings.on_cpu() {
+            builder = builder.with_force_cpu();
+        }
+        replicas.push(builder.build().await?);
     }
-    let model = builder.build().await?;
-    let context_length = model
+    let context_length = replicas[0]
         .max_sequence_length()?
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| anyhow::anyhow!("the model reports no context length"))?;
-    let device = if settings.force_cpu || !cfg!(feature = "cuda") {
-        "cpu"
+    // Dequantized weights round differently, so they are part of what makes an answer.
+    let device = if settings.on_cpu() {
+        format!("cpu/{}", process::weights_in_effect().as_str())
     } else {
-        "cuda"
+        "cuda".to_owned()
     };
     let info = ModelInfo {
         id: settings.model_id.clone(),
         context_length,
-        system_fingerprint: fingerprint::system_fingerprint(&file_sha256, ENGINE_NAME, device),
+        system_fingerprint: fingerprint::system_fingerprint(&file_sha256, ENGINE_NAME, &device),
     };
-    Ok(Loaded { model, info })
+    Ok(Loaded { replicas, info })
 }
 
 /// mistral.rs takes a GGUF model as a directory ("model id") and file names in it.
@@ -219,9 +305,7 @@ impl Engine for MistralEngine {
 
     fn load(&self) -> EngineLoad {
         EngineLoad {
-            running: self
-                .max_batch_size
-                .saturating_sub(self.slots.available_permits()),
+            running: self.running.lock().map_or(0, |r| r.iter().sum()),
             waiting: self.waiting.load(Ordering::SeqCst),
         }
     }
@@ -230,8 +314,7 @@ impl Engine for MistralEngine {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         // Render the chat template and count the prompt before committing to a stream,
         // so a prompt that cannot fit is a clean 400 instead of a mid-stream failure.
-        let prompt = loaded
-            .model
+        let prompt = loaded.replicas[0]
             .tokenize(
                 Either::Left(text_messages(&request.messages)),
                 None,
@@ -250,12 +333,7 @@ impl Engine for MistralEngine {
         }
 
         // Wait for a running slot; held by the forwarder until the sequence ends.
-        let waiting = Counted::new(&self.waiting);
-        let slot = Arc::clone(&self.slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
-        drop(waiting);
+        let slot = self.claim_slot().await?;
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
         let mut messages = text_messages(&request.messages);
@@ -276,8 +354,7 @@ impl Engine for MistralEngine {
             model_id: None,
             truncate_sequence: false,
         };
-        let sender = loaded
-            .model
+        let sender = loaded.replicas[slot.replica]
             .inner()
             .get_sender(None)
             .map_err(|e| EngineError::Internal(e.to_string()))?;
@@ -288,218 +365,12 @@ impl Engine for MistralEngine {
 
         let (tx, rx) = mpsc::channel(32);
         let budget = request.max_tokens;
-        tokio::spawn(forward(engine_rx, picked, prompt_tokens, budget, tx, slot).in_current_span());
+        tokio::spawn(
+            forward::forward(engine_rx, picked, prompt_tokens, budget, tx, slot).in_current_span(),
+        );
         Ok(Generation {
             prompt_tokens,
             events: rx,
         })
-    }
-}
-
-/// Translates mistral.rs responses into engine events until the request ends or the
-/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence). The
-/// running slot is freed when this returns.
-async fn forward(
-    mut engine_rx: mpsc::Receiver<Response>,
-    picked: PickedIds,
-    prompt_tokens: u32,
-    max_tokens: u32,
-    tx: mpsc::Sender<EngineEvent>,
-    _slot: OwnedSemaphorePermit,
-) {
-    // Counted here as well, for a finish that arrives without usage.
-    let mut tokens = Usage {
-        prompt_tokens,
-        completion_tokens: 0,
-    };
-    loop {
-        let response = tokio::select! {
-            r = engine_rx.recv() => r,
-            () = tx.closed() => return,
-        };
-        let ids = picked
-            .lock()
-            .map(|mut ids| std::mem::take(&mut *ids))
-            .unwrap_or_default();
-        let Some(response) = response else {
-            // mistral.rs 0.8.1 sends no final chunk when the last token completes no
-            // character (an accented letter split across tokens, say): the sequence
-            // ends and the channel closes. Finish it from our own count.
-            tokens.completion_tokens += to_u32(ids.len());
-            for event in closed_without_finish(ids, tokens, max_tokens) {
-                let _ = tx.send(event).await;
-            }
-            return;
-        };
-        tokens.completion_tokens += to_u32(ids.len());
-        for event in translate(response, ids, tokens) {
-            let last = !matches!(event, EngineEvent::Token { .. });
-            if tx.send(event).await.is_err() || last {
-                return;
-            }
-        }
-    }
-}
-
-/// What to report when mistral.rs closes a stream without a finish chunk: a finish with
-/// our own count when tokens were generated, an error otherwise.
-fn closed_without_finish(ids: Vec<u32>, counted: Usage, max_tokens: u32) -> Vec<EngineEvent> {
-    if counted.completion_tokens == 0 {
-        return vec![EngineEvent::Failed(EngineError::Internal(
-            "the engine closed the stream without finishing".into(),
-        ))];
-    }
-    tracing::warn!(
-        completion_tokens = counted.completion_tokens,
-        "The engine ended a sequence without a final chunk; finishing it from the gateway's count."
-    );
-    let reason = if counted.completion_tokens >= max_tokens {
-        FinishReason::Length
-    } else {
-        FinishReason::Stop
-    };
-    let mut events = Vec::with_capacity(2);
-    if !ids.is_empty() {
-        events.push(EngineEvent::Token {
-            text: String::new(),
-            ids,
-        });
-    }
-    events.push(EngineEvent::Finished {
-        reason,
-        usage: counted,
-        prefill: None,
-    });
-    events
-}
-
-/// Events for one mistral.rs response; `ids` are the tokens picked since the last one and
-/// `counted` the usage the forwarder counted itself, used when mistral.rs sends none.
-fn translate(response: Response, ids: Vec<u32>, counted: Usage) -> Vec<EngineEvent> {
-    match response {
-        Response::Chunk(chunk) => {
-            let mut events = Vec::with_capacity(2);
-            let Some(choice) = chunk.choices.into_iter().next() else {
-                return events;
-            };
-            let text = choice.delta.content.unwrap_or_default();
-            if !text.is_empty() || !ids.is_empty() {
-                events.push(EngineEvent::Token { text, ids });
-            }
-            if let Some(reason) = choice.finish_reason {
-                let reason = match reason.as_str() {
-                    "length" => FinishReason::Length,
-                    "stop" => FinishReason::Stop,
-                    // "canceled", "tool_calls"...: nothing this gateway asked for.
-                    other => {
-                        events.push(EngineEvent::Failed(EngineError::Internal(format!(
-                            "the engine ended the sequence with '{other}'"
-                        ))));
-                        return events;
-                    }
-                };
-                let (usage, prefill) = usage_of(chunk.usage);
-                events.push(EngineEvent::Finished {
-                    reason,
-                    usage: usage.unwrap_or(counted),
-                    prefill,
-                });
-            }
-            events
-        }
-        Response::ValidationError(e) => {
-            vec![EngineEvent::Failed(EngineError::Rejected(e.to_string()))]
-        }
-        Response::InternalError(e) => {
-            vec![EngineEvent::Failed(EngineError::Internal(e.to_string()))]
-        }
-        Response::ModelError(message, _) => {
-            vec![EngineEvent::Failed(EngineError::Internal(message))]
-        }
-        other => vec![EngineEvent::Failed(EngineError::Internal(format!(
-            "unexpected engine response: {}",
-            response_kind(&other)
-        )))],
-    }
-}
-
-fn response_kind(response: &Response) -> &'static str {
-    match response {
-        Response::Done(_) => "done",
-        Response::CompletionChunk(_)
-        | Response::CompletionDone(_)
-        | Response::CompletionModelError(..) => "completion",
-        _ => "other",
-    }
-}
-
-fn to_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// Token counts and prefill time from the usage mistral.rs attaches to the last chunk.
-fn usage_of(usage: Option<mistralrs::Usage>) -> (Option<Usage>, Option<Duration>) {
-    let Some(u) = usage else {
-        return (None, None);
-    };
-    let counts = Usage {
-        prompt_tokens: to_u32(u.prompt_tokens),
-        completion_tokens: to_u32(u.completion_tokens),
-    };
-    (
-        Some(counts),
-        Duration::try_from_secs_f32(u.total_prompt_time_sec).ok(),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_silent_close_after_tokens_is_a_finish_from_our_count() {
-        let counted = Usage {
-            prompt_tokens: 51,
-            completion_tokens: 128,
-        };
-        let events = closed_without_finish(vec![7], counted, 128);
-        assert_eq!(
-            events,
-            vec![
-                EngineEvent::Token {
-                    text: String::new(),
-                    ids: vec![7]
-                },
-                EngineEvent::Finished {
-                    reason: FinishReason::Length,
-                    usage: counted,
-                    prefill: None
-                }
-            ]
-        );
-        let early = closed_without_finish(
-            vec![],
-            Usage {
-                completion_tokens: 5,
-                ..counted
-            },
-            128,
-        );
-        assert!(matches!(
-            early[0],
-            EngineEvent::Finished {
-                reason: FinishReason::Stop,
-                ..
-            }
-        ));
-        let nothing = closed_without_finish(
-            vec![],
-            Usage {
-                completion_tokens: 0,
-                ..counted
-            },
-            128,
-        );
-        assert!(matches!(nothing[0], EngineEvent::Failed(_)));
     }
 }

@@ -1,0 +1,250 @@
+//! Every setting, declared once. Each table of the TOML file is one struct that is also
+//! the group of `llmgate serve` flags for it: the field name is the file key, the
+//! `#[arg]` attribute gives the flag and its `LLMGATE_*` variable, the doc comment is the
+//! help text. Settings only the file can hold are `#[arg(skip)]`. Every field is an
+//! `Option`: `None` means "not set here", so layers can be laid over each other
+//! ([`overlay`]) before defaults apply in `Config::resolve`.
+
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory as _};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{LogFormat, Weights};
+use crate::semlog::config::SemlogTable;
+
+/// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML file with [server], [engine], [quality], [logging], [telemetry] and [semlog] tables.
+    #[arg(long, env = "LLMGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: ServerTable,
+    #[command(flatten)]
+    pub engine: EngineTable,
+    #[command(flatten)]
+    pub quality: QualityTable,
+    #[command(flatten)]
+    pub logging: LoggingTable,
+    #[command(flatten)]
+    pub telemetry: TelemetryTable,
+    #[command(flatten)]
+    pub semlog: SemlogTable,
+}
+
+/// The optional TOML file; every table and key may be omitted.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    #[serde(default)]
+    pub server: ServerTable,
+    #[serde(default)]
+    pub engine: EngineTable,
+    #[serde(default)]
+    pub quality: QualityTable,
+    #[serde(default)]
+    pub logging: LoggingTable,
+    #[serde(default)]
+    pub telemetry: TelemetryTable,
+    #[serde(default)]
+    pub semlog: SemlogTable,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Server")]
+pub struct ServerTable {
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "LLMGATE_LISTEN")]
+    pub listen: Option<String>,
+    /// Largest request body in bytes [default: 1048576].
+    #[arg(long, env = "LLMGATE_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Requests running or waiting at most; more get 429 [default: 64].
+    #[arg(long, env = "LLMGATE_MAX_IN_FLIGHT")]
+    pub max_in_flight: Option<usize>,
+    /// Seconds of silence before an SSE keep-alive comment [default: 15].
+    #[arg(long, env = "LLMGATE_KEEPALIVE_SECS")]
+    pub keepalive_secs: Option<u64>,
+    /// HTTP worker threads, 0 for one per core [default: 0].
+    #[arg(long, env = "LLMGATE_WORKERS")]
+    pub workers: Option<usize>,
+}
+
+/// `[engine]`
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineTable {
+    /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q8_0.gguf].
+    #[arg(long, env = "LLMGATE_MODEL_PATH")]
+    pub model_path: Option<PathBuf>,
+    /// Model id served in `model` [default: smollm2-135m-instruct].
+    #[arg(long, env = "LLMGATE_MODEL_ID")]
+    pub model_id: Option<String>,
+    /// Sequences one model instance decodes together [default: 1; see README before raising it].
+    #[arg(long, env = "LLMGATE_MAX_BATCH_SIZE")]
+    pub max_batch_size: Option<usize>,
+    /// Largest max_tokens a request may ask for [default: 2048].
+    #[arg(long, env = "LLMGATE_MAX_TOKENS_CAP")]
+    pub max_tokens_cap: Option<u32>,
+    /// max_tokens of a request that sets none [default: 512].
+    #[arg(long, env = "LLMGATE_DEFAULT_MAX_TOKENS")]
+    pub default_max_tokens: Option<u32>,
+    /// Run the model on CPU even in a CUDA build.
+    #[arg(long, env = "LLMGATE_FORCE_CPU")]
+    pub force_cpu: Option<bool>,
+    /// Reuse KV caches of repeated prompt prefixes [default: false].
+    #[arg(long, env = "LLMGATE_PREFIX_CACHE")]
+    pub prefix_cache: Option<bool>,
+    /// How quantized weights are held on CPU [default: quantized].
+    #[arg(long, env = "LLMGATE_WEIGHTS", value_enum)]
+    pub weights: Option<Weights>,
+    /// Compute threads, 0 for one per core [default: 0].
+    #[arg(long, env = "LLMGATE_THREADS")]
+    pub threads: Option<usize>,
+    /// Model instances concurrent requests are spread over [default: 1].
+    #[arg(long, env = "LLMGATE_REPLICAS")]
+    pub replicas: Option<usize>,
+}
+
+/// `[quality]`
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Quality signals")]
+pub struct QualityTable {
+    /// n of the seq-rep-n repetition rate [default: 4].
+    #[arg(long, env = "LLMGATE_REPETITION_N")]
+    pub repetition_n: Option<usize>,
+    /// Stop answers whose recent tokens loop (see --guard-window, --guard-threshold).
+    #[arg(long, env = "LLMGATE_DEGENERATION_GUARD")]
+    pub degeneration_guard: Option<bool>,
+    /// Tokens in the guard's sliding window [default: 64].
+    #[arg(long, env = "LLMGATE_GUARD_WINDOW")]
+    pub guard_window: Option<usize>,
+    /// Stop when the window's repetition rate exceeds this [default: 0.6].
+    #[arg(long, env = "LLMGATE_GUARD_THRESHOLD")]
+    pub guard_threshold: Option<f64>,
+    /// Replaces the built-in refusal phrases (file only).
+    #[arg(skip)]
+    pub refusal_phrases: Option<Vec<String>>,
+    /// TOML file of intent rules [default: the built-in prompts/intents.toml].
+    #[arg(long, env = "LLMGATE_INTENT_RULES")]
+    pub intent_rules: Option<PathBuf>,
+}
+
+/// `[logging]`
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Logging")]
+pub struct LoggingTable {
+    /// Log format [default: text].
+    #[arg(long = "log-format", env = "LLMGATE_LOG_FORMAT", value_enum)]
+    pub format: Option<LogFormat>,
+    /// Log filter [default: info; RUST_LOG also works].
+    #[arg(long = "log", env = "LLMGATE_LOG")]
+    pub filter: Option<String>,
+}
+
+/// `[telemetry]`: trace sampling. The exporter itself reads the standard `OTEL_*`
+/// variables (see `telemetry::trace`).
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Traces")]
+pub struct TelemetryTable {
+    /// Share of ordinary requests whose trace is exported, 0 to 1 [default: 0.05].
+    #[arg(long, env = "LLMGATE_TRACE_SAMPLE_RATIO")]
+    pub trace_sample_ratio: Option<f64>,
+    /// TTFT in ms above which a trace is always exported [default: 2000].
+    #[arg(long, env = "LLMGATE_TRACE_SLOW_TTFT_MS")]
+    pub trace_slow_ttft_ms: Option<u64>,
+    /// e2e latency in ms above which a trace is always exported [default: 60000].
+    #[arg(long, env = "LLMGATE_TRACE_SLOW_E2E_MS")]
+    pub trace_slow_e2e_ms: Option<u64>,
+    /// Spans held until their request ends, at most [default: 4096].
+    #[arg(long, env = "LLMGATE_TRACE_MAX_HELD_SPANS")]
+    pub trace_max_held_spans: Option<usize>,
+    /// Spans queued for the exporter, at most [default: 2048].
+    #[arg(long, env = "LLMGATE_TRACE_EXPORT_QUEUE")]
+    pub trace_export_queue: Option<usize>,
+}
+
+/// `top`'s settings where it sets them, `below`'s elsewhere (flags and variables over
+/// the file). Both are the same table type, so the round trip through JSON cannot fail
+/// for a well-formed table; a failure is reported, not unwrapped.
+pub(super) fn overlay<T: Serialize + DeserializeOwned>(top: &T, below: &T) -> Result<T, String> {
+    let mut merged = serde_json::to_value(below).map_err(|e| e.to_string())?;
+    let top = serde_json::to_value(top).map_err(|e| e.to_string())?;
+    if let (Some(merged), Some(top)) = (merged.as_object_mut(), top.as_object()) {
+        for (key, value) in top.iter().filter(|(_, v)| !v.is_null()) {
+            merged.insert(key.clone(), value.clone());
+        }
+    }
+    serde_json::from_value(merged).map_err(|e| e.to_string())
+}
+
+/// The flag and environment variable of the setting whose file key is `key`, or
+/// `None` for settings only the file can hold. Read from the flag declarations
+/// themselves, so error messages cannot drift from `--help`.
+pub(super) fn spellings(key: &str) -> Option<(String, String)> {
+    let command = ServeCommand::command();
+    let arg = command.get_arguments().find(|a| a.get_id() == key)?;
+    let flag = format!("--{}", arg.get_long()?);
+    let env = arg
+        .get_env()
+        .map_or_else(|| "-".to_owned(), |e| e.to_string_lossy().into_owned());
+    Some((flag, env))
+}
+
+/// `ServeArgs` as a command of its own, to read the flag declarations.
+#[derive(clap::Parser)]
+struct ServeCommand {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_come_from_the_declarations() {
+        assert_eq!(
+            spellings("max_in_flight"),
+            Some(("--max-in-flight".into(), "LLMGATE_MAX_IN_FLIGHT".into()))
+        );
+        assert_eq!(
+            spellings("filter"),
+            Some(("--log".into(), "LLMGATE_LOG".into()))
+        );
+        assert_eq!(
+            spellings("namespace"),
+            Some((
+                "--semlog-namespace".into(),
+                "LLMGATE_SEMLOG_NAMESPACE".into()
+            ))
+        );
+        assert_eq!(spellings("refusal_phrases"), None);
+        assert_eq!(spellings("queue_capacity"), None);
+    }
+
+    #[test]
+    fn overlay_keeps_what_the_top_leaves_unset() {
+        let top = ServerTable {
+            max_in_flight: Some(3),
+            ..ServerTable::default()
+        };
+        let below = ServerTable {
+            max_in_flight: Some(9),
+            listen: Some("0.0.0.0:9000".into()),
+            ..ServerTable::default()
+        };
+        let merged = overlay(&top, &below).expect("overlay");
+        assert_eq!(merged.max_in_flight, Some(3));
+        assert_eq!(merged.listen.as_deref(), Some("0.0.0.0:9000"));
+        assert_eq!(merged.workers, None);
+    }
+}
