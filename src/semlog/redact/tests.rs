@@ -1,3 +1,4 @@
+use super::validate::luhn_valid;
 use super::*;
 use proptest::prelude::*;
 
