@@ -1,0 +1,138 @@
+//! The vocabulary of the metrics: bucket lists, label sets (each a small fixed set of
+//! values) and the metric family types built from them.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::histogram::Histogram;
+
+/// TTFT buckets (seconds): vLLM's list from 1 ms, plus 1.5 s and 3 s where CPU prefill lands.
+pub(super) const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 3.0, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// TPOT and ITL buckets (seconds): vLLM's list from 10 ms, denser over 10-100 ms.
+pub(super) const TOKEN_BUCKETS: &[f64] = &[
+    0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+];
+/// e2e and queue buckets (seconds): vLLM's request-latency list, reaching down to the
+/// milliseconds a refused request takes.
+pub(super) const REQUEST_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+];
+pub(super) const RATE_BUCKETS: &[f64] =
+    &[0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ModelLabel {
+    pub(super) model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct RequestLabels {
+    pub(super) model: String,
+    pub(super) status: &'static str,
+    pub(super) finish_reason: &'static str,
+    pub(super) error_type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReasonLabel {
+    pub(super) reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct KindLabel {
+    pub(super) kind: &'static str,
+}
+
+/// What happened to semantic-log documents (one counter each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemlogEvent {
+    /// Handed to the in-memory queue.
+    Queued,
+    /// Accepted by Elasticsearch (or written to the files).
+    Indexed,
+    /// Answered 409: already indexed (a retry after a lost answer).
+    Duplicate,
+    /// Sent again after a 429 or 5xx.
+    Retried,
+    /// Refused for good and written to the dead-letter file.
+    DeadLettered,
+    /// Written to the disk spool.
+    Spooled,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct GpuLabel {
+    pub(super) gpu: String,
+}
+
+/// The exemplar attached to a latency observation: the trace that explains it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct TraceExemplar {
+    pub(super) trace_id: String,
+}
+
+/// The `reason` values of `llmgate_semlog_dropped_total`.
+pub const SEMLOG_DROP_REASONS: [&str; 4] = [
+    "spool_full",
+    "spool_error",
+    "encode_error",
+    "dead_letter_error",
+];
+
+/// Why a trace was kept or dropped (the `reason` label of the trace counters).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum TraceReason {
+    /// Kept: the request failed or was cancelled.
+    Error,
+    /// Kept: TTFT or e2e over the configured threshold.
+    Slow,
+    /// Kept: the caller's `traceparent` said it samples this trace.
+    Parent,
+    /// Kept: drawn by the sampling ratio.
+    Ratio,
+    /// Dropped: not drawn by the ratio.
+    SampledOut,
+    /// Dropped: the export queue was full.
+    QueueFull,
+    /// Dropped: the exporter reported an error.
+    ExportFailed,
+    /// Span dropped: the tail sampler already held its maximum of spans.
+    BufferFull,
+    /// Span dropped: it ended after its trace had been decided.
+    Late,
+}
+
+/// Makes one histogram of a family with the family's bucket list.
+#[derive(Clone, Copy)]
+pub(super) struct Buckets(pub(super) &'static [f64]);
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+impl MetricConstructor<HistogramWithExemplars<TraceExemplar>> for Buckets {
+    fn new_metric(&self) -> HistogramWithExemplars<TraceExemplar> {
+        HistogramWithExemplars::new(self.0.iter().copied())
+    }
+}
+
+pub(super) type ExemplarHistograms =
+    Family<ModelLabel, HistogramWithExemplars<TraceExemplar>, Buckets>;
+pub(super) type Histograms = Family<ModelLabel, Histogram, Buckets>;
+pub(super) type Counters = Family<ModelLabel, Counter>;
+
+pub(super) fn exemplar_family(buckets: &'static [f64]) -> ExemplarHistograms {
+    Family::new_with_constructor(Buckets(buckets))
+}
+
+pub(super) fn histogram_family(buckets: &'static [f64]) -> Histograms {
+    Family::new_with_constructor(Buckets(buckets))
+}
