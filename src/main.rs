@@ -62,15 +62,18 @@ fn main() -> ExitCode {
 
 /// Prints the table(s), and writes JSON when asked. Exit status 1 when a request failed.
 fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
-    if args.engine_direct {
-        let applied = llmgate::bench::engine_direct_config(args)
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|config| process::apply(&config.engine));
-        if let Err(error) = applied {
+    // --engine-direct loads the engine here: its process-wide settings go in first.
+    let direct = args.engine_direct.then(|| {
+        let config = llmgate::bench::engine_direct_config(args).map_err(|e| format!("{e:#}"))?;
+        process::apply(&config.engine).map(|_| config)
+    });
+    let direct = match direct.transpose() {
+        Ok(direct) => direct,
+        Err(error) => {
             eprintln!("llmgate bench: {error}");
             return ExitCode::from(2);
         }
-    }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -78,7 +81,7 @@ fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let reports = match runtime.block_on(llmgate::bench::bench(args)) {
+    let reports = match runtime.block_on(llmgate::bench::bench(args, direct.as_ref())) {
         Ok(reports) => reports,
         Err(error) => {
             eprintln!("llmgate bench: {error:#}");

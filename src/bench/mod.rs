@@ -405,8 +405,10 @@ pub fn engine_direct_config(args: &BenchArgs) -> anyhow::Result<Config> {
     )?)
 }
 
-/// The `bench` command.
-pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
+/// The `bench` command. `direct` is the configuration of `--engine-direct` (from
+/// [`engine_direct_config`], its process-wide settings already applied); `None` measures
+/// the server at `--url`.
+pub async fn bench(args: &BenchArgs, direct: Option<&Config>) -> anyhow::Result<Vec<Report>> {
     let prompts = load_prompts(&args.prompts)?;
     let http = |url: String| Target::Http {
         client: reqwest::Client::new(),
@@ -414,7 +416,7 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
         model: args.model.clone(),
     };
     let mut reports = Vec::new();
-    if !args.engine_direct {
+    let Some(config) = direct else {
         let (samples, took) = run(&http(args.url.clone()), args, &prompts).await;
         let label = args.label.clone().unwrap_or_else(|| "server".into());
         reports.push(Report::from_samples(
@@ -425,10 +427,9 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
             took,
         ));
         return Ok(reports);
-    }
+    };
 
     // The engine and the gateway over it as `llmgate serve` would run them by default.
-    let config = engine_direct_config(args)?;
     let engine = crate::engine::mistral::MistralEngine::load_now(
         crate::engine::mistral::MistralSettings::from_config(&config.engine),
     )
@@ -441,7 +442,7 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Vec<Report>> {
         Arc::new(crate::record::FanOut(Vec::new())),
     ));
     let state = crate::AppState::new(
-        &config,
+        config,
         engine.clone(),
         Arc::new(crate::clock::MonotonicClock::new()),
         telemetry,

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory as _};
+use clap::Args;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -190,20 +190,13 @@ pub(super) fn overlay<T: Serialize + DeserializeOwned>(top: &T, below: &T) -> Re
 /// `None` for settings only the file can hold. Read from the flag declarations
 /// themselves, so error messages cannot drift from `--help`.
 pub(super) fn spellings(key: &str) -> Option<(String, String)> {
-    let command = ServeCommand::command();
+    let command = ServeArgs::augment_args(clap::Command::new("serve"));
     let arg = command.get_arguments().find(|a| a.get_id() == key)?;
     let flag = format!("--{}", arg.get_long()?);
     let env = arg
         .get_env()
         .map_or_else(|| "-".to_owned(), |e| e.to_string_lossy().into_owned());
     Some((flag, env))
-}
-
-/// `ServeArgs` as a command of its own, to read the flag declarations.
-#[derive(clap::Parser)]
-struct ServeCommand {
-    #[command(flatten)]
-    args: ServeArgs,
 }
 
 #[cfg(test)]

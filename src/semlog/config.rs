@@ -131,13 +131,26 @@ impl SemlogConfig {
     /// Errors name the setting.
     pub fn resolve(table: SemlogTable) -> Result<Self, (&'static str, String)> {
         let SemlogTable {
+            data_dir,
             es_url: url,
             es_cloud_id: cloud_id,
             es_username: username,
             es_password: password,
             es_api_key: api_key,
-            ..
-        } = table.clone();
+            es_ca_cert,
+            es_timeout_secs,
+            namespace,
+            retention_days,
+            redaction_key,
+            excerpt_chars,
+            queue_capacity,
+            batch_docs,
+            batch_bytes,
+            batch_age_ms,
+            spool_max_bytes,
+            spool_segment_bytes,
+            file_max_bytes,
+        } = table;
         let auth = match (username, password, api_key) {
             (None, None, None) => EsAuth::None,
             (None, None, Some(key)) => EsAuth::ApiKey(key),
@@ -159,10 +172,10 @@ impl SemlogConfig {
             url,
             cloud_id,
             auth: auth.clone(),
-            ca_cert: table.es_ca_cert.clone(),
+            ca_cert: es_ca_cert,
             ca_cert_pem: None,
-            timeout: Duration::from_secs(table.es_timeout_secs.unwrap_or(30)),
-            retention_days: table.retention_days.unwrap_or(30),
+            timeout: Duration::from_secs(es_timeout_secs.unwrap_or(30)),
+            retention_days: retention_days.unwrap_or(30),
         });
         if elasticsearch.is_none() && auth != EsAuth::None {
             return Err((
@@ -171,18 +184,18 @@ impl SemlogConfig {
             ));
         }
         let config = Self {
-            data_dir: table.data_dir.unwrap_or_else(|| PathBuf::from("data")),
+            data_dir: data_dir.unwrap_or_else(|| PathBuf::from("data")),
             elasticsearch,
-            namespace: table.namespace.unwrap_or_else(|| "default".to_owned()),
-            redaction_key: table.redaction_key,
-            excerpt_chars: table.excerpt_chars.unwrap_or(512),
-            queue_capacity: table.queue_capacity.unwrap_or(10_000),
-            batch_docs: table.batch_docs.unwrap_or(500),
-            batch_bytes: table.batch_bytes.unwrap_or(5 << 20),
-            batch_age: Duration::from_millis(table.batch_age_ms.unwrap_or(1000)),
-            spool_max_bytes: table.spool_max_bytes.unwrap_or(1 << 30),
-            spool_segment_bytes: table.spool_segment_bytes.unwrap_or(16 << 20),
-            file_max_bytes: table.file_max_bytes.unwrap_or(64 << 20),
+            namespace: namespace.unwrap_or_else(|| "default".to_owned()),
+            redaction_key,
+            excerpt_chars: excerpt_chars.unwrap_or(512),
+            queue_capacity: queue_capacity.unwrap_or(10_000),
+            batch_docs: batch_docs.unwrap_or(500),
+            batch_bytes: batch_bytes.unwrap_or(5 << 20),
+            batch_age: Duration::from_millis(batch_age_ms.unwrap_or(1000)),
+            spool_max_bytes: spool_max_bytes.unwrap_or(1 << 30),
+            spool_segment_bytes: spool_segment_bytes.unwrap_or(16 << 20),
+            file_max_bytes: file_max_bytes.unwrap_or(64 << 20),
         };
         config.validate()?;
         Ok(config)

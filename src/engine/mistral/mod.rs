@@ -86,6 +86,11 @@ impl MistralSettings {
         }
     }
 
+    /// Model instances to load: at least one.
+    fn replica_count(&self) -> usize {
+        self.replicas.max(1)
+    }
+
     fn on_cpu(&self) -> bool {
         self.force_cpu || !cfg!(feature = "cuda")
     }
@@ -125,7 +130,7 @@ impl Drop for Slot {
 
 impl MistralEngine {
     fn empty(settings: &MistralSettings) -> Self {
-        let replicas = settings.replicas.max(1);
+        let replicas = settings.replica_count();
         Self {
             loaded: OnceLock::new(),
             slots: Arc::new(Semaphore::new(replicas * settings.max_batch_size)),
@@ -197,8 +202,8 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let file_sha256 =
         tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
     let (dir, file) = split_model_path(&settings.model_path)?;
-    let mut replicas = Vec::with_capacity(settings.replicas.max(1));
-    for _ in 0..settings.replicas.max(1) {
+    let mut replicas = Vec::with_capacity(settings.replica_count());
+    for _ in 0..settings.replica_count() {
         let mut builder = GgufModelBuilder::new(dir.clone(), vec![file.clone()])
             .with_max_num_seqs(settings.max_batch_size)
             .with_prefix_cache_n(settings.prefix_cache.then_some(16));
