@@ -5,7 +5,7 @@
 //!    memory, queue and spool are sampled every 5 s;
 //! 2. the cluster comes back: how fast the spool drains into it (documents/s), and
 //!    whether every document arrived exactly once;
-//! 3. the request-path cost of one hand-off (build, redact, encode, `try_send`).
+//! 3. the request-path cost of one hand-off (build, redact, encode, spool append).
 //!
 //! `cargo bench --bench semlog` runs it in full; `cargo test` runs a seconds-long smoke
 //! version (`--bench` absent).
@@ -29,6 +29,7 @@ use llmgate::timing::{Phases, Timings};
 fn record(i: usize) -> RequestRecord {
     RequestRecord {
         request_id: format!("bench-{i:08}"),
+        api_key_id: None,
         model: common::MODEL.into(),
         stream: true,
         status: Status::Ok,
@@ -47,6 +48,7 @@ fn record(i: usize) -> RequestRecord {
             itl_ms: None,
             tokens_per_second: Some(31.7),
             output_tokens: 64,
+            client_wait_ms: Some(0.0),
         },
         quality: Some(Quality {
             repetition_rate: 0.12,
@@ -65,6 +67,7 @@ fn record(i: usize) -> RequestRecord {
         },
         phases: Phases::default(),
         itl_gaps: Vec::new(),
+        user: None,
         received_at: SystemTime::now(),
         prompt: Some(format!(
             "Hi, I am customer {i}, reach me at user{i}@example.com or +44 20 7946 0958. \
@@ -82,7 +85,7 @@ fn record(i: usize) -> RequestRecord {
 
 fn config(es: &FakeEs, dir: &std::path::Path) -> Config {
     let text = format!(
-        "[engine]\nmodel_id = \"{}\"\n[semlog]\ndata_dir = \"{}\"\nes_url = \"{}\"\nqueue_capacity = 10000\n",
+        "[engine]\nmodel_id = \"{}\"\n[semlog]\ndata_dir = \"{}\"\nes_url = \"{}\"\n",
         common::MODEL,
         dir.display(),
         es.url
@@ -158,7 +161,7 @@ async fn main() {
         mib(semlog.backlog().spooled_bytes)
     );
     println!(
-        "request-path hand-off (build + redact + encode + try_send/spool): {:.1} µs per document",
+        "request-path hand-off (build + redact + encode + spool append): {:.1} µs per document",
         handoff.as_secs_f64() * 1e6 / sent as f64
     );
 

@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{chat_body, scripted, start, test_config};
+use common::{chat_body, scripted_long, start, test_config};
 use futures_util::StreamExt;
 use llmgate::engine::scripted::Script;
 use serde_json::json;
@@ -48,8 +48,8 @@ async fn main() {
     let tokens = if full { 2000 } else { 50 };
     let rounds = if full { 10 } else { 1 };
     let texts: Vec<String> = (0..tokens).map(|i| format!(" w{i}")).collect();
-    let engine = Arc::new(scripted(Script::tokens(&texts, Duration::ZERO)));
-    // A context long enough for the scripted prompt; the default cap allows 2048 tokens.
+    // A context long enough for the answer; the default cap allows 2048 tokens.
+    let engine = Arc::new(scripted_long(Script::tokens(&texts, Duration::ZERO)));
     let server = start(engine, &test_config("")).await;
     let url = server.url("/v1/chat/completions");
     let client = reqwest::Client::new();

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::otlp::Collector;
-use common::{chat_body, scripted, start, start_traced, test_config, TestServer};
+use common::{chat_body, scripted_long, start, start_traced, test_config, TestServer};
 use llmgate::engine::scripted::Script;
 use llmgate::engine::Engine;
 use serde_json::{json, Value};
@@ -113,7 +113,7 @@ async fn main() {
     let benchmarking = std::env::args().any(|a| a == "--bench");
     let n = if benchmarking { 200 } else { 1 };
     let tokens: Vec<String> = (0..256).map(|i| format!(" t{i}")).collect();
-    let engine = Arc::new(scripted(Script::tokens(&tokens, Duration::ZERO)));
+    let engine = Arc::new(scripted_long(Script::tokens(&tokens, Duration::ZERO)));
     let body = chat_body(
         "hi",
         json!({"stream": true, "max_tokens": 256, "stream_options": {"include_usage": true}}),

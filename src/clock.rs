@@ -13,6 +13,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Duration;
 
+    /// The reading this clock had at `instant`: how moments the engine stamped itself
+    /// (with `Instant::now()`, where it hands a token over) join the gateway's timeline.
+    fn at(&self, instant: Instant) -> Duration;
+
     /// Wall-clock time now, for the timestamps of trace spans.
     fn system_time(&self) -> SystemTime;
 
@@ -52,6 +56,10 @@ impl Clock for MonotonicClock {
         self.origin.elapsed()
     }
 
+    fn at(&self, instant: Instant) -> Duration {
+        instant.saturating_duration_since(self.origin)
+    }
+
     fn system_time(&self) -> SystemTime {
         SystemTime::now()
     }
@@ -81,6 +89,11 @@ impl Clock for ManualClock {
         Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
     }
 
+    /// A manual clock knows no real instants: a stamped moment reads as now.
+    fn at(&self, _instant: Instant) -> Duration {
+        self.now()
+    }
+
     /// A fixed date (2026-01-01T00:00:00Z) plus the time advanced so far.
     fn system_time(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_767_225_600) + self.now()
@@ -106,5 +119,20 @@ mod tests {
         let a = clock.now();
         let b = clock.now();
         assert!(b >= a);
+    }
+
+    #[test]
+    fn an_earlier_instant_reads_earlier_on_the_monotonic_clock() {
+        let clock = MonotonicClock::new();
+        let stamped = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        let now = clock.now();
+        let then = clock.at(stamped);
+        assert!(
+            then + Duration::from_millis(2) <= now,
+            "{then:?} vs {now:?}"
+        );
+        let before_origin = stamped - Duration::from_secs(1);
+        assert_eq!(clock.at(before_origin), Duration::ZERO);
     }
 }

@@ -26,23 +26,51 @@ pub enum ApiError {
     UnknownParameter(String),
     #[error("The model '{0}' does not exist")]
     ModelNotFound(String),
-    #[error("This model's maximum context length is {context_length} tokens, but the messages have {prompt_tokens} tokens")]
+    #[error("{}", context_message(*.prompt_tokens, *.max_tokens, *.context_length))]
     ContextLengthExceeded {
         prompt_tokens: u32,
+        max_tokens: Option<u32>,
         context_length: u32,
     },
     #[error("The request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("The server is at capacity ({limit} requests in flight); retry after {} s", .retry_after.as_secs())]
     Overloaded { limit: usize, retry_after: Duration },
+    #[error("The request body did not arrive within {} s", .limit.as_secs())]
+    BodyTimeout { limit: Duration },
+    #[error("The request waited {} s for the engine without starting; retry shortly", .limit.as_secs())]
+    QueueTimeout { limit: Duration },
+    #[error("The request did not finish within {} s", .limit.as_secs())]
+    RequestTimeout { limit: Duration },
     #[error("The model is still loading; retry shortly")]
     NotReady,
+    #[error("The server is shutting down; retry on another instance or shortly")]
+    ShuttingDown,
     #[error("The engine failed while generating; the error was logged with the request id")]
     Engine,
     #[error("Not found")]
     NotFound,
+    #[error("You didn't provide an API key. Provide it in the Authorization header with Bearer auth (Authorization: Bearer YOUR_KEY)")]
+    MissingApiKey,
+    #[error("Incorrect API key provided")]
+    InvalidApiKey,
+    #[error("Content-Type must be application/json; got {0}")]
+    UnsupportedMediaType(String),
     #[error("The server had an error while processing your request")]
     Internal,
+}
+
+/// OpenAI's wording, with the completion's share when the client's budget is the excess.
+fn context_message(prompt_tokens: u32, max_tokens: Option<u32>, context_length: u32) -> String {
+    match max_tokens {
+        Some(completion) => format!(
+            "This model's maximum context length is {context_length} tokens. However, you requested {} tokens ({prompt_tokens} in the messages, {completion} in the completion). Please reduce the length of the messages or completion.",
+            u64::from(prompt_tokens) + u64::from(completion)
+        ),
+        None => format!(
+            "This model's maximum context length is {context_length} tokens, but the messages have {prompt_tokens} tokens"
+        ),
+    }
 }
 
 fn reason_suffix(reason: &str) -> String {
@@ -105,10 +133,30 @@ impl ApiError {
                 "rate_limit_error",
                 "server_overloaded",
             ),
+            E::BodyTimeout { .. } => (
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "body_timeout",
+            ),
+            E::QueueTimeout { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "queue_timeout",
+            ),
+            E::RequestTimeout { .. } => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "server_error",
+                "request_timeout",
+            ),
             E::NotReady => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
                 "model_not_ready",
+            ),
+            E::ShuttingDown => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "server_shutting_down",
             ),
             E::Engine => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -116,6 +164,17 @@ impl ApiError {
                 "engine_error",
             ),
             E::NotFound => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
+            // OpenAI answers both with this code; its SDKs raise AuthenticationError.
+            E::MissingApiKey | E::InvalidApiKey => (
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
+            E::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                "unsupported_media_type",
+            ),
             E::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
@@ -196,8 +255,14 @@ impl ResponseError for ApiError {
         if let ApiError::Overloaded { retry_after, .. } = self {
             response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
         }
-        if matches!(self, ApiError::NotReady) {
+        if matches!(self, ApiError::QueueTimeout { .. }) {
+            response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
+        }
+        if matches!(self, ApiError::NotReady | ApiError::ShuttingDown) {
             response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("5")));
+        }
+        if matches!(self, ApiError::MissingApiKey | ApiError::InvalidApiKey) {
+            response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
         }
         response.json(self.body())
     }
@@ -209,9 +274,11 @@ impl From<EngineError> for ApiError {
             EngineError::NotReady => ApiError::NotReady,
             EngineError::ContextLengthExceeded {
                 prompt_tokens,
+                max_tokens,
                 context_length,
             } => ApiError::ContextLengthExceeded {
                 prompt_tokens,
+                max_tokens,
                 context_length,
             },
             // The engine's own message can carry internals: it is logged, not sent.
@@ -262,6 +329,26 @@ mod tests {
                 .map(|v| v.as_bytes()),
             Some(&b"1"[..])
         );
+    }
+
+    #[test]
+    fn each_deadline_has_its_status_and_code() {
+        let limit = Duration::from_secs(30);
+        let cases = [
+            (ApiError::BodyTimeout { limit }, 408, "body_timeout"),
+            (ApiError::QueueTimeout { limit }, 503, "queue_timeout"),
+            (ApiError::RequestTimeout { limit }, 504, "request_timeout"),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!(error.status_code().as_u16(), status);
+            assert_eq!(error.kind(), code);
+            assert!(error.to_string().contains("30 s"), "{error}");
+            let retry_after = error
+                .error_response()
+                .headers()
+                .contains_key(header::RETRY_AFTER);
+            assert_eq!(retry_after, code == "queue_timeout", "{code}");
+        }
     }
 
     #[test]

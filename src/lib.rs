@@ -15,11 +15,13 @@
 //!            v
 //!      telemetry: Prometheus metrics, the request's span (OTLP, tail-sampled),
 //!                 record::RequestObserver (request log line)
-//!      semlog:    SemanticLog --redact--> RedactedLog --try_send--> indexer queue
-//!                 --> Elasticsearch _bulk, or NDJSON files; disk spool when either fails
+//!      semlog:    RequestRecord --redact--> RedactedLog --append--> disk spool
+//!                 --indexer--> Elasticsearch _bulk, or NDJSON files
 //! ```
 //!
 //! - [`api`]: routes, request validation, the request-id middleware.
+//! - [`auth`]: API keys (a file of hashes, re-read on change) and the middleware that
+//!   checks them on `/v1/*`.
 //! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter (with its replicas
 //!   and process-wide CPU settings), the seeded sampler and a scripted engine.
 //! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
@@ -27,6 +29,8 @@
 //! - [`quality`]: per-answer signals computed while it streams: seq-rep-n repetition
 //!   rate, the degeneration guard, refusal phrases, intent rules.
 //! - [`admission`]: the in-flight limit behind 429s.
+//! - [`lifecycle`]: the drain on SIGTERM (not ready, refuse new work, let running
+//!   requests finish, then end the rest).
 //! - [`error`]: every client-visible error and its one HTTP table.
 //! - [`config`]: flags, environment and TOML file, each setting declared once, validated
 //!   at start-up.
@@ -43,12 +47,14 @@
 
 pub mod admission;
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod fingerprint;
+pub mod lifecycle;
 pub mod quality;
 pub mod record;
 pub mod replay;
@@ -74,9 +80,18 @@ pub fn serve(
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            // Outermost last: every answer, a 401 included, carries its request id.
+            .wrap(middleware::from_fn(auth::authenticate))
             .wrap(middleware::from_fn(api::request_id))
             .configure(api::configure)
     })
+    // A client that closes its side of the connection has left: actix then drops the
+    // handler, which cancels the generation (the default keeps generating for nobody).
+    .h1_allow_half_closed(false)
+    // The caller owns SIGTERM and SIGINT and drains first ([`lifecycle`]); by the time
+    // it stops the server, nothing is left to wait for.
+    .disable_signals()
+    .shutdown_timeout(5)
     .listen(listener)?;
     if workers > 0 {
         server = server.workers(workers);

@@ -39,6 +39,21 @@ enum Command {
     /// Load-test an OpenAI-compatible server (or the engine in-process) and report
     /// TTFT, TPOT, ITL, e2e and throughput.
     Bench(Box<llmgate::bench::BenchArgs>),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a random key for KEY_ID, append `KEY_ID <sha256>` to the keys file and print
+    /// the key (once: only its hash is kept).
+    Add {
+        key_id: String,
+        /// The keys file (created 0600 if missing); the gateway's --api-keys-file.
+        #[arg(long, env = "LLMGATE_API_KEYS_FILE")]
+        file: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -57,6 +72,22 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(&args),
         Command::Replay(args) => run_replay(&args),
         Command::Bench(args) => run_bench(&args),
+        Command::Keys(KeysCommand::Add { key_id, file }) => {
+            match llmgate::auth::add_key(&file, &key_id) {
+                Ok(key) => {
+                    println!("{key}");
+                    eprintln!(
+                        "Added '{key_id}' to {}. The key above is shown once; only its hash is kept.",
+                        file.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("llmgate keys add: {error}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     }
 }
 
@@ -195,7 +226,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         weights = config.engine.weights.as_str(),
         threads = applied.threads,
         replicas = config.engine.replicas,
-        max_batch_size = config.engine.max_batch_size,
+        max_batch_size = ?config.engine.max_batch_size,
         "Engine settings."
     );
     let runtime = match tokio::runtime::Runtime::new() {
@@ -212,6 +243,40 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// How long the semantic log may take to stop: its queue goes to the spool first (on
+/// disk at once), then to the cluster for as long as this allows.
+const SEMLOG_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the API keys and watches their file; without one, says loudly that the gateway
+/// is open.
+fn guard(config: &Config) -> anyhow::Result<llmgate::auth::Guard> {
+    let Some(path) = &config.server.api_keys_file else {
+        tracing::warn!(
+            address = %config.server.listen,
+            "No API keys file (--api-keys-file): anyone who can reach this address can use the model."
+        );
+        return Ok(llmgate::auth::Guard::default());
+    };
+    let keys = Arc::new(
+        llmgate::auth::Keys::load(path)
+            .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?,
+    );
+    if keys.current().is_empty() {
+        tracing::warn!(file = %path.display(), "The API keys file lists no key: every /v1 request gets 401.");
+    }
+    tracing::info!(
+        keys = keys.current().len(),
+        file = %path.display(),
+        metrics_need_key = config.server.metrics_auth,
+        "API keys are required on /v1/*."
+    );
+    tokio::spawn(llmgate::auth::watch(Arc::clone(&keys), llmgate::auth::POLL));
+    Ok(llmgate::auth::Guard {
+        keys: Some(keys),
+        metrics_need_key: config.server.metrics_auth,
+    })
 }
 
 async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
@@ -254,20 +319,39 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         Telemetry::new(metrics, tracing, trace_settings.policy, Arc::new(records))
             .with_log_drops(logging.drop_counter()),
     );
-    let state = AppState::new(
+    let mut state = AppState::new(
         &config,
         engine,
         Arc::new(MonotonicClock::new()),
         Arc::clone(&telemetry),
     );
+    state.guard = guard(&config)?;
     tracing::info!(
         address = %listener.local_addr()?,
         model = %config.engine.model_id,
         path = %config.engine.model_path.display(),
         "Listening; the model is loading."
     );
-    llmgate::serve(web::Data::new(state), listener, config.server.workers)?.await?;
-    semlog.shutdown(std::time::Duration::from_secs(15)).await;
+    let state = web::Data::new(state);
+    let server = llmgate::serve(state.clone(), listener, config.server.workers)?;
+    let handle = server.handle();
+    let mut running = tokio::spawn(server);
+    tokio::select! {
+        stopped = &mut running => {
+            // The server ended on its own: nothing is running to drain.
+            stopped??;
+        }
+        signal = llmgate::lifecycle::stop_signal() => {
+            tracing::info!(signal = signal?, "Stopping.");
+            state
+                .lifecycle
+                .drain(&state.admission, config.server.shutdown_timeout)
+                .await;
+            handle.stop(true).await;
+            running.await??;
+        }
+    }
+    semlog.shutdown(SEMLOG_DRAIN).await;
     telemetry.shutdown();
     tracing::info!("Stopped.");
     Ok(())

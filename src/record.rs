@@ -46,10 +46,13 @@ impl Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
     pub request_id: String,
+    /// The id of the API key the request presented (never the key), when keys are on.
+    pub api_key_id: Option<String>,
     pub model: String,
     pub stream: bool,
     pub status: Status,
-    /// `ApiError::kind()` of a failed request.
+    /// `ApiError::kind()` of a failed request; for a cancelled one, the reason when the
+    /// gateway cancelled it (`client_stalled`), `None` when the client left.
     pub error_kind: Option<&'static str>,
     pub finish_reason: Option<FinishReason>,
     /// Engine-reported usage; for a request stopped early, the tokens seen until then.
@@ -72,6 +75,8 @@ pub struct RequestRecord {
     pub itl_gaps: Vec<Duration>,
     /// Wall-clock time of `t_recv`: the document's `@timestamp`.
     pub received_at: SystemTime,
+    /// The client's `user` field, unredacted: only `semlog` reads it, keyed-hashed.
+    pub user: Option<String>,
     /// The last user message, unredacted: only `semlog` reads it, through the redactor.
     pub prompt: Option<String>,
     /// The answer, unredacted: only `semlog` reads it, through the redactor.
@@ -108,9 +113,9 @@ pub trait RequestObserver: Send + Sync + 'static {
 /// Records an observer holds but has not delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Backlog {
-    /// Documents in the in-memory queue.
+    /// Documents written but not yet delivered.
     pub queued: usize,
-    /// Bytes in the on-disk spool.
+    /// Their bytes in the on-disk spool.
     pub spooled_bytes: u64,
 }
 
@@ -134,6 +139,7 @@ impl RequestObserver for LogObserver {
             engine_ttft_ms = t.engine_ttft_ms,
             tpot_ms = t.tpot_ms,
             queue_ms = t.queue_ms,
+            client_wait_ms = t.client_wait_ms,
             e2e_ms = t.e2e_ms,
             repetition_rate = r.quality.as_ref().map(|q| q.repetition_rate),
             degenerated = r.quality.as_ref().map(|q| q.degenerated),

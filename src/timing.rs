@@ -1,17 +1,23 @@
-//! Per-request latency bookkeeping: TTFT, TPOT, inter-token latency, e2e and queue time.
+//! Per-request latency bookkeeping: TTFT, TPOT, inter-token latency, e2e, queue time and
+//! the time spent waiting for the client.
 //!
-//! The stream producer (see `stream`) stamps each moment with the injected [`Clock`] and
-//! feeds it to a [`RequestTimer`]; when the request ends, [`RequestTimer::finish`] turns
-//! the stamps into [`Timings`], which travel in the final chunk, the request log line and
-//! (later) the metrics and the semantic log. Definitions, as in the README:
+//! Two kinds of moment are stamped on the injected [`Clock`]: those of the engine (it
+//! started the request; it handed over a token, stamped by the engine itself so a
+//! client that reads slowly cannot move them) and those of the transport (a frame was
+//! handed to it). When the request ends, [`RequestTimer::finish`] turns the stamps into
+//! [`Timings`], which travel in the final chunk, the request log line, the metrics and
+//! the semantic log. Definitions, as in the README:
 //!
-//! - TTFT: `t_recv` -> the first frame carrying non-empty content is handed to the transport.
-//! - engine TTFT: engine submit -> the engine's first token reaches the gateway.
-//! - queue: `t_recv` -> the engine starts the request (first token minus the prefill time
-//!   the engine reports); absent when the engine reports no prefill time.
-//! - TPOT: `(t_last_token - t_first_token) / (output_tokens - 1)`; absent below 2 tokens.
-//! - ITL: every gap between consecutive content frames.
+//! - TTFT: `t_recv` -> the first frame carrying non-empty content is handed to the
+//!   transport (what the client sees).
+//! - engine TTFT: the engine starts the request (its slot is acquired) -> its first token.
+//! - queue: `t_recv` -> the engine starts the request.
+//! - TPOT: `(t_last_token - t_first_token) / (output_tokens - 1)`, engine stamps; absent
+//!   below 2 tokens.
+//! - ITL: every gap between consecutive tokens with text, engine stamps.
 //! - e2e: `t_recv` -> the final frame is handed to the transport.
+//! - client wait (streams): time the transport spent blocked because the client had not
+//!   taken the previous frames.
 //!
 //! [`Clock`]: crate::clock::Clock
 
@@ -24,15 +30,21 @@ use serde::Serialize;
 pub struct RequestTimer {
     t_recv: Duration,
     t_submit: Option<Duration>,
+    /// The engine started the request: the start of engine TTFT, the end of queue.
+    t_started: Option<Duration>,
     /// First token event from the engine, content or not: the end of engine TTFT.
     t_engine_first: Option<Duration>,
-    t_first_content: Option<Duration>,
-    t_last_content: Option<Duration>,
     /// Last token event of any kind: the final token (end of sequence) often carries no
     /// text, yet TPOT's span must end at it.
     t_last_token: Option<Duration>,
-    /// Gaps between consecutive content frames, in arrival order.
+    /// Last token event with text, for the ITL gaps.
+    t_last_text: Option<Duration>,
+    t_first_content: Option<Duration>,
+    t_last_content: Option<Duration>,
+    /// Gaps between consecutive tokens with text, in order.
     itl: Vec<Duration>,
+    /// Time blocked on the client, when the transport measures it (streams).
+    client_wait: Option<Duration>,
 }
 
 /// The latency figures of one finished request, in milliseconds. Serialised as the
@@ -48,6 +60,8 @@ pub struct Timings {
     /// Output tokens per second of the whole request (`output_tokens / e2e`).
     pub tokens_per_second: Option<f64>,
     pub output_tokens: u32,
+    /// Streams: how long frames waited for the client to take earlier ones.
+    pub client_wait_ms: Option<f64>,
 }
 
 /// When each phase of a request began, as readings of the gateway's clock: the span
@@ -56,6 +70,7 @@ pub struct Timings {
 pub struct Phases {
     pub received: Duration,
     pub submitted: Option<Duration>,
+    pub started: Option<Duration>,
     pub first_token: Option<Duration>,
     pub last_token: Option<Duration>,
     pub ended: Duration,
@@ -75,32 +90,49 @@ impl RequestTimer {
         Self {
             t_recv,
             t_submit: None,
+            t_started: None,
             t_engine_first: None,
+            t_last_token: None,
+            t_last_text: None,
             t_first_content: None,
             t_last_content: None,
-            t_last_token: None,
             itl: Vec::new(),
+            client_wait: None,
         }
     }
 
+    /// The request was handed to the engine (it may wait there for a slot).
     pub fn engine_submitted(&mut self, at: Duration) {
         self.t_submit.get_or_insert(at);
     }
 
-    /// A token event (with or without text) arrived from the engine.
-    pub fn engine_token(&mut self, at: Duration) {
+    /// The engine started the request: its slot was acquired.
+    pub fn engine_started(&mut self, at: Duration) {
+        self.t_started.get_or_insert(at);
+    }
+
+    /// The engine handed over a token event at `at`, with text or not.
+    pub fn engine_token(&mut self, at: Duration, has_text: bool) {
         self.t_engine_first.get_or_insert(at);
         self.t_last_token = Some(at);
+        if has_text {
+            if let Some(prev) = self.t_last_text {
+                self.itl.push(at.saturating_sub(prev));
+            }
+            self.t_last_text = Some(at);
+        }
     }
 
     /// A frame carrying non-empty content was handed to the transport.
     pub fn content_sent(&mut self, at: Duration) {
-        if let Some(prev) = self.t_last_content {
-            self.itl.push(at.saturating_sub(prev));
-        } else {
-            self.t_first_content = Some(at);
-        }
+        self.t_first_content.get_or_insert(at);
         self.t_last_content = Some(at);
+    }
+
+    /// The transport waited `waited` for the client to take earlier frames. Called once
+    /// with zero when a stream starts, so a stream always reports its wait.
+    pub fn client_waited(&mut self, waited: Duration) {
+        *self.client_wait.get_or_insert(Duration::ZERO) += waited;
     }
 
     /// `t_recv` on the gateway's clock.
@@ -113,40 +145,30 @@ impl RequestTimer {
         Phases {
             received: self.t_recv,
             submitted: self.t_submit,
+            started: self.t_started,
             first_token: self.t_engine_first,
             last_token: self.t_last_content.max(self.t_last_token),
             ended: t_end,
         }
     }
 
-    /// Every gap between consecutive content frames, in arrival order, moved out once
-    /// the timings are computed (for the ITL histogram).
+    /// Every gap between consecutive tokens with text, in order, moved out once the
+    /// timings are computed (for the ITL histogram).
     pub fn take_gaps(&mut self) -> Vec<Duration> {
         std::mem::take(&mut self.itl)
     }
 
-    /// Computes the figures, with `t_end` the moment the final frame was handed over,
-    /// `output_tokens` the completion tokens the engine reported and `prefill` the prompt
-    /// processing time it reported, if any.
-    pub fn finish(
-        &self,
-        t_end: Duration,
-        output_tokens: u32,
-        prefill: Option<Duration>,
-    ) -> Timings {
+    /// Computes the figures, with `t_end` the moment the final frame was handed over
+    /// and `output_tokens` the completion tokens the engine reported.
+    pub fn finish(&self, t_end: Duration, output_tokens: u32) -> Timings {
         let since_recv = |t: Duration| t.saturating_sub(self.t_recv);
         let e2e = since_recv(t_end);
-        let t_last = self.t_last_content.max(self.t_last_token);
-        let tpot = match (self.t_first_content, t_last, output_tokens) {
+        let tpot = match (self.t_engine_first, self.t_last_token, output_tokens) {
             (Some(first), Some(last), n) if n >= 2 => Some(last.saturating_sub(first) / (n - 1)),
             _ => None,
         };
-        let engine_ttft = match (self.t_submit, self.t_engine_first) {
-            (Some(submit), Some(first)) => Some(first.saturating_sub(submit)),
-            _ => None,
-        };
-        let queue = match (self.t_engine_first, prefill) {
-            (Some(first), Some(prefill)) => Some(since_recv(first.saturating_sub(prefill))),
+        let engine_ttft = match (self.t_started, self.t_engine_first) {
+            (Some(started), Some(first)) => Some(first.saturating_sub(started)),
             _ => None,
         };
         let tokens_per_second = (output_tokens > 0 && !e2e.is_zero())
@@ -156,10 +178,11 @@ impl RequestTimer {
             engine_ttft_ms: engine_ttft.map(ms),
             tpot_ms: tpot.map(ms),
             e2e_ms: ms(e2e),
-            queue_ms: queue.map(ms),
+            queue_ms: self.t_started.map(|t| ms(since_recv(t))),
             itl_ms: itl_stats(&self.itl),
             tokens_per_second: tokens_per_second.map(round3),
             output_tokens,
+            client_wait_ms: self.client_wait.map(ms),
         }
     }
 }
@@ -205,24 +228,32 @@ mod tests {
     fn no_tokens_has_e2e_only() {
         let mut timer = RequestTimer::start(at(100));
         timer.engine_submitted(at(101));
-        let t = timer.finish(at(150), 0, None);
+        let t = timer.finish(at(150), 0);
         assert_eq!(t.e2e_ms, 50.0);
         assert_eq!(t.ttft_ms, None);
         assert_eq!(t.tpot_ms, None);
         assert_eq!(t.engine_ttft_ms, None);
+        assert_eq!(t.queue_ms, None);
         assert_eq!(t.itl_ms, None);
         assert_eq!(t.tokens_per_second, None);
+        assert_eq!(t.client_wait_ms, None, "measured for streams only");
     }
 
     #[test]
     fn one_token_has_ttft_but_no_tpot() {
         let mut timer = RequestTimer::start(at(0));
         timer.engine_submitted(at(2));
-        timer.engine_token(at(40));
+        timer.engine_started(at(12));
+        timer.engine_token(at(40), true);
         timer.content_sent(at(41));
-        let t = timer.finish(at(45), 1, None);
+        let t = timer.finish(at(45), 1);
         assert_eq!(t.ttft_ms, Some(41.0));
-        assert_eq!(t.engine_ttft_ms, Some(38.0));
+        assert_eq!(
+            t.engine_ttft_ms,
+            Some(28.0),
+            "from the slot, not the submit"
+        );
+        assert_eq!(t.queue_ms, Some(12.0));
         assert_eq!(t.tpot_ms, None, "TPOT is undefined below two tokens");
         assert_eq!(t.itl_ms, None);
         assert_eq!(t.e2e_ms, 45.0);
@@ -231,9 +262,11 @@ mod tests {
     #[test]
     fn two_tokens_tpot_is_the_single_gap() {
         let mut timer = RequestTimer::start(at(0));
+        timer.engine_token(at(300), true);
         timer.content_sent(at(300));
+        timer.engine_token(at(325), true);
         timer.content_sent(at(325));
-        let t = timer.finish(at(330), 2, None);
+        let t = timer.finish(at(330), 2);
         assert_eq!(t.ttft_ms, Some(300.0));
         assert_eq!(t.tpot_ms, Some(25.0));
         assert_eq!(
@@ -250,18 +283,19 @@ mod tests {
     fn many_tokens_tpot_itl_and_queue() {
         let mut timer = RequestTimer::start(at(1_000));
         timer.engine_submitted(at(1_001));
-        timer.engine_token(at(1_200));
-        // 21 content frames: gaps 10, 20, ..., 200 ms (20 gaps).
+        timer.engine_started(at(1_050));
+        // 21 tokens with text: gaps 10, 20, ..., 200 ms (20 gaps).
         let mut t = 1_200;
+        timer.engine_token(at(t), true);
         timer.content_sent(at(t));
         for i in 1..=20 {
             t += 10 * i;
+            timer.engine_token(at(t), true);
             timer.content_sent(at(t));
         }
-        // The engine reports 21 tokens and 150 ms of prefill.
-        let timings = timer.finish(at(t + 5), 21, Some(at(150)));
+        let timings = timer.finish(at(t + 5), 21);
         assert_eq!(timings.ttft_ms, Some(200.0));
-        assert_eq!(timings.engine_ttft_ms, Some(199.0));
+        assert_eq!(timings.engine_ttft_ms, Some(150.0));
         // (t_last - t_first) = 10 * (1 + ... + 20) = 2100 ms over 20 intervals.
         assert_eq!(timings.tpot_ms, Some(105.0));
         assert_eq!(timings.queue_ms, Some(50.0));
@@ -278,18 +312,42 @@ mod tests {
         // Three tokens 15 ms apart; the last (end of sequence) carried no text.
         let mut timer = RequestTimer::start(at(0));
         for (t, text) in [(10, true), (25, true), (40, false)] {
-            timer.engine_token(at(t));
+            timer.engine_token(at(t), text);
             if text {
                 timer.content_sent(at(t));
             }
         }
-        let t = timer.finish(at(41), 3, None);
+        let t = timer.finish(at(41), 3);
         assert_eq!(t.tpot_ms, Some(15.0));
         assert_eq!(
             t.itl_ms.map(|i| i.max),
             Some(15.0),
-            "ITL covers content frames only"
+            "ITL covers tokens with text only"
         );
+    }
+
+    #[test]
+    fn a_slow_reader_moves_ttft_and_e2e_but_not_the_engine_figures() {
+        // The engine hands over three tokens 10 ms apart; the client takes the frames
+        // late, and the transport waits 500 ms for it in all.
+        let mut timer = RequestTimer::start(at(0));
+        timer.engine_started(at(5));
+        timer.client_waited(Duration::ZERO);
+        for t in [20, 30, 40] {
+            timer.engine_token(at(t), true);
+        }
+        timer.content_sent(at(220));
+        timer.client_waited(at(200));
+        timer.content_sent(at(520));
+        timer.client_waited(at(300));
+        timer.content_sent(at(540));
+        let t = timer.finish(at(545), 3);
+        assert_eq!(t.engine_ttft_ms, Some(15.0));
+        assert_eq!(t.tpot_ms, Some(10.0));
+        assert_eq!(t.itl_ms.map(|i| i.max), Some(10.0));
+        assert_eq!(t.ttft_ms, Some(220.0), "what the client saw");
+        assert_eq!(t.client_wait_ms, Some(500.0));
+        assert_eq!(t.e2e_ms, 545.0);
     }
 
     #[test]

@@ -28,7 +28,7 @@ async fn post(server: &TestServer, body: &Value) -> reqwest::Response {
 }
 
 const HEAD: &str = r#"data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
-const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":null,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"general"}"#;
+const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":0.0,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"client_wait_ms":0.0,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"general"}"#;
 
 #[tokio::test]
 async fn streamed_frames_are_exact_without_usage() {
@@ -97,9 +97,9 @@ async fn non_streamed_response_is_exact() {
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!", "refusal": null},
                          "logprobs": null, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
-            "timings": {"ttft_ms": 0.0, "engine_ttft_ms": 0.0, "tpot_ms": 0.0, "e2e_ms": 0.0, "queue_ms": null,
+            "timings": {"ttft_ms": 0.0, "engine_ttft_ms": 0.0, "tpot_ms": 0.0, "e2e_ms": 0.0, "queue_ms": 0.0,
                         "itl_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0}, "tokens_per_second": null, "output_tokens": 3,
-                        "repetition_rate": 0.0, "degenerated": false, "refusal": false, "intent": "general"}
+                        "client_wait_ms": null, "repetition_rate": 0.0, "degenerated": false, "refusal": false, "intent": "general"}
         })
     );
     server.stop().await;
@@ -107,10 +107,8 @@ async fn non_streamed_response_is_exact() {
 
 #[tokio::test]
 async fn timings_follow_the_definitions_with_real_delays() {
-    let script = Script {
-        prefill: Some(Duration::from_millis(5)),
-        ..Script::tokens(&["a", "b", "c", "d"], Duration::from_millis(30))
-    };
+    let script = Script::tokens(&["a", "b", "c", "d"], Duration::from_millis(30))
+        .after_queue(Duration::from_millis(50));
     let server = start(Arc::new(scripted(script)), &test_config("")).await;
     let body: Value = post(&server, &chat_body("hi", json!({})))
         .await
@@ -119,14 +117,16 @@ async fn timings_follow_the_definitions_with_real_delays() {
         .expect("json");
     let t = &body["timings"];
     let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
-    assert!(f("ttft_ms") >= 30.0, "{t}");
+    assert!(f("ttft_ms") >= 80.0, "{t}");
     assert!(f("ttft_ms") <= f("e2e_ms"));
     assert!(
         f("tpot_ms") >= 25.0 && f("tpot_ms") * 3.0 <= f("e2e_ms"),
         "{t}"
     );
-    // Queue = first token - reported prefill (5 ms) - t_recv: about one token delay.
-    assert!(f("queue_ms") >= 20.0 && f("queue_ms") < f("ttft_ms"), "{t}");
+    // Queue: t_recv -> the engine starts (50 ms in its queue); engine TTFT starts there.
+    assert!(f("queue_ms") >= 45.0 && f("queue_ms") < f("ttft_ms"), "{t}");
+    let engine_ttft = f("engine_ttft_ms");
+    assert!((25.0..f("ttft_ms") - 45.0).contains(&engine_ttft), "{t}");
     let itl = |k: &str| {
         t["itl_ms"][k]
             .as_f64()
@@ -333,7 +333,7 @@ async fn non_streamed_failure_is_a_500_in_openai_shape() {
 #[tokio::test]
 async fn client_disconnect_cancels_generation() {
     let slow = Script::tokens(&vec!["tok"; 500], Duration::from_millis(10));
-    let engine = Arc::new(scripted(slow));
+    let engine = Arc::new(scripted_long(slow));
     let server = start(engine.clone(), &test_config("")).await;
     let response = post(&server, &chat_body("hi", json!({"stream": true}))).await;
     let mut body = response.bytes_stream();
@@ -371,7 +371,7 @@ async fn client_disconnect_cancels_generation() {
 async fn admission_overflow_gets_429_with_retry_after() {
     // Each stream would run for a minute: only a dropped client can free its slot.
     let endless = Script::tokens(&vec!["x"; 3_000], Duration::from_millis(20));
-    let engine = Arc::new(scripted(endless));
+    let engine = Arc::new(scripted_long(endless));
     let server = start(
         engine.clone(),
         &test_config("[server]\nmax_in_flight = 2\n"),

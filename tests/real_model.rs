@@ -1,6 +1,6 @@
 //! End-to-end with the real default model (SmolLM2-135M-Instruct Q4_1) through
 //! mistral.rs. `scripts/fetch-model` puts it in place; `scripts/test` runs it first.
-//! One test function, so the model loads once.
+//! The model loads once per test function.
 
 mod common;
 
@@ -107,7 +107,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     }
     assert!(
         t["queue_ms"].as_f64().is_some(),
-        "mistral.rs reports prefill time: {t}"
+        "the engine reports when it started the request: {t}"
     );
 
     // A prompt the model's context cannot hold is refused before streaming starts.
@@ -239,5 +239,28 @@ async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer, engine
     assert_ne!(
         &other_seed["choices"][0]["message"]["content"], seeded_answers[0],
         "different seeds, same text"
+    );
+}
+
+/// The start-up canary sees mistral.rs 0.8.1's batched-decode defect on CPU: were it to
+/// miss it (say, the pair never shared a decode step), it would wave batching through on
+/// a GPU whose kernels garble too. When a fixed mistral.rs lands, this fails: then the
+/// CPU default batch size can rise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batching_canary_catches_the_cpu_defect() {
+    let engine = MistralEngine::load_now(MistralSettings {
+        force_cpu: true,
+        max_batch_size: 2,
+        ..MistralSettings::new(model_path(), MODEL)
+    })
+    .await
+    .expect("the default model loads");
+    let outcome = engine.batching_check().await.expect("the canary runs");
+    assert!(!outcome.batched_equals_single(), "{}", outcome.describe());
+    // The defect's signature: the last row of the batch is answered correctly.
+    assert!(
+        outcome.pairs.iter().any(|p| p.alone == p.together),
+        "{}",
+        outcome.describe()
     );
 }

@@ -386,14 +386,14 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
             assert!(!text.contains("secret"), "{} = {text}", kv.key);
         }
     }
-    // Children: queue and prefill, decode, semantic-log hand-off, inside the root.
+    // Children: queue, prefill, decode, semantic-log hand-off, inside the root.
     let children: Vec<&Span> = spans
         .iter()
         .filter(|s| s.parent_span_id == root.span_id)
         .collect();
     let mut names: Vec<&str> = children.iter().map(|s| s.name.as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["decode", "queue_and_prefill", "semlog.handoff"]);
+    assert_eq!(names, ["decode", "prefill", "queue", "semlog.handoff"]);
     for child in &children {
         assert_eq!(child.trace_id, root.trace_id);
         assert!(child.start_time_unix_nano >= root.start_time_unix_nano);

@@ -11,15 +11,17 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::request::parse_chat_request;
 use super::{AppState, RequestId};
-use crate::engine::Role;
+use crate::engine::{Generation, GenerationRequest, Role};
 use crate::error::ApiError;
 use crate::quality::QualityTracker;
 use crate::record::{RequestParams, RequestRecord, Status};
 use crate::stream::chunks::{ChunkAssembler, ResponseMeta};
+use crate::stream::producer::Deadline;
 use crate::stream::{producer, Run, RunInfo};
 use crate::telemetry::trace::RequestTrace;
 use crate::timing::RequestTimer;
@@ -34,20 +36,31 @@ pub async fn chat_completions(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     let t_recv = state.clock.now();
+    let deadline = Deadline {
+        at: tokio::time::Instant::now() + state.timeouts.request,
+        limit: state.timeouts.request,
+        cut_off: state.lifecycle.cut_off(),
+    };
     let trace = state
         .telemetry
         .start_request(req.headers(), state.clock.system_time());
     let request_id = RequestId::of(&req);
+    let api_key_id = key_id_of(&req);
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
         trace_id = %trace.ids.trace_id,
         span_id = %trace.ids.span_id,
+        api_key_id = tracing::field::Empty,
     );
+    if let Some(id) = &api_key_id {
+        span.record("api_key_id", id.as_str());
+    }
     async move {
         let mut pending = Unanswered {
             state: state.clone(),
             request_id: request_id.clone(),
+            api_key_id,
             t_recv,
             trace: Some(trace),
         };
@@ -58,6 +71,7 @@ pub async fn chat_completions(
             &state,
             &request_id,
             timer,
+            deadline,
             &mut pending.trace,
         )
         .await
@@ -80,6 +94,7 @@ pub async fn chat_completions(
 struct Unanswered {
     state: web::Data<AppState>,
     request_id: String,
+    api_key_id: Option<String>,
     t_recv: std::time::Duration,
     /// Taken by the `Run` once the engine has the request.
     trace: Option<RequestTrace>,
@@ -93,7 +108,7 @@ impl Unanswered {
         };
         let state = &self.state;
         let timer = RequestTimer::start(self.t_recv);
-        let timings = timer.finish(state.clock.now(), 0, None);
+        let timings = timer.finish(state.clock.now(), 0);
         let t_end = self.t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
         // A request for another model is not counted under the served one.
         let model = match error {
@@ -102,6 +117,7 @@ impl Unanswered {
         };
         let record = RequestRecord {
             request_id: std::mem::take(&mut self.request_id),
+            api_key_id: self.api_key_id.take(),
             model,
             stream: false,
             status: if error.is_some() {
@@ -123,6 +139,7 @@ impl Unanswered {
             phases: timer.phases(t_end),
             itl_gaps: Vec::new(),
             received_at: trace.received_at(),
+            user: None,
             prompt: None,
             response: None,
         };
@@ -158,9 +175,17 @@ async fn handle(
     state: &AppState,
     request_id: &str,
     mut timer: RequestTimer,
+    deadline: Deadline,
     trace: &mut Option<RequestTrace>,
 ) -> Result<HttpResponse, Failure> {
-    let body = read_body(req, payload, state.max_body_bytes).await?;
+    if state.lifecycle.is_draining() {
+        return Err(ApiError::ShuttingDown.into());
+    }
+    json_content_type(req)?;
+    let limit = state.timeouts.body;
+    let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
+        .await
+        .map_err(|_| ApiError::BodyTimeout { limit })??;
     let chat = parse_chat_request(&body, &state.limits, request_id)?;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
         limit: state.admission.limit(),
@@ -190,16 +215,11 @@ async fn handle(
     };
 
     timer.engine_submitted(state.clock.now());
-    let generation = state
-        .engine
-        .generate(chat.generation)
-        .await
-        .map_err(|error| {
-            tracing::warn!(error = %error, "The engine refused the request.");
-            ApiError::from(error)
-        })?;
+    let generation = start_in_engine(state, chat.generation, &deadline.cut_off).await?;
+    timer.engine_started(state.clock.at(generation.started));
     let info = RunInfo {
         request_id: request_id.to_owned(),
+        api_key_id: key_id_of(req),
         model: chat.model.clone(),
         stream: chat.stream,
         input_hash: chat.input_hash,
@@ -208,6 +228,7 @@ async fn handle(
         prompt_tokens: generation.prompt_tokens,
         params,
         prompt,
+        user: chat.user.clone(),
     };
     let meta = ResponseMeta {
         id: format!("chatcmpl-{request_id}"),
@@ -231,7 +252,7 @@ async fn handle(
     let events = generation.events;
 
     if !chat.stream {
-        let body = producer::collect_json(run, &meta, events)
+        let body = producer::collect_json(run, &meta, events, deadline)
             .await
             .map_err(Failure::Recorded)?;
         return Ok(HttpResponse::Ok()
@@ -241,7 +262,7 @@ async fn handle(
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, chat.include_usage);
     tokio::spawn(
-        producer::stream_sse(run, assembler, events, tx, state.keepalive).in_current_span(),
+        producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );
     let body = futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|f| f.map(Ok::<_, Infallible>))
@@ -251,6 +272,62 @@ async fn handle(
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(body))
+}
+
+/// Hands the request to the engine and waits for it to start: at most the queue
+/// timeout, and not past a draining server's cut-off.
+async fn start_in_engine(
+    state: &AppState,
+    request: GenerationRequest,
+    cut_off: &CancellationToken,
+) -> Result<Generation, ApiError> {
+    let limit = state.timeouts.queue;
+    let started = tokio::select! {
+        started = tokio::time::timeout(limit, state.engine.generate(request)) => started,
+        () = cut_off.cancelled() => return Err(ApiError::ShuttingDown),
+    };
+    match started {
+        Ok(Ok(generation)) => Ok(generation),
+        Ok(Err(error)) => {
+            tracing::warn!(error = %error, "The engine refused the request.");
+            Err(ApiError::from(error))
+        }
+        Err(_) => {
+            tracing::warn!(
+                queue_timeout_s = limit.as_secs_f64(),
+                "The engine did not start the request within the queue timeout."
+            );
+            Err(ApiError::QueueTimeout { limit })
+        }
+    }
+}
+
+/// The id of the key the request presented, when keys are on.
+fn key_id_of(req: &HttpRequest) -> Option<String> {
+    use actix_web::HttpMessage;
+    req.extensions()
+        .get::<crate::auth::KeyId>()
+        .map(|id| id.0.clone())
+}
+
+/// Only JSON bodies are read: a web page can make a browser post a form or plain text
+/// to a gateway on localhost without asking (a "simple" cross-site request), never JSON.
+fn json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
+    let value = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let mime = value.split(';').next().unwrap_or_default().trim();
+    if mime.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    let shown = if value.is_empty() {
+        "no Content-Type".to_owned()
+    } else {
+        format!("'{}'", value.chars().take(100).collect::<String>())
+    };
+    Err(ApiError::UnsupportedMediaType(shown))
 }
 
 /// Reads the body, refusing it with 413 as soon as it is known to be over `limit`.

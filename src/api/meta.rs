@@ -43,6 +43,9 @@ pub async fn health() -> HttpResponse {
 }
 
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    if state.lifecycle.is_draining() {
+        return HttpResponse::ServiceUnavailable().json(json!({"status": "stopping"}));
+    }
     match state.engine.model_info() {
         Some(info) => HttpResponse::Ok().json(json!({
             "status": "ready",

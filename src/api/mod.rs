@@ -24,11 +24,21 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::ApiError;
+use crate::lifecycle::Lifecycle;
 use crate::quality::QualitySettings;
+use crate::stream::producer::Pacing;
 use crate::telemetry::Telemetry;
 use request::RequestLimits;
 
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The deadlines of one chat request (see [`crate::config::ServerConfig`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub body: Duration,
+    pub queue: Duration,
+    pub request: Duration,
+}
 
 /// Everything a handler needs, shared by all workers.
 pub struct AppState {
@@ -39,8 +49,14 @@ pub struct AppState {
     pub admission: Admission,
     pub limits: RequestLimits,
     pub max_body_bytes: usize,
-    pub keepalive: Duration,
+    /// Keep-alive and client write deadline of streamed responses.
+    pub pacing: Pacing,
+    pub timeouts: Timeouts,
+    /// Draining on shutdown, and the signal that ends requests still running.
+    pub lifecycle: Lifecycle,
     pub quality: QualitySettings,
+    /// API keys (none: open) and what they guard; set after the keys file is read.
+    pub guard: crate::auth::Guard,
 }
 
 impl AppState {
@@ -61,8 +77,18 @@ impl AppState {
                 default_max_tokens: config.engine.default_max_tokens,
             },
             max_body_bytes: config.server.max_body_bytes,
-            keepalive: config.server.keepalive,
+            pacing: Pacing {
+                keepalive: config.server.keepalive,
+                write_timeout: config.server.stream_write_timeout,
+            },
+            lifecycle: Lifecycle::default(),
+            timeouts: Timeouts {
+                body: config.server.body_timeout,
+                queue: config.server.queue_timeout,
+                request: config.server.request_timeout,
+            },
             quality: config.quality.settings.clone(),
+            guard: crate::auth::Guard::default(),
         }
     }
 }

@@ -171,6 +171,7 @@ pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Setting
         request_id: uuid::Uuid::new_v4().simple().to_string(),
         messages,
         max_tokens: settings.max_tokens,
+        max_tokens_set: true,
         sampling: Sampling {
             temperature: Some(settings.temperature),
             ..Sampling::default()

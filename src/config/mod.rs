@@ -29,6 +29,14 @@ pub use settings::{
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q8_0.gguf";
 pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
 
+/// Batch size on CPU: one sequence at a time, because mistral.rs 0.8.1 gives every row of a
+/// batched CPU decode step the last row's attention (README, "Known engine defect").
+pub const DEFAULT_BATCH_CPU: usize = 1;
+/// Batch size on CUDA, where the attention kernels are batched matmuls; the gateway checks
+/// at start-up that batched answers equal single ones before it uses it (README, "Build
+/// for NVIDIA GPUs").
+pub const DEFAULT_BATCH_CUDA: usize = 32;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
@@ -71,8 +79,23 @@ pub struct ServerConfig {
     pub max_in_flight: usize,
     /// A streamed response quiet for this long gets an SSE comment so proxies keep it open.
     pub keepalive: Duration,
+    /// A streamed response whose client accepts no bytes for this long is cut off and its
+    /// generation cancelled (recorded as cancelled, reason `client_stalled`).
+    pub stream_write_timeout: Duration,
+    /// Deadline for the request body to arrive (408).
+    pub body_timeout: Duration,
+    /// Deadline for the engine to start a request (503 with Retry-After).
+    pub queue_timeout: Duration,
+    /// Deadline for a whole request, from arrival to its last byte.
+    pub request_timeout: Duration,
+    /// How long a drain lets running requests finish (see `lifecycle`).
+    pub shutdown_timeout: Duration,
     /// HTTP worker threads; 0 means one per CPU core.
     pub workers: usize,
+    /// API keys for /v1/* (see `auth`); `None`: open to anyone who reaches the port.
+    pub api_keys_file: Option<PathBuf>,
+    /// /metrics needs a key too (when keys are set).
+    pub metrics_auth: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,9 +103,10 @@ pub struct EngineConfig {
     pub model_path: PathBuf,
     /// The id clients send in `model`; any other id is a 404.
     pub model_id: String,
-    /// Sequences the engine decodes together at most. 1 by default: mistral.rs 0.8.1
-    /// garbles sequences that join a running batch on CPU.
-    pub max_batch_size: usize,
+    /// Sequences one model instance decodes together at most. `None` follows the device:
+    /// [`DEFAULT_BATCH_CPU`] on CPU; on CUDA [`DEFAULT_BATCH_CUDA`] once a start-up check
+    /// shows batched answers equal single ones, else 1.
+    pub max_batch_size: Option<usize>,
     /// Largest `max_tokens` a request may ask for; more is a 400.
     pub max_tokens_cap: u32,
     /// Completion budget of a request that sets no `max_tokens`.
@@ -233,7 +257,16 @@ impl Config {
                 max_body_bytes: server.max_body_bytes.unwrap_or(1 << 20),
                 max_in_flight: server.max_in_flight.unwrap_or(64),
                 keepalive: Duration::from_secs(server.keepalive_secs.unwrap_or(15)),
+                stream_write_timeout: Duration::from_secs(
+                    server.stream_write_timeout_secs.unwrap_or(30),
+                ),
+                body_timeout: Duration::from_secs(server.body_timeout_secs.unwrap_or(30)),
+                queue_timeout: Duration::from_secs(server.queue_timeout_secs.unwrap_or(60)),
+                request_timeout: Duration::from_secs(server.request_timeout_secs.unwrap_or(600)),
+                shutdown_timeout: Duration::from_secs(server.shutdown_timeout_secs.unwrap_or(25)),
                 workers: server.workers.unwrap_or(0),
+                api_keys_file: server.api_keys_file,
+                metrics_auth: server.metrics_auth.unwrap_or(false),
             },
             engine: EngineConfig {
                 model_path: engine
@@ -242,7 +275,7 @@ impl Config {
                 model_id: engine
                     .model_id
                     .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned()),
-                max_batch_size: engine.max_batch_size.unwrap_or(1),
+                max_batch_size: engine.max_batch_size,
                 max_tokens_cap: engine.max_tokens_cap.unwrap_or(2048),
                 default_max_tokens: engine.default_max_tokens.unwrap_or(512),
                 force_cpu: engine.force_cpu.unwrap_or(false),
@@ -313,16 +346,29 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if s.keepalive.is_zero() || s.keepalive > Duration::from_secs(3600) {
-            return Err(ConfigError::invalid(
-                "server.keepalive_secs",
-                "must be between 1 and 3600 seconds",
-            ));
+        for (name, value, most) in [
+            ("server.keepalive_secs", s.keepalive, 3600),
+            (
+                "server.stream_write_timeout_secs",
+                s.stream_write_timeout,
+                3600,
+            ),
+            ("server.body_timeout_secs", s.body_timeout, 3600),
+            ("server.queue_timeout_secs", s.queue_timeout, 3600),
+            ("server.request_timeout_secs", s.request_timeout, 86_400),
+            ("server.shutdown_timeout_secs", s.shutdown_timeout, 3600),
+        ] {
+            if value.is_zero() || value > Duration::from_secs(most) {
+                return Err(ConfigError::invalid(
+                    name,
+                    format!("must be between 1 and {most} seconds"),
+                ));
+            }
         }
         if e.model_id.trim().is_empty() {
             return Err(ConfigError::invalid("engine.model_id", "must not be empty"));
         }
-        if e.max_batch_size == 0 {
+        if e.max_batch_size == Some(0) {
             return Err(ConfigError::invalid(
                 "engine.max_batch_size",
                 "must be at least 1",

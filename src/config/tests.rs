@@ -92,9 +92,14 @@ fn telemetry_and_semlog_settings_and_their_errors() {
             "LLMGATE_REDACTION_KEY",
         ),
         (
-            "[semlog]\nqueue_capacity = 0\n",
-            "semlog.queue_capacity",
+            "[semlog]\nbatch_docs = 0\n",
+            "semlog.batch_docs",
             "flag -, env -",
+        ),
+        (
+            "[semlog]\nfsync_ms = 60001\n",
+            "semlog.fsync_ms",
+            "--semlog-fsync-ms",
         ),
     ];
     for (toml, setting, named) in cases {

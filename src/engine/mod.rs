@@ -13,7 +13,7 @@ pub mod scripted;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
@@ -26,7 +26,34 @@ pub struct GenerationRequest {
     pub messages: Vec<ChatMessage>,
     /// Completion-token budget, already capped by configuration.
     pub max_tokens: u32,
+    /// Whether the client chose `max_tokens`. A chosen budget that does not fit the
+    /// context is refused; the default one shrinks to what the prompt leaves
+    /// ([`GenerationRequest::fit_to_context`]).
+    pub max_tokens_set: bool,
     pub sampling: Sampling,
+}
+
+impl GenerationRequest {
+    /// Fits the completion budget into the context left after a prompt of
+    /// `prompt_tokens`, as OpenAI does: a prompt that fills the context, or a budget the
+    /// client chose that does not fit beside the prompt, is refused; the default budget
+    /// shrinks to what is left.
+    pub fn fit_to_context(
+        &mut self,
+        prompt_tokens: u32,
+        context_length: u32,
+    ) -> Result<(), EngineError> {
+        let left = context_length.saturating_sub(prompt_tokens);
+        if left == 0 || (self.max_tokens_set && self.max_tokens > left) {
+            return Err(EngineError::ContextLengthExceeded {
+                prompt_tokens,
+                max_tokens: self.max_tokens_set.then_some(self.max_tokens),
+                context_length,
+            });
+        }
+        self.max_tokens = self.max_tokens.min(left);
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,16 +98,16 @@ pub struct Sampling {
 pub enum EngineEvent {
     /// Newly decoded text and the ids of the tokens behind it, in order. The text may be
     /// empty (a token that completes no character); ids may be empty when an engine
-    /// reports several tokens' ids with a later event.
+    /// reports several tokens' ids with a later event. `at`: when the engine handed it
+    /// over, so the gateway's timings do not move with how fast the client reads.
     Token {
         text: String,
         ids: Vec<u32>,
+        at: Instant,
     },
     Finished {
         reason: FinishReason,
         usage: Usage,
-        /// Time the engine spent on the prompt, if it reports it; used for queue time.
-        prefill: Option<Duration>,
     },
     Failed(EngineError),
 }
@@ -113,9 +140,11 @@ pub struct Usage {
 pub enum EngineError {
     #[error("the model is still loading")]
     NotReady,
-    #[error("the prompt has {prompt_tokens} tokens and the model's context is {context_length}")]
+    #[error("the prompt has {prompt_tokens} tokens, the completion may have {max_tokens:?} and the model's context is {context_length}")]
     ContextLengthExceeded {
         prompt_tokens: u32,
+        /// The completion budget the client asked for, when that is what does not fit.
+        max_tokens: Option<u32>,
         context_length: u32,
     },
     #[error("the engine rejected the request: {0}")]
@@ -132,6 +161,8 @@ pub type TokenStream = mpsc::Receiver<EngineEvent>;
 pub struct Generation {
     /// Tokens of the prompt as the model sees it (chat template applied).
     pub prompt_tokens: u32,
+    /// When the engine started it: its slot was acquired (the end of its queue wait).
+    pub started: Instant,
     pub events: TokenStream,
 }
 

@@ -21,12 +21,17 @@ pub struct SeededSampler {
 }
 
 impl SeededSampler {
+    /// Whether every pick is the argmax (temperature 0): no draw, no probabilities.
+    fn is_greedy(&self) -> bool {
+        self.temperature <= GREEDY_BELOW
+    }
+
     /// The token to emit at `position` (prompt length + tokens generated so far).
     pub fn pick(&self, logits: &[f32], position: u64) -> u32 {
         if logits.is_empty() {
             return 0;
         }
-        if self.temperature <= GREEDY_BELOW {
+        if self.is_greedy() {
             return argmax(logits);
         }
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -90,14 +95,14 @@ fn pick_from(weights: impl Iterator<Item = (usize, f64)>, target: f64) -> Option
     last
 }
 
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
+/// The index of the largest logit; on a tie the last one, as mistral.rs 0.8.1's own
+/// greedy sampler decides (`argmax_f32`, mistralrs-core sampler.rs line 353).
+pub fn argmax(logits: &[f32]) -> u32 {
+    logits
+        .iter()
+        .enumerate()
+        .max_by(|(_, a), (_, b)| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
+        .map_or(0, |(i, _)| i as u32)
 }
 
 #[cfg(test)]
@@ -113,8 +118,9 @@ mod tests {
     }
 
     #[test]
-    fn greedy_is_argmax() {
+    fn greedy_is_argmax_and_ties_go_to_the_last_as_in_mistral_rs() {
         assert_eq!(sampler(1, 0.0, 1.0).pick(&[0.1, 3.0, 2.9], 5), 1);
+        assert_eq!(argmax(&[3.0, 1.0, 3.0, 2.0]), 2);
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub struct Script {
     pub steps: Vec<Step>,
     /// Finish reason when the steps run out before `max_tokens`.
     pub finish: FinishReason,
-    /// Prefill time to report, if any.
-    pub prefill: Option<Duration>,
+    /// How long `generate` waits before it starts the request, as a busy engine's queue.
+    pub queued: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,8 +50,14 @@ impl Script {
                 })
                 .collect(),
             finish: FinishReason::Stop,
-            prefill: None,
+            queued: Duration::ZERO,
         }
+    }
+
+    /// The same script, started only after `queued` in the engine's queue.
+    pub fn after_queue(mut self, queued: Duration) -> Self {
+        self.queued = queued;
+        self
     }
 
     /// Appends a failure after the scripted tokens.
@@ -122,7 +128,7 @@ impl Engine for ScriptedEngine {
         }
     }
 
-    async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+    async fn generate(&self, mut request: GenerationRequest) -> Result<Generation, EngineError> {
         if !self.ready.load(Ordering::SeqCst) {
             return Err(EngineError::NotReady);
         }
@@ -132,18 +138,17 @@ impl Engine for ScriptedEngine {
             .map(|m| m.content.split_whitespace().count())
             .sum();
         let prompt_tokens = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
-        if prompt_tokens >= self.info.context_length {
-            return Err(EngineError::ContextLengthExceeded {
-                prompt_tokens,
-                context_length: self.info.context_length,
-            });
-        }
+        request.fit_to_context(prompt_tokens, self.info.context_length)?;
         let script = request
             .messages
             .last()
             .and_then(|m| self.by_prompt.get(&m.content))
             .unwrap_or(&self.default_script)
             .clone();
+        if !script.queued.is_zero() {
+            tokio::time::sleep(script.queued).await;
+        }
+        let started = std::time::Instant::now();
         let (tx, rx) = mpsc::channel(16);
         let produced = Arc::clone(&self.produced);
         let cancelled = Arc::clone(&self.cancelled);
@@ -163,7 +168,8 @@ impl Engine for ScriptedEngine {
                             tokio::time::sleep(delay).await;
                         }
                         let ids = vec![token_id(&text)];
-                        if tx.send(EngineEvent::Token { text, ids }).await.is_err() {
+                        let at = std::time::Instant::now();
+                        if tx.send(EngineEvent::Token { text, ids, at }).await.is_err() {
                             cancelled.fetch_add(1, Ordering::SeqCst);
                             return;
                         }
@@ -181,16 +187,11 @@ impl Engine for ScriptedEngine {
                 prompt_tokens,
                 completion_tokens,
             };
-            let _ = tx
-                .send(EngineEvent::Finished {
-                    reason,
-                    usage,
-                    prefill: script.prefill,
-                })
-                .await;
+            let _ = tx.send(EngineEvent::Finished { reason, usage }).await;
         });
         Ok(Generation {
             prompt_tokens,
+            started,
             events: rx,
         })
     }

@@ -50,9 +50,9 @@ pub struct SemlogTable {
     /// Characters of prompt and response kept in a document [default: 512].
     #[arg(skip)]
     pub excerpt_chars: Option<usize>,
-    /// Documents waiting in memory for the indexer [default: 10000].
-    #[arg(skip)]
-    pub queue_capacity: Option<usize>,
+    /// Milliseconds between the spool's fsyncs; 0 syncs every document [default: 200].
+    #[arg(long = "semlog-fsync-ms", env = "LLMGATE_SEMLOG_FSYNC_MS")]
+    pub fsync_ms: Option<u64>,
     /// Documents per bulk request at most [default: 500].
     #[arg(skip)]
     pub batch_docs: Option<usize>,
@@ -71,6 +71,10 @@ pub struct SemlogTable {
     /// Size at which the NDJSON files rotate [default: 64 MiB].
     #[arg(skip)]
     pub file_max_bytes: Option<u64>,
+    /// Bytes of NDJSON files kept, for the request files and the dead letters each; the
+    /// oldest files are deleted first [default: 1 GiB].
+    #[arg(skip)]
+    pub files_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,8 +87,10 @@ pub struct SemlogConfig {
     pub redaction_key: Option<String>,
     /// Characters of prompt and response kept in a document, after redaction.
     pub excerpt_chars: usize,
-    /// Documents waiting in memory for the indexer; beyond it they go to the spool.
-    pub queue_capacity: usize,
+    /// How often the spool is made durable (fsync); zero: after every document. A
+    /// document is written to the spool before it is counted queued, so a process crash
+    /// loses nothing; this bounds what a machine crash can lose.
+    pub fsync: Duration,
     /// A bulk request is sent at this many documents...
     pub batch_docs: usize,
     /// ...or this many bytes...
@@ -96,6 +102,8 @@ pub struct SemlogConfig {
     pub spool_segment_bytes: u64,
     /// The NDJSON files rotate at this size.
     pub file_max_bytes: u64,
+    /// The request files, and the dead letters, each keep at most this many bytes.
+    pub files_max_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -143,13 +151,14 @@ impl SemlogConfig {
             retention_days,
             redaction_key,
             excerpt_chars,
-            queue_capacity,
+            fsync_ms,
             batch_docs,
             batch_bytes,
             batch_age_ms,
             spool_max_bytes,
             spool_segment_bytes,
             file_max_bytes,
+            files_max_bytes,
         } = table;
         let auth = match (username, password, api_key) {
             (None, None, None) => EsAuth::None,
@@ -189,13 +198,14 @@ impl SemlogConfig {
             namespace: namespace.unwrap_or_else(|| "default".to_owned()),
             redaction_key,
             excerpt_chars: excerpt_chars.unwrap_or(512),
-            queue_capacity: queue_capacity.unwrap_or(10_000),
+            fsync: Duration::from_millis(fsync_ms.unwrap_or(200)),
             batch_docs: batch_docs.unwrap_or(500),
             batch_bytes: batch_bytes.unwrap_or(5 << 20),
             batch_age: Duration::from_millis(batch_age_ms.unwrap_or(1000)),
             spool_max_bytes: spool_max_bytes.unwrap_or(1 << 30),
             spool_segment_bytes: spool_segment_bytes.unwrap_or(16 << 20),
             file_max_bytes: file_max_bytes.unwrap_or(64 << 20),
+            files_max_bytes: files_max_bytes.unwrap_or(1 << 30),
         };
         config.validate()?;
         Ok(config)
@@ -223,7 +233,6 @@ impl SemlogConfig {
             ));
         }
         let positive = [
-            ("semlog.queue_capacity", self.queue_capacity as u64),
             ("semlog.batch_docs", self.batch_docs as u64),
             ("semlog.batch_bytes", self.batch_bytes as u64),
             ("semlog.spool_segment_bytes", self.spool_segment_bytes),
@@ -232,6 +241,18 @@ impl SemlogConfig {
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err((name, "must be at least 1".into()));
+        }
+        if self.fsync > Duration::from_secs(60) {
+            return Err((
+                "semlog.fsync_ms",
+                "must be at most 60000 (a minute of documents a machine crash could lose)".into(),
+            ));
+        }
+        if self.files_max_bytes < self.file_max_bytes {
+            return Err((
+                "semlog.files_max_bytes",
+                "must be at least file_max_bytes".into(),
+            ));
         }
         if self.spool_max_bytes < self.spool_segment_bytes {
             return Err((

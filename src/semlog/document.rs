@@ -38,6 +38,9 @@ pub struct RedactedLog {
     span: Id,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<Error>,
+    /// ECS `user.hash`: the client's `user` field, keyed-hashed (only with a redaction key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<User>,
     gen_ai: GenAi,
     llm: Llm,
     data_stream: DataStream,
@@ -68,6 +71,11 @@ struct Service {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 struct Id {
     id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct User {
+    hash: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -120,6 +128,8 @@ struct Usage {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 struct Llm {
     request_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_key_id: Option<String>,
     status: &'static str,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,6 +141,8 @@ struct Llm {
     e2e_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_wait_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     itl: Option<Itl>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -227,12 +239,17 @@ impl RedactedLog {
             error: match r.status {
                 Status::Ok => None,
                 Status::Cancelled => Some(Error {
-                    kind: names::CANCELLED,
+                    kind: r.error_kind.unwrap_or(names::CANCELLED),
                 }),
                 Status::Error => Some(Error {
                     kind: r.error_kind.unwrap_or("engine_error"),
                 }),
             },
+            user: r
+                .user
+                .as_deref()
+                .and_then(|user| redactor.keyed_hash(user))
+                .map(|hash| User { hash }),
             gen_ai: GenAi {
                 operation: Name {
                     name: names::OPERATION_CHAT,
@@ -259,6 +276,7 @@ impl RedactedLog {
             },
             llm: Llm {
                 request_id: r.request_id.clone(),
+                api_key_id: r.api_key_id.clone(),
                 status: r.status.as_str(),
                 stream: r.stream,
                 ttft_ms: t.ttft_ms,
@@ -266,6 +284,7 @@ impl RedactedLog {
                 tpot_ms: t.tpot_ms,
                 e2e_ms: t.e2e_ms,
                 queue_ms: t.queue_ms,
+                client_wait_ms: t.client_wait_ms,
                 itl: t.itl_ms.as_ref().map(|i| Itl {
                     p50_ms: i.p50,
                     p95_ms: i.p95,
@@ -345,11 +364,13 @@ mod tests {
     use crate::quality::Quality;
     use crate::record::RequestParams;
     use crate::record::TraceIds;
+    use crate::semlog::redact::Mode;
     use crate::timing::{ItlStats, Phases, Timings};
 
     fn record() -> RequestRecord {
         RequestRecord {
             request_id: "req-1".into(),
+            api_key_id: Some("ci-bot".into()),
             model: "smollm2".into(),
             stream: true,
             status: Status::Ok,
@@ -372,6 +393,7 @@ mod tests {
                 }),
                 tokens_per_second: Some(17.595),
                 output_tokens: 3,
+                client_wait_ms: Some(0.25),
             },
             quality: Some(Quality {
                 repetition_rate: 0.0,
@@ -395,6 +417,7 @@ mod tests {
             phases: Phases::default(),
             itl_gaps: Vec::new(),
             received_at: UNIX_EPOCH + Duration::from_millis(1_764_460_800_123),
+            user: Some("jane@example.com".into()),
             prompt: Some("Mail me at jane@example.com".into()),
             response: Some("Sure.".into()),
         }
@@ -426,8 +449,8 @@ mod tests {
             r#""request":{"model":"smollm2","max_tokens":3,"temperature":0.5,"seed":42},"#,
             r#""response":{"id":"chatcmpl-req-1","model":"smollm2","finish_reasons":["length"]},"#,
             r#""usage":{"input_tokens":12,"output_tokens":3}},"#,
-            r#""llm":{"request_id":"req-1","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
-            r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
+            r#""llm":{"request_id":"req-1","api_key_id":"ci-bot","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
+            r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
             r#""tokens_per_second":17.595,"repetition_rate":0.0,"degenerated":false,"refusal":false,"#,
             r#""intent":"general","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
             r#""prompt_excerpt":"Mail me at <EMAIL>","response_excerpt":"Sure.","#,
@@ -440,6 +463,28 @@ mod tests {
             expected
         );
         assert_eq!(encoded.id, "0123abcd");
+    }
+
+    #[test]
+    fn the_user_field_is_kept_only_as_a_keyed_hash() {
+        let settings = DocumentSettings {
+            namespace: "default".into(),
+            excerpt_chars: 512,
+        };
+        let build = |redactor: &Redactor| {
+            let doc = RedactedLog::build(&record(), "x".into(), UNIX_EPOCH, redactor, &settings);
+            serde_json::to_value(&doc).expect("json")
+        };
+        // Without a key, nothing: an unkeyed hash of an address is reversed by guessing.
+        assert!(build(&Redactor::default()).get("user").is_none());
+        let keyed = Redactor::new(Mode::KeyedHash(b"a-redaction-key-of-16+".to_vec()));
+        let value = build(&keyed);
+        let hash = value["user"]["hash"].as_str().expect("user.hash");
+        assert_eq!(hash.len(), 64);
+        assert!(!value.to_string().contains("jane@example.com"));
+        // The same address inside the prompt gets the hash's first 12 digits as its token.
+        let excerpt = value["llm"]["prompt_excerpt"].as_str().expect("excerpt");
+        assert_eq!(excerpt, format!("Mail me at <EMAIL:{}>", &hash[..12]));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
-use elasticsearch::http::transport::{SingleNodeConnectionPool, Transport, TransportBuilder};
+use elasticsearch::http::transport::{
+    CloudConnectionPool, SingleNodeConnectionPool, TransportBuilder,
+};
 use elasticsearch::http::Method;
 use elasticsearch::{BulkParts, Elasticsearch};
 use serde_json::{json, Value};
@@ -189,6 +191,7 @@ pub fn component_template_body() -> Value {
                     }},
                     "service": {"properties": {"name": keyword(), "version": keyword()}},
                     "trace": {"properties": {"id": keyword()}},
+                    "user": {"properties": {"hash": keyword()}},
                     "span": {"properties": {"id": keyword()}},
                     "error": {"properties": {"type": keyword()}},
                     "gen_ai": {"properties": {
@@ -207,10 +210,10 @@ pub fn component_template_body() -> Value {
                         }}
                     }},
                     "llm": {"properties": {
-                        "request_id": keyword(), "status": keyword(),
+                        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
                         "stream": {"type": "boolean"},
                         "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
-                        "e2e_ms": double(), "queue_ms": double(),
+                        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
                         "itl": {"properties": {
                             "p50_ms": double(), "p95_ms": double(), "max_ms": double()
                         }},
@@ -285,32 +288,35 @@ impl Cluster {
             }
             EsAuth::ApiKey(key) => Some(Credentials::EncodedApiKey(key.clone())),
         };
-        let transport = match (&config.cloud_id, &config.url) {
+        // Every transport gets the same timeout, compression, credentials and CA: the
+        // crate's `Transport::cloud` shortcut sets none but the credentials.
+        let mut builder = match (&config.cloud_id, &config.url) {
             (Some(cloud_id), _) => {
-                let credentials = credentials
-                    .clone()
-                    .ok_or("an Elastic Cloud id needs credentials (API key or user)")?;
-                Transport::cloud(cloud_id, credentials).map_err(|e| e.to_string())?
+                if credentials.is_none() {
+                    return Err("an Elastic Cloud id needs credentials (API key or user)".into());
+                }
+                let pool = CloudConnectionPool::new(cloud_id).map_err(|e| e.to_string())?;
+                TransportBuilder::new(pool)
             }
             (None, Some(url)) => {
                 let url = url
                     .parse()
                     .map_err(|e| format!("the Elasticsearch URL is not valid: {e}"))?;
-                let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
-                    .request_body_compression(true)
-                    .timeout(config.timeout);
-                if let Some(credentials) = credentials {
-                    builder = builder.auth(credentials);
-                }
-                if let Some(pem) = &config.ca_cert_pem {
-                    let cert = Certificate::from_pem(pem)
-                        .map_err(|e| format!("the CA certificate is not valid PEM: {e}"))?;
-                    builder = builder.cert_validation(CertificateValidation::Full(cert));
-                }
-                builder.build().map_err(|e| e.to_string())?
+                TransportBuilder::new(SingleNodeConnectionPool::new(url))
             }
             (None, None) => return Err("no Elasticsearch URL or Cloud id".into()),
-        };
+        }
+        .request_body_compression(true)
+        .timeout(config.timeout);
+        if let Some(credentials) = credentials {
+            builder = builder.auth(credentials);
+        }
+        if let Some(pem) = &config.ca_cert_pem {
+            let cert = Certificate::from_pem(pem)
+                .map_err(|e| format!("the CA certificate is not valid PEM: {e}"))?;
+            builder = builder.cert_validation(CertificateValidation::Full(cert));
+        }
+        let transport = builder.build().map_err(|e| e.to_string())?;
         Ok(Self {
             client: Elasticsearch::new(transport),
             data_stream,

@@ -1,46 +1,109 @@
 //! Local files: the default sink (rotating NDJSON files of bulk pairs, ready for
 //! `curl -H 'Content-Type: application/x-ndjson' --data-binary @FILE .../_bulk`) and the
 //! dead-letter file for documents Elasticsearch refused.
+//!
+//! Every file the semantic log writes holds redacted excerpts of prompts and answers, so
+//! [`private_dir`] and [`private_file`] create folders 0700 and files 0600: readable by
+//! the gateway's user only, whatever the umask.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::document::Encoded;
 
-/// Appends to `<prefix>-<seq>.ndjson` files, starting a new one past `max_bytes`.
+/// Creates `dir` and any missing parents with mode 0700. Folders that exist are left
+/// as they are (an operator's `/var/log` is not ours to change).
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Options that create a file with mode 0600; add `append`, `write`, `truncate`.
+pub fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.create(true).mode(0o600);
+    options
+}
+
+/// Appends to `<prefix>-<seq>.ndjson` files, starting a new one past `max_bytes`, and
+/// deletes the oldest when all of them together would pass `total_max_bytes`.
 #[derive(Debug)]
 pub struct RotatingFile {
     dir: PathBuf,
     prefix: &'static str,
     max_bytes: u64,
+    total_max_bytes: u64,
     seq: u64,
     current: Option<(File, u64)>,
+    /// Files deleted to stay under `total_max_bytes`, not yet taken by [`Self::take_deleted`].
+    deleted: u64,
 }
 
 impl RotatingFile {
-    pub fn open(dir: &Path, prefix: &'static str, max_bytes: u64) -> io::Result<Self> {
-        fs::create_dir_all(dir)?;
+    pub fn open(
+        dir: &Path,
+        prefix: &'static str,
+        max_bytes: u64,
+        total_max_bytes: u64,
+    ) -> io::Result<Self> {
+        private_dir(dir)?;
         // Continue after the newest file an earlier run left.
-        let seq = fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_prefix(prefix))
-                    .and_then(|n| n.strip_prefix('-'))
-                    .and_then(|n| n.strip_suffix(".ndjson"))
-                    .and_then(|n| n.parse::<u64>().ok())
-            })
-            .max()
-            .map_or(0, |s| s + 1);
+        let seq = Self::existing(dir, prefix)?
+            .last()
+            .map_or(0, |(seq, _)| seq + 1);
         Ok(Self {
             dir: dir.to_owned(),
             prefix,
             max_bytes,
+            total_max_bytes,
             seq,
             current: None,
+            deleted: 0,
         })
+    }
+
+    /// This prefix's files in `dir`, oldest first: sequence number and size.
+    fn existing(dir: &Path, prefix: &str) -> io::Result<Vec<(u64, u64)>> {
+        let mut files: Vec<(u64, u64)> = fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let seq = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(prefix))
+                    .and_then(|n| n.strip_prefix('-'))
+                    .and_then(|n| n.strip_suffix(".ndjson"))
+                    .and_then(|n| n.parse::<u64>().ok())?;
+                Some((seq, e.metadata().ok()?.len()))
+            })
+            .collect();
+        files.sort_unstable();
+        Ok(files)
+    }
+
+    fn path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{}-{:08}.ndjson", self.prefix, seq))
+    }
+
+    /// Deletes the oldest files until a new one of up to `max_bytes` fits the total.
+    fn make_room(&mut self) -> io::Result<()> {
+        let files = Self::existing(&self.dir, self.prefix)?;
+        let mut total: u64 = files.iter().map(|(_, size)| size).sum();
+        for (seq, size) in files {
+            if total + self.max_bytes <= self.total_max_bytes {
+                break;
+            }
+            fs::remove_file(self.path(seq))?;
+            total -= size;
+            self.deleted += 1;
+        }
+        Ok(())
+    }
+
+    /// Files deleted by the size cap since the last call.
+    pub fn take_deleted(&mut self) -> u64 {
+        std::mem::take(&mut self.deleted)
     }
 
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
@@ -55,11 +118,12 @@ impl RotatingFile {
             }
         }
         if self.current.is_none() {
-            let path = self
-                .dir
-                .join(format!("{}-{:08}.ndjson", self.prefix, self.seq));
+            if let Err(error) = self.make_room() {
+                tracing::warn!(error = %error, dir = %self.dir.display(), "Could not delete old NDJSON files to stay under the size cap.");
+            }
+            let path = self.path(self.seq);
             self.seq += 1;
-            let file = OpenOptions::new().create(true).append(true).open(path)?;
+            let file = private_file().append(true).open(path)?;
             self.current = Some((file, 0));
         }
         if let Some((file, size)) = self.current.as_mut() {
@@ -100,4 +164,60 @@ pub fn dead_letter_line(doc: &Encoded, status: u16, error_type: &str, reason: &s
     .unwrap_or_default();
     line.push(b'\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn rotates_keeps_the_total_under_its_cap_and_deletes_oldest_first() {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dir = parent.path().join("semlog");
+        // Files rotate past 100 bytes; all together stay within 300.
+        let mut file = RotatingFile::open(&dir, "requests", 100, 300).expect("open");
+        let line = [b'x'; 60];
+        for _ in 0..10 {
+            file.write(&line).expect("write");
+        }
+        // Each line opens a file; before a new one, the old ones plus a full new one must
+        // fit in 300 bytes: four files of 60 bytes stay.
+        assert_eq!(
+            names(&dir),
+            [
+                "requests-00000006.ndjson",
+                "requests-00000007.ndjson",
+                "requests-00000008.ndjson",
+                "requests-00000009.ndjson"
+            ]
+        );
+        assert_eq!(file.take_deleted(), 6);
+        assert_eq!(file.take_deleted(), 0);
+
+        // A restart continues the numbering and the cap.
+        drop(file);
+        let mut file = RotatingFile::open(&dir, "requests", 100, 300).expect("reopen");
+        file.write(&line).expect("write");
+        assert_eq!(
+            names(&dir).last().map(String::as_str),
+            Some("requests-00000010.ndjson")
+        );
+        assert_eq!(file.take_deleted(), 1);
+
+        let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        for name in names(&dir) {
+            assert_eq!(mode(&dir.join(&name)), 0o600, "{name}");
+        }
+    }
 }

@@ -1,5 +1,7 @@
-//! The indexer task: drains the queue in batches (by count, bytes and age), delivers
-//! them, and keeps every document it cannot deliver now in the spool.
+//! The indexer task: reads the spool in batches (sent when `batch_docs` documents or
+//! `batch_bytes` are waiting, or at most `batch_age` after it began waiting for them),
+//! delivers them, and acknowledges what the destination took. Documents reach the spool on the request path, so the
+//! indexer never holds one that is not also on disk.
 //!
 //! - Elasticsearch: the policy and templates are set up first (retried until the
 //!   cluster answers; no document is sent before, or the data stream would be created
@@ -7,19 +9,22 @@
 //!   or 5xx are retried alone with exponential backoff and full jitter (`Retry-After`
 //!   honoured for whole-request answers), 409s are counted as already indexed, other
 //!   4xx go to the dead-letter file, 413 splits the batch. A whole-request failure
-//!   (connection refused, timeout, 429, 5xx) retries the batch a few times, then spools
-//!   it; the spool is replayed, oldest first, before anything newer is sent.
-//! - Files: batches are appended to rotating NDJSON files.
+//!   (connection refused, timeout, 429, 5xx) retries the batch a few times, then leaves
+//!   it in the spool and backs off.
+//! - Files: batches are appended to rotating NDJSON files. A crash between that write
+//!   and the acknowledgement writes those documents again at the next start (at least
+//!   once; a reader can drop repeats by `event.id`).
+//! - Every `fsync` the spool is made durable (see [`Spool::flush`]).
 //!
-//! On shutdown the queue is drained: delivered if the cluster answers at once, spooled
-//! otherwise.
+//! On shutdown the spool is flushed first, then delivered for as long as the caller
+//! allows; the rest waits for the next start.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::document::Encoded;
@@ -44,14 +49,15 @@ pub struct Pacing {
     pub base_backoff: Duration,
     pub max_backoff: Duration,
     /// Attempts of a batch (whole-request failures) or of an item (429/5xx) before its
-    /// documents are spooled and the cluster is treated as unavailable.
+    /// documents are left in the spool and the cluster is treated as unavailable.
     pub attempts: u32,
 }
 
 pub struct Indexer {
-    pub rx: mpsc::Receiver<Encoded>,
-    pub destination: Destination,
     pub spool: Arc<Spool>,
+    /// Woken by every append to the spool.
+    pub arrived: Arc<Notify>,
+    pub destination: Destination,
     pub dead_letter: RotatingFile,
     pub pacing: Pacing,
     pub metrics: Arc<Metrics>,
@@ -68,6 +74,17 @@ enum Delivery {
     Unavailable(Vec<Encoded>),
 }
 
+/// How sending one batch from the spool ended.
+#[derive(Debug, PartialEq)]
+enum Sent {
+    /// Delivered (or dead-lettered) and acknowledged.
+    All,
+    /// The destination is unavailable; what was not delivered is still in the spool.
+    Deferred,
+    /// The spool could not be read.
+    ReadError,
+}
+
 impl Indexer {
     pub async fn run(mut self) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
@@ -77,79 +94,87 @@ impl Indexer {
         );
         self.set_up(&mut rng).await;
         let mut failures = 0u32;
-        loop {
-            if self.shutdown.is_cancelled() {
-                break;
-            }
-            // The spool first: it holds the oldest documents.
-            if !self.spool.is_empty() {
-                match self
-                    .spool
-                    .peek(self.pacing.batch_docs, self.pacing.batch_bytes)
-                {
-                    Ok(batch) => {
-                        let sent = batch.docs.len();
-                        let delivery = if sent == 0 {
-                            // Only a torn tail or a missing file: step over it.
-                            Delivery::Done
-                        } else {
-                            self.deliver(batch.docs, &mut rng).await
-                        };
-                        match delivery {
-                            Delivery::Done => {
-                                failures = 0;
-                                self.ack(batch.end);
-                            }
-                            Delivery::Unavailable(rest) if rest.len() < sent => {
-                                // Part of the batch went through (indexed or dead-lettered):
-                                // keep only the rest, behind the newer documents, so the
-                                // delivered ones are not sent again.
-                                if rest.iter().all(|doc| self.spool.append(doc).is_ok()) {
-                                    self.ack(batch.end);
-                                }
-                                failures += 1;
-                                self.wait_spooling(backoff(&self.pacing, failures, None, &mut rng))
-                                    .await;
-                            }
-                            Delivery::Unavailable(_) => {
-                                // Still in the spool; wait, moving new arrivals there too.
-                                failures += 1;
-                                self.wait_spooling(backoff(&self.pacing, failures, None, &mut rng))
-                                    .await;
-                            }
-                        }
-                        continue;
-                    }
-                    Err(error) => {
-                        tracing::error!(error = %error, "Could not read the spool.");
-                        self.wait_spooling(self.pacing.max_backoff).await;
-                        continue;
-                    }
+        while !self.shutdown.is_cancelled() {
+            if self.spool.is_empty() {
+                tokio::select! {
+                    () = self.arrived.notified() => {}
+                    () = self.shutdown.cancelled() => break,
                 }
+                continue;
             }
-            let Some(batch) = self.gather().await else {
-                break;
+            self.gather().await;
+            let wait = match self.send_from_spool(&mut rng).await {
+                Sent::All => {
+                    failures = 0;
+                    continue;
+                }
+                Sent::Deferred => {
+                    failures += 1;
+                    backoff(&self.pacing, failures, None, &mut rng)
+                }
+                Sent::ReadError => self.pacing.max_backoff,
             };
-            if let Delivery::Unavailable(rest) = self.deliver(batch, &mut rng).await {
-                self.spool_all(&rest);
-                failures += 1;
-                self.wait_spooling(backoff(&self.pacing, failures, None, &mut rng))
-                    .await;
-            } else {
-                failures = 0;
+            if !self.pause(wait).await {
+                break;
             }
         }
         self.drain_on_shutdown(&mut rng).await;
     }
 
-    fn ack(&self, end: super::spool::Position) {
-        if let Err(error) = self.spool.ack(end) {
+    /// Reads the oldest batch from the spool, delivers it, and acknowledges what went
+    /// through.
+    async fn send_from_spool(&mut self, rng: &mut rand_chacha::ChaCha8Rng) -> Sent {
+        let batch = match self
+            .spool
+            .peek(self.pacing.batch_docs, self.pacing.batch_bytes)
+        {
+            Ok(batch) => batch,
+            Err(error) => {
+                tracing::error!(error = %error, "Could not read the spool.");
+                return Sent::ReadError;
+            }
+        };
+        let read = batch.docs.len();
+        if read == 0 {
+            // Only a torn tail or a missing file: step over it.
+            self.ack(batch.end, 0);
+            return Sent::All;
+        }
+        match self.deliver(batch.docs, rng).await {
+            Delivery::Done => {
+                self.ack(batch.end, read);
+                Sent::All
+            }
+            Delivery::Unavailable(rest) => {
+                self.metrics
+                    .semlog_count(SemlogEvent::Deferred, rest.len() as u64);
+                // Part of the batch went through (indexed or dead-lettered): keep only
+                // the rest, behind the newer documents, so the delivered ones are not
+                // sent again. Otherwise the batch stays where it is.
+                if rest.len() < read && rest.iter().all(|doc| self.spool.append(doc).is_ok()) {
+                    self.ack(batch.end, read);
+                }
+                Sent::Deferred
+            }
+        }
+    }
+
+    fn ack(&self, end: super::spool::Position, docs: usize) {
+        if let Err(error) = self.spool.ack(end, docs) {
             tracing::error!(error = %error, "Could not advance the spool cursor.");
         }
     }
 
+    /// Waits `wait`; `false` if the gateway started stopping meanwhile.
+    async fn pause(&self, wait: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => true,
+            () = self.shutdown.cancelled() => false,
+        }
+    }
+
     /// Creates the Elasticsearch policy and templates, retrying until it works (or the
-    /// gateway stops); meanwhile arriving documents go to the spool.
+    /// gateway stops); meanwhile documents wait in the spool.
     async fn set_up(&mut self, rng: &mut rand_chacha::ChaCha8Rng) {
         let Destination::Elasticsearch(cluster) = &self.destination else {
             self.ready = true;
@@ -174,7 +199,7 @@ impl Indexer {
                     attempt += 1;
                     tracing::warn!(error = %error, attempt, "Could not set up Elasticsearch; documents wait in the spool.");
                     let wait = backoff(&self.pacing, attempt, None, rng);
-                    if !self.wait_spooling(wait).await {
+                    if !self.pause(wait).await {
                         return;
                     }
                 }
@@ -182,26 +207,19 @@ impl Indexer {
         }
     }
 
-    /// Waits for a batch: up to `batch_docs` documents or `batch_bytes`, or whatever came
-    /// within `batch_age` of the first. `None` when the gateway is stopping.
-    async fn gather(&mut self) -> Option<Vec<Encoded>> {
-        let first = tokio::select! {
-            doc = self.rx.recv() => doc?,
-            () = self.shutdown.cancelled() => return None,
-        };
-        let mut bytes = first.lines.len();
-        let mut batch = vec![first];
+    /// Lets a batch fill: waits until `batch_docs` documents or `batch_bytes` are in the
+    /// spool, or `batch_age` has passed, or the gateway stops.
+    async fn gather(&self) {
         let deadline = tokio::time::Instant::now() + self.pacing.batch_age;
-        while batch.len() < self.pacing.batch_docs && bytes < self.pacing.batch_bytes {
-            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(doc)) => {
-                    bytes += doc.lines.len();
-                    batch.push(doc);
-                }
-                Ok(None) | Err(_) => break,
+        while self.spool.pending_docs() < self.pacing.batch_docs as u64
+            && self.spool.pending_bytes() < self.pacing.batch_bytes as u64
+        {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return,
+                () = self.arrived.notified() => {}
+                () = self.shutdown.cancelled() => return,
             }
         }
-        Some(batch)
     }
 
     /// Delivers one batch, retrying what is worth retrying.
@@ -218,6 +236,8 @@ impl Indexer {
                 }
                 self.metrics
                     .semlog_count(SemlogEvent::Indexed, docs.len() as u64);
+                self.metrics
+                    .semlog_files_deleted("requests", files.take_deleted());
                 return Delivery::Done;
             }
             Destination::Elasticsearch(cluster) => Arc::clone(cluster),
@@ -336,54 +356,21 @@ impl Indexer {
             tracing::error!(error = %error, "Could not write the dead-letter file.");
             self.metrics.semlog_dropped("dead_letter_error");
         }
+        self.metrics
+            .semlog_files_deleted("dead_letter", self.dead_letter.take_deleted());
     }
 
-    fn spool_all(&self, docs: &[Encoded]) {
-        for doc in docs {
-            spool_one(&self.spool, &self.metrics, doc);
-        }
-    }
-
-    /// Waits `wait` (or until shutdown), moving arriving documents into the spool so the
-    /// queue keeps room for the request path. `false` if the gateway is stopping.
-    async fn wait_spooling(&mut self, wait: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return true,
-                () = self.shutdown.cancelled() => return false,
-                doc = self.rx.recv() => match doc {
-                    Some(doc) => spool_one(&self.spool, &self.metrics, &doc),
-                    None => return false,
-                },
-            }
-        }
-    }
-
-    /// Shutdown: what is still queued is delivered if the cluster takes it at once (one
-    /// bounded try per batch), spooled otherwise. Before the set-up has succeeded, or with
-    /// older documents in the spool, everything goes to the spool.
+    /// Shutdown: the spool is made durable, then delivered, oldest first, for as long
+    /// as the caller's timeout allows (one bounded try per batch). Before the set-up has
+    /// succeeded, or when the cluster does not answer, the rest waits for the next start.
     async fn drain_on_shutdown(&mut self, rng: &mut rand_chacha::ChaCha8Rng) {
-        self.rx.close();
-        let mut rest = Vec::new();
-        while let Ok(doc) = self.rx.try_recv() {
-            rest.push(doc);
-        }
-        if !self.ready || !self.spool.is_empty() {
-            self.spool_all(&rest);
-        } else {
-            while !rest.is_empty() {
-                let tail = rest.split_off(rest.len().min(self.pacing.batch_docs));
-                let batch = std::mem::replace(&mut rest, tail);
-                if let Delivery::Unavailable(undelivered) = self.deliver(batch, rng).await {
-                    self.spool_all(&undelivered);
-                    self.spool_all(&rest);
-                    rest.clear();
-                }
-            }
-        }
-        if let Err(error) = self.spool.sync() {
+        if let Err(error) = self.spool.flush() {
             tracing::error!(error = %error, "Could not flush the spool.");
+        }
+        while self.ready && !self.spool.is_empty() {
+            if self.send_from_spool(rng).await != Sent::All {
+                break;
+            }
         }
         if let Destination::Files(files) = &mut self.destination {
             let _ = files.sync();
@@ -394,18 +381,6 @@ impl Indexer {
 
 /// How long one bulk request may take while the gateway stops.
 const DRAIN_BULK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Writes one document to the spool, counting it or its drop.
-pub fn spool_one(spool: &Spool, metrics: &Metrics, doc: &Encoded) {
-    match spool.append(doc) {
-        Ok(()) => metrics.semlog_count(SemlogEvent::Spooled, 1),
-        Err(super::spool::SpoolError::Full(_)) => metrics.semlog_dropped("spool_full"),
-        Err(error) => {
-            tracing::error!(error = %error, "Could not write to the spool; the document is lost.");
-            metrics.semlog_dropped("spool_error");
-        }
-    }
-}
 
 /// Exponential backoff with full jitter, at least `retry_after` when the cluster said so.
 fn backoff(

@@ -4,20 +4,23 @@
 //!
 //! ```text
 //! RequestRecord --RedactedLog::build (redact)--> RedactedLog --encode--> bulk pair
-//!   --try_send--> queue --indexer--> Elasticsearch _bulk (or NDJSON files)
-//!        | full                 | cluster unavailable
-//!        v                      v
-//!      spool (NDJSON segments on disk), replayed oldest first when the cluster is back
+//!   --append--> spool (NDJSON segments on disk; fsync every semlog.fsync_ms)
+//!   --indexer: read oldest first, deliver, acknowledge--> Elasticsearch _bulk
+//!                                                         (or NDJSON files)
 //! ```
+//!
+//! The spool is written before a document is counted queued: a crash of the process
+//! loses no document of a finished request, and one of the machine loses at most the
+//! last `fsync_ms` of them. The indexer only ever reads what is on disk.
 //!
 //! - [`redact`]: what counts as personal data or a secret, and the `Redacted` text type.
 //! - [`document`]: the ECS document and its byte-exact bulk encoding.
 //! - [`elasticsearch`]: set-up, `_bulk`, and bulk answers as data.
-//! - [`indexer`]: batching, retries, dead letters, spooling.
+//! - [`indexer`]: batching, retries, dead letters.
 //! - [`spool`], [`files`]: the on-disk parts.
 //! - [`config`]: the `[semlog]` settings.
 //!
-//! A document is dropped only when both the queue and the spool are full, and counted
+//! A document is dropped only when the spool is full (or the disk fails), and counted
 //! (`llmgate_semlog_dropped_total{reason}`).
 
 pub mod config;
@@ -31,14 +34,14 @@ pub mod spool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::record::{Backlog, RequestObserver, RequestRecord};
 use crate::telemetry::metrics::{Metrics, SemlogEvent};
 use config::SemlogConfig;
-use document::{DocumentSettings, Encoded, RedactedLog};
+use document::{DocumentSettings, RedactedLog};
 use indexer::{Destination, Indexer, Pacing};
 use redact::{Mode, Redactor};
 use spool::Spool;
@@ -46,8 +49,9 @@ use spool::Spool;
 /// The semantic-log pipeline: the request path's end of it (an observer that never
 /// blocks) and the indexer task behind it.
 pub struct Semlog {
-    tx: mpsc::Sender<Encoded>,
     spool: Arc<Spool>,
+    /// Wakes the indexer after an append.
+    arrived: Arc<Notify>,
     redactor: Redactor,
     settings: DocumentSettings,
     metrics: Arc<Metrics>,
@@ -87,6 +91,7 @@ impl Semlog {
                 &dir.join("spool"),
                 config.spool_max_bytes,
                 config.spool_segment_bytes,
+                config.fsync.is_zero(),
             )
             .map_err(|e| format!("could not open the spool in {}: {e}", dir.display()))?,
         );
@@ -108,22 +113,28 @@ impl Semlog {
                 )?))
             }
             None => Destination::Files(
-                files::RotatingFile::open(&dir.join("semlog"), "requests", config.file_max_bytes)
-                    .map_err(|e| format!("could not open the semantic-log files: {e}"))?,
+                files::RotatingFile::open(
+                    &dir.join("semlog"),
+                    "requests",
+                    config.file_max_bytes,
+                    config.files_max_bytes,
+                )
+                .map_err(|e| format!("could not open the semantic-log files: {e}"))?,
             ),
         };
         let dead_letter = files::RotatingFile::open(
             &indexer::dead_letter_dir(dir),
             "dead-letter",
             config.file_max_bytes,
+            config.files_max_bytes,
         )
         .map_err(|e| format!("could not open the dead-letter file: {e}"))?;
-        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
         let indexer = Indexer {
-            rx,
-            destination,
             spool: Arc::clone(&spool),
+            arrived: Arc::clone(&arrived),
+            destination,
             dead_letter,
             pacing: Pacing {
                 batch_docs: config.batch_docs,
@@ -136,13 +147,20 @@ impl Semlog {
             ready: false,
         };
         let task = tokio::spawn(indexer.run());
+        if !config.fsync.is_zero() {
+            tokio::spawn(flush_every(
+                Arc::clone(&spool),
+                config.fsync,
+                shutdown.clone(),
+            ));
+        }
         let redactor = match &config.redaction_key {
             Some(key) => Redactor::new(Mode::KeyedHash(key.as_bytes().to_vec())),
             None => Redactor::new(Mode::Placeholder),
         };
         Ok(Self {
-            tx,
             spool,
+            arrived,
             redactor,
             settings,
             metrics,
@@ -151,8 +169,8 @@ impl Semlog {
         })
     }
 
-    /// Stops the indexer after it has delivered or spooled what is queued (waiting up to
-    /// `timeout`).
+    /// Stops the indexer after it has flushed the spool and delivered what it could
+    /// (waiting up to `timeout`).
     pub async fn shutdown(&self, timeout: Duration) {
         self.shutdown.cancel();
         let task = self.task.lock().ok().and_then(|mut t| t.take());
@@ -185,18 +203,42 @@ impl RequestObserver for Semlog {
                 return;
             }
         };
-        match self.tx.try_send(encoded) {
-            Ok(()) => self.metrics.semlog_count(SemlogEvent::Queued, 1),
-            Err(mpsc::error::TrySendError::Full(doc) | mpsc::error::TrySendError::Closed(doc)) => {
-                indexer::spool_one(&self.spool, &self.metrics, &doc);
+        match self.spool.append(&encoded) {
+            Ok(()) => {
+                self.metrics.semlog_count(SemlogEvent::Queued, 1);
+                self.arrived.notify_one();
+            }
+            Err(spool::SpoolError::Full(_)) => self.metrics.semlog_dropped("spool_full"),
+            Err(error) => {
+                tracing::error!(error = %error, "Could not write to the spool; the document is lost.");
+                self.metrics.semlog_dropped("spool_error");
             }
         }
     }
 
     fn backlog(&self) -> Backlog {
         Backlog {
-            queued: self.tx.max_capacity() - self.tx.capacity(),
+            queued: usize::try_from(self.spool.pending_docs()).unwrap_or(usize::MAX),
             spooled_bytes: self.spool.pending_bytes(),
+        }
+    }
+}
+
+/// Makes the spool durable every `every` until the gateway stops (the indexer's drain
+/// flushes it a last time). The fsync runs on the blocking pool.
+async fn flush_every(spool: Arc<Spool>, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let spool = Arc::clone(&spool);
+        match tokio::task::spawn_blocking(move || spool.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(error = %error, "Could not fsync the spool."),
+            Err(error) => tracing::error!(error = %error, "The spool fsync task failed."),
         }
     }
 }

@@ -264,6 +264,7 @@ mod tests {
                 itl_ms: None,
                 tokens_per_second: None,
                 output_tokens: 1,
+                client_wait_ms: None,
             },
             quality: crate::quality::Quality {
                 repetition_rate: 0.0,
@@ -303,7 +304,7 @@ mod tests {
         assert_eq!(end.len(), 2);
         assert_eq!(
             text(&end[0]),
-            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\"}}}}\n\n")
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"client_wait_ms\":null,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\"}}}}\n\n")
         );
         assert_eq!(text(&end[1]), "data: [DONE]\n\n");
     }

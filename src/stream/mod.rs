@@ -28,6 +28,7 @@ use crate::timing::RequestTimer;
 #[derive(Debug, Clone)]
 pub struct RunInfo {
     pub request_id: String,
+    pub api_key_id: Option<String>,
     pub model: String,
     pub stream: bool,
     pub input_hash: String,
@@ -37,6 +38,8 @@ pub struct RunInfo {
     pub params: RequestParams,
     /// The last user message, for the semantic log's redacted excerpt.
     pub prompt: String,
+    /// The client's `user` field, for the semantic log's keyed hash.
+    pub user: Option<String>,
 }
 
 /// One admitted request on its way through the engine. If it is dropped before
@@ -60,7 +63,6 @@ pub enum Ending {
     Finished {
         reason: FinishReason,
         usage: Usage,
-        prefill: Option<std::time::Duration>,
     },
     /// The degeneration guard stopped it.
     Degenerated,
@@ -91,11 +93,21 @@ impl Run {
         }
     }
 
-    /// A token event arrived from the engine. Returns `true` when the degeneration guard
-    /// says to stop generating.
-    pub fn token_arrived(&mut self, text: &str, ids: &[u32]) -> bool {
-        self.timer.engine_token(self.clock.now());
+    /// A token event the engine handed over `at` arrived. Returns `true` when the
+    /// degeneration guard says to stop generating.
+    pub fn token_arrived(&mut self, text: &str, ids: &[u32], at: std::time::Instant) -> bool {
+        self.timer.engine_token(self.clock.at(at), !text.is_empty());
         self.quality.push(text, ids)
+    }
+
+    /// The transport waited `waited` for the client (see [`RequestTimer::client_waited`]).
+    pub fn client_waited(&mut self, waited: Duration) {
+        self.timer.client_waited(waited);
+    }
+
+    /// The gateway's clock, for the transport's own stamps.
+    pub fn now(&self) -> Duration {
+        self.clock.now()
     }
 
     /// A frame with content has just been handed to the transport.
@@ -118,14 +130,12 @@ impl Run {
 
     /// Latency and quality as of now, for a response body.
     pub fn report(&self, ending: &Ending) -> Report {
-        let (tokens, prefill) = match ending {
-            Ending::Finished { usage, prefill, .. } => (usage.completion_tokens, *prefill),
-            Ending::Degenerated | Ending::Failed { .. } => {
-                (self.usage_so_far().completion_tokens, None)
-            }
+        let tokens = match ending {
+            Ending::Finished { usage, .. } => usage.completion_tokens,
+            Ending::Degenerated | Ending::Failed { .. } => self.usage_so_far().completion_tokens,
         };
         Report {
-            timings: self.timer.finish(self.clock.now(), tokens, prefill),
+            timings: self.timer.finish(self.clock.now(), tokens),
             quality: self.quality.finish(),
         }
     }
@@ -146,6 +156,21 @@ impl Run {
         self.record(status, error_kind, finish_reason, usage, report);
     }
 
+    /// Records the request as cancelled by the gateway for `reason`, which becomes its
+    /// `error.type` (a stalled client: [`names::CLIENT_STALLED`](crate::telemetry::names)).
+    pub fn cancel(mut self, reason: &'static str) {
+        self.record_cancelled(Some(reason));
+    }
+
+    fn record_cancelled(&mut self, reason: Option<&'static str>) {
+        let ending = Ending::Failed {
+            kind: reason.unwrap_or(crate::telemetry::names::CANCELLED),
+        };
+        let report = self.report(&ending);
+        let usage = self.usage_so_far();
+        self.record(Status::Cancelled, reason, None, usage, report);
+    }
+
     fn record(
         &mut self,
         status: Status,
@@ -164,6 +189,7 @@ impl Run {
         let info = &mut self.info;
         let record = RequestRecord {
             request_id: std::mem::take(&mut info.request_id),
+            api_key_id: info.api_key_id.take(),
             model: std::mem::take(&mut info.model),
             stream: info.stream,
             status,
@@ -181,6 +207,7 @@ impl Run {
             phases,
             itl_gaps: self.timer.take_gaps(),
             received_at: trace.received_at(),
+            user: info.user.take(),
             prompt: Some(std::mem::take(&mut info.prompt)),
             response: Some(self.quality.text().to_owned()),
         };
@@ -192,10 +219,7 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         if self.trace.is_some() {
-            let ending = Ending::Failed { kind: "cancelled" };
-            let report = self.report(&ending);
-            let usage = self.usage_so_far();
-            self.record(Status::Cancelled, None, None, usage, report);
+            self.record_cancelled(None);
         }
     }
 }

@@ -2,11 +2,18 @@
 //!
 //! Streaming: a spawned task writes SSE frames into a bounded channel that the HTTP
 //! response body drains. A frame counts as "handed to the transport" when the channel
-//! accepts it; that is the moment the timer stamps (TTFT, ITL, e2e). A closed channel
+//! accepts it; that is the moment the timer stamps (TTFT, e2e). Token times come from
+//! the engine's own stamps, and the time a frame waits for room in a full channel (the
+//! client is slower than the engine) is added up as the request's client wait. A closed channel
 //! means the client left: the task returns, dropping the engine stream (which cancels the
-//! generation) and the [`Run`] (which records the request as cancelled). When the
-//! degeneration guard trips, the engine stream is dropped the same way and the answer
-//! ends with `finish_reason: "stop"`.
+//! generation) and the [`Run`] (which records the request as cancelled). A channel that
+//! stays full for [`Pacing::write_timeout`] means the client stopped reading: the stream
+//! is cut off the same way and recorded as cancelled with the reason `client_stalled`.
+//! The engine does not wait for this task (the mistral.rs forwarder buffers a request's
+//! events and frees its engine slot when the sequence ends), so a stalled client holds
+//! no engine slot.
+//! When the degeneration guard trips, the engine stream is dropped the same way and the
+//! answer ends with `finish_reason: "stop"`.
 //!
 //! Non-streaming: the same events are gathered into one `chat.completion` body.
 
@@ -19,40 +26,151 @@ use super::chunks::{ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
 use super::{Ending, Run};
 use crate::engine::{EngineError, EngineEvent, FinishReason, TokenStream};
 use crate::error::ApiError;
+use crate::telemetry::names;
+use tokio_util::sync::CancellationToken;
 
-/// Streams a response into `tx` until the engine finishes, fails or the client leaves.
+/// How a streamed response paces its writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacing {
+    /// Silence after which an SSE comment is sent so proxies keep the stream open.
+    pub keepalive: Duration,
+    /// How long one frame may wait for the client to make room before the stream is cut.
+    pub write_timeout: Duration,
+}
+
+/// What ends a request from outside: its deadline (arrival plus the request timeout), or
+/// the server's drain running out of time.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    pub at: tokio::time::Instant,
+    pub limit: Duration,
+    /// Cancelled when a draining server ends the requests still running.
+    pub cut_off: CancellationToken,
+}
+
+impl Deadline {
+    /// Resolves when the request must end, with the error it ends with. Create it once
+    /// per request, not per token: it holds a timer.
+    async fn passed(&self) -> ApiError {
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(self.at) => {
+                tracing::warn!(
+                    request_timeout_s = self.limit.as_secs_f64(),
+                    "The request ran past the request timeout; generation stopped."
+                );
+                ApiError::RequestTimeout { limit: self.limit }
+            }
+            () = self.cut_off.cancelled() => ApiError::ShuttingDown,
+        }
+    }
+}
+
+/// Why a frame could not be handed over.
+enum Lost {
+    /// The client closed the connection.
+    Left,
+    /// The client accepted nothing for the write timeout.
+    Stalled,
+}
+
+/// The channel to the HTTP body, with the client's write deadline.
+struct Wire {
+    tx: mpsc::Sender<Bytes>,
+    write_timeout: Duration,
+}
+
+impl Wire {
+    /// Hands `frame` over; when the channel is full, waits for the client (at most the
+    /// write timeout) and tells `run` how long.
+    async fn send(&self, run: &mut Run, frame: Bytes) -> Result<(), Lost> {
+        let frame = match self.tx.try_send(frame) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Lost::Left),
+            Err(mpsc::error::TrySendError::Full(frame)) => frame,
+        };
+        let since = run.now();
+        let sent = tokio::time::timeout(self.write_timeout, self.tx.send(frame)).await;
+        run.client_waited(run.now().saturating_sub(since));
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Lost::Left),
+            Err(_) => Err(Lost::Stalled),
+        }
+    }
+}
+
+/// Streams a response into `tx` until the engine finishes, fails or the client leaves
+/// or stalls.
 pub async fn stream_sse(
     mut run: Run,
     assembler: ChunkAssembler,
-    mut events: TokenStream,
+    events: TokenStream,
     tx: mpsc::Sender<Bytes>,
-    keepalive: Duration,
+    pacing: Pacing,
+    deadline: Deadline,
 ) {
-    if tx.send(assembler.role_frame()).await.is_err() {
-        return;
+    let wire = Wire {
+        tx,
+        write_timeout: pacing.write_timeout,
+    };
+    match drive(
+        &mut run,
+        &assembler,
+        events,
+        &wire,
+        pacing.keepalive,
+        deadline,
+    )
+    .await
+    {
+        Ok(ending) => run.finish(ending),
+        // Dropping the run records it as cancelled by the client.
+        Err(Lost::Left) => drop(run),
+        Err(Lost::Stalled) => {
+            tracing::warn!(
+                write_timeout_s = pacing.write_timeout.as_secs_f64(),
+                "The client accepted no bytes within the stream write timeout; stream cut off."
+            );
+            run.cancel(names::CLIENT_STALLED);
+        }
     }
+}
+
+/// The streaming loop: how the answer ended, once its last frame ([DONE]) is handed over.
+async fn drive(
+    run: &mut Run,
+    assembler: &ChunkAssembler,
+    mut events: TokenStream,
+    wire: &Wire,
+    keepalive: Duration,
+    deadline: Deadline,
+) -> Result<Ending, Lost> {
+    run.client_waited(Duration::ZERO);
+    wire.send(run, assembler.role_frame()).await?;
     let idle = tokio::time::sleep(keepalive);
-    tokio::pin!(idle);
+    let passed = deadline.passed();
+    tokio::pin!(idle, passed);
     loop {
         let event = tokio::select! {
             biased;
-            () = tx.closed() => return,
+            () = wire.tx.closed() => return Err(Lost::Left),
+            error = &mut passed => {
+                events.close();
+                return end_with_error(run, wire, error).await;
+            }
             event = events.recv() => event,
             () = &mut idle => {
-                if tx.send(Bytes::from_static(KEEPALIVE_FRAME)).await.is_err() {
-                    return;
-                }
+                wire.send(run, Bytes::from_static(KEEPALIVE_FRAME)).await?;
                 idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 continue;
             }
         };
         let ending = match event {
-            Some(EngineEvent::Token { text, ids }) => {
-                let degenerated = run.token_arrived(&text, &ids);
+            Some(EngineEvent::Token { text, ids, at }) => {
+                let degenerated = run.token_arrived(&text, &ids, at);
                 if let Some(frame) = assembler.token_frame(&text) {
-                    if tx.send(frame).await.is_err() {
-                        return;
-                    }
+                    wire.send(run, frame).await?;
                     run.content_sent();
                     idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
@@ -64,19 +182,11 @@ pub async fn stream_sse(
                 events.close();
                 Ending::Degenerated
             }
-            Some(EngineEvent::Finished {
-                reason,
-                usage,
-                prefill,
-            }) => Ending::Finished {
-                reason,
-                usage,
-                prefill,
-            },
-            Some(EngineEvent::Failed(error)) => return fail(run, &tx, error).await,
+            Some(EngineEvent::Finished { reason, usage }) => Ending::Finished { reason, usage },
+            Some(EngineEvent::Failed(error)) => return fail(run, wire, error).await,
             None => {
                 let error = EngineError::Internal("the engine dropped the request".into());
-                return fail(run, &tx, error).await;
+                return fail(run, wire, error).await;
             }
         };
         let (reason, usage) = match &ending {
@@ -84,28 +194,27 @@ pub async fn stream_sse(
             _ => (FinishReason::Stop, run.usage_so_far()),
         };
         for frame in assembler.finish_frames(reason, usage, &run.report(&ending)) {
-            if tx.send(frame).await.is_err() {
-                return;
-            }
+            wire.send(run, frame).await?;
         }
         // e2e ends when [DONE] has been handed over, a moment after the chunk that
         // carried the timings was built.
-        run.finish(ending);
-        return;
+        return Ok(ending);
     }
 }
 
-async fn fail(run: Run, tx: &mpsc::Sender<Bytes>, error: EngineError) {
+async fn fail(run: &mut Run, wire: &Wire, error: EngineError) -> Result<Ending, Lost> {
     tracing::error!(error = %error, "The engine failed mid-stream.");
-    let api_error = ApiError::from(error);
+    end_with_error(run, wire, ApiError::from(error)).await
+}
+
+/// Ends a stream that has begun with an error frame and `[DONE]`.
+async fn end_with_error(run: &mut Run, wire: &Wire, api_error: ApiError) -> Result<Ending, Lost> {
     for frame in ChunkAssembler::error_frames(&api_error) {
-        if tx.send(frame).await.is_err() {
-            return;
-        }
+        wire.send(run, frame).await?;
     }
-    run.finish(Ending::Failed {
+    Ok(Ending::Failed {
         kind: api_error.kind(),
-    });
+    })
 }
 
 /// Gathers a whole response for a non-streamed request and serialises it.
@@ -113,11 +222,21 @@ pub async fn collect_json(
     mut run: Run,
     meta: &ResponseMeta,
     mut events: TokenStream,
+    deadline: Deadline,
 ) -> Result<Bytes, ApiError> {
+    let passed = deadline.passed();
+    tokio::pin!(passed);
     let ending = loop {
-        match events.recv().await {
-            Some(EngineEvent::Token { text, ids }) => {
-                let degenerated = run.token_arrived(&text, &ids);
+        let event = tokio::select! {
+            event = events.recv() => event,
+            error = &mut passed => {
+                drop(events);
+                return Err(ended_with(run, error));
+            }
+        };
+        match event {
+            Some(EngineEvent::Token { text, ids, at }) => {
+                let degenerated = run.token_arrived(&text, &ids, at);
                 if !text.is_empty() {
                     run.content_sent();
                 }
@@ -126,16 +245,8 @@ pub async fn collect_json(
                     break Ending::Degenerated;
                 }
             }
-            Some(EngineEvent::Finished {
-                reason,
-                usage,
-                prefill,
-            }) => {
-                break Ending::Finished {
-                    reason,
-                    usage,
-                    prefill,
-                }
+            Some(EngineEvent::Finished { reason, usage }) => {
+                break Ending::Finished { reason, usage }
             }
             Some(EngineEvent::Failed(error)) => return Err(failed(run, error)),
             None => {
@@ -158,7 +269,11 @@ pub async fn collect_json(
 
 fn failed(run: Run, error: EngineError) -> ApiError {
     tracing::error!(error = %error, "The engine failed.");
-    let api_error = ApiError::from(error);
+    ended_with(run, ApiError::from(error))
+}
+
+/// Records a non-streamed request as failed with `api_error`, and returns it.
+fn ended_with(run: Run, api_error: ApiError) -> ApiError {
     run.finish(Ending::Failed {
         kind: api_error.kind(),
     });

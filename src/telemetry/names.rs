@@ -29,9 +29,10 @@ pub const SEMLOG_INDEXED: &str = "semlog_indexed";
 pub const SEMLOG_DUPLICATES: &str = "semlog_duplicates";
 pub const SEMLOG_RETRIED: &str = "semlog_retried";
 pub const SEMLOG_DEAD_LETTERED: &str = "semlog_dead_lettered";
-pub const SEMLOG_SPOOLED: &str = "semlog_spooled";
+pub const SEMLOG_DEFERRED: &str = "semlog_deferred";
 pub const SEMLOG_DROPPED: &str = "semlog_dropped";
 pub const SEMLOG_REDACTIONS: &str = "semlog_redactions";
+pub const SEMLOG_FILES_DELETED: &str = "semlog_files_deleted";
 pub const SEMLOG_BULK_LATENCY: &str = "semlog_bulk_latency_seconds";
 pub const SEMLOG_QUEUE_DEPTH: &str = "semlog_queue_depth";
 pub const SEMLOG_READY: &str = "semlog_ready";
@@ -53,9 +54,16 @@ pub const MODEL_NONE: &str = "none";
 pub const LABEL_NONE: &str = "none";
 /// `error_type` of a request the client abandoned.
 pub const CANCELLED: &str = "cancelled";
+/// `error.type` of a stream cut off because its client accepted no bytes for the stream
+/// write timeout.
+pub const CLIENT_STALLED: &str = "client_stalled";
 
 // Span names.
-pub const SPAN_QUEUE_AND_PREFILL: &str = "queue_and_prefill";
+/// Handed to the engine -> the engine starts it (its slot acquired; includes counting
+/// the prompt's tokens).
+pub const SPAN_QUEUE: &str = "queue";
+/// The engine starts it -> its first token.
+pub const SPAN_PREFILL: &str = "prefill";
 pub const SPAN_DECODE: &str = "decode";
 pub const SPAN_SEMLOG_HANDOFF: &str = "semlog.handoff";
 
@@ -73,6 +81,8 @@ pub const ATTR_DEGENERATED: &str = "llm.degenerated";
 pub const ATTR_REFUSAL: &str = "llm.refusal";
 pub const ATTR_INTENT: &str = "llm.intent";
 pub const ATTR_REQUEST_ID: &str = "llm.request_id";
+/// The id of the API key a request presented (never the key; never a metric label).
+pub const ATTR_API_KEY_ID: &str = "llm.api_key_id";
 pub const ATTR_STREAM: &str = "llm.stream";
 pub const ATTR_STATUS: &str = "llm.status";
 

@@ -1,6 +1,6 @@
 //! OpenTelemetry traces of requests: the W3C `traceparent` is extracted when a request
 //! arrives, the `chat {model}` span starts at `t_recv`, and when the request ends its
-//! GenAI attributes and child spans (queue and prefill, decode, semantic-log hand-off)
+//! GenAI attributes and child spans (queue, prefill, decode, semantic-log hand-off)
 //! are written from the request's record, with the timestamps the request timer took.
 //! The spans then pass through the [`TailSampler`] on their way to OTLP.
 //!
@@ -231,7 +231,8 @@ impl RequestTrace {
         match r.status {
             RecordStatus::Ok => {}
             RecordStatus::Cancelled => {
-                root.set_attribute(KeyValue::new(names::ERROR_TYPE, names::CANCELLED));
+                let kind = r.error_kind.unwrap_or(names::CANCELLED);
+                root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
             }
             RecordStatus::Error => {
                 let kind = r.error_kind.unwrap_or("engine_error");
@@ -249,16 +250,24 @@ impl RequestTrace {
                 .start_with_context(tracer, &self.cx);
             span.end_with_timestamp(wall(to));
         };
-        if let Some(first) = p.first_token {
+        if let Some(started) = p.started {
             let queue = r
                 .timings
                 .queue_ms
                 .map(|ms| KeyValue::new(names::ATTR_QUEUE_MS, ms));
             child(
-                names::SPAN_QUEUE_AND_PREFILL,
+                names::SPAN_QUEUE,
                 p.submitted.unwrap_or(p.received),
-                first,
+                started,
                 queue.into_iter().collect(),
+            );
+        }
+        if let Some(first) = p.first_token {
+            child(
+                names::SPAN_PREFILL,
+                p.started.or(p.submitted).unwrap_or(p.received),
+                first,
+                Vec::new(),
             );
             if let Some(last) = p.last_token.filter(|last| *last > first) {
                 child(names::SPAN_DECODE, first, last, Vec::new());
@@ -285,6 +294,7 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
             a.push(KeyValue::new(key, value));
         }
     };
+    push(names::ATTR_API_KEY_ID, r.api_key_id.clone().map(Into::into));
     let params = &r.params;
     push(
         names::GEN_AI_REQUEST_SEED,

@@ -31,6 +31,8 @@ pub struct TestServer {
     pub telemetry: Arc<Telemetry>,
     /// The semantic-log pipeline, when the server was started with one.
     pub semlog: Option<Arc<Semlog>>,
+    /// What the handlers share: admission, the drain, limits.
+    pub state: web::Data<AppState>,
     handle: ServerHandle,
 }
 
@@ -72,8 +74,14 @@ pub fn model_info(context_length: u32) -> ModelInfo {
     }
 }
 
+/// The scripted engine with a 64-token context: small enough to test its limits.
 pub fn scripted(default: Script) -> ScriptedEngine {
     ScriptedEngine::new(model_info(64), default)
+}
+
+/// The scripted engine with an 8192-token context, for long answers.
+pub fn scripted_long(default: Script) -> ScriptedEngine {
+    ScriptedEngine::new(model_info(8192), default)
 }
 
 /// Starts the server with the monotonic clock.
@@ -146,6 +154,19 @@ pub async fn start_with(
     server
 }
 
+/// Starts the server with API keys (and the request log line, for the captured logs).
+pub async fn start_guarded(
+    engine: Arc<dyn Engine>,
+    config: &Config,
+    guard: llmgate::auth::Guard,
+) -> TestServer {
+    let observer = Arc::new(CollectingObserver::default());
+    let observers: Vec<Arc<dyn RequestObserver>> = vec![observer.clone(), Arc::new(LogObserver)];
+    let telemetry = Telemetry::without_traces(MODEL, Arc::new(FanOut(observers)));
+    let clock = Arc::new(MonotonicClock::new());
+    start_guarded_with(engine, config, clock, observer, telemetry, guard).await
+}
+
 async fn start_with_telemetry(
     engine: Arc<dyn Engine>,
     config: &Config,
@@ -153,11 +174,25 @@ async fn start_with_telemetry(
     observer: Arc<CollectingObserver>,
     telemetry: Telemetry,
 ) -> TestServer {
+    let open = llmgate::auth::Guard::default();
+    start_guarded_with(engine, config, clock, observer, telemetry, open).await
+}
+
+async fn start_guarded_with(
+    engine: Arc<dyn Engine>,
+    config: &Config,
+    clock: SharedClock,
+    observer: Arc<CollectingObserver>,
+    telemetry: Telemetry,
+    guard: llmgate::auth::Guard,
+) -> TestServer {
     let telemetry = Arc::new(telemetry);
-    let state = AppState::new(config, engine, clock, Arc::clone(&telemetry));
+    let mut state = AppState::new(config, engine, clock, Arc::clone(&telemetry));
+    state.guard = guard;
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let server = llmgate::serve(web::Data::new(state), listener, 2).expect("server");
+    let state = web::Data::new(state);
+    let server = llmgate::serve(state.clone(), listener, 2).expect("server");
     let handle = server.handle();
     tokio::spawn(server);
     TestServer {
@@ -165,6 +200,7 @@ async fn start_with_telemetry(
         observer,
         telemetry,
         semlog: None,
+        state,
         handle,
     }
 }

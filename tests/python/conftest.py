@@ -21,15 +21,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def gateway(tmp_path_factory):
+class Gateway:
+    """A running gateway process: its base URL, data folder and log."""
+
+    def __init__(self, proc, base, data_dir, log):
+        self.proc, self.base, self.data_dir, self.log = proc, base, data_dir, log
+
+    def log_text(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+
+def launch(data_dir: Path, *extra: str) -> Gateway:
+    """Starts the debug binary on the default model and waits until /ready says 200."""
     port = free_port()
     log = tempfile.TemporaryFile()
-    data_dir = tmp_path_factory.mktemp("data")
     proc = subprocess.Popen(
         [
             str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--workers", "2",
-            "--data-dir", str(data_dir),
+            "--data-dir", str(data_dir), *extra,
         ],
         cwd=ROOT,
         # A pipe nobody reads would fill up and block the gateway's logging.
@@ -37,20 +47,24 @@ def gateway(tmp_path_factory):
         stderr=log,
         env={**os.environ, "LLMGATE_LOG_FORMAT": "json"},
     )
-    base = f"http://127.0.0.1:{port}"
+    gateway = Gateway(proc, f"http://127.0.0.1:{port}", data_dir, log)
     deadline = time.monotonic() + 180
     while True:
         if proc.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"the gateway exited: {log.read().decode(errors='replace')}")
+            pytest.fail(f"the gateway exited: {gateway.log_text()}")
         try:
-            with urllib.request.urlopen(f"{base}/ready", timeout=2) as r:
+            with urllib.request.urlopen(f"{gateway.base}/ready", timeout=2) as r:
                 if r.status == 200:
-                    break
+                    return gateway
         except OSError:
             pass
         assert time.monotonic() < deadline, "the gateway did not become ready"
         time.sleep(0.5)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory):
+    running = launch(tmp_path_factory.mktemp("data"))
+    yield running.base
+    running.proc.terminate()
+    running.proc.wait(timeout=60)

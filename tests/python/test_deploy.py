@@ -212,9 +212,17 @@ def test_compose_matches_the_gateway_and_the_files_shipped():
     assert len(known) > 20
     unknown = sorted(k for k in env if k.startswith("LLMGATE_") and k not in known)
     assert not unknown, f"not gateway settings: {unknown}"
+    # Nothing is published beyond loopback unless PUBLISH_ADDRESS says so.
+    for name, service in services.items():
+        for published in service.get("ports", []):
+            assert published.startswith("${PUBLISH_ADDRESS:-127.0.0.1}:"), (name, published)
     port = env["LLMGATE_LISTEN"].rsplit(":", 1)[1]
     assert any(p.endswith(f":{port}") for p in gateway["ports"])
     assert f":{port}/ready" in " ".join(gateway["healthcheck"]["test"])
+    # Docker's grace covers the drain: the shutdown timeout (25 s unless the compose file
+    # sets LLMGATE_SHUTDOWN_TIMEOUT_SECS), 2 s to end the rest, 5 s for the semantic log.
+    shutdown = int(env.get("LLMGATE_SHUTDOWN_TIMEOUT_SECS", 25))
+    assert int(gateway["stop_grace_period"].rstrip("s")) >= shutdown + 2 + 5
     # The gateway reaches the other services by their compose names.
     assert env["LLMGATE_ES_URL"].split("//")[1].split(":")[0] in services
     otlp_host, otlp_port = env["OTEL_EXPORTER_OTLP_ENDPOINT"].split("//")[1].split(":")

@@ -13,6 +13,10 @@ use sha2::{Digest, Sha256};
 use crate::engine::{ChatMessage, GenerationRequest, Role, Sampling};
 use crate::error::ApiError;
 
+/// Longest stop sequence accepted. The engine compares every stop sequence with the text
+/// at each step, so their length is a per-token cost a client should not choose freely.
+pub const MAX_STOP_CHARS: usize = 256;
+
 /// Limits a request is validated against.
 #[derive(Debug, Clone)]
 pub struct RequestLimits {
@@ -369,6 +373,12 @@ fn validate(
             "stop sequences must not be empty",
         ));
     }
+    if stop.iter().any(|s| s.chars().count() > MAX_STOP_CHARS) {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("each stop sequence must be at most {MAX_STOP_CHARS} characters"),
+        ));
+    }
     let stream = wire.stream.unwrap_or(false);
     let include_usage = match wire.stream_options {
         Some(_) if !stream => {
@@ -389,6 +399,7 @@ fn validate(
         request_id: request_id.to_owned(),
         messages,
         max_tokens,
+        max_tokens_set: requested.is_some(),
         sampling: Sampling {
             temperature,
             top_p,

@@ -105,6 +105,11 @@ fn rejections_name_the_parameter() {
             "stop",
         ),
         (
+            json!({"model": "m", "messages": msg, "stop": ["é".repeat(257)]}),
+            "invalid_value",
+            "stop",
+        ),
+        (
             json!({"model": "m", "messages": msg, "stream_options": {"include_usage": true}}),
             "invalid_value",
             "stream_options",
@@ -191,4 +196,134 @@ fn malformed_json_is_invalid_json() {
     assert_eq!(error.kind(), "invalid_json");
     let error = parse_chat_request(b"[1]", &limits(), "r").expect_err("not an object");
     assert_eq!(error.kind(), "invalid_json");
+}
+
+// Fuzzing the parser that faces every client: property tests with many cases (cargo-fuzz
+// needs a nightly toolchain). Whatever arrives, the parser answers without panicking,
+// refusals are OpenAI-shaped 4xx errors, and what it accepts is within the limits.
+mod fuzz {
+    use super::*;
+    use actix_web::ResponseError;
+    use proptest::prelude::*;
+
+    /// Keys inside messages and stream options; the top-level ones are the parser's own
+    /// [`KNOWN`] list, so generated objects often hit the real fields.
+    const NESTED: &[&str] = &["role", "content", "type", "text", "name", "include_usage"];
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            2 => prop::sample::select(KNOWN).prop_map(str::to_owned),
+            1 => prop::sample::select(NESTED).prop_map(str::to_owned),
+            1 => "[a-z_]{1,8}",
+        ]
+    }
+
+    /// Any JSON value, a few levels deep.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e20f64..1e20).prop_map(Value::from),
+            prop::sample::select(vec![
+                "m",
+                "user",
+                "system",
+                "assistant",
+                "developer",
+                "text"
+            ])
+            .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(key(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn valid() -> Map<String, Value> {
+        let Value::Object(map) = json!({
+            "model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 8, "temperature": 0.7, "stop": ["x"], "stream": true
+        }) else {
+            unreachable!()
+        };
+        map
+    }
+
+    /// A refusal is a client error in OpenAI's shape.
+    fn check_refusal(error: &ApiError) -> Result<(), TestCaseError> {
+        let status = error.status_code().as_u16();
+        prop_assert!((400..500).contains(&status), "{status}: {error}");
+        let body = serde_json::to_value(error.body()).expect("body serialises");
+        prop_assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        prop_assert!(body["error"]["type"].is_string() && body["error"]["code"].is_string());
+        Ok(())
+    }
+
+    /// What is accepted is within the limits.
+    fn check_accepted(request: &ChatRequest) -> Result<(), TestCaseError> {
+        let g = &request.generation;
+        prop_assert!((1..=limits().max_tokens_cap).contains(&g.max_tokens));
+        prop_assert!(!g.messages.is_empty());
+        prop_assert!(g
+            .sampling
+            .temperature
+            .is_none_or(|t| (0.0..=2.0).contains(&t)));
+        prop_assert!(g.sampling.top_p.is_none_or(|p| p > 0.0 && p <= 1.0));
+        prop_assert!(g.sampling.stop.len() <= 4);
+        prop_assert!(g
+            .sampling
+            .stop
+            .iter()
+            .all(|s| !s.is_empty() && s.chars().count() <= MAX_STOP_CHARS));
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn any_bytes_get_an_answer(body in prop::collection::vec(any::<u8>(), 0..256)) {
+            if let Err(error) = parse_chat_request(&body, &limits(), "req-1") {
+                check_refusal(&error)?;
+            }
+        }
+
+        #[test]
+        fn any_json_gets_an_answer(value in json_value()) {
+            match parse(value) {
+                Ok(request) => check_accepted(&request)?,
+                Err(error) => check_refusal(&error)?,
+            }
+        }
+
+        #[test]
+        fn a_bad_field_is_named_in_the_refusal(
+            field in prop::sample::select(KNOWN),
+            value in json_value(),
+        ) {
+            let mut body = valid();
+            body.insert(field.to_owned(), value);
+            match parse(Value::Object(body)) {
+                Ok(request) => check_accepted(&request)?,
+                Err(error) => {
+                    check_refusal(&error)?;
+                    let param = error.param().unwrap_or_default();
+                    prop_assert!(
+                        param.starts_with(field)
+                            || (field == "stream_options" && param.starts_with("stream"))
+                            || (field == "max_completion_tokens" && param == "max_tokens"),
+                        "{field} -> {error} (param {param:?})"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! mistral.rs responses to [`EngineEvent`]s: the forwarder task of one request, and the
 //! translation of each response, including the finishes mistral.rs leaves out.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::time::Instant;
 
 use mistralrs::Response;
 use tokio::sync::mpsc;
@@ -10,53 +11,78 @@ use super::{PickedIds, Slot};
 use crate::engine::{EngineError, EngineEvent, FinishReason, Usage};
 
 /// Translates mistral.rs responses into engine events until the request ends or the
-/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence). The
-/// running slot is freed when this returns.
+/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).
+///
+/// mistral.rs's engine loop awaits its send into `engine_rx`, for every sequence it runs.
+/// So this task drains `engine_rx` whether or not the gateway is taking events: those the
+/// gateway has no room for wait here (at most the request's `max_tokens`), and a client
+/// that reads slowly cannot stall the engine for everyone else. The running slot is freed
+/// as soon as mistral.rs is done with the sequence, not when the client has read it all.
 pub(super) async fn forward(
     mut engine_rx: mpsc::Receiver<Response>,
     picked: PickedIds,
     prompt_tokens: u32,
     max_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
-    _slot: Slot,
+    slot: Slot,
 ) {
+    // Some while mistral.rs runs the sequence; given back as soon as it has ended.
+    let mut running = Some(slot);
     // Counted here as well, for a finish that arrives without usage.
     let mut tokens = Usage {
         prompt_tokens,
         completion_tokens: 0,
     };
+    let mut pending: VecDeque<EngineEvent> = VecDeque::new();
     loop {
-        let response = tokio::select! {
-            r = engine_rx.recv() => r,
+        tokio::select! {
+            response = engine_rx.recv(), if running.is_some() => {
+                // Stamped as mistral.rs hands it over, before it waits here for the client.
+                let at = Instant::now();
+                let ids = picked
+                    .lock()
+                    .map(|mut ids| std::mem::take(&mut *ids))
+                    .unwrap_or_default();
+                tokens.completion_tokens += to_u32(ids.len());
+                let events = match response {
+                    Some(response) => translate(response, ids, tokens, at),
+                    // mistral.rs 0.8.1 sends no final chunk when the last token completes
+                    // no character (an accented letter split across tokens, say): the
+                    // sequence ends and the channel closes. Finish it from our own count.
+                    None => closed_without_finish(ids, tokens, max_tokens, at),
+                };
+                for event in events {
+                    let last = !matches!(event, EngineEvent::Token { .. });
+                    pending.push_back(event);
+                    if last {
+                        // The sequence is over: the slot goes to the next request now.
+                        drop(running.take());
+                        break;
+                    }
+                }
+            }
+            room = tx.reserve(), if !pending.is_empty() => {
+                let Ok(room) = room else { return };
+                if let Some(event) = pending.pop_front() {
+                    room.send(event);
+                }
+            }
             () = tx.closed() => return,
-        };
-        let ids = picked
-            .lock()
-            .map(|mut ids| std::mem::take(&mut *ids))
-            .unwrap_or_default();
-        let Some(response) = response else {
-            // mistral.rs 0.8.1 sends no final chunk when the last token completes no
-            // character (an accented letter split across tokens, say): the sequence
-            // ends and the channel closes. Finish it from our own count.
-            tokens.completion_tokens += to_u32(ids.len());
-            for event in closed_without_finish(ids, tokens, max_tokens) {
-                let _ = tx.send(event).await;
-            }
+        }
+        if running.is_none() && pending.is_empty() {
             return;
-        };
-        tokens.completion_tokens += to_u32(ids.len());
-        for event in translate(response, ids, tokens) {
-            let last = !matches!(event, EngineEvent::Token { .. });
-            if tx.send(event).await.is_err() || last {
-                return;
-            }
         }
     }
 }
 
 /// What to report when mistral.rs closes a stream without a finish chunk: a finish with
 /// our own count when tokens were generated, an error otherwise.
-fn closed_without_finish(ids: Vec<u32>, counted: Usage, max_tokens: u32) -> Vec<EngineEvent> {
+fn closed_without_finish(
+    ids: Vec<u32>,
+    counted: Usage,
+    max_tokens: u32,
+    at: Instant,
+) -> Vec<EngineEvent> {
     if counted.completion_tokens == 0 {
         return vec![EngineEvent::Failed(EngineError::Internal(
             "the engine closed the stream without finishing".into(),
@@ -76,19 +102,20 @@ fn closed_without_finish(ids: Vec<u32>, counted: Usage, max_tokens: u32) -> Vec<
         events.push(EngineEvent::Token {
             text: String::new(),
             ids,
+            at,
         });
     }
     events.push(EngineEvent::Finished {
         reason,
         usage: counted,
-        prefill: None,
     });
     events
 }
 
-/// Events for one mistral.rs response; `ids` are the tokens picked since the last one and
-/// `counted` the usage the forwarder counted itself, used when mistral.rs sends none.
-fn translate(response: Response, ids: Vec<u32>, counted: Usage) -> Vec<EngineEvent> {
+/// Events for one mistral.rs response, handed over `at`; `ids` are the tokens picked
+/// since the last one and `counted` the usage the forwarder counted itself, used when
+/// mistral.rs sends none.
+fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> Vec<EngineEvent> {
     match response {
         Response::Chunk(chunk) => {
             let mut events = Vec::with_capacity(2);
@@ -97,7 +124,7 @@ fn translate(response: Response, ids: Vec<u32>, counted: Usage) -> Vec<EngineEve
             };
             let text = choice.delta.content.unwrap_or_default();
             if !text.is_empty() || !ids.is_empty() {
-                events.push(EngineEvent::Token { text, ids });
+                events.push(EngineEvent::Token { text, ids, at });
             }
             if let Some(reason) = choice.finish_reason {
                 let reason = match reason.as_str() {
@@ -111,11 +138,9 @@ fn translate(response: Response, ids: Vec<u32>, counted: Usage) -> Vec<EngineEve
                         return events;
                     }
                 };
-                let (usage, prefill) = usage_of(chunk.usage);
                 events.push(EngineEvent::Finished {
                     reason,
-                    usage: usage.unwrap_or(counted),
-                    prefill,
+                    usage: usage_of(chunk.usage).unwrap_or(counted),
                 });
             }
             events
@@ -150,19 +175,12 @@ fn to_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Token counts and prefill time from the usage mistral.rs attaches to the last chunk.
-fn usage_of(usage: Option<mistralrs::Usage>) -> (Option<Usage>, Option<Duration>) {
-    let Some(u) = usage else {
-        return (None, None);
-    };
-    let counts = Usage {
+/// Token counts from the usage mistral.rs attaches to the last chunk.
+fn usage_of(usage: Option<mistralrs::Usage>) -> Option<Usage> {
+    usage.map(|u| Usage {
         prompt_tokens: to_u32(u.prompt_tokens),
         completion_tokens: to_u32(u.completion_tokens),
-    };
-    (
-        Some(counts),
-        Duration::try_from_secs_f32(u.total_prompt_time_sec).ok(),
-    )
+    })
 }
 
 #[cfg(test)]
@@ -175,18 +193,19 @@ mod tests {
             prompt_tokens: 51,
             completion_tokens: 128,
         };
-        let events = closed_without_finish(vec![7], counted, 128);
+        let at = Instant::now();
+        let events = closed_without_finish(vec![7], counted, 128, at);
         assert_eq!(
             events,
             vec![
                 EngineEvent::Token {
                     text: String::new(),
-                    ids: vec![7]
+                    ids: vec![7],
+                    at
                 },
                 EngineEvent::Finished {
                     reason: FinishReason::Length,
                     usage: counted,
-                    prefill: None
                 }
             ]
         );
@@ -197,6 +216,7 @@ mod tests {
                 ..counted
             },
             128,
+            at,
         );
         assert!(matches!(
             early[0],
@@ -212,6 +232,7 @@ mod tests {
                 ..counted
             },
             128,
+            at,
         );
         assert!(matches!(nothing[0], EngineEvent::Failed(_)));
     }

@@ -13,7 +13,9 @@
 //! batch correctly, replicas are how concurrent streams share the cores.
 //! [`process`] holds the settings candle and rayon read once per process.
 
+pub mod canary;
 mod forward;
+pub mod picker;
 pub mod process;
 
 use std::path::{Path, PathBuf};
@@ -23,19 +25,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 use async_trait::async_trait;
 use either::Either;
 use mistralrs::{
-    Constraint, CustomLogitsProcessor, DType, GgufModelBuilder, Model, NormalRequest, Request,
-    RequestLike, SamplingParams, StopTokens, Tensor, TextMessageRole, TextMessages,
+    Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, SamplingParams,
+    StopTokens, TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use super::sampling::SeededSampler;
 use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
     ModelInfo, Role,
 };
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use crate::fingerprint;
+use picker::{PickedIds, Picker};
 
 /// Engine name and version, part of the system fingerprint.
 pub const ENGINE_NAME: &str = "mistral.rs 0.8.1";
@@ -50,6 +52,9 @@ pub struct MistralSettings {
     /// mistral.rs 0.8.1 garbles sequences that share a decode step there (see the
     /// README, "Known engine defect").
     pub max_batch_size: usize,
+    /// Before serving, run the [`canary`] and fall back to one sequence per instance if
+    /// batched answers differ from single ones.
+    pub verify_batching: bool,
     /// Independent model instances, each with its own weights, KV cache and engine
     /// thread; a request runs on the least busy one.
     pub replicas: usize,
@@ -68,18 +73,27 @@ impl MistralSettings {
             model_path: model_path.into(),
             model_id: model_id.into(),
             max_batch_size: 1,
+            verify_batching: false,
             replicas: 1,
             force_cpu: false,
             prefix_cache: false,
         }
     }
 
-    /// The settings `engine` in the config describes.
+    /// The settings `engine` in the config describes. A batch size left to the device
+    /// is 1 on CPU and, on CUDA, [`DEFAULT_BATCH_CUDA`] verified by the canary.
     pub fn from_config(engine: &EngineConfig) -> Self {
+        let on_cpu = engine.force_cpu || !cfg!(feature = "cuda");
+        let by_device = if on_cpu {
+            DEFAULT_BATCH_CPU
+        } else {
+            DEFAULT_BATCH_CUDA
+        };
         Self {
             model_path: engine.model_path.clone(),
             model_id: engine.model_id.clone(),
-            max_batch_size: engine.max_batch_size,
+            max_batch_size: engine.max_batch_size.unwrap_or(by_device),
+            verify_batching: engine.max_batch_size.is_none() && !on_cpu,
             replicas: engine.replicas,
             force_cpu: engine.force_cpu,
             prefix_cache: engine.prefix_cache,
@@ -147,6 +161,9 @@ impl MistralEngine {
         tokio::spawn(async move {
             match load(&settings).await {
                 Ok(loaded) => {
+                    if settings.verify_batching && settings.max_batch_size > 1 {
+                        loader.verify_batching(&loaded, &settings).await;
+                    }
                     tracing::info!(
                         model = %loaded.info.id,
                         context_length = loaded.info.context_length,
@@ -165,6 +182,45 @@ impl MistralEngine {
         engine
     }
 
+    /// Runs the [`canary`] on a freshly loaded model; if batched answers are not the
+    /// single ones (or the check cannot run), each instance serves one sequence at a time.
+    async fn verify_batching(&self, loaded: &Loaded, settings: &MistralSettings) {
+        let fall_back = |why: &str| {
+            let extra = settings.replica_count() * (settings.max_batch_size - 1);
+            self.slots.forget_permits(extra);
+            tracing::error!(
+                max_batch_size = settings.max_batch_size,
+                reason = why,
+                "Batched decoding is not safe on this engine; serving one sequence per model instance. Set engine.max_batch_size to override."
+            );
+        };
+        match canary::run(&Canary {
+            engine: self,
+            loaded,
+        })
+        .await
+        {
+            Ok(result) if result.batched_equals_single() => tracing::info!(
+                max_batch_size = settings.max_batch_size,
+                prompt_tokens = result.prompt_tokens,
+                "Batched decoding checked: a batch of two gives the single answers."
+            ),
+            Ok(result) => fall_back(&result.describe()),
+            Err(error) => fall_back(&format!("the check could not run: {error:#}")),
+        }
+    }
+
+    /// The [`canary`] on the loaded model's first instance (for the reproduction in
+    /// `examples/batching_defect` and the tests).
+    pub async fn batching_check(&self) -> anyhow::Result<canary::Outcome> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        canary::run(&Canary {
+            engine: self,
+            loaded,
+        })
+        .await
+    }
+
     /// Loads the model and waits until it is ready (for benchmarks and tests).
     pub async fn load_now(settings: MistralSettings) -> anyhow::Result<Arc<Self>> {
         let engine = Self::empty(&settings);
@@ -172,8 +228,8 @@ impl MistralEngine {
         Ok(Arc::new(engine))
     }
 
-    /// Waits for a free slot and claims it on the least busy replica.
-    async fn claim_slot(&self) -> Result<Slot, EngineError> {
+    /// Waits for a free slot and claims it on the least busy replica, or on `pin`.
+    async fn claim_slot(&self, pin: Option<usize>) -> Result<Slot, EngineError> {
         let waiting = Counted::new(&self.waiting);
         let permit = Arc::clone(&self.slots)
             .acquire_owned()
@@ -185,9 +241,11 @@ impl MistralEngine {
             .lock()
             .map_err(|_| EngineError::Internal("the slot table is poisoned".into()))?;
         // The permit guarantees some replica is below max_batch_size.
-        let replica = (0..running.len())
-            .min_by_key(|&i| running[i])
-            .unwrap_or_default();
+        let replica = pin.unwrap_or_else(|| {
+            (0..running.len())
+                .min_by_key(|&i| running[i])
+                .unwrap_or_default()
+        });
         running[replica] += 1;
         Ok(Slot {
             replica,
@@ -243,6 +301,23 @@ fn split_model_path(path: &Path) -> anyhow::Result<(String, String)> {
     Ok((dir.to_string_lossy().into_owned(), file.to_owned()))
 }
 
+/// Renders the chat template and counts the prompt before committing to a stream, so a
+/// prompt that cannot fit is a clean 400 instead of a mid-stream failure. mistral.rs
+/// tokenizes on its engine loop, between decode steps of running sequences.
+async fn count_prompt(loaded: &Loaded, request: &GenerationRequest) -> Result<u32, EngineError> {
+    let prompt = loaded.replicas[0]
+        .tokenize(
+            Either::Left(text_messages(&request.messages)),
+            None,
+            true,
+            true,
+            None,
+        )
+        .await
+        .map_err(|e| EngineError::Internal(e.to_string()))?;
+    Ok(u32::try_from(prompt.len()).unwrap_or(u32::MAX))
+}
+
 fn text_messages(messages: &[ChatMessage]) -> TextMessages {
     messages.iter().fold(TextMessages::new(), |acc, m| {
         let role = match m.role {
@@ -269,37 +344,26 @@ fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     params
 }
 
-/// Ids of the tokens the picker chose, drained by the forwarder as chunks arrive.
-type PickedIds = Arc<Mutex<Vec<u32>>>;
+/// The canary's view of a loaded model: every sequence on the first instance.
+struct Canary<'a> {
+    engine: &'a MistralEngine,
+    loaded: &'a Loaded,
+}
 
-/// A logits processor that picks the next token with the request's [`SeededSampler`]
-/// (keyed by seed and position, so concurrent neighbours cannot change it), records its
-/// id, and masks every other token. It runs after mistral.rs has applied penalties.
-fn picker(request: &GenerationRequest, picked: PickedIds) -> Arc<dyn CustomLogitsProcessor> {
-    let s = &request.sampling;
-    let sampler = SeededSampler {
-        // Without a seed the request is still sampled, from a fresh random stream.
-        seed: s
-            .seed
-            .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0),
-        // OpenAI's defaults: temperature 1, top_p 1.
-        temperature: s.temperature.unwrap_or(1.0),
-        top_p: s.top_p.unwrap_or(1.0),
-    };
-    Arc::new(
-        move |logits: &Tensor, context: &[u32]| -> mistralrs::Result<Tensor> {
-            let values: Vec<f32> = logits.to_dtype(DType::F32)?.to_vec1()?;
-            let id = sampler.pick(&values, context.len() as u64);
-            if let Ok(mut ids) = picked.lock() {
-                ids.push(id);
-            }
-            let mut mask = vec![f32::NEG_INFINITY; values.len()];
-            if let Some(slot) = mask.get_mut(id as usize) {
-                *slot = 0.0;
-            }
-            Tensor::from_vec(mask, values.len(), logits.device())
-        },
-    )
+impl canary::Subject for Canary<'_> {
+    async fn count(&self, request: &GenerationRequest) -> Result<u32, EngineError> {
+        count_prompt(self.loaded, request).await
+    }
+
+    async fn start(
+        &self,
+        request: GenerationRequest,
+        prompt_tokens: u32,
+    ) -> Result<Generation, EngineError> {
+        self.engine
+            .start_on(self.loaded, request, prompt_tokens, Some(0))
+            .await
+    }
 }
 
 #[async_trait]
@@ -315,30 +379,28 @@ impl Engine for MistralEngine {
         }
     }
 
-    async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+    async fn generate(&self, mut request: GenerationRequest) -> Result<Generation, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        // Render the chat template and count the prompt before committing to a stream,
-        // so a prompt that cannot fit is a clean 400 instead of a mid-stream failure.
-        let prompt = loaded.replicas[0]
-            .tokenize(
-                Either::Left(text_messages(&request.messages)),
-                None,
-                true,
-                true,
-                None,
-            )
-            .await
-            .map_err(|e| EngineError::Internal(e.to_string()))?;
-        let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        if prompt_tokens >= loaded.info.context_length {
-            return Err(EngineError::ContextLengthExceeded {
-                prompt_tokens,
-                context_length: loaded.info.context_length,
-            });
-        }
+        let prompt_tokens = count_prompt(loaded, &request).await?;
+        request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
+        self.start_on(loaded, request, prompt_tokens, None).await
+    }
+}
 
+impl MistralEngine {
+    /// Sends a request [`count_prompt`] has counted to the engine, on the least busy
+    /// replica or on `pin` (the canary needs two sequences on one). Works before the
+    /// model is published as ready.
+    async fn start_on(
+        &self,
+        loaded: &Loaded,
+        request: GenerationRequest,
+        prompt_tokens: u32,
+        pin: Option<usize>,
+    ) -> Result<Generation, EngineError> {
         // Wait for a running slot; held by the forwarder until the sequence ends.
-        let slot = self.claim_slot().await?;
+        let slot = self.claim_slot(pin).await?;
+        let started = std::time::Instant::now();
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
         let mut messages = text_messages(&request.messages);
@@ -353,7 +415,10 @@ impl Engine for MistralEngine {
             suffix: None,
             tools: None,
             tool_choice: None,
-            logits_processors: Some(vec![picker(&request, Arc::clone(&picked))]),
+            logits_processors: Some(vec![Arc::new(Picker::new(
+                &request.sampling,
+                Arc::clone(&picked),
+            ))]),
             return_raw_logits: false,
             web_search_options: None,
             model_id: None,
@@ -375,6 +440,7 @@ impl Engine for MistralEngine {
         );
         Ok(Generation {
             prompt_tokens,
+            started,
             events: rx,
         })
     }

@@ -229,6 +229,10 @@ const PATTERN: &str = concat!(
     // `Bearer <token>`: the word stays, the token goes. The validator tells a token from
     // the English word ("the bearer of bad news").
     r"|(?-u:\b)(?i:bearer)[ \t]+(?P<bearer_token>[A-Za-z0-9._~+/-]+=*)",
+    // E-mail addresses, before the API keys: a key-shaped local part (`xoxb-...@host`) is
+    // still an address, and a key branch would take its start and leave the rest behind.
+    r"|(?-u:\b)(?P<email>[A-Za-z0-9_][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*",
+    r"\.[A-Za-z]{2,63})(?-u:\b)",
     // Provider API keys, by their documented prefixes. Open-ended lengths are greedy,
     // so they take the whole key; fixed-length ones need a word boundary after.
     r"|(?-u:\b)(?P<api_key>sk-ant-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}",
@@ -238,8 +242,6 @@ const PATTERN: &str = concat!(
     // Password in a URL's userinfo. The password may itself hold `@`; the greedy run
     // stops at the last one before the host.
     r"|(?-u:\b)[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:(?P<password>[^\s/?#]+)@",
-    r"|(?-u:\b)(?P<email>[A-Za-z0-9_][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*",
-    r"\.[A-Za-z]{2,63})(?-u:\b)",
     // IBAN: country, check digits, then 4-character groups with optional single spaces.
     r"|(?-u:\b)(?P<iban>[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?)(?-u:\b)",
     // IPv6 candidate: hex groups and colons (`::` included), optionally ending in a
@@ -290,6 +292,16 @@ impl Redactor {
             }
         };
         Redactor { regex, groups, mac }
+    }
+
+    /// The keyed hash (HMAC-SHA256, hex) of a whole value, such as the client's `user`
+    /// field, so documents can be grouped by it without holding it; `None` without a key
+    /// (a plain hash of an e-mail address is reversed by trying addresses). Its first 12
+    /// digits are the token the same value gets inside redacted text.
+    pub fn keyed_hash(&self, value: &str) -> Option<String> {
+        let mut mac = self.mac.clone()?;
+        mac.update(value.as_bytes());
+        Some(hex::encode(mac.finalize().into_bytes()))
     }
 
     /// Redacts all of `text`; adds what it replaced to `counts`.

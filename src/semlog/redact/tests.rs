@@ -417,3 +417,53 @@ proptest! {
         prop_assert!(counts.get(Kind::Card) >= 1, "{card} -> {out}");
     }
 }
+
+// Fuzzing the redactor with text shaped like the data it hunts (cargo-fuzz needs a
+// nightly toolchain; these are property tests with many cases).
+mod fuzz {
+    use super::*;
+
+    /// Text that looks like data: numbers, e-mail- and phone-like runs, keys, any
+    /// characters, separated by spaces.
+    fn data_like_text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            "[0-9]{1,20}",
+            "[0-9]{4}[ -][0-9]{4}[ -][0-9]{4}[ -][0-9]{1,7}",
+            "[a-z0-9._+-]{1,10}@[a-z0-9.-]{1,10}\\.[a-z]{2,4}",
+            "[+]?[0-9()][0-9 ().-]{5,18}",
+            "(sk|pk|ghp|AKIA|xox[bp])[-_]?[A-Za-z0-9]{8,40}",
+            "\\PC{0,10}",
+            "[ \n\t.,;:<>]{1,3}",
+        ];
+        // Pieces are separated: how two values that touch are read is a matter of
+        // context the redactor settles on purpose (`3+4` is not a phone).
+        prop::collection::vec(piece, 0..12).prop_map(|pieces| pieces.join(" "))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn redacting_twice_changes_nothing_more(text in data_like_text()) {
+            let (once, _) = redact(&text);
+            let (twice, counts) = redact(&once);
+            prop_assert_eq!(&twice, &once, "from {:?}", text);
+            prop_assert_eq!(counts.total(), 0, "a placeholder was redacted again: {}", once);
+        }
+
+        #[test]
+        fn an_excerpt_is_a_bounded_prefix_of_the_redacted_text(
+            text in data_like_text(),
+            max_chars in 0usize..64,
+        ) {
+            let redactor = Redactor::default();
+            let (whole, whole_counts) = redact(&text);
+            let mut counts = RedactionCounts::default();
+            let excerpt = redactor.excerpt(&text, max_chars, &mut counts).into_string();
+            prop_assert!(excerpt.chars().count() <= max_chars, "{excerpt:?}");
+            let kept = excerpt.strip_suffix('…').unwrap_or(&excerpt);
+            prop_assert!(whole.starts_with(kept), "{kept:?} is not a prefix of {whole:?}");
+            prop_assert_eq!(counts, whole_counts, "counts cover the whole text");
+        }
+    }
+}

@@ -52,7 +52,7 @@ pub(super) struct KindLabel {
 /// What happened to semantic-log documents (one counter each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SemlogEvent {
-    /// Handed to the in-memory queue.
+    /// Written to the spool (to the OS; made durable within `semlog.fsync_ms`).
     Queued,
     /// Accepted by Elasticsearch (or written to the files).
     Indexed,
@@ -62,8 +62,9 @@ pub enum SemlogEvent {
     Retried,
     /// Refused for good and written to the dead-letter file.
     DeadLettered,
-    /// Written to the disk spool.
-    Spooled,
+    /// Left in the spool for a later try: the cluster was unavailable. Counted per
+    /// try, so a long outage counts a document more than once.
+    Deferred,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,6 +85,9 @@ pub const SEMLOG_DROP_REASONS: [&str; 4] = [
     "encode_error",
     "dead_letter_error",
 ];
+
+/// The `kind` values of `llmgate_semlog_files_deleted_total`.
+pub const SEMLOG_FILE_KINDS: [&str; 2] = ["requests", "dead_letter"];
 
 /// Why a trace was kept or dropped (the `reason` label of the trace counters).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]

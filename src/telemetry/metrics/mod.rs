@@ -19,7 +19,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::names;
 use families::*;
-pub use families::{SemlogEvent, TraceReason, SEMLOG_DROP_REASONS};
+pub use families::{SemlogEvent, TraceReason, SEMLOG_DROP_REASONS, SEMLOG_FILE_KINDS};
 
 mod families;
 use crate::record::{RequestRecord, Status};
@@ -38,7 +38,7 @@ pub struct Snapshot {
     pub gpu_memory_used_bytes: Vec<(u32, u64)>,
     /// Log lines the non-blocking writer dropped since start.
     pub log_lines_dropped: u64,
-    /// Semantic-log documents in the in-memory queue.
+    /// Semantic-log documents in the spool not yet delivered.
     pub semlog_queue_depth: usize,
     /// Bytes in the semantic-log spool.
     pub semlog_spooled_bytes: u64,
@@ -68,6 +68,7 @@ pub struct Metrics {
     semlog: [Counter; 6],
     semlog_dropped: Family<ReasonLabel, Counter>,
     semlog_redactions: Family<KindLabel, Counter>,
+    semlog_files_deleted: Family<KindLabel, Counter>,
     semlog_bulk_latency: Histogram,
     semlog_queue_depth: Gauge,
     semlog_spooled_bytes: Gauge,
@@ -112,6 +113,7 @@ impl Metrics {
             semlog: Default::default(),
             semlog_dropped: Family::default(),
             semlog_redactions: Family::default(),
+            semlog_files_deleted: Family::default(),
             semlog_bulk_latency: Histogram::new(REQUEST_BUCKETS.iter().copied()),
             semlog_queue_depth: Gauge::default(),
             semlog_spooled_bytes: Gauge::default(),
@@ -202,7 +204,7 @@ impl Metrics {
         let semlog_help = [
             (
                 names::SEMLOG_QUEUED,
-                "Semantic-log documents handed to the indexer queue",
+                "Semantic-log documents written to the spool for the indexer",
             ),
             (
                 names::SEMLOG_INDEXED,
@@ -221,8 +223,8 @@ impl Metrics {
                 "Semantic-log documents refused for good, in the dead-letter file",
             ),
             (
-                names::SEMLOG_SPOOLED,
-                "Semantic-log documents written to the disk spool",
+                names::SEMLOG_DEFERRED,
+                "Semantic-log deliveries put off because the cluster was unavailable (per try)",
             ),
         ];
         for ((name, help), counter) in semlog_help.into_iter().zip(&m.semlog) {
@@ -239,13 +241,18 @@ impl Metrics {
             m.semlog_redactions.clone(),
         );
         r.register(
+            names::SEMLOG_FILES_DELETED,
+            "NDJSON files deleted, oldest first, to keep semlog.files_max_bytes (kind: requests, dead_letter)",
+            m.semlog_files_deleted.clone(),
+        );
+        r.register(
             names::SEMLOG_BULK_LATENCY,
             "Duration of each Elasticsearch bulk request",
             m.semlog_bulk_latency.clone(),
         );
         r.register(
             names::SEMLOG_QUEUE_DEPTH,
-            "Semantic-log documents waiting in memory",
+            "Semantic-log documents in the spool not yet delivered",
             m.semlog_queue_depth.clone(),
         );
         r.register(
@@ -330,6 +337,9 @@ impl Metrics {
                 kind: kind.as_str(),
             }));
         }
+        for kind in SEMLOG_FILE_KINDS {
+            drop(self.semlog_files_deleted.get_or_create(&KindLabel { kind }));
+        }
     }
 
     /// Counts one finished request. `exemplar` is the trace id to attach to its latency
@@ -345,7 +355,7 @@ impl Metrics {
         };
         let error_type = match r.status {
             Status::Ok => names::LABEL_NONE,
-            Status::Cancelled => names::CANCELLED,
+            Status::Cancelled => r.error_kind.unwrap_or(names::CANCELLED),
             Status::Error => r.error_kind.unwrap_or("engine_error"),
         };
         self.requests
@@ -430,9 +440,18 @@ impl Metrics {
             SemlogEvent::Duplicate => 2,
             SemlogEvent::Retried => 3,
             SemlogEvent::DeadLettered => 4,
-            SemlogEvent::Spooled => 5,
+            SemlogEvent::Deferred => 5,
         };
         self.semlog[index].inc_by(n);
+    }
+
+    /// Counts NDJSON files the size cap deleted; `kind` is one of [`SEMLOG_FILE_KINDS`].
+    pub fn semlog_files_deleted(&self, kind: &'static str, n: u64) {
+        if n > 0 {
+            self.semlog_files_deleted
+                .get_or_create(&KindLabel { kind })
+                .inc_by(n);
+        }
     }
 
     /// Counts a lost document; `reason` is one of [`SEMLOG_DROP_REASONS`].

@@ -1,6 +1,7 @@
-//! The disk spool: where documents wait while Elasticsearch is unreachable or the
-//! in-memory queue is full, replayed oldest first when the cluster is back, also after
-//! a restart.
+//! The disk spool: the write-ahead log of the semantic log. Every document is appended
+//! here on the request path before it is counted queued; the indexer reads it oldest
+//! first and acknowledges what the destination took, so documents survive an outage of
+//! the cluster, a restart and a crash of the process.
 //!
 //! Layout under the spool directory: segment files `<seq>.ndjson` (20-digit sequence
 //! numbers, each holding bulk pairs exactly as they are sent), and `cursor`, which says
@@ -8,16 +9,20 @@
 //! Segments are closed at `segment_bytes`; fully sent ones are deleted. Appends are
 //! refused once the segments on disk reach `max_bytes`; the caller counts that as a drop.
 //!
-//! A crash between a successful bulk and the cursor update re-sends those documents;
-//! Elasticsearch answers 409 for them (same `_id`), so they are indexed once.
+//! Durability: an append is a `write` to the OS, so a crash of the process (`kill -9`,
+//! OOM) loses nothing appended; [`Spool::flush`], run every `semlog.fsync_ms`, makes it
+//! durable against a crash of the machine. A crash between a successful bulk and the
+//! cursor update re-sends those documents; Elasticsearch answers 409 for them (same
+//! `_id`), so they are indexed once.
 
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::document::Encoded;
+use super::files::{private_dir, private_file};
 
 /// Why an append was refused.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +54,14 @@ struct State {
     segments: VecDeque<(u64, u64)>,
     /// The segment being appended to (the last in `segments`), if open.
     writer: Option<File>,
+    /// Appended since the last flush: closed segments to sync, and whether the open
+    /// one has unsynced writes.
+    unsynced: Vec<File>,
+    dirty: bool,
     read: Position,
+    /// Documents after `read` (complete pairs; a torn tail may count one too many
+    /// until it is read past).
+    pending_docs: u64,
 }
 
 #[derive(Debug)]
@@ -57,6 +69,8 @@ pub struct Spool {
     dir: PathBuf,
     max_bytes: u64,
     segment_bytes: u64,
+    /// Sync each append before it returns (`semlog.fsync_ms = 0`).
+    sync_each: bool,
     state: Mutex<State>,
 }
 
@@ -64,10 +78,29 @@ fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("{seq:020}.ndjson"))
 }
 
+impl State {
+    fn pending_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|&(seq, size)| match seq.cmp(&self.read.segment) {
+                std::cmp::Ordering::Less => 0,
+                std::cmp::Ordering::Equal => size.saturating_sub(self.read.offset),
+                std::cmp::Ordering::Greater => size,
+            })
+            .sum()
+    }
+}
+
 impl Spool {
     /// Opens (or creates) the spool in `dir`, picking up what an earlier run left.
-    pub fn open(dir: &Path, max_bytes: u64, segment_bytes: u64) -> io::Result<Self> {
-        fs::create_dir_all(dir)?;
+    /// `sync_each`: every append is synced before it returns, instead of at [`Self::flush`].
+    pub fn open(
+        dir: &Path,
+        max_bytes: u64,
+        segment_bytes: u64,
+        sync_each: bool,
+    ) -> io::Result<Self> {
+        private_dir(dir)?;
         let mut segments: Vec<(u64, u64)> = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
@@ -110,14 +143,19 @@ impl Spool {
             },
             _ => read,
         };
+        let pending_docs = count_pairs(dir, &segments, read)?;
         Ok(Self {
             dir: dir.to_owned(),
             max_bytes,
             segment_bytes: segment_bytes.max(1),
+            sync_each,
             state: Mutex::new(State {
                 segments: segments.into(),
                 writer: None,
+                unsynced: Vec::new(),
+                dirty: false,
                 read,
+                pending_docs,
             }),
         })
     }
@@ -128,8 +166,9 @@ impl Spool {
             .map_err(|_| io::Error::other("the spool lock is poisoned"))
     }
 
-    /// Appends one document. Written to the OS before it returns (no fsync: a machine
-    /// crash can lose the last writes, a process crash cannot).
+    /// Appends one document. Written to the OS before it returns, so a crash of the
+    /// process cannot lose it; durable at the next [`Self::flush`] (or at once with
+    /// `sync_each`).
     pub fn append(&self, doc: &Encoded) -> Result<(), SpoolError> {
         let mut s = self.lock()?;
         let on_disk: u64 = s.segments.iter().map(|(_, size)| size).sum();
@@ -147,13 +186,15 @@ impl Spool {
                 .back()
                 .map_or(s.read.segment, |(seq, _)| seq + 1)
                 .max(s.read.segment);
-            let file = OpenOptions::new()
-                .create(true)
+            let file = private_file()
                 .append(true)
                 .open(segment_path(&self.dir, seq))?;
-            // The closed segment is flushed by the OS; `sync` makes it durable at
-            // shutdown. No fsync here: this runs on the request path when the queue is full.
-            s.writer = Some(file);
+            if let Some(closed) = s.writer.replace(file) {
+                // Synced at the next flush, not here on the request path.
+                if s.dirty {
+                    s.unsynced.push(closed);
+                }
+            }
             s.segments.push_back((seq, 0));
         }
         let written = match s.writer.as_mut() {
@@ -171,21 +212,43 @@ impl Spool {
         if let Some(last) = s.segments.back_mut() {
             last.1 += len;
         }
+        s.pending_docs += 1;
+        s.dirty = true;
+        if self.sync_each {
+            if let Some(writer) = &s.writer {
+                writer.sync_data()?;
+            }
+            s.dirty = false;
+        }
         Ok(())
+    }
+
+    /// Makes what was appended since the last call durable (fsync), outside the lock
+    /// appends take, so the request path never waits for the disk.
+    pub fn flush(&self) -> io::Result<()> {
+        let (closed, open) = {
+            let mut s = self.lock()?;
+            let open = match (&s.writer, s.dirty) {
+                (Some(writer), true) => Some(writer.try_clone()?),
+                _ => None,
+            };
+            s.dirty = false;
+            (std::mem::take(&mut s.unsynced), open)
+        };
+        for file in closed.iter().chain(&open) {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Documents written and not yet acknowledged.
+    pub fn pending_docs(&self) -> u64 {
+        self.lock().map_or(0, |s| s.pending_docs)
     }
 
     /// Bytes on disk not yet acknowledged.
     pub fn pending_bytes(&self) -> u64 {
-        self.lock().map_or(0, |s| {
-            s.segments
-                .iter()
-                .map(|&(seq, size)| match seq.cmp(&s.read.segment) {
-                    std::cmp::Ordering::Less => 0,
-                    std::cmp::Ordering::Equal => size.saturating_sub(s.read.offset),
-                    std::cmp::Ordering::Greater => size,
-                })
-                .sum()
-        })
+        self.lock().map_or(0, |s| s.pending_bytes())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -266,9 +329,10 @@ impl Spool {
         Ok(Batch { docs, end: at })
     }
 
-    /// Marks everything before `end` as delivered: persists the cursor, then deletes the
-    /// segments wholly sent (a crash in between leaves files `open` deletes).
-    pub fn ack(&self, end: Position) -> io::Result<()> {
+    /// Marks the batch read up to `end` (`docs` documents) as delivered: persists the
+    /// cursor, then deletes the segments wholly sent (a crash in between leaves files
+    /// `open` deletes).
+    pub fn ack(&self, end: Position, docs: usize) -> io::Result<()> {
         let mut s = self.lock()?;
         let mut read = end;
         let mut finished = Vec::new();
@@ -287,9 +351,14 @@ impl Spool {
         }
         let cursor = format!("{} {}\n", read.segment, read.offset);
         let tmp = self.dir.join("cursor.tmp");
-        fs::write(&tmp, cursor)?;
+        private_file()
+            .write(true)
+            .truncate(true)
+            .open(&tmp)?
+            .write_all(cursor.as_bytes())?;
         fs::rename(tmp, self.dir.join("cursor"))?;
         s.read = read;
+        s.pending_docs = s.pending_docs.saturating_sub(docs as u64);
         for seq in finished {
             if s.segments.len() == 1 {
                 // The last segment is done: the next document starts a new one.
@@ -298,134 +367,37 @@ impl Spool {
             s.segments.pop_front();
             fs::remove_file(segment_path(&self.dir, seq))?;
         }
-        Ok(())
-    }
-
-    /// Makes every unsent segment durable (at shutdown).
-    pub fn sync(&self) -> io::Result<()> {
-        let segments = self.lock()?.segments.clone();
-        for (seq, _) in segments {
-            match File::open(segment_path(&self.dir, seq)) {
-                Ok(file) => file.sync_all()?,
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(error) => return Err(error),
-            }
+        if s.pending_bytes() == 0 {
+            // A damaged pair counted at start-up is never delivered: nothing is left.
+            s.pending_docs = 0;
         }
         Ok(())
     }
+}
+
+/// Complete action/source pairs after `read`: the documents an earlier run left.
+fn count_pairs(dir: &Path, segments: &[(u64, u64)], read: Position) -> io::Result<u64> {
+    let mut lines = 0u64;
+    for &(seq, _) in segments.iter().filter(|(seq, _)| *seq >= read.segment) {
+        let mut file = match File::open(segment_path(dir, seq)) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(error),
+        };
+        if seq == read.segment {
+            file.seek(SeekFrom::Start(read.offset))?;
+        }
+        let mut buffer = [0u8; 64 << 10];
+        loop {
+            let n = file.read(&mut buffer)?;
+            if n == 0 {
+                break;
+            }
+            lines += buffer[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        }
+    }
+    Ok(lines / 2)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn doc(i: usize) -> Encoded {
-        let id = format!("doc-{i}");
-        Encoded {
-            lines: format!("{{\"create\":{{\"_id\":\"{id}\"}}}}\n{{\"n\":{i}}}\n")
-                .into_bytes()
-                .into(),
-            id,
-        }
-    }
-
-    #[test]
-    fn replays_in_order_across_segments_and_reopen() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let spool = Spool::open(dir.path(), 1 << 20, 100).expect("open");
-        for i in 0..10 {
-            spool.append(&doc(i)).expect("append");
-        }
-        let first = spool.peek(4, usize::MAX).expect("peek");
-        let ids: Vec<_> = first.docs.iter().map(|d| d.id.as_str()).collect();
-        assert_eq!(ids, ["doc-0", "doc-1", "doc-2", "doc-3"]);
-        spool.ack(first.end).expect("ack");
-        drop(spool);
-
-        // A restart continues after the acknowledged documents.
-        let spool = Spool::open(dir.path(), 1 << 20, 100).expect("reopen");
-        spool.append(&doc(10)).expect("append after reopen");
-        let rest = spool.peek(100, usize::MAX).expect("peek");
-        let ids: Vec<_> = rest.docs.iter().map(|d| d.id.clone()).collect();
-        let expected: Vec<_> = (4..=10).map(|i| format!("doc-{i}")).collect();
-        assert_eq!(ids, expected);
-        assert_eq!(rest.docs[0], doc(4), "bytes come back exactly");
-        spool.ack(rest.end).expect("ack");
-        assert!(spool.is_empty());
-        let segments = fs::read_dir(dir.path())
-            .expect("dir")
-            .filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".ndjson"))
-            })
-            .count();
-        assert!(segments <= 1, "sent segments are deleted ({segments} left)");
-    }
-
-    #[test]
-    fn a_batch_ending_inside_a_segment_keeps_its_offset() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let one = doc(0).lines.len() as u64;
-        // Two documents per segment; a batch of three ends inside the second segment.
-        let spool = Spool::open(dir.path(), 1 << 20, one * 2).expect("open");
-        for i in 0..6 {
-            spool.append(&doc(i)).expect("append");
-        }
-        let batch = spool.peek(3, usize::MAX).expect("peek");
-        spool.ack(batch.end).expect("ack");
-        assert_eq!(spool.pending_bytes(), one * 3);
-        let ids = |spool: &Spool| -> Vec<String> {
-            let batch = spool.peek(100, usize::MAX).expect("peek");
-            batch.docs.into_iter().map(|d| d.id).collect()
-        };
-        assert_eq!(ids(&spool), ["doc-3", "doc-4", "doc-5"]);
-        drop(spool);
-        let reopened = Spool::open(dir.path(), 1 << 20, one * 2).expect("reopen");
-        assert_eq!(
-            ids(&reopened),
-            ["doc-3", "doc-4", "doc-5"],
-            "and after a restart"
-        );
-    }
-
-    #[test]
-    fn a_torn_tail_is_skipped_and_the_spool_goes_on() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        {
-            let spool = Spool::open(dir.path(), 1 << 20, 1 << 20).expect("open");
-            spool.append(&doc(0)).expect("append");
-        }
-        // The process died in the middle of the second document (mid-character, too).
-        let segment = segment_path(dir.path(), 0);
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(&segment)
-            .expect("open");
-        file.write_all(
-            "{\"create\":{\"_id\":\"doc-1\"}}\n{\"text\":\"caf\u{e9}".as_bytes()[..40].as_ref(),
-        )
-        .expect("torn write");
-        drop(file);
-        let spool = Spool::open(dir.path(), 1 << 20, 1 << 20).expect("reopen");
-        spool.append(&doc(2)).expect("append after the tear");
-        let batch = spool.peek(100, usize::MAX).expect("peek");
-        let ids: Vec<_> = batch.docs.iter().map(|d| d.id.as_str()).collect();
-        assert_eq!(ids, ["doc-0", "doc-2"]);
-        spool.ack(batch.end).expect("ack");
-        assert!(spool.is_empty());
-    }
-
-    #[test]
-    fn refuses_appends_beyond_its_size_bound() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let one = doc(0).lines.len() as u64;
-        let spool = Spool::open(dir.path(), one * 3, one * 2).expect("open");
-        for i in 0..3 {
-            spool.append(&doc(i)).expect("fits");
-        }
-        assert!(matches!(spool.append(&doc(3)), Err(SpoolError::Full(_))));
-        let batch = spool.peek(2, usize::MAX).expect("peek");
-        spool.ack(batch.end).expect("ack");
-        spool.append(&doc(3)).expect("room again once sent");
-    }
-}
+mod tests;

@@ -1,0 +1,422 @@
+//! API keys: who may use `/v1/*`.
+//!
+//! The keys file holds one line per key, `<key-id> <sha256-hex of the key>`, with `#`
+//! comments and blank lines, so the file holds no secret. [`KeyTable::parse`] reads it
+//! (an error names the line); [`Keys`] holds the table in use and swaps in a new one
+//! when the file changes or on SIGHUP ([`watch`]), keeping the old one when the new text
+//! is malformed. The [`authenticate`] middleware checks `Authorization: Bearer <key>` on
+//! every `/v1/*` route: the presented key is hashed and compared with every entry in
+//! constant time. A refusal is OpenAI's 401 (`invalid_api_key`), which the OpenAI SDKs
+//! raise as `AuthenticationError`. An accepted request carries its [`KeyId`] in its
+//! extensions to the request record (semantic log, span, log line); never to a metric.
+//!
+//! `llmgate keys add <key-id> --file FILE` makes a key ([`new_key`]) and appends its line.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header;
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, ResponseError};
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+
+/// Every key starts with this, so a leaked one is recognisable (secret scanners, logs).
+pub const KEY_PREFIX: &str = "llmgate-";
+
+/// The id of the key an accepted request presented.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyId(pub String);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    id: String,
+    hash: [u8; 32],
+}
+
+/// The keys one version of the file lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyTable {
+    entries: Vec<Entry>,
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn sha256(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+impl KeyTable {
+    /// Parses the file's text. An error says which line (from 1) and what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut entries: Vec<Entry> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line_no = n + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [id, hex_hash] = fields[..] else {
+                return Err(format!(
+                    "line {line_no}: expected '<key-id> <sha256-hex>', found {} fields",
+                    fields.len()
+                ));
+            };
+            if !valid_id(id) {
+                return Err(format!(
+                    "line {line_no}: the key id must be 1 to 64 of A-Z a-z 0-9 - _ ."
+                ));
+            }
+            let mut hash = [0u8; 32];
+            if hex_hash.starts_with(KEY_PREFIX)
+                || hex::decode_to_slice(hex_hash, &mut hash).is_err()
+            {
+                return Err(format!(
+                    "line {line_no}: '{id}' needs the sha256 of its key as 64 hex digits (never the key itself)"
+                ));
+            }
+            if entries.iter().any(|e| e.id == id) {
+                return Err(format!("line {line_no}: the key id '{id}' is listed twice"));
+            }
+            if entries.iter().any(|e| e.hash == hash) {
+                return Err(format!(
+                    "line {line_no}: '{id}' has the same key as another id"
+                ));
+            }
+            entries.push(Entry {
+                id: id.to_owned(),
+                hash,
+            });
+        }
+        Ok(Self { entries })
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The id of `key`, comparing its hash with every entry in constant time.
+    pub fn verify(&self, key: &str) -> Option<&str> {
+        let presented = sha256(key);
+        let mut found = None;
+        for entry in &self.entries {
+            if bool::from(entry.hash.ct_eq(&presented)) {
+                found = Some(entry.id.as_str());
+            }
+        }
+        found
+    }
+}
+
+/// A new key: the prefix and 32 random bytes (256 bits), base64url without padding.
+pub fn new_key() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness from the OS: {e}"))?;
+    Ok(format!(
+        "{KEY_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    ))
+}
+
+/// `llmgate keys add`: makes a key for `id`, appends its line to `file` (created 0600),
+/// and returns the key, which is never stored.
+pub fn add_key(file: &Path, id: &str) -> Result<String, String> {
+    if !valid_id(id) {
+        return Err("the key id must be 1 to 64 of A-Z a-z 0-9 - _ .".into());
+    }
+    let existing = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("could not read {}: {e}", file.display())),
+    };
+    let table = KeyTable::parse(&existing).map_err(|e| format!("{}: {e}", file.display()))?;
+    if table.entries.iter().any(|e| e.id == id) {
+        return Err(format!("'{id}' is already in {}", file.display()));
+    }
+    let key = new_key()?;
+    let mut line = format!("{id} {}\n", hex::encode(sha256(&key)));
+    if !existing.is_empty() && !existing.ends_with('\n') {
+        line.insert(0, '\n');
+    }
+    crate::semlog::files::private_file()
+        .append(true)
+        .open(file)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| format!("could not write {}: {e}", file.display()))?;
+    Ok(key)
+}
+
+/// The table in use, read from `path` and re-read when it changes.
+#[derive(Debug)]
+pub struct Keys {
+    path: PathBuf,
+    table: RwLock<Arc<KeyTable>>,
+    /// Modification time and length of the version in use.
+    seen: Mutex<Option<(SystemTime, u64)>>,
+}
+
+impl Keys {
+    /// Reads the file; an error (unreadable, malformed) stops start-up.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let keys = Self {
+            path: path.to_owned(),
+            table: RwLock::default(),
+            seen: Mutex::default(),
+        };
+        keys.reload(true)?;
+        Ok(keys)
+    }
+
+    pub fn current(&self) -> Arc<KeyTable> {
+        self.table
+            .read()
+            .map_or_else(|_| Arc::default(), |t| Arc::clone(&t))
+    }
+
+    /// Re-reads the file when it changed (or always, with `force`). `Ok(true)` when a new
+    /// table is in use; on an error the previous table stays.
+    pub fn reload(&self, force: bool) -> Result<bool, String> {
+        let name = self.path.display();
+        let meta =
+            std::fs::metadata(&self.path).map_err(|e| format!("could not read {name}: {e}"))?;
+        let stamp = (
+            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            meta.len(),
+        );
+        let mut seen = self
+            .seen
+            .lock()
+            .map_err(|_| "the key table lock is poisoned".to_owned())?;
+        if !force && *seen == Some(stamp) {
+            return Ok(false);
+        }
+        // Noted before parsing, so a malformed version is reported once, not every poll.
+        *seen = Some(stamp);
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("could not read {name}: {e}"))?;
+        let table = KeyTable::parse(&text).map_err(|e| format!("{name}: {e}"))?;
+        if let Ok(mut current) = self.table.write() {
+            *current = Arc::new(table);
+        }
+        Ok(true)
+    }
+}
+
+/// How often the keys file is checked for changes.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// Re-reads the keys file when it changes (checked every `poll`) and on SIGHUP, until the
+/// process ends. A malformed version is logged with its line and the old keys stay.
+pub async fn watch(keys: Arc<Keys>, poll: Duration) {
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(poll);
+    loop {
+        let forced = tokio::select! {
+            _ = tick.tick() => false,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
+        };
+        match keys.reload(forced) {
+            Ok(true) => tracing::info!(
+                keys = keys.current().len(),
+                file = %keys.path.display(),
+                "API keys reloaded."
+            ),
+            Ok(false) => {}
+            Err(error) => tracing::error!(
+                error = %error,
+                "Could not reload the API keys; the previous keys stay in use."
+            ),
+        }
+    }
+}
+
+/// What the middleware needs: the keys (none: the gateway is open) and whether
+/// `/metrics` needs a key too.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    pub keys: Option<Arc<Keys>>,
+    pub metrics_need_key: bool,
+}
+
+impl Guard {
+    fn guards(&self, path: &str) -> bool {
+        path == "/v1" || path.starts_with("/v1/") || (self.metrics_need_key && path == "/metrics")
+    }
+}
+
+/// Middleware: `Authorization: Bearer <key>` on every guarded route when keys are set.
+pub async fn authenticate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let keys = req
+        .app_data::<web::Data<crate::AppState>>()
+        .map(|state| &state.guard)
+        .filter(|guard| guard.guards(req.path()))
+        .and_then(|guard| guard.keys.clone());
+    let Some(keys) = keys else {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_left_body);
+    };
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let refusal = match presented {
+        None => ApiError::MissingApiKey,
+        Some(key) => match keys.current().verify(key) {
+            Some(id) => {
+                let id = KeyId(id.to_owned());
+                req.extensions_mut().insert(id);
+                return next
+                    .call(req)
+                    .await
+                    .map(ServiceResponse::map_into_left_body);
+            }
+            None => ApiError::InvalidApiKey,
+        },
+    };
+    tracing::warn!(
+        path = req.path(),
+        reason = refusal.kind(),
+        missing = matches!(refusal, ApiError::MissingApiKey),
+        "Refused a request without a valid API key."
+    );
+    Ok(req
+        .into_response(refusal.error_response())
+        .map_into_right_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(id: &str, key: &str) -> String {
+        format!("{id} {}\n", hex::encode(sha256(key)))
+    }
+
+    #[test]
+    fn parses_ids_and_hashes_with_comments_and_blank_lines() {
+        let text = format!(
+            "# team keys\n\n{}   {}",
+            line("alice", "k1"),
+            line("ci.bot-2", "k2")
+        );
+        let table = KeyTable::parse(&text).expect("valid");
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.verify("k1"), Some("alice"));
+        assert_eq!(table.verify("k2"), Some("ci.bot-2"));
+        assert_eq!(table.verify("k3"), None);
+        assert_eq!(table.verify(""), None);
+    }
+
+    #[test]
+    fn a_malformed_line_is_named() {
+        let good = line("alice", "k1");
+        let cases = [
+            (format!("{good}bob\n"), "line 2: expected"),
+            (format!("{good}bob abc\n"), "line 2: 'bob' needs the sha256"),
+            (
+                format!("# c\n{good}bob {KEY_PREFIX}abc\n"),
+                "line 3: 'bob' needs",
+            ),
+            (
+                format!("{good}{good}"),
+                "line 2: the key id 'alice' is listed twice",
+            ),
+            (
+                format!("{good}{}", line("bob", "k1")),
+                "line 2: 'bob' has the same key",
+            ),
+            (
+                format!("b@d {}\n", "0".repeat(64)),
+                "line 1: the key id must be",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = KeyTable::parse(&text).expect_err(&text);
+            assert!(error.starts_with(expected), "{error} for {text:?}");
+        }
+    }
+
+    #[test]
+    fn new_keys_are_prefixed_random_and_url_safe() {
+        let a = new_key().expect("key");
+        let b = new_key().expect("key");
+        assert_ne!(a, b);
+        let body = a.strip_prefix(KEY_PREFIX).expect("prefix");
+        assert_eq!(body.len(), 43, "32 bytes in base64url without padding");
+        assert!(body
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+    }
+
+    #[test]
+    fn add_appends_a_line_that_verifies_and_refuses_a_taken_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("keys");
+        let alice = add_key(&file, "alice").expect("add");
+        let bob = add_key(&file, "bob").expect("add");
+        let text = std::fs::read_to_string(&file).expect("read");
+        assert!(
+            !text.contains(&alice) && !text.contains(&bob),
+            "no key on disk"
+        );
+        let table = KeyTable::parse(&text).expect("valid");
+        assert_eq!(table.verify(&alice), Some("alice"));
+        assert_eq!(table.verify(&bob), Some("bob"));
+        assert!(add_key(&file, "alice").is_err());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn a_reload_swaps_in_a_good_version_and_keeps_the_old_one_on_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("keys");
+        std::fs::write(&file, line("alice", "k1")).expect("write");
+        let keys = Keys::load(&file).expect("load");
+        assert_eq!(keys.reload(false), Ok(false), "unchanged");
+        std::fs::write(
+            &file,
+            format!("{}{}", line("alice", "k1"), line("bob", "k2")),
+        )
+        .expect("write");
+        assert_eq!(keys.reload(true), Ok(true));
+        assert_eq!(keys.current().verify("k2"), Some("bob"));
+        std::fs::write(&file, "bob\n").expect("write");
+        let error = keys.reload(true).expect_err("malformed");
+        assert!(error.contains("line 1"), "{error}");
+        assert_eq!(
+            keys.current().verify("k2"),
+            Some("bob"),
+            "the old keys stay"
+        );
+    }
+}
