@@ -2,7 +2,9 @@
 //!
 //! 1. `KeyTable::verify` alone (sha256 of the presented key, then a constant-time
 //!    comparison with every entry) for files of 1, 100 and 1,000 keys.
-//! 2. Through the real server (the scripted engine): `GET /v1/models` over one kept-alive
+//! 2. `Budget::charge` (one request and its tokens against a key with both limits): the
+//!    per-request cost of rate limits, on the chat route only.
+//! 3. Through the real server (the scripted engine): `GET /v1/models` over one kept-alive
 //!    connection, with keys and without, alternating in rounds; the median of each.
 //!
 //! `cargo bench --bench auth` prints microseconds; `cargo test` runs a short smoke version.
@@ -13,6 +15,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use llmgate::auth::limits::{Budget, Limits};
 use llmgate::auth::{add_key, Guard, KeyTable, Keys};
 
 fn median(mut times: Vec<Duration>) -> f64 {
@@ -43,6 +46,25 @@ fn verify_cost(keys: usize, calls: usize) {
     }
 }
 
+fn charge_cost(calls: usize) {
+    // Limits no bench run reaches, so every charge passes (the common case).
+    let budget = Budget::new(Limits {
+        requests_per_minute: std::num::NonZeroU32::new(u32::MAX),
+        tokens_per_minute: std::num::NonZeroU32::new(u32::MAX),
+    });
+    let times: Vec<Duration> = (0..calls)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(budget.charge(std::hint::black_box(300)).is_ok());
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "charge, requests and tokens limits: {:>7.2} µs (p50)",
+        median(times)
+    );
+}
+
 async fn per_request(requests: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
@@ -56,7 +78,9 @@ async fn per_request(requests: usize) {
     };
     let open = common::start(engine(), &config).await;
     let guard = Guard {
-        keys: Some(Arc::new(Keys::load(&file).expect("keys"))),
+        keys: Some(Arc::new(
+            Keys::load(&file, Limits::default()).expect("keys"),
+        )),
         metrics_need_key: false,
     };
     let guarded = common::start_guarded(engine(), &config, guard).await;
@@ -91,5 +115,6 @@ async fn main() {
     for keys in [1, 100, 1000] {
         verify_cost(if full { keys } else { keys.min(10) }, calls);
     }
+    charge_cost(calls);
     per_request(requests).await;
 }

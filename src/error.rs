@@ -11,6 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::auth::limits::{reset_text, Refusal, Unit};
 use crate::engine::EngineError;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -56,6 +57,15 @@ pub enum ApiError {
     InvalidApiKey,
     #[error("Content-Type must be application/json; got {0}")]
     UnsupportedMediaType(String),
+    /// A key's limit is spent for now (`retry_after`), or the request alone is more than
+    /// the limit (`None`: it never passes).
+    #[error("{}", rate_message(*.unit, *.limit, *.requested, *.retry_after))]
+    RateLimited {
+        unit: Unit,
+        limit: u32,
+        requested: u32,
+        retry_after: Option<Duration>,
+    },
     #[error("The server had an error while processing your request")]
     Internal,
 }
@@ -69,6 +79,23 @@ fn context_message(prompt_tokens: u32, max_tokens: Option<u32>, context_length: 
         ),
         None => format!(
             "This model's maximum context length is {context_length} tokens, but the messages have {prompt_tokens} tokens"
+        ),
+    }
+}
+
+/// OpenAI's wording: "Rate limit reached ... on tokens per min (TPM): Limit 600, Requested 700."
+fn rate_message(unit: Unit, limit: u32, requested: u32, retry_after: Option<Duration>) -> String {
+    let per_min = match unit {
+        Unit::Requests => "requests per min (RPM)",
+        Unit::Tokens => "tokens per min (TPM)",
+    };
+    match retry_after {
+        Some(wait) => format!(
+            "Rate limit reached for this API key on {per_min}: Limit {limit}, Requested {requested}. Please try again in {}.",
+            reset_text(wait)
+        ),
+        None => format!(
+            "Request too large for this API key on {per_min}: Limit {limit}, Requested {requested} (the prompt's tokens and max_tokens). Lower max_tokens or shorten the messages."
         ),
     }
 }
@@ -175,6 +202,12 @@ impl ApiError {
                 "invalid_request_error",
                 "unsupported_media_type",
             ),
+            // OpenAI's `type` says which limit: "requests" or "tokens".
+            E::RateLimited { unit, .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                unit.as_str(),
+                "rate_limit_exceeded",
+            ),
             E::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
@@ -255,6 +288,15 @@ impl ResponseError for ApiError {
         if let ApiError::Overloaded { retry_after, .. } = self {
             response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
         }
+        if let ApiError::RateLimited {
+            retry_after: Some(wait),
+            ..
+        } = self
+        {
+            // Whole seconds, rounded up: a client that waits this long passes.
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response.insert_header((header::RETRY_AFTER, secs.max(1)));
+        }
         if matches!(self, ApiError::QueueTimeout { .. }) {
             response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
         }
@@ -265,6 +307,33 @@ impl ResponseError for ApiError {
             response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
         }
         response.json(self.body())
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Exhausted {
+                unit,
+                limit,
+                requested,
+                retry_after,
+                ..
+            } => ApiError::RateLimited {
+                unit,
+                limit,
+                requested,
+                retry_after: Some(retry_after),
+            },
+            Refusal::TooLarge {
+                limit, requested, ..
+            } => ApiError::RateLimited {
+                unit: Unit::Tokens,
+                limit,
+                requested,
+                retry_after: None,
+            },
+        }
     }
 }
 
@@ -349,6 +418,43 @@ mod tests {
                 .contains_key(header::RETRY_AFTER);
             assert_eq!(retry_after, code == "queue_timeout", "{code}");
         }
+    }
+
+    #[test]
+    fn rate_limits_answer_like_openai() {
+        let spent = ApiError::RateLimited {
+            unit: Unit::Tokens,
+            limit: 600,
+            requested: 200,
+            retry_after: Some(Duration::from_millis(4200)),
+        };
+        let json = serde_json::to_value(spent.body()).expect("serialise");
+        assert_eq!(json["error"]["type"], "tokens");
+        assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+        assert!(json["error"]["message"].as_str().is_some_and(|m| m
+            .contains("TPM): Limit 600, Requested 200")
+            && m.ends_with("in 4.2s.")));
+        let response = spent.error_response();
+        assert_eq!(response.status().as_u16(), 429);
+        assert_eq!(
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            Some(&b"5"[..]),
+            "rounded up"
+        );
+        let never = ApiError::RateLimited {
+            unit: Unit::Tokens,
+            limit: 600,
+            requested: 900,
+            retry_after: None,
+        };
+        assert!(!never
+            .error_response()
+            .headers()
+            .contains_key(header::RETRY_AFTER));
+        assert!(never.to_string().starts_with("Request too large"));
     }
 
     #[test]

@@ -78,12 +78,18 @@ pub fn serve(
     workers: usize,
 ) -> std::io::Result<Server> {
     let mut server = HttpServer::new(move || {
+        let metrics = state.metrics_on_api;
         App::new()
             .app_data(state.clone())
-            // Outermost last: every answer, a 401 included, carries its request id.
+            // Outermost last: every answer, a 401 included, carries its request id, and
+            // CORS answers preflights before any key is asked for.
             .wrap(middleware::from_fn(auth::authenticate))
             .wrap(middleware::from_fn(api::request_id))
-            .configure(api::configure)
+            .wrap(middleware::Condition::new(
+                !state.cors_origins.is_empty(),
+                api::cors(&state.cors_origins),
+            ))
+            .configure(|cfg| api::configure(cfg, metrics))
     })
     // A client that closes its side of the connection has left: actix then drops the
     // handler, which cancels the generation (the default keeps generating for nobody).
@@ -97,4 +103,20 @@ pub fn serve(
         server = server.workers(workers);
     }
     Ok(server.run())
+}
+
+/// Builds the metrics listener (`server.metrics_listen`): `/metrics` and `/health` only,
+/// one worker; `/metrics` needs a key there too with `--metrics-auth`.
+pub fn serve_metrics(state: web::Data<AppState>, listener: TcpListener) -> std::io::Result<Server> {
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(middleware::from_fn(auth::authenticate))
+            .configure(api::configure_metrics)
+    })
+    .disable_signals()
+    .shutdown_timeout(1)
+    .workers(1)
+    .listen(listener)?
+    .run())
 }

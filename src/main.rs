@@ -260,7 +260,7 @@ fn guard(config: &Config) -> anyhow::Result<llmgate::auth::Guard> {
         return Ok(llmgate::auth::Guard::default());
     };
     let keys = Arc::new(
-        llmgate::auth::Keys::load(path)
+        llmgate::auth::Keys::load(path, config.server.rate_limits)
             .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?,
     );
     if keys.current().is_empty() {
@@ -270,6 +270,8 @@ fn guard(config: &Config) -> anyhow::Result<llmgate::auth::Guard> {
         keys = keys.current().len(),
         file = %path.display(),
         metrics_need_key = config.server.metrics_auth,
+        default_rpm = config.server.rate_limits.requests_per_minute.map(|n| n.get()),
+        default_tpm = config.server.rate_limits.tokens_per_minute.map(|n| n.get()),
         "API keys are required on /v1/*."
     );
     tokio::spawn(llmgate::auth::watch(Arc::clone(&keys), llmgate::auth::POLL));
@@ -333,6 +335,19 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         "Listening; the model is loading."
     );
     let state = web::Data::new(state);
+    let metrics_server = match config.server.metrics_listen {
+        Some(address) => {
+            let listener = TcpListener::bind(address).map_err(|e| {
+                anyhow::anyhow!("could not listen on {address} (server.metrics_listen): {e}")
+            })?;
+            tracing::info!(address = %address, "Serving /metrics on its own listener.");
+            let server = llmgate::serve_metrics(state.clone(), listener)?;
+            let handle = server.handle();
+            tokio::spawn(server);
+            Some(handle)
+        }
+        None => None,
+    };
     let server = llmgate::serve(state.clone(), listener, config.server.workers)?;
     let handle = server.handle();
     let mut running = tokio::spawn(server);
@@ -350,6 +365,9 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             handle.stop(true).await;
             running.await??;
         }
+    }
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.stop(false).await;
     }
     semlog.shutdown(SEMLOG_DRAIN).await;
     telemetry.shutdown();

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::logs::captured_logs;
 use common::*;
+use llmgate::auth::limits::Limits;
 use llmgate::auth::{add_key, watch, Guard, Keys};
 use llmgate::engine::scripted::Script;
 use serde_json::{json, Value};
@@ -20,7 +21,7 @@ fn hello() -> Script {
 
 /// Keys from `file`, re-read every 50 ms.
 fn guard(file: &Path, metrics_need_key: bool) -> Guard {
-    let keys = Arc::new(Keys::load(file).expect("keys"));
+    let keys = Arc::new(Keys::load(file, Limits::default()).expect("keys"));
     tokio::spawn(watch(Arc::clone(&keys), Duration::from_millis(50)));
     Guard {
         keys: Some(keys),
@@ -134,7 +135,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     let named = async {
         for _ in 0..100 {
             let text = String::from_utf8_lossy(&logs.lock().expect("lock")).into_owned();
-            if text.contains("line 1: expected '<key-id> <sha256-hex>'") {
+            if text.contains("line 1: expected '<key-id> <sha256-hex> [rpm=N] [tpm=N]'") {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -209,5 +210,175 @@ async fn without_keys_the_gateway_is_open_but_still_wants_json() {
         .await
         .expect("request");
     assert_eq!(response.status(), 415, "no Content-Type");
+    server.stop().await;
+}
+
+/// A guard whose keys file gives `alice` her own limits and `bob` none.
+fn limited(dir: &Path, alice_limits: &str) -> (Guard, String, String) {
+    let file = dir.join("keys");
+    let alice = add_key(&file, "alice").expect("add");
+    let bob = add_key(&file, "bob").expect("add");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let text = text.replacen('\n', &format!(" {alice_limits}\n"), 1);
+    std::fs::write(&file, text).expect("write");
+    (guard(&file, false), alice, bob)
+}
+
+async fn chat_with(server: &TestServer, key: &str, max_tokens: u32) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&chat_body("hi", json!({"max_tokens": max_tokens})))
+        .send()
+        .await
+        .expect("request")
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no {name} header"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_limits_refuse_with_openais_429_and_recover() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 3,000 tokens a minute (50 a second); each request below costs 1 + 499.
+    let (guard, alice, bob) = limited(dir.path(), "rpm=100 tpm=3000");
+    let engine = llmgate::engine::scripted::ScriptedEngine::new(model_info(4096), hello());
+    let config = test_config("[engine]\nmax_tokens_cap = 4000\n");
+    let server = start_guarded(Arc::new(engine), &config, guard).await;
+
+    let first = chat_with(&server, &alice, 499).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "x-ratelimit-limit-requests"), "100");
+    assert_eq!(header(&first, "x-ratelimit-remaining-requests"), "99");
+    assert_eq!(header(&first, "x-ratelimit-reset-requests"), "600ms");
+    assert_eq!(header(&first, "x-ratelimit-limit-tokens"), "3000");
+    assert_eq!(header(&first, "x-ratelimit-remaining-tokens"), "2500");
+    assert_eq!(header(&first, "x-ratelimit-reset-tokens"), "10s");
+    for _ in 0..5 {
+        assert_eq!(chat_with(&server, &alice, 499).await.status(), 200);
+    }
+    let refused = chat_with(&server, &alice, 499).await;
+    assert_eq!(refused.status(), 429);
+    let retry_after: u64 = header(&refused, "retry-after").parse().expect("seconds");
+    assert!((1..=10).contains(&retry_after), "{retry_after}");
+    assert_eq!(header(&refused, "x-ratelimit-remaining-tokens"), "0");
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+    assert_eq!(body["error"]["type"], "tokens", "{body}");
+    let refused_record = server.observer.records();
+    assert_eq!(
+        refused_record.last().and_then(|r| r.error_kind),
+        Some("rate_limit_exceeded"),
+        "a refusal leaves its record"
+    );
+
+    // Another key is not touched, and has no limits: no headers.
+    let other = chat_with(&server, &bob, 499).await;
+    assert_eq!(other.status(), 200);
+    assert!(!other.headers().contains_key("x-ratelimit-limit-tokens"));
+
+    // A small request fits again after a moment: 50 tokens come back every second.
+    let mut recovered = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if chat_with(&server, &alice, 9).await.status() == 200 {
+            recovered = true;
+            break;
+        }
+    }
+    assert!(recovered, "the token limit recovers at its rate");
+
+    // A request that could never fit says so, without a Retry-After.
+    let too_large = chat_with(&server, &alice, 3500).await;
+    assert_eq!(too_large.status(), 429);
+    assert!(!too_large.headers().contains_key("retry-after"));
+    let body: Value = too_large.json().await.expect("json");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Request too large") && m.contains("Requested 3501")),
+        "{body}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_is_off_unless_origins_are_named() {
+    let origin = "https://app.example.com";
+    let preflight = |server: &TestServer, from: &str| {
+        reqwest::Client::new()
+            .request(reqwest::Method::OPTIONS, server.url("/v1/chat/completions"))
+            .header("origin", from)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
+            .send()
+    };
+    let closed = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let answer = preflight(&closed, origin).await.expect("preflight");
+    assert!(!answer.headers().contains_key("access-control-allow-origin"));
+    closed.stop().await;
+
+    let config = test_config(&format!("[server]\ncors_origins = [\"{origin}\"]\n"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("keys");
+    let key = add_key(&file, "web").expect("add");
+    let open = start_guarded(Arc::new(scripted(hello())), &config, guard(&file, false)).await;
+    // The preflight carries no key and is answered before authentication.
+    let answer = preflight(&open, origin).await.expect("preflight");
+    assert!(answer.status().is_success(), "{}", answer.status());
+    assert_eq!(header(&answer, "access-control-allow-origin"), origin);
+    let other = preflight(&open, "https://evil.example")
+        .await
+        .expect("preflight");
+    assert!(!other.headers().contains_key("access-control-allow-origin"));
+    let answer = reqwest::Client::new()
+        .post(open.url("/v1/chat/completions"))
+        .header("origin", origin)
+        .bearer_auth(&key)
+        .json(&chat_body("hi", json!({})))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(header(&answer, "access-control-allow-origin"), origin);
+    assert!(header(&answer, "access-control-expose-headers").contains("x-request-id"));
+    open.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_have_a_listener_of_their_own() {
+    // The configured address only tells the API listener to leave /metrics out; the test
+    // binds the metrics listener itself, on a free port.
+    let config = test_config("[server]\nmetrics_listen = \"127.0.0.1:9464\"\n");
+    let server = start(Arc::new(scripted(hello())), &config).await;
+    assert_eq!(get(&server, "/metrics", None).await, 404);
+    assert_eq!(get(&server, "/health", None).await, 200);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let metrics = llmgate::serve_metrics(server.state.clone(), listener).expect("metrics");
+    let handle = metrics.handle();
+    tokio::spawn(metrics);
+    assert_eq!(chat(&server, None).await.status(), 200);
+    let scrape = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(scrape.contains("llmgate_requests_total"), "{scrape}");
+    let api = reqwest::get(format!("{base}/v1/models"))
+        .await
+        .expect("get");
+    assert_eq!(api.status(), 404, "the metrics listener serves no API");
+    handle.stop(false).await;
     server.stop().await;
 }

@@ -16,7 +16,9 @@ use tracing::Instrument;
 
 use super::request::parse_chat_request;
 use super::{AppState, RequestId};
-use crate::engine::{Generation, GenerationRequest, Role};
+use crate::auth::limits::RateHeaders;
+use crate::auth::Caller;
+use crate::engine::{Generation, Prepared, Role};
 use crate::error::ApiError;
 use crate::quality::QualityTracker;
 use crate::record::{RequestParams, RequestRecord, Status};
@@ -45,7 +47,8 @@ pub async fn chat_completions(
         .telemetry
         .start_request(req.headers(), state.clock.system_time());
     let request_id = RequestId::of(&req);
-    let api_key_id = key_id_of(&req);
+    let caller = caller_of(&req);
+    let api_key_id = caller.as_ref().map(|c| c.key_id.clone());
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
@@ -65,10 +68,15 @@ pub async fn chat_completions(
             trace: Some(trace),
         };
         let timer = RequestTimer::start(t_recv);
-        match handle(
+        let mut rate = RateHeaders::default();
+        let mut response = match handle(
             &req,
             payload,
             &state,
+            Charged {
+                caller: caller.as_ref(),
+                headers: &mut rate,
+            },
             &request_id,
             timer,
             deadline,
@@ -82,7 +90,9 @@ pub async fn chat_completions(
                 pending.record(Some(&error));
                 error.error_response()
             }
-        }
+        };
+        rate.apply(response.headers_mut());
+        response
     }
     .instrument(span)
     .await
@@ -169,10 +179,42 @@ impl From<ApiError> for Failure {
     }
 }
 
+/// The caller a request is charged to, and where the outcome's headers go.
+struct Charged<'a> {
+    caller: Option<&'a Caller>,
+    headers: &'a mut RateHeaders,
+}
+
+impl Charged<'_> {
+    /// Charges the request's token budget to its key; every answer carries the headers,
+    /// a refusal included.
+    fn charge(self, prepared: &Prepared) -> Result<(), ApiError> {
+        let Some(caller) = self.caller else {
+            return Ok(());
+        };
+        match caller.budget.charge(prepared.token_budget()) {
+            Ok(headers) => {
+                *self.headers = headers;
+                Ok(())
+            }
+            Err(refusal) => {
+                *self.headers = *refusal.headers();
+                tracing::info!(
+                    tokens = prepared.token_budget(),
+                    "Refused: the key's rate limit is reached."
+                );
+                Err(refusal.into())
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn handle(
     req: &HttpRequest,
     payload: web::Payload,
     state: &AppState,
+    charged: Charged<'_>,
     request_id: &str,
     mut timer: RequestTimer,
     deadline: Deadline,
@@ -181,6 +223,7 @@ async fn handle(
     if state.lifecycle.is_draining() {
         return Err(ApiError::ShuttingDown.into());
     }
+    let api_key_id = charged.caller.map(|c| c.key_id.clone());
     json_content_type(req)?;
     let limit = state.timeouts.body;
     let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
@@ -215,11 +258,17 @@ async fn handle(
     };
 
     timer.engine_submitted(state.clock.now());
-    let generation = start_in_engine(state, chat.generation, &deadline.cut_off).await?;
+    let prepared = state
+        .engine
+        .prepare(chat.generation)
+        .await
+        .map_err(ApiError::from)?;
+    charged.charge(&prepared)?;
+    let generation = start_in_engine(state, prepared, &deadline.cut_off).await?;
     timer.engine_started(state.clock.at(generation.started));
     let info = RunInfo {
         request_id: request_id.to_owned(),
-        api_key_id: key_id_of(req),
+        api_key_id,
         model: chat.model.clone(),
         stream: chat.stream,
         input_hash: chat.input_hash,
@@ -278,7 +327,7 @@ async fn handle(
 /// timeout, and not past a draining server's cut-off.
 async fn start_in_engine(
     state: &AppState,
-    request: GenerationRequest,
+    request: Prepared,
     cut_off: &CancellationToken,
 ) -> Result<Generation, ApiError> {
     let limit = state.timeouts.queue;
@@ -302,12 +351,10 @@ async fn start_in_engine(
     }
 }
 
-/// The id of the key the request presented, when keys are on.
-fn key_id_of(req: &HttpRequest) -> Option<String> {
+/// Who the request is, when keys are on.
+fn caller_of(req: &HttpRequest) -> Option<Caller> {
     use actix_web::HttpMessage;
-    req.extensions()
-        .get::<crate::auth::KeyId>()
-        .map(|id| id.0.clone())
+    req.extensions().get::<Caller>().cloned()
 }
 
 /// Only JSON bodies are read: a web page can make a browser post a form or plain text

@@ -57,6 +57,10 @@ pub struct AppState {
     pub quality: QualitySettings,
     /// API keys (none: open) and what they guard; set after the keys file is read.
     pub guard: crate::auth::Guard,
+    /// Origins allowed to call the API from a browser; empty: no CORS headers at all.
+    pub cors_origins: Vec<String>,
+    /// Whether the API listener serves `/metrics` (not when it has a listener of its own).
+    pub metrics_on_api: bool,
 }
 
 impl AppState {
@@ -89,12 +93,15 @@ impl AppState {
             },
             quality: config.quality.settings.clone(),
             guard: crate::auth::Guard::default(),
+            cors_origins: config.server.cors_origins.clone(),
+            metrics_on_api: config.server.metrics_listen.is_none(),
         }
     }
 }
 
-/// The route table.
-pub fn configure(cfg: &mut web::ServiceConfig) {
+/// The route table of the API listener; `/metrics` only when `metrics` (otherwise it has
+/// its own listener, [`configure_metrics`]).
+pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
     cfg.route(
         "/v1/chat/completions",
         web::post().to(chat::chat_completions),
@@ -102,9 +109,43 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .route("/v1/models", web::get().to(meta::list_models))
     .route("/v1/models/{id}", web::get().to(meta::get_model))
     .route("/health", web::get().to(meta::health))
-    .route("/ready", web::get().to(meta::ready))
-    .route("/metrics", web::get().to(meta::metrics))
-    .default_service(web::to(not_found));
+    .route("/ready", web::get().to(meta::ready));
+    if metrics {
+        cfg.route("/metrics", web::get().to(meta::metrics));
+    }
+    cfg.default_service(web::to(not_found));
+}
+
+/// The route table of a metrics listener: the scrape and the liveness probe.
+pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
+    cfg.route("/metrics", web::get().to(meta::metrics))
+        .route("/health", web::get().to(meta::health))
+        .default_service(web::to(not_found));
+}
+
+/// CORS for `origins`: browsers on those pages may call the API with a key; preflights
+/// are answered before authentication (they carry no key). No credentials (cookies):
+/// the key travels in `Authorization`.
+pub fn cors(origins: &[String]) -> actix_cors::Cors {
+    let cors = origins
+        .iter()
+        .fold(actix_cors::Cors::default(), |cors, origin| {
+            cors.allowed_origin(origin)
+        });
+    cors.allowed_methods(["GET", "POST"])
+        // The OpenAI SDKs send their own x-stainless-* headers; the origin is the gate.
+        .allow_any_header()
+        .expose_headers([
+            "x-request-id",
+            "retry-after",
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+            "x-ratelimit-limit-tokens",
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+        ])
+        .max_age(3600)
 }
 
 async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {

@@ -1,18 +1,24 @@
-//! API keys: who may use `/v1/*`.
+//! API keys: who may use `/v1/*`, and how much.
 //!
-//! The keys file holds one line per key, `<key-id> <sha256-hex of the key>`, with `#`
-//! comments and blank lines, so the file holds no secret. [`KeyTable::parse`] reads it
-//! (an error names the line); [`Keys`] holds the table in use and swaps in a new one
-//! when the file changes or on SIGHUP ([`watch`]), keeping the old one when the new text
-//! is malformed. The [`authenticate`] middleware checks `Authorization: Bearer <key>` on
-//! every `/v1/*` route: the presented key is hashed and compared with every entry in
-//! constant time. A refusal is OpenAI's 401 (`invalid_api_key`), which the OpenAI SDKs
-//! raise as `AuthenticationError`. An accepted request carries its [`KeyId`] in its
-//! extensions to the request record (semantic log, span, log line); never to a metric.
+//! The keys file holds one line per key, `<key-id> <sha256-hex of the key> [rpm=N]
+//! [tpm=N]`, with `#` comments and blank lines, so the file holds no secret.
+//! [`KeyTable::parse`] reads it (an error names the line); [`Keys`] holds the table in
+//! use and swaps in a new one when the file changes or on SIGHUP ([`watch`]), keeping the
+//! old one when the new text is malformed. The [`authenticate`] middleware checks
+//! `Authorization: Bearer <key>` on every `/v1/*` route: the presented key is hashed and
+//! compared with every entry in constant time. A refusal is OpenAI's 401
+//! (`invalid_api_key`), which the OpenAI SDKs raise as `AuthenticationError`. An accepted
+//! request carries its [`Caller`] in its extensions: the key id to the request record
+//! (semantic log, span, log line; never a metric) and the key's [`limits::Budget`] to the
+//! handler that charges it.
 //!
 //! `llmgate keys add <key-id> --file FILE` makes a key ([`new_key`]) and appends its line.
 
+pub mod limits;
+
+use std::collections::HashMap;
 use std::io::Write;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
@@ -27,24 +33,84 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use limits::{Budget, Limits};
 
 /// Every key starts with this, so a leaked one is recognisable (secret scanners, logs).
 pub const KEY_PREFIX: &str = "llmgate-";
 
-/// The id of the key an accepted request presented.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyId(pub String);
+/// Who an accepted request is: the id of the key it presented and that key's budget.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key_id: String,
+    pub budget: Arc<Budget>,
+}
+
+/// A limit as one line of the keys file sets it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Own {
+    /// Not on the line: the server's default applies.
+    #[default]
+    Default,
+    /// `rpm=none`: no limit, whatever the default.
+    Unlimited,
+    PerMinute(NonZeroU32),
+}
+
+impl Own {
+    fn over(self, default: Option<NonZeroU32>) -> Option<NonZeroU32> {
+        match self {
+            Own::Default => default,
+            Own::Unlimited => None,
+            Own::PerMinute(n) => Some(n),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     id: String,
     hash: [u8; 32],
+    rpm: Own,
+    tpm: Own,
+}
+
+impl Entry {
+    fn limits(&self, defaults: Limits) -> Limits {
+        Limits {
+            requests_per_minute: self.rpm.over(defaults.requests_per_minute),
+            tokens_per_minute: self.tpm.over(defaults.tokens_per_minute),
+        }
+    }
 }
 
 /// The keys one version of the file lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyTable {
     entries: Vec<Entry>,
+}
+
+/// Parses `rpm=60` / `tpm=none` options of a key line.
+fn parse_option(line_no: usize, id: &str, option: &str, entry: &mut Entry) -> Result<(), String> {
+    let bad = || {
+        format!(
+            "line {line_no}: '{id}' has '{option}'; options are rpm=N and tpm=N (N at least 1, or 'none')"
+        )
+    };
+    let (name, value) = option.split_once('=').ok_or_else(bad)?;
+    let own = match value {
+        "none" => Own::Unlimited,
+        n => Own::PerMinute(n.parse::<NonZeroU32>().map_err(|_| bad())?),
+    };
+    let slot = match name {
+        "rpm" => &mut entry.rpm,
+        "tpm" => &mut entry.tpm,
+        _ => return Err(bad()),
+    };
+    if *slot != Own::Default {
+        return Err(format!("line {line_no}: '{id}' sets {name} twice"));
+    }
+    *slot = own;
+    Ok(())
 }
 
 fn valid_id(id: &str) -> bool {
@@ -70,9 +136,9 @@ impl KeyTable {
                 continue;
             }
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let [id, hex_hash] = fields[..] else {
+            let [id, hex_hash, ref options @ ..] = fields[..] else {
                 return Err(format!(
-                    "line {line_no}: expected '<key-id> <sha256-hex>', found {} fields",
+                    "line {line_no}: expected '<key-id> <sha256-hex> [rpm=N] [tpm=N]', found {} field",
                     fields.len()
                 ));
             };
@@ -97,10 +163,16 @@ impl KeyTable {
                     "line {line_no}: '{id}' has the same key as another id"
                 ));
             }
-            entries.push(Entry {
+            let mut entry = Entry {
                 id: id.to_owned(),
                 hash,
-            });
+                rpm: Own::Default,
+                tpm: Own::Default,
+            };
+            for option in options {
+                parse_option(line_no, id, option, &mut entry)?;
+            }
+            entries.push(entry);
         }
         Ok(Self { entries })
     }
@@ -123,6 +195,52 @@ impl KeyTable {
             }
         }
         found
+    }
+
+    /// The limits of the key `id`, with `defaults` where its line sets none.
+    pub fn limits(&self, id: &str, defaults: Limits) -> Option<Limits> {
+        self.entries
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.limits(defaults))
+    }
+}
+
+/// A table in use, with each key's budget.
+#[derive(Debug, Default)]
+struct Active {
+    table: Arc<KeyTable>,
+    budgets: HashMap<String, Arc<Budget>>,
+}
+
+impl Active {
+    /// `table` with budgets: a key whose limits did not change keeps what it has used,
+    /// so editing the file is not a way to reset a limit.
+    fn new(table: KeyTable, defaults: Limits, previous: &Active) -> Self {
+        let budgets = table
+            .entries
+            .iter()
+            .map(|entry| {
+                let limits = entry.limits(defaults);
+                let budget = match previous.budgets.get(&entry.id) {
+                    Some(kept) if kept.limits() == limits => Arc::clone(kept),
+                    _ => Arc::new(Budget::new(limits)),
+                };
+                (entry.id.clone(), budget)
+            })
+            .collect();
+        Self {
+            table: Arc::new(table),
+            budgets,
+        }
+    }
+
+    fn caller(&self, key: &str) -> Option<Caller> {
+        let id = self.table.verify(key)?;
+        Some(Caller {
+            key_id: id.to_owned(),
+            budget: Arc::clone(self.budgets.get(id)?),
+        })
     }
 }
 
@@ -168,17 +286,20 @@ pub fn add_key(file: &Path, id: &str) -> Result<String, String> {
 #[derive(Debug)]
 pub struct Keys {
     path: PathBuf,
-    table: RwLock<Arc<KeyTable>>,
+    /// Limits of keys whose line sets none (`server.rate_limit_rpm` / `_tpm`).
+    defaults: Limits,
+    active: RwLock<Arc<Active>>,
     /// Modification time and length of the version in use.
     seen: Mutex<Option<(SystemTime, u64)>>,
 }
 
 impl Keys {
     /// Reads the file; an error (unreadable, malformed) stops start-up.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path, defaults: Limits) -> Result<Self, String> {
         let keys = Self {
             path: path.to_owned(),
-            table: RwLock::default(),
+            defaults,
+            active: RwLock::default(),
             seen: Mutex::default(),
         };
         keys.reload(true)?;
@@ -186,9 +307,23 @@ impl Keys {
     }
 
     pub fn current(&self) -> Arc<KeyTable> {
-        self.table
+        Arc::clone(&self.active().table)
+    }
+
+    fn active(&self) -> Arc<Active> {
+        self.active
             .read()
-            .map_or_else(|_| Arc::default(), |t| Arc::clone(&t))
+            .map_or_else(|_| Arc::default(), |a| Arc::clone(&a))
+    }
+
+    /// The caller `key` identifies, if it is a key in use.
+    pub fn caller(&self, key: &str) -> Option<Caller> {
+        self.active().caller(key)
+    }
+
+    /// The limits that apply to keys whose line sets none.
+    pub fn defaults(&self) -> Limits {
+        self.defaults
     }
 
     /// Re-reads the file when it changed (or always, with `force`). `Ok(true)` when a new
@@ -213,8 +348,9 @@ impl Keys {
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("could not read {name}: {e}"))?;
         let table = KeyTable::parse(&text).map_err(|e| format!("{name}: {e}"))?;
-        if let Ok(mut current) = self.table.write() {
-            *current = Arc::new(table);
+        let active = Active::new(table, self.defaults, &self.active());
+        if let Ok(mut current) = self.active.write() {
+            *current = Arc::new(active);
         }
         Ok(true)
     }
@@ -289,10 +425,9 @@ pub async fn authenticate(
         .map(str::trim);
     let refusal = match presented {
         None => ApiError::MissingApiKey,
-        Some(key) => match keys.current().verify(key) {
-            Some(id) => {
-                let id = KeyId(id.to_owned());
-                req.extensions_mut().insert(id);
+        Some(key) => match keys.caller(key) {
+            Some(caller) => {
+                req.extensions_mut().insert(caller);
                 return next
                     .call(req)
                     .await
@@ -401,7 +536,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("keys");
         std::fs::write(&file, line("alice", "k1")).expect("write");
-        let keys = Keys::load(&file).expect("load");
+        let keys = Keys::load(&file, Limits::default()).expect("load");
         assert_eq!(keys.reload(false), Ok(false), "unchanged");
         std::fs::write(
             &file,
@@ -418,5 +553,73 @@ mod tests {
             Some("bob"),
             "the old keys stay"
         );
+    }
+
+    #[test]
+    fn a_line_may_set_its_own_limits_over_the_defaults() {
+        let text = format!(
+            "{} rpm=5 tpm=none\n{}{} tpm=900\n",
+            line("alice", "k1").trim_end(),
+            line("bob", "k2"),
+            line("carol", "k3").trim_end()
+        );
+        let table = KeyTable::parse(&text).expect("valid");
+        let defaults = Limits {
+            requests_per_minute: NonZeroU32::new(60),
+            tokens_per_minute: NonZeroU32::new(10_000),
+        };
+        let limits = |id| table.limits(id, defaults).expect("listed");
+        assert_eq!(
+            limits("alice"),
+            Limits {
+                requests_per_minute: NonZeroU32::new(5),
+                tokens_per_minute: None,
+            }
+        );
+        assert_eq!(limits("bob"), defaults);
+        assert_eq!(
+            limits("carol").tokens_per_minute,
+            NonZeroU32::new(900),
+            "tpm set, rpm from the defaults"
+        );
+        assert_eq!(limits("carol").requests_per_minute, NonZeroU32::new(60));
+        let bad = [
+            (
+                format!("{} rpm=0\n", line("a", "k").trim_end()),
+                "line 1: 'a' has 'rpm=0'",
+            ),
+            (
+                format!("{} rps=5\n", line("a", "k").trim_end()),
+                "line 1: 'a' has 'rps=5'",
+            ),
+            (
+                format!("{} rpm=5 rpm=6\n", line("a", "k").trim_end()),
+                "line 1: 'a' sets rpm twice",
+            ),
+        ];
+        for (text, expected) in bad {
+            let error = KeyTable::parse(&text).expect_err(&text);
+            assert!(error.starts_with(expected), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_reload_keeps_what_a_key_has_used_unless_its_limits_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("keys");
+        let alice = format!("{} rpm=2\n", line("alice", "k1").trim_end());
+        std::fs::write(&file, &alice).expect("write");
+        let keys = Keys::load(&file, Limits::default()).expect("load");
+        let spend = || keys.caller("k1").expect("known").budget.charge(1);
+        assert!(spend().is_ok() && spend().is_ok());
+        assert!(spend().is_err(), "two requests a minute");
+        std::fs::write(&file, format!("{alice}{}", line("bob", "k2"))).expect("write");
+        assert_eq!(keys.reload(true), Ok(true));
+        assert!(spend().is_err(), "adding bob does not refill alice");
+        std::fs::write(&file, format!("{} rpm=3\n", line("alice", "k1").trim_end()))
+            .expect("write");
+        assert_eq!(keys.reload(true), Ok(true));
+        assert!(spend().is_ok(), "a new limit starts a new budget");
+        assert!(keys.caller("k2").is_none(), "bob is gone");
     }
 }

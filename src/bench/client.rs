@@ -179,7 +179,7 @@ pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Setting
     };
     let started = Instant::now();
     let mut sample = Sample::default();
-    let mut generation = match engine.generate(request).await {
+    let mut generation = match crate::engine::run(engine, request).await {
         Ok(generation) => generation,
         Err(error) => {
             sample.error = Some(error.to_string());

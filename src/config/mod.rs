@@ -4,6 +4,7 @@
 //! setting in all three spellings and says what would be right.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -96,6 +97,12 @@ pub struct ServerConfig {
     pub api_keys_file: Option<PathBuf>,
     /// /metrics needs a key too (when keys are set).
     pub metrics_auth: bool,
+    /// A listener of its own for /metrics, which the API port then does not serve.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Limits of keys whose line in the keys file sets none.
+    pub rate_limits: crate::auth::limits::Limits,
+    /// Origins allowed to call the API from a browser; empty: CORS stays off.
+    pub cors_origins: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -245,12 +252,13 @@ impl Config {
         let engine = merged("engine", &args.engine, &file.engine)?;
         let logging = merged("logging", &args.logging, &file.logging)?;
         let listen_text = server.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-        let listen = listen_text.parse().map_err(|_| {
-            ConfigError::invalid(
-                "server.listen",
-                format!("'{listen_text}' is not an address like 127.0.0.1:8080"),
-            )
-        })?;
+        let listen = address("server.listen", &listen_text)?;
+        let metrics_listen = server
+            .metrics_listen
+            .as_deref()
+            .map(|text| address("server.metrics_listen", text))
+            .transpose()?;
+        let cors_origins = cors_origins(server.cors_origins.unwrap_or_default())?;
         let config = Config {
             server: ServerConfig {
                 listen,
@@ -267,6 +275,12 @@ impl Config {
                 workers: server.workers.unwrap_or(0),
                 api_keys_file: server.api_keys_file,
                 metrics_auth: server.metrics_auth.unwrap_or(false),
+                metrics_listen,
+                rate_limits: crate::auth::limits::Limits {
+                    requests_per_minute: server.rate_limit_rpm.and_then(NonZeroU32::new),
+                    tokens_per_minute: server.rate_limit_tpm.and_then(NonZeroU32::new),
+                },
+                cors_origins,
             },
             engine: EngineConfig {
                 model_path: engine
@@ -334,6 +348,22 @@ impl Config {
         }
         let s = &self.server;
         let e = &self.engine;
+        if s.api_keys_file.is_none() && !s.rate_limits.is_unlimited() {
+            return Err(ConfigError::invalid(
+                if s.rate_limits.requests_per_minute.is_some() {
+                    "server.rate_limit_rpm"
+                } else {
+                    "server.rate_limit_tpm"
+                },
+                "limits are per API key: set server.api_keys_file too",
+            ));
+        }
+        if s.metrics_listen == Some(s.listen) {
+            return Err(ConfigError::invalid(
+                "server.metrics_listen",
+                "must differ from server.listen (leave it unset to serve /metrics there)",
+            ));
+        }
         if s.max_body_bytes < 1024 {
             return Err(ConfigError::invalid(
                 "server.max_body_bytes",
@@ -484,6 +514,43 @@ fn quality_settings(table: QualityTable) -> Result<QualitySettings, ConfigError>
         refusal: Arc::new(refusal),
         intents: Arc::new(intents),
     })
+}
+
+fn address(setting: &'static str, text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse::<SocketAddr>().map_err(|_| {
+        ConfigError::invalid(
+            setting,
+            format!("'{text}' is not an address like 127.0.0.1:8080"),
+        )
+    })
+}
+
+/// Origins as browsers send them: `scheme://host[:port]`, nothing after. `*` is refused:
+/// a page of any origin could then use the gateway with a key it got hold of.
+fn cors_origins(list: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let origins: Vec<String> = list
+        .into_iter()
+        .map(|o| o.trim().to_owned())
+        .filter(|o| !o.is_empty())
+        .collect();
+    for origin in &origins {
+        let rest = origin
+            .strip_prefix("https://")
+            .or_else(|| origin.strip_prefix("http://"));
+        let valid = rest.is_some_and(|host| {
+            !host.is_empty()
+                && host.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+                })
+        });
+        if !valid {
+            return Err(ConfigError::invalid(
+                "server.cors_origins",
+                format!("'{origin}' is not an origin like https://app.example.com (scheme and host, no path, no '*')"),
+            ));
+        }
+    }
+    Ok(origins)
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {

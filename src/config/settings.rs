@@ -106,6 +106,25 @@ pub struct ServerTable {
     /// Require an API key for /metrics too [default: false].
     #[arg(long, env = "LLMGATE_METRICS_AUTH")]
     pub metrics_auth: Option<bool>,
+    /// Serve /metrics on this address only (e.g. 127.0.0.1:9464), not on the API port.
+    #[arg(long, env = "LLMGATE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// Requests per minute a key may make when its line in the keys file sets no `rpm`
+    /// [default: unlimited].
+    #[arg(long, env = "LLMGATE_RATE_LIMIT_RPM")]
+    pub rate_limit_rpm: Option<u32>,
+    /// Tokens per minute (prompt + max_tokens) a key may use when its line sets no `tpm`
+    /// [default: unlimited].
+    #[arg(long, env = "LLMGATE_RATE_LIMIT_TPM")]
+    pub rate_limit_tpm: Option<u32>,
+    /// Origins whose web pages may call the API from a browser (CORS), e.g.
+    /// https://app.example.com; repeat the flag or separate with commas [default: none].
+    #[arg(
+        long = "cors-origin",
+        env = "LLMGATE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Option<Vec<String>>,
 }
 
 /// `[engine]`

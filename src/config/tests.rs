@@ -175,3 +175,39 @@ fn engine_settings_and_their_errors() {
         .to_string();
     assert!(text.contains("weights"), "{text}");
 }
+
+#[test]
+fn access_settings_and_their_errors() {
+    let toml = "[server]\napi_keys_file = \"keys\"\nrate_limit_rpm = 60\nmetrics_listen = \"127.0.0.1:9464\"\ncors_origins = [\"https://a.example\", \"http://localhost:3000\"]\n";
+    let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
+    let s = &config.server;
+    assert_eq!(s.rate_limits.requests_per_minute.map(|n| n.get()), Some(60));
+    assert_eq!(s.rate_limits.tokens_per_minute, None);
+    assert_eq!(s.metrics_listen.map(|a| a.port()), Some(9464));
+    assert_eq!(s.cors_origins.len(), 2);
+
+    let cases = [
+        (
+            "[server]\nrate_limit_tpm = 1000\n",
+            "server.rate_limit_tpm",
+            "api_keys_file",
+        ),
+        (
+            "[server]\nmetrics_listen = \"127.0.0.1:8080\"\n",
+            "server.metrics_listen",
+            "must differ",
+        ),
+        ("[server]\ncors_origins = [\"*\"]\n", "--cors-origin", "'*'"),
+        (
+            "[server]\ncors_origins = [\"https://a.example/app\"]\n",
+            "LLMGATE_CORS_ORIGINS",
+            "no path",
+        ),
+    ];
+    for (toml, setting, why) in cases {
+        let text = Config::from_toml(&ServeArgs::default(), toml)
+            .expect_err(toml)
+            .to_string();
+        assert!(text.contains(setting) && text.contains(why), "{text}");
+    }
+}

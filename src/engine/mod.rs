@@ -153,6 +153,22 @@ pub enum EngineError {
     Internal(String),
 }
 
+/// A request whose prompt the engine has rendered and counted, with its completion budget
+/// fitted into the context: what it will cost is known before it waits for a slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    pub request: GenerationRequest,
+    /// Tokens of the prompt as the model sees it (chat template applied).
+    pub prompt_tokens: u32,
+}
+
+impl Prepared {
+    /// The most tokens the request can take: its prompt and its whole completion budget.
+    pub fn token_budget(&self) -> u32 {
+        self.prompt_tokens.saturating_add(self.request.max_tokens)
+    }
+}
+
 /// Stream of events for one request. Dropping it tells the engine to stop generating.
 pub type TokenStream = mpsc::Receiver<EngineEvent>;
 
@@ -213,8 +229,22 @@ pub trait Engine: Send + Sync + 'static {
     /// Sequences running and requests waiting in the engine now.
     fn load(&self) -> EngineLoad;
 
-    /// Starts generating. Errors here happen before any token (the prompt does not fit,
-    /// the model is not loaded); errors during generation arrive as
-    /// [`EngineEvent::Failed`].
-    async fn generate(&self, request: GenerationRequest) -> Result<Generation, EngineError>;
+    /// Renders the prompt, counts its tokens and fits the completion budget into the
+    /// context ([`GenerationRequest::fit_to_context`]). Errors: the model is not loaded,
+    /// the prompt does not fit.
+    async fn prepare(&self, request: GenerationRequest) -> Result<Prepared, EngineError>;
+
+    /// Waits for a slot and starts generating. Errors here happen before any token;
+    /// errors during generation arrive as [`EngineEvent::Failed`].
+    async fn generate(&self, request: Prepared) -> Result<Generation, EngineError>;
+}
+
+/// Prepares and starts a request in one go (benchmarks and tests that have no use for
+/// the step between).
+pub async fn run(
+    engine: &dyn Engine,
+    request: GenerationRequest,
+) -> Result<Generation, EngineError> {
+    let prepared = engine.prepare(request).await?;
+    engine.generate(prepared).await
 }

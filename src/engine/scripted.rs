@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::{
     Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
-    GenerationRequest, ModelInfo, Usage,
+    GenerationRequest, ModelInfo, Prepared, Usage,
 };
 
 /// One scripted generation.
@@ -128,7 +128,8 @@ impl Engine for ScriptedEngine {
         }
     }
 
-    async fn generate(&self, mut request: GenerationRequest) -> Result<Generation, EngineError> {
+    /// One prompt token per word.
+    async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         if !self.ready.load(Ordering::SeqCst) {
             return Err(EngineError::NotReady);
         }
@@ -139,6 +140,17 @@ impl Engine for ScriptedEngine {
             .sum();
         let prompt_tokens = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
         request.fit_to_context(prompt_tokens, self.info.context_length)?;
+        Ok(Prepared {
+            request,
+            prompt_tokens,
+        })
+    }
+
+    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
+        let Prepared {
+            request,
+            prompt_tokens,
+        } = prepared;
         let script = request
             .messages
             .last()

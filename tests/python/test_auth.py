@@ -5,6 +5,7 @@ and none the way the SDK understands (AuthenticationError), and never logs the k
 
 import json
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -59,3 +60,40 @@ def test_the_openai_client_with_a_right_key_a_wrong_one_and_none(tmp_path):
     log = gateway.log_text()
     assert key not in log, "the key reached the gateway's log"
     assert '"api_key_id":"sdk-test"' in log
+
+
+def test_a_key_over_its_token_limit_gets_rate_limit_error_and_recovers(tmp_path):
+    """tpm=1200 (20 tokens a second), counted as the prompt's tokens plus max_tokens."""
+    keys_file = tmp_path / "api-keys"
+    key = add_key(keys_file, "limited")
+    keys_file.write_text(keys_file.read_text().rstrip("\n") + " tpm=1200\n")
+    gateway = launch(tmp_path / "data", "--api-keys-file", str(keys_file))
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.base}/v1", api_key=key, max_retries=0)
+
+        def ask(max_tokens: int):
+            return client.chat.completions.with_raw_response.create(
+                model=MODEL_ID, messages=HI, max_tokens=max_tokens, temperature=0,
+            )
+
+        first = ask(1)
+        assert first.headers["x-ratelimit-limit-tokens"] == "1200"
+        prompt_tokens = first.parse().usage.prompt_tokens
+        left = int(first.headers["x-ratelimit-remaining-tokens"])
+        assert left == 1200 - (prompt_tokens + 1)
+        # Reserve all but 10 tokens: the short greeting leaves the rest of max_tokens
+        # unused, but it was counted, as OpenAI counts it.
+        ask(left - prompt_tokens - 10)
+        with pytest.raises(openai.RateLimitError) as limited:
+            ask(100)
+        assert limited.value.code == "rate_limit_exceeded"
+        assert limited.value.body["type"] == "tokens"
+        wait = int(limited.value.response.headers["retry-after"])
+        assert 1 <= wait <= 10
+        time.sleep(wait)
+        again = ask(100)
+        assert again.parse().choices[0].message.content
+        assert int(again.headers["x-ratelimit-remaining-tokens"]) < 100
+    finally:
+        gateway.proc.terminate()
+        assert gateway.proc.wait(timeout=60) == 0

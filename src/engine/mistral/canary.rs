@@ -156,7 +156,7 @@ mod tests {
 
     use super::*;
     use crate::engine::scripted::{Script, ScriptedEngine};
-    use crate::engine::{Engine, ModelInfo};
+    use crate::engine::ModelInfo;
 
     fn engine(answer: &[&str]) -> Arc<ScriptedEngine> {
         let info = ModelInfo {
@@ -189,9 +189,9 @@ mod tests {
             _prompt_tokens: u32,
         ) -> Result<Generation, EngineError> {
             if self.started.fetch_add(1, Ordering::SeqCst) < 2 {
-                self.single.generate(request).await
+                crate::engine::run(self.single.as_ref(), request).await
             } else {
-                self.batched.generate(request).await
+                crate::engine::run(self.batched.as_ref(), request).await
             }
         }
     }

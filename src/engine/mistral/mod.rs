@@ -33,7 +33,7 @@ use tracing::Instrument;
 
 use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
-    ModelInfo, Role,
+    ModelInfo, Prepared, Role,
 };
 use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use crate::fingerprint;
@@ -379,11 +379,20 @@ impl Engine for MistralEngine {
         }
     }
 
-    async fn generate(&self, mut request: GenerationRequest) -> Result<Generation, EngineError> {
+    async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let prompt_tokens = count_prompt(loaded, &request).await?;
         request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
-        self.start_on(loaded, request, prompt_tokens, None).await
+        Ok(Prepared {
+            request,
+            prompt_tokens,
+        })
+    }
+
+    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        self.start_on(loaded, prepared.request, prepared.prompt_tokens, None)
+            .await
     }
 }
 

@@ -1,0 +1,384 @@
+//! Per-key rate limits: requests per minute and tokens per minute.
+//!
+//! Each key has a [`Budget`]: one GCRA limiter ([`governor`]) per limit it has. A request
+//! is charged when the gateway knows what it will cost, after its prompt is counted and
+//! before it waits for the engine: one request, and its prompt's tokens plus its
+//! completion budget (`max_tokens` after it is fitted to the context), which is how
+//! OpenAI counts tokens against a limit. A refused request still counts as a request.
+//!
+//! The outcome of a charge is [`RateHeaders`]: OpenAI's `x-ratelimit-*` headers, which
+//! every answer to a charged request carries, refusals included.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+/// A key's limits; `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub requests_per_minute: Option<NonZeroU32>,
+    pub tokens_per_minute: Option<NonZeroU32>,
+}
+
+impl Limits {
+    pub fn is_unlimited(&self) -> bool {
+        self.requests_per_minute.is_none() && self.tokens_per_minute.is_none()
+    }
+}
+
+/// One limit after a charge, as the `x-ratelimit-*` headers give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The limit per minute.
+    pub limit: u32,
+    /// What could still be charged now.
+    pub remaining: u32,
+    /// Time until the whole limit is available again.
+    pub reset: Duration,
+}
+
+/// The `x-ratelimit-*` headers of a charged request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateHeaders {
+    pub requests: Option<Window>,
+    pub tokens: Option<Window>,
+}
+
+impl RateHeaders {
+    /// Adds OpenAI's headers: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        for (unit, window) in [("requests", self.requests), ("tokens", self.tokens)] {
+            let Some(w) = window else { continue };
+            let values = [
+                ("limit", w.limit.to_string()),
+                ("remaining", w.remaining.to_string()),
+                ("reset", reset_text(w.reset)),
+            ];
+            for (what, value) in values {
+                let name = format!("x-ratelimit-{what}-{unit}");
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::try_from(name),
+                    HeaderValue::try_from(value.as_str()),
+                ) {
+                    headers.insert(name, value);
+                }
+            }
+        }
+    }
+}
+
+/// A duration as OpenAI writes its reset headers: `20ms`, `1.5s`, `6m0s`, `1h2m3s`.
+pub fn reset_text(reset: Duration) -> String {
+    let ms = reset.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let hours = ms / 3_600_000;
+    let minutes = ms / 60_000 % 60;
+    let seconds = (ms % 60_000) as f64 / 1000.0;
+    // Whole seconds print without a fraction ("6m0s"), others with up to three digits.
+    let seconds = format!("{seconds:.3}");
+    let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}s"),
+        (0, m) => format!("{m}m{seconds}s"),
+        (h, m) => format!("{h}h{m}m{seconds}s"),
+    }
+}
+
+/// Why a charge was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The limit is spent for now; `retry_after` is when the charge would pass.
+    Exhausted {
+        unit: Unit,
+        limit: u32,
+        requested: u32,
+        retry_after: Duration,
+        headers: RateHeaders,
+    },
+    /// The request costs more tokens than the limit allows in a minute: it never passes.
+    TooLarge {
+        limit: u32,
+        requested: u32,
+        headers: RateHeaders,
+    },
+}
+
+impl Refusal {
+    pub fn headers(&self) -> &RateHeaders {
+        match self {
+            Refusal::Exhausted { headers, .. } | Refusal::TooLarge { headers, .. } => headers,
+        }
+    }
+}
+
+/// What a limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Requests,
+    Tokens,
+}
+
+impl Unit {
+    /// OpenAI's error `type` for a refusal of this unit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Requests => "requests",
+            Unit::Tokens => "tokens",
+        }
+    }
+}
+
+type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
+
+/// One limit: its limiter and its size.
+struct Meter<C: Clock + Clone> {
+    limiter: Limiter<C>,
+    quota: Quota,
+}
+
+impl<C: Clock + Clone> Meter<C> {
+    fn new(per_minute: NonZeroU32, clock: &C) -> Self {
+        let quota = Quota::per_minute(per_minute);
+        Self {
+            limiter: RateLimiter::direct_with_clock(quota, clock.clone())
+                .with_middleware::<StateInformationMiddleware>(),
+            quota,
+        }
+    }
+
+    fn limit(&self) -> u32 {
+        self.quota.burst_size().get()
+    }
+
+    /// Time until `remaining` is back to the whole limit.
+    fn refill(&self, remaining: u32) -> Duration {
+        self.quota.replenish_interval() * (self.limit() - remaining.min(self.limit()))
+    }
+
+    fn window(&self, remaining: u32) -> Window {
+        Window {
+            limit: self.limit(),
+            remaining,
+            reset: self.refill(remaining),
+        }
+    }
+
+    /// Charges `n` cells: the window after it, or when it could pass (`None`: never).
+    fn charge(&self, n: u32, clock: &C) -> Result<Window, Option<Duration>> {
+        // Every request costs at least one of each unit.
+        let n = NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        match self.limiter.check_n(n) {
+            Ok(Ok(snapshot)) => Ok(self.window(snapshot.remaining_burst_capacity())),
+            Ok(Err(not_until)) => Err(Some(not_until.wait_time_from(clock.now()))),
+            Err(_insufficient) => Err(None),
+        }
+    }
+}
+
+/// The limiters of one key, kept while the key and its limits stay in the keys file.
+pub struct Budget<C: Clock + Clone = DefaultClock> {
+    limits: Limits,
+    requests: Option<Meter<C>>,
+    tokens: Option<Meter<C>>,
+    clock: C,
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for Budget<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Budget<DefaultClock> {
+    pub fn new(limits: Limits) -> Self {
+        Self::with_clock(limits, DefaultClock::default())
+    }
+}
+
+impl<C: Clock + Clone> Budget<C> {
+    pub fn with_clock(limits: Limits, clock: C) -> Self {
+        Self {
+            limits,
+            requests: limits.requests_per_minute.map(|n| Meter::new(n, &clock)),
+            tokens: limits.tokens_per_minute.map(|n| Meter::new(n, &clock)),
+            clock,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Charges one request of `tokens` tokens against the key's limits.
+    pub fn charge(&self, tokens: u32) -> Result<RateHeaders, Refusal> {
+        let mut headers = RateHeaders::default();
+        if let Some(meter) = &self.requests {
+            match meter.charge(1, &self.clock) {
+                Ok(window) => headers.requests = Some(window),
+                Err(retry_after) => {
+                    // A limit of at least one request always fits one request.
+                    let retry_after = retry_after.unwrap_or_default();
+                    headers.requests = Some(Window {
+                        reset: retry_after + meter.refill(1),
+                        ..meter.window(0)
+                    });
+                    headers.tokens = self.tokens.as_ref().map(|t| t.window(t.limit()));
+                    return Err(Refusal::Exhausted {
+                        unit: Unit::Requests,
+                        limit: meter.limit(),
+                        requested: 1,
+                        retry_after,
+                        headers,
+                    });
+                }
+            }
+        }
+        if let Some(meter) = &self.tokens {
+            match meter.charge(tokens, &self.clock) {
+                Ok(window) => headers.tokens = Some(window),
+                Err(when) => {
+                    headers.tokens = Some(meter.window(0));
+                    return Err(match when {
+                        Some(retry_after) => Refusal::Exhausted {
+                            unit: Unit::Tokens,
+                            limit: meter.limit(),
+                            requested: tokens,
+                            retry_after,
+                            headers,
+                        },
+                        None => Refusal::TooLarge {
+                            limit: meter.limit(),
+                            requested: tokens,
+                            headers,
+                        },
+                    });
+                }
+            }
+        }
+        Ok(headers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn budget(rpm: u32, tpm: u32) -> (Budget<FakeRelativeClock>, FakeRelativeClock) {
+        let clock = FakeRelativeClock::default();
+        let limits = Limits {
+            requests_per_minute: NonZeroU32::new(rpm),
+            tokens_per_minute: NonZeroU32::new(tpm),
+        };
+        (Budget::with_clock(limits, clock.clone()), clock)
+    }
+
+    #[test]
+    fn requests_run_out_and_come_back_at_the_rate() {
+        let (budget, clock) = budget(3, 0);
+        for remaining in [2, 1, 0] {
+            let headers = budget.charge(10).expect("within the limit");
+            let w = headers.requests.expect("requests window");
+            assert_eq!((w.limit, w.remaining), (3, remaining));
+            assert_eq!(w.reset, Duration::from_secs(20) * (3 - remaining));
+            assert_eq!(headers.tokens, None, "no token limit");
+        }
+        let Err(Refusal::Exhausted {
+            unit, retry_after, ..
+        }) = budget.charge(10)
+        else {
+            panic!("the fourth request in a minute is refused");
+        };
+        assert_eq!(unit, Unit::Requests);
+        assert_eq!(retry_after, Duration::from_secs(20));
+        clock.advance(Duration::from_secs(20));
+        assert!(budget.charge(10).is_ok(), "one request back after 20 s");
+        assert!(budget.charge(10).is_err());
+    }
+
+    #[test]
+    fn tokens_are_charged_by_the_request_and_a_request_over_the_limit_never_passes() {
+        let (budget, clock) = budget(0, 600);
+        let headers = budget.charge(450).expect("fits");
+        let w = headers.tokens.expect("tokens window");
+        assert_eq!((w.limit, w.remaining), (600, 150));
+        assert_eq!(w.reset, Duration::from_secs(45));
+        let Err(Refusal::Exhausted {
+            unit,
+            retry_after,
+            requested,
+            ..
+        }) = budget.charge(200)
+        else {
+            panic!("200 more do not fit in the 150 left");
+        };
+        assert_eq!((unit, requested), (Unit::Tokens, 200));
+        assert_eq!(retry_after, Duration::from_secs(5), "50 tokens at 10/s");
+        clock.advance(Duration::from_secs(5));
+        assert!(budget.charge(200).is_ok());
+        assert!(matches!(
+            budget.charge(601),
+            Err(Refusal::TooLarge {
+                limit: 600,
+                requested: 601,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_refused_token_charge_still_counts_the_request() {
+        let (budget, _clock) = budget(2, 100);
+        assert!(matches!(budget.charge(500), Err(Refusal::TooLarge { .. })));
+        let headers = budget.charge(10).expect("fits");
+        assert_eq!(headers.requests.map(|w| w.remaining), Some(0));
+    }
+
+    #[test]
+    fn unlimited_keys_get_no_headers() {
+        let (budget, _clock) = budget(0, 0);
+        assert_eq!(budget.charge(1_000_000), Ok(RateHeaders::default()));
+    }
+
+    #[test]
+    fn headers_are_openais() {
+        let (budget, _clock) = budget(60, 1000);
+        let mut map = HeaderMap::new();
+        budget.charge(250).expect("fits").apply(&mut map);
+        let get = |name: &str| {
+            map.get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(get("x-ratelimit-limit-requests"), "60");
+        assert_eq!(get("x-ratelimit-remaining-requests"), "59");
+        assert_eq!(get("x-ratelimit-reset-requests"), "1s");
+        assert_eq!(get("x-ratelimit-limit-tokens"), "1000");
+        assert_eq!(get("x-ratelimit-remaining-tokens"), "750");
+        assert_eq!(get("x-ratelimit-reset-tokens"), "15s");
+    }
+
+    #[test]
+    fn reset_text_is_written_like_openai_writes_it() {
+        let cases = [
+            (Duration::from_millis(20), "20ms"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_secs(360), "6m0s"),
+            (Duration::from_millis(61_250), "1m1.25s"),
+            (Duration::from_secs(3723), "1h2m3s"),
+        ];
+        for (duration, text) in cases {
+            assert_eq!(reset_text(duration), text);
+        }
+    }
+}
