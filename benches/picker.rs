@@ -35,7 +35,7 @@ fn model_like_logits() -> Vec<f32> {
 fn per_token(name: &str, sampling: Sampling, calls: usize) {
     let logits = Tensor::from_vec(model_like_logits(), VOCAB, &Device::Cpu).expect("tensor");
     let picked = PickedIds::default();
-    let picker = Picker::new(&sampling, Arc::clone(&picked));
+    let picker = Picker::new(&sampling, None, Arc::clone(&picked));
     let mut context: Vec<u32> = (0..64).collect();
     let mut times: Vec<Duration> = Vec::with_capacity(calls);
     for _ in 0..calls {

@@ -28,6 +28,7 @@ use llmgate::timing::{Phases, Timings};
 
 fn record(i: usize) -> RequestRecord {
     RequestRecord {
+        operation: llmgate::telemetry::names::OPERATION_CHAT,
         request_id: format!("bench-{i:08}"),
         api_key_id: None,
         model: common::MODEL.into(),

@@ -350,6 +350,12 @@ impl From<EngineError> for ApiError {
                 max_tokens,
                 context_length,
             },
+            EngineError::InvalidParameter { param, message } => {
+                ApiError::InvalidParameter { param, message }
+            }
+            EngineError::Unsupported { param, reason } => {
+                ApiError::UnsupportedParameter { param, reason }
+            }
             // The engine's own message can carry internals: it is logged, not sent.
             EngineError::Rejected(_) | EngineError::Internal(_) => ApiError::Engine,
         }

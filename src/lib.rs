@@ -19,11 +19,13 @@
 //!                 --indexer--> Elasticsearch _bulk, or NDJSON files
 //! ```
 //!
-//! - [`api`]: routes, request validation, the request-id middleware.
-//! - [`auth`]: API keys (a file of hashes, re-read on change) and the middleware that
-//!   checks them on `/v1/*`.
+//! - [`api`]: routes (chat and legacy completions, tokenize, models, probes, metrics),
+//!   request validation, the request-id middleware, CORS.
+//! - [`auth`]: API keys (a file of hashes, re-read on change), the middleware that
+//!   checks them on `/v1/*`, and per-key rate limits.
 //! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter (with its replicas
-//!   and process-wide CPU settings), the seeded sampler and a scripted engine.
+//!   and process-wide CPU settings), the seeded sampler, structured output (grammar
+//!   masks from the model's vocabulary) and a scripted engine.
 //! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
 //! - [`timing`] and [`clock`]: the latency definitions and the time source.
 //! - [`quality`]: per-answer signals computed while it streams: seq-rep-n repetition

@@ -46,6 +46,8 @@ impl Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
     pub request_id: String,
+    /// `gen_ai.operation.name`: `chat` or `text_completion` (see `telemetry::names`).
+    pub operation: &'static str,
     /// The id of the API key the request presented (never the key), when keys are on.
     pub api_key_id: Option<String>,
     pub model: String,

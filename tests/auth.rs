@@ -93,6 +93,13 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     assert_eq!(get(&server, "/v1/models", None).await, 401);
     assert_eq!(get(&server, "/v1/models", Some(&alice)).await, 200);
     assert_eq!(get(&server, "/v1/nothing-here", None).await, 401);
+    let tokenize = reqwest::Client::new()
+        .post(server.url("/tokenize"))
+        .json(&json!({"prompt": "hi"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(tokenize.status(), 401, "/tokenize needs a key too");
     for open in ["/health", "/ready", "/metrics"] {
         assert_eq!(get(&server, open, None).await, 200, "{open}");
     }

@@ -1,14 +1,17 @@
 //! The HTTP surface (actix-web): routes, shared state and the request-id middleware.
 //!
-//! - [`chat`]: `POST /v1/chat/completions`, streamed and not.
+//! - [`generation`]: `POST /v1/chat/completions` and `POST /v1/completions`, streamed
+//!   and not.
+//! - [`tokens`]: `POST /tokenize` and `POST /detokenize` (vLLM's shapes).
 //! - [`meta`]: `GET /v1/models`, `/health`, `/ready`, `/metrics`.
 //! - [`request`]: the wire request and its validation into a domain request.
 //!
 //! [`configure`] is the one route table, used by the binary and the black-box tests.
 
-pub mod chat;
+pub mod generation;
 pub mod meta;
 pub mod request;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +82,7 @@ impl AppState {
                 served_model: config.engine.model_id.clone(),
                 max_tokens_cap: config.engine.max_tokens_cap,
                 default_max_tokens: config.engine.default_max_tokens,
+                strict_params: config.server.strict_params,
             },
             max_body_bytes: config.server.max_body_bytes,
             pacing: Pacing {
@@ -104,8 +108,11 @@ impl AppState {
 pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
     cfg.route(
         "/v1/chat/completions",
-        web::post().to(chat::chat_completions),
+        web::post().to(generation::chat_completions),
     )
+    .route("/v1/completions", web::post().to(generation::completions))
+    .route("/tokenize", web::post().to(tokens::tokenize))
+    .route("/detokenize", web::post().to(tokens::detokenize))
     .route("/v1/models", web::get().to(meta::list_models))
     .route("/v1/models/{id}", web::get().to(meta::get_model))
     .route("/health", web::get().to(meta::health))

@@ -394,7 +394,10 @@ pub struct Guard {
 
 impl Guard {
     fn guards(&self, path: &str) -> bool {
-        path == "/v1" || path.starts_with("/v1/") || (self.metrics_need_key && path == "/metrics")
+        path == "/v1"
+            || path.starts_with("/v1/")
+            || matches!(path, "/tokenize" | "/detokenize")
+            || (self.metrics_need_key && path == "/metrics")
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::engine::{ChatMessage, Engine, EngineEvent, GenerationRequest, Role, Sampling};
+use crate::engine::{ChatMessage, Engine, EngineEvent, GenerationRequest, Prompt, Role, Sampling};
 
 /// What one request measured.
 #[derive(Debug, Clone, Default)]
@@ -169,13 +169,14 @@ pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Setting
         .unwrap_or_default();
     let request = GenerationRequest {
         request_id: uuid::Uuid::new_v4().simple().to_string(),
-        messages,
+        prompt: Prompt::Chat(messages),
         max_tokens: settings.max_tokens,
         max_tokens_set: true,
         sampling: Sampling {
             temperature: Some(settings.temperature),
             ..Sampling::default()
         },
+        ..GenerationRequest::default()
     };
     let started = Instant::now();
     let mut sample = Sample::default();

@@ -103,6 +103,9 @@ pub struct ServerConfig {
     pub rate_limits: crate::auth::limits::Limits,
     /// Origins allowed to call the API from a browser; empty: CORS stays off.
     pub cors_origins: Vec<String>,
+    /// Refuse the sampling extensions (`top_k`, `min_p`, `repetition_penalty`) as
+    /// OpenAI does.
+    pub strict_params: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,8 +119,9 @@ pub struct EngineConfig {
     pub max_batch_size: Option<usize>,
     /// Largest `max_tokens` a request may ask for; more is a 400.
     pub max_tokens_cap: u32,
-    /// Completion budget of a request that sets no `max_tokens`.
-    pub default_max_tokens: u32,
+    /// Completion budget of a request that sets no `max_tokens`; `None`: what the
+    /// context leaves after the prompt, at most `max_tokens_cap` (as vLLM does).
+    pub default_max_tokens: Option<u32>,
     pub force_cpu: bool,
     /// Reuse KV caches of shared prompt prefixes (off: seeded answers stay reproducible).
     pub prefix_cache: bool,
@@ -281,6 +285,7 @@ impl Config {
                     tokens_per_minute: server.rate_limit_tpm.and_then(NonZeroU32::new),
                 },
                 cors_origins,
+                strict_params: server.strict_params.unwrap_or(false),
             },
             engine: EngineConfig {
                 model_path: engine
@@ -291,7 +296,7 @@ impl Config {
                     .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned()),
                 max_batch_size: engine.max_batch_size,
                 max_tokens_cap: engine.max_tokens_cap.unwrap_or(2048),
-                default_max_tokens: engine.default_max_tokens.unwrap_or(512),
+                default_max_tokens: engine.default_max_tokens,
                 force_cpu: engine.force_cpu.unwrap_or(false),
                 prefix_cache: engine.prefix_cache.unwrap_or(false),
                 weights: engine.weights.unwrap_or_default(),
@@ -422,7 +427,9 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if e.default_max_tokens == 0 || e.default_max_tokens > e.max_tokens_cap {
+        if e.default_max_tokens
+            .is_some_and(|n| n == 0 || n > e.max_tokens_cap)
+        {
             return Err(ConfigError::invalid(
                 "engine.default_max_tokens",
                 format!(

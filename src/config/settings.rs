@@ -125,6 +125,10 @@ pub struct ServerTable {
         value_delimiter = ','
     )]
     pub cors_origins: Option<Vec<String>>,
+    /// Refuse the sampling extensions vLLM and llama.cpp clients send (top_k, min_p,
+    /// repetition_penalty) as unknown parameters, as OpenAI does [default: false].
+    #[arg(long, env = "LLMGATE_STRICT_PARAMS")]
+    pub strict_params: Option<bool>,
 }
 
 /// `[engine]`
@@ -144,7 +148,8 @@ pub struct EngineTable {
     /// Largest max_tokens a request may ask for [default: 2048].
     #[arg(long, env = "LLMGATE_MAX_TOKENS_CAP")]
     pub max_tokens_cap: Option<u32>,
-    /// max_tokens of a request that sets none [default: 512].
+    /// max_tokens of a request that sets none [default: what the context leaves after the
+    /// prompt, at most max_tokens_cap].
     #[arg(long, env = "LLMGATE_DEFAULT_MAX_TOKENS")]
     pub default_max_tokens: Option<u32>,
     /// Run the model on CPU even in a CUDA build.

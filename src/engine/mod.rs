@@ -7,6 +7,7 @@
 //!   `mistralrs`);
 //! - [`scripted`]: programmable tokens, delays and failures, for tests and benchmarks.
 
+pub mod grammar;
 pub mod mistral;
 pub mod sampling;
 pub mod scripted;
@@ -18,12 +19,12 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-/// A chat request that has passed validation; everything here is within limits.
-#[derive(Debug, Clone, PartialEq)]
+/// A generation request that has passed validation; everything here is within limits.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct GenerationRequest {
     /// The gateway's request id, for the engine's logs.
     pub request_id: String,
-    pub messages: Vec<ChatMessage>,
+    pub prompt: Prompt,
     /// Completion-token budget, already capped by configuration.
     pub max_tokens: u32,
     /// Whether the client chose `max_tokens`. A chosen budget that does not fit the
@@ -31,6 +32,55 @@ pub struct GenerationRequest {
     /// ([`GenerationRequest::fit_to_context`]).
     pub max_tokens_set: bool,
     pub sampling: Sampling,
+    /// Free text, or JSON the engine is held to while it decodes.
+    pub response_format: ResponseFormat,
+}
+
+/// What the model continues: a conversation (rendered with the model's chat template) or
+/// raw text (the legacy completions route).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Chat(Vec<ChatMessage>),
+    Text(String),
+}
+
+impl Default for Prompt {
+    fn default() -> Self {
+        Prompt::Chat(Vec::new())
+    }
+}
+
+impl Prompt {
+    /// A conversation of one user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Prompt::Chat(vec![ChatMessage {
+            role: Role::User,
+            content: content.into(),
+        }])
+    }
+
+    /// The text the answer responds to: the last user message, or the whole text.
+    pub fn last_user_text(&self) -> &str {
+        match self {
+            Prompt::Chat(messages) => messages
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::User)
+                .map_or("", |m| m.content.as_str()),
+            Prompt::Text(text) => text,
+        }
+    }
+}
+
+/// The shape the answer must have.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ResponseFormat {
+    #[default]
+    Text,
+    /// Any JSON object (`{"type": "json_object"}`).
+    JsonObject,
+    /// JSON valid against this schema (`{"type": "json_schema", ...}`).
+    JsonSchema(serde_json::Value),
 }
 
 impl GenerationRequest {
@@ -88,6 +138,13 @@ pub struct Sampling {
     pub seed: Option<u64>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
+    /// Only the `top_k` most likely tokens may be picked (vLLM and llama.cpp's extension).
+    pub top_k: Option<u32>,
+    /// Only tokens at least `min_p` times as likely as the most likely one may be picked.
+    pub min_p: Option<f64>,
+    /// Logits of tokens already in the prompt or the answer are divided by this (above 1
+    /// discourages repeats), as in CTRL and vLLM.
+    pub repetition_penalty: Option<f32>,
     /// Stop sequences; the output ends before the first one.
     pub stop: Vec<String>,
 }
@@ -149,6 +206,13 @@ pub enum EngineError {
     },
     #[error("the engine rejected the request: {0}")]
     Rejected(String),
+    /// A parameter the engine cannot use as given (a schema it cannot compile); the
+    /// message is for the client.
+    #[error("invalid '{param}': {message}")]
+    InvalidParameter { param: String, message: String },
+    /// A parameter this engine cannot honour at all.
+    #[error("'{param}' is not available: {reason}")]
+    Unsupported { param: String, reason: String },
     #[error("the engine failed: {0}")]
     Internal(String),
 }
@@ -160,6 +224,32 @@ pub struct Prepared {
     pub request: GenerationRequest,
     /// Tokens of the prompt as the model sees it (chat template applied).
     pub prompt_tokens: u32,
+    /// The compiled `response_format`, when the answer must be JSON.
+    pub grammar: Option<grammar::Grammar>,
+}
+
+/// What `/tokenize` turns into token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenizeRequest {
+    pub prompt: Prompt,
+    /// Let the tokenizer add its special tokens (a BOS, say) around the text.
+    pub add_special_tokens: bool,
+    /// End a rendered conversation with the assistant's turn opening, as a generation
+    /// does (chat prompts only).
+    pub add_generation_prompt: bool,
+}
+
+impl TokenizeRequest {
+    /// How the engine counts a generation's prompt: `/tokenize` with its defaults gives
+    /// the same ids, so `usage.prompt_tokens` matches it.
+    pub fn as_generated(prompt: Prompt) -> Self {
+        let chat = matches!(prompt, Prompt::Chat(_));
+        Self {
+            prompt,
+            add_special_tokens: true,
+            add_generation_prompt: chat,
+        }
+    }
 }
 
 impl Prepared {
@@ -237,6 +327,20 @@ pub trait Engine: Send + Sync + 'static {
     /// Waits for a slot and starts generating. Errors here happen before any token;
     /// errors during generation arrive as [`EngineEvent::Failed`].
     async fn generate(&self, request: Prepared) -> Result<Generation, EngineError>;
+
+    /// The token ids of a prompt, rendered as `request` says.
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError>;
+
+    /// The text of token ids.
+    async fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> Result<String, EngineError>;
+
+    /// How the vocabulary spells each id (`Ġthe`); `None` where the engine does not know
+    /// its vocabulary or an id is not in it.
+    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>>;
 }
 
 /// Prepares and starts a request in one go (benchmarks and tests that have no use for

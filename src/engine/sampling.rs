@@ -18,6 +18,10 @@ pub struct SeededSampler {
     pub seed: u64,
     pub temperature: f64,
     pub top_p: f64,
+    /// Keep only the `top_k` most likely tokens.
+    pub top_k: Option<u32>,
+    /// Keep only tokens at least `min_p` times as likely as the most likely one.
+    pub min_p: Option<f64>,
 }
 
 impl SeededSampler {
@@ -40,8 +44,16 @@ impl SeededSampler {
             .iter()
             .map(|&l| (((l - max) as f64) * inv_t).exp())
             .collect();
-        let total: f64 = weights.iter().sum();
         let draw = self.uniform(position);
+        if self.top_k.is_some() || self.min_p.is_some() {
+            let kept = self.filtered(&weights);
+            return pick_from(
+                kept.iter().map(|&i| (i, weights[i])),
+                draw * mass(&kept, &weights),
+            )
+            .unwrap_or_else(|| argmax(logits));
+        }
+        let total: f64 = weights.iter().sum();
         if self.top_p >= 1.0 {
             return pick_from(weights.iter().copied().enumerate(), draw * total)
                 .unwrap_or_else(|| argmax(logits));
@@ -73,6 +85,35 @@ impl SeededSampler {
         candidates
     }
 
+    /// The tokens min_p, top_k and top_p leave, in that order (as vLLM applies them: each
+    /// on what the one before left), most probable first, ties by lower index.
+    fn filtered(&self, weights: &[f64]) -> Vec<usize> {
+        // The most likely token has weight 1 (its logit is the maximum).
+        let floor = self.min_p.unwrap_or(0.0);
+        let mut kept: Vec<usize> = (0..weights.len())
+            .filter(|&i| weights[i] > 0.0 && weights[i] >= floor)
+            .collect();
+        let by_weight = |a: &usize, b: &usize| weights[*b].total_cmp(&weights[*a]).then(a.cmp(b));
+        if let Some(k) = self.top_k.map(|k| k as usize).filter(|&k| k < kept.len()) {
+            kept.select_nth_unstable_by(k, by_weight);
+            kept.truncate(k);
+        }
+        kept.sort_unstable_by(by_weight);
+        if self.top_p < 1.0 {
+            let total = mass(&kept, weights);
+            let mut acc = 0.0;
+            let keep = kept
+                .iter()
+                .position(|&i| {
+                    acc += weights[i];
+                    acc >= self.top_p * total
+                })
+                .map_or(kept.len(), |p| p + 1);
+            kept.truncate(keep);
+        }
+        kept
+    }
+
     /// A uniform draw in [0, 1) from the ChaCha stream of `position` under `seed`.
     fn uniform(&self, position: u64) -> f64 {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
@@ -81,11 +122,19 @@ impl SeededSampler {
     }
 }
 
+fn mass(indices: &[usize], weights: &[f64]) -> f64 {
+    indices.iter().map(|&i| weights[i]).sum()
+}
+
 /// The index where the running sum of weights first exceeds `target`.
 fn pick_from(weights: impl Iterator<Item = (usize, f64)>, target: f64) -> Option<u32> {
     let mut acc = 0.0;
     let mut last = None;
     for (i, w) in weights {
+        // A masked token (weight 0) is never picked, not even by rounding at the end.
+        if w <= 0.0 {
+            continue;
+        }
         acc += w;
         last = Some(i as u32);
         if target < acc {
@@ -114,6 +163,58 @@ mod tests {
             seed,
             temperature,
             top_p,
+            top_k: None,
+            min_p: None,
+        }
+    }
+
+    #[test]
+    fn top_k_and_min_p_keep_only_the_likely_tokens() {
+        // Probabilities ~ 0.47, 0.17, 0.17, 0.06, 0.02 ... at temperature 1.
+        let logits = [3.0f32, 2.0, 2.0, 1.0, 0.0, -1.0];
+        let picks = |s: SeededSampler| -> std::collections::BTreeSet<u32> {
+            (0..400).map(|p| s.pick(&logits, p)).collect()
+        };
+        let top_2 = SeededSampler {
+            top_k: Some(2),
+            ..sampler(5, 1.0, 1.0)
+        };
+        assert_eq!(picks(top_2), [0, 1].into(), "ties go to the lower index");
+        let min_p = SeededSampler {
+            min_p: Some(0.3),
+            ..sampler(5, 1.0, 1.0)
+        };
+        // 0.37 and 0.37 of the top token's probability pass, 0.14 does not.
+        assert_eq!(picks(min_p), [0, 1, 2].into());
+        let both = SeededSampler {
+            top_k: Some(3),
+            top_p: 0.7,
+            ..sampler(5, 1.0, 1.0)
+        };
+        assert_eq!(picks(both), [0, 1].into(), "top_p on what top_k left");
+        let a: Vec<u32> = (0..50).map(|p| top_2.pick(&logits, p)).collect();
+        let b: Vec<u32> = (0..50).map(|p| top_2.pick(&logits, p)).collect();
+        assert_eq!(a, b, "seeded");
+    }
+
+    #[test]
+    fn masked_tokens_are_never_picked() {
+        let mut logits = vec![1.0f32; 8];
+        for masked in [0, 3, 5] {
+            logits[masked] = f32::NEG_INFINITY;
+        }
+        for s in [
+            sampler(9, 1.0, 1.0),
+            sampler(9, 0.7, 0.8),
+            SeededSampler {
+                top_k: Some(6),
+                ..sampler(9, 1.0, 1.0)
+            },
+        ] {
+            for p in 0..200 {
+                let id = s.pick(&logits, p);
+                assert!(![0, 3, 5].contains(&id), "{id} at {p}");
+            }
         }
     }
 

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::{
     Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
-    GenerationRequest, ModelInfo, Prepared, Usage,
+    GenerationRequest, ModelInfo, Prepared, Prompt, ResponseFormat, TokenizeRequest, Usage,
 };
 
 /// One scripted generation.
@@ -130,31 +130,63 @@ impl Engine for ScriptedEngine {
 
     /// One prompt token per word.
     async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
-        if !self.ready.load(Ordering::SeqCst) {
-            return Err(EngineError::NotReady);
+        if request.response_format != ResponseFormat::Text {
+            return Err(EngineError::Unsupported {
+                param: "response_format".into(),
+                reason: "the scripted engine has no grammar".into(),
+            });
         }
-        let prompt_tokens: usize = request
-            .messages
-            .iter()
-            .map(|m| m.content.split_whitespace().count())
-            .sum();
-        let prompt_tokens = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
+        let ids = self
+            .tokenize(TokenizeRequest::as_generated(request.prompt.clone()))
+            .await?;
+        let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
         request.fit_to_context(prompt_tokens, self.info.context_length)?;
         Ok(Prepared {
             request,
             prompt_tokens,
+            grammar: None,
         })
+    }
+
+    /// One token per word, whatever the flags; ids from [`token_id`].
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+        if !self.ready.load(Ordering::SeqCst) {
+            return Err(EngineError::NotReady);
+        }
+        let texts: Vec<&str> = match &request.prompt {
+            Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
+            Prompt::Text(text) => vec![text.as_str()],
+        };
+        Ok(texts
+            .iter()
+            .flat_map(|t| t.split_whitespace())
+            .map(token_id)
+            .collect())
+    }
+
+    async fn detokenize(&self, _ids: Vec<u32>, _skip: bool) -> Result<String, EngineError> {
+        Err(EngineError::Unsupported {
+            param: "tokens".into(),
+            reason: "the scripted engine keeps no vocabulary".into(),
+        })
+    }
+
+    fn spellings(&self, _ids: &[u32]) -> Option<Vec<String>> {
+        None
     }
 
     async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
         let Prepared {
             request,
             prompt_tokens,
+            ..
         } = prepared;
-        let script = request
-            .messages
-            .last()
-            .and_then(|m| self.by_prompt.get(&m.content))
+        let last = match &request.prompt {
+            Prompt::Chat(messages) => messages.last().map(|m| m.content.as_str()),
+            Prompt::Text(text) => Some(text.as_str()),
+        };
+        let script = last
+            .and_then(|m| self.by_prompt.get(m))
             .unwrap_or(&self.default_script)
             .clone();
         if !script.queued.is_zero() {

@@ -251,9 +251,7 @@ impl RedactedLog {
                 .and_then(|user| redactor.keyed_hash(user))
                 .map(|hash| User { hash }),
             gen_ai: GenAi {
-                operation: Name {
-                    name: names::OPERATION_CHAT,
-                },
+                operation: Name { name: r.operation },
                 provider: Name {
                     name: names::PROVIDER,
                 },
@@ -369,6 +367,7 @@ mod tests {
 
     fn record() -> RequestRecord {
         RequestRecord {
+            operation: names::OPERATION_CHAT,
             request_id: "req-1".into(),
             api_key_id: Some("ci-bot".into()),
             model: "smollm2".into(),

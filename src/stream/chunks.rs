@@ -27,11 +27,39 @@ pub const KEEPALIVE_FRAME: &[u8] = b": keep-alive\n\n";
 /// Identity shared by every chunk of one response.
 #[derive(Debug, Clone)]
 pub struct ResponseMeta {
-    /// `chatcmpl-<request id>`.
+    /// `chatcmpl-<request id>` or `cmpl-<request id>`.
     pub id: String,
     pub created: u64,
     pub model: String,
     pub system_fingerprint: String,
+    pub shape: Shape,
+}
+
+/// Which of OpenAI's two answer shapes: chat messages, or the legacy completions' text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `chat.completion(.chunk)`: a role, then content deltas.
+    Chat,
+    /// `text_completion`: text pieces, no role.
+    Text,
+}
+
+impl Shape {
+    fn object(self, streamed: bool) -> &'static str {
+        match (self, streamed) {
+            (Shape::Chat, true) => "chat.completion.chunk",
+            (Shape::Chat, false) => "chat.completion",
+            (Shape::Text, _) => "text_completion",
+        }
+    }
+
+    /// The id's prefix, as OpenAI makes them.
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            Shape::Chat => "chatcmpl-",
+            Shape::Text => "cmpl-",
+        }
+    }
 }
 
 pub struct ChunkAssembler {
@@ -55,11 +83,20 @@ struct Chunk<'a> {
 }
 
 #[derive(Serialize)]
-struct ChunkChoice<'a> {
-    index: u32,
-    delta: Delta<'a>,
-    logprobs: Option<()>,
-    finish_reason: Option<&'static str>,
+#[serde(untagged)]
+enum ChunkChoice<'a> {
+    Chat {
+        index: u32,
+        delta: Delta<'a>,
+        logprobs: Option<()>,
+        finish_reason: Option<&'static str>,
+    },
+    Text {
+        text: &'a str,
+        index: u32,
+        logprobs: Option<()>,
+        finish_reason: Option<&'static str>,
+    },
 }
 
 #[derive(Serialize)]
@@ -96,19 +133,27 @@ impl ChunkAssembler {
         }
     }
 
-    /// The first frame: the assistant role with empty content.
-    pub fn role_frame(&self) -> Bytes {
-        self.frame(
-            &[choice(Some("assistant"), Some(""), None)],
-            self.null_usage(),
-            None,
-        )
+    /// The first frame of a chat stream: the assistant role with empty content. Text
+    /// completions have none.
+    pub fn role_frame(&self) -> Option<Bytes> {
+        (self.meta.shape == Shape::Chat).then(|| {
+            self.frame(
+                &[self.choice(Some("assistant"), Some(""), None)],
+                self.null_usage(),
+                None,
+            )
+        })
     }
 
     /// A content frame for one token's text; `None` for empty text (nothing to send).
     pub fn token_frame(&self, text: &str) -> Option<Bytes> {
-        (!text.is_empty())
-            .then(|| self.frame(&[choice(None, Some(text), None)], self.null_usage(), None))
+        (!text.is_empty()).then(|| {
+            self.frame(
+                &[self.choice(None, Some(text), None)],
+                self.null_usage(),
+                None,
+            )
+        })
     }
 
     /// The frames that end a successful response, `[DONE]` included.
@@ -118,7 +163,7 @@ impl ChunkAssembler {
         usage: Usage,
         timings: &Report,
     ) -> Vec<Bytes> {
-        let finish = [choice(None, None, Some(reason.as_str()))];
+        let finish = [self.choice(None, None, Some(reason.as_str()))];
         let mut frames = Vec::with_capacity(3);
         if self.include_usage {
             frames.push(self.frame(&finish, Some(None), None));
@@ -147,7 +192,7 @@ impl ChunkAssembler {
     ) -> Bytes {
         sse_json(&Chunk {
             id: &self.meta.id,
-            object: "chat.completion.chunk",
+            object: self.meta.shape.object(true),
             created: self.meta.created,
             model: &self.meta.model,
             system_fingerprint: &self.meta.system_fingerprint,
@@ -156,18 +201,27 @@ impl ChunkAssembler {
             timings,
         })
     }
-}
 
-fn choice<'a>(
-    role: Option<&'static str>,
-    content: Option<&'a str>,
-    finish_reason: Option<&'static str>,
-) -> ChunkChoice<'a> {
-    ChunkChoice {
-        index: 0,
-        delta: Delta { role, content },
-        logprobs: None,
-        finish_reason,
+    fn choice<'a>(
+        &self,
+        role: Option<&'static str>,
+        content: Option<&'a str>,
+        finish_reason: Option<&'static str>,
+    ) -> ChunkChoice<'a> {
+        match self.meta.shape {
+            Shape::Chat => ChunkChoice::Chat {
+                index: 0,
+                delta: Delta { role, content },
+                logprobs: None,
+                finish_reason,
+            },
+            Shape::Text => ChunkChoice::Text {
+                text: content.unwrap_or(""),
+                index: 0,
+                logprobs: None,
+                finish_reason,
+            },
+        }
     }
 }
 
@@ -182,7 +236,7 @@ fn sse_json<T: Serialize>(value: &T) -> Bytes {
     buf.freeze()
 }
 
-/// The non-streamed `chat.completion` response.
+/// The non-streamed response: `chat.completion` or `text_completion`.
 #[derive(Debug, Serialize)]
 pub struct Completion<'a> {
     pub id: &'a str,
@@ -196,11 +250,20 @@ pub struct Completion<'a> {
 }
 
 #[derive(Debug, Serialize)]
-pub struct CompletionChoice<'a> {
-    pub index: u32,
-    pub message: Message<'a>,
-    pub logprobs: Option<()>,
-    pub finish_reason: &'static str,
+#[serde(untagged)]
+pub enum CompletionChoice<'a> {
+    Chat {
+        index: u32,
+        message: Message<'a>,
+        logprobs: Option<()>,
+        finish_reason: &'static str,
+    },
+    Text {
+        text: &'a str,
+        index: u32,
+        logprobs: Option<()>,
+        finish_reason: &'static str,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -218,13 +281,8 @@ impl<'a> Completion<'a> {
         usage: Usage,
         timings: &'a Report,
     ) -> Self {
-        Self {
-            id: &meta.id,
-            object: "chat.completion",
-            created: meta.created,
-            model: &meta.model,
-            system_fingerprint: &meta.system_fingerprint,
-            choices: [CompletionChoice {
+        let choice = match meta.shape {
+            Shape::Chat => CompletionChoice::Chat {
                 index: 0,
                 message: Message {
                     role: "assistant",
@@ -233,7 +291,21 @@ impl<'a> Completion<'a> {
                 },
                 logprobs: None,
                 finish_reason: reason.as_str(),
-            }],
+            },
+            Shape::Text => CompletionChoice::Text {
+                text: content,
+                index: 0,
+                logprobs: None,
+                finish_reason: reason.as_str(),
+            },
+        };
+        Self {
+            id: &meta.id,
+            object: meta.shape.object(false),
+            created: meta.created,
+            model: &meta.model,
+            system_fingerprint: &meta.system_fingerprint,
+            choices: [choice],
             usage: usage.into(),
             timings,
         }
@@ -250,6 +322,7 @@ mod tests {
             created: 1_767_225_600,
             model: "m".into(),
             system_fingerprint: "fp_x".into(),
+            shape: Shape::Chat,
         }
     }
 
@@ -285,7 +358,7 @@ mod tests {
     fn frames_without_usage() {
         let a = ChunkAssembler::new(meta(), false);
         assert_eq!(
-            text(&a.role_frame()),
+            text(&a.role_frame().expect("chat has a role frame")),
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
         );
         assert_eq!(
@@ -312,7 +385,8 @@ mod tests {
     #[test]
     fn frames_with_usage() {
         let a = ChunkAssembler::new(meta(), true);
-        assert!(text(&a.role_frame()).ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
+        assert!(text(&a.role_frame().expect("role"))
+            .ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
         assert!(text(&a.token_frame("x").expect("frame")).ends_with(",\"usage\":null}\n\n"));
         let end = a.finish_frames(
             FinishReason::Stop,
@@ -326,6 +400,46 @@ mod tests {
         assert!(text(&end[0]).ends_with("\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"));
         assert!(text(&end[1]).starts_with(&format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}},\"timings\":{{")));
         assert_eq!(text(&end[2]), "data: [DONE]\n\n");
+    }
+
+    #[test]
+    fn text_completions_stream_text_pieces_without_a_role() {
+        let a = ChunkAssembler::new(
+            ResponseMeta {
+                id: "cmpl-r1".into(),
+                shape: Shape::Text,
+                ..meta()
+            },
+            false,
+        );
+        assert!(a.role_frame().is_none());
+        assert_eq!(
+            text(&a.token_frame("Once").expect("frame")),
+            "data: {\"id\":\"cmpl-r1\",\"object\":\"text_completion\",\"created\":1767225600,\"model\":\"m\",\"system_fingerprint\":\"fp_x\",\"choices\":[{\"text\":\"Once\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+        );
+        let usage = Usage {
+            prompt_tokens: 3,
+            completion_tokens: 1,
+        };
+        let end = a.finish_frames(FinishReason::Stop, usage, &timings());
+        assert!(text(&end[0]).contains("\"choices\":[{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"stop\"}]"));
+        let meta = ResponseMeta {
+            shape: Shape::Text,
+            ..meta()
+        };
+        let report = timings();
+        let body = serde_json::to_value(Completion::new(
+            &meta,
+            "upon",
+            FinishReason::Length,
+            usage,
+            &report,
+        ))
+        .expect("json");
+        assert_eq!(body["object"], "text_completion");
+        assert_eq!(body["choices"][0]["text"], "upon");
+        assert_eq!(body["choices"][0]["finish_reason"], "length");
+        assert!(body["choices"][0].get("message").is_none());
     }
 
     #[test]

@@ -28,6 +28,8 @@ use crate::timing::RequestTimer;
 #[derive(Debug, Clone)]
 pub struct RunInfo {
     pub request_id: String,
+    /// `chat` or `text_completion`.
+    pub operation: &'static str,
     pub api_key_id: Option<String>,
     pub model: String,
     pub stream: bool,
@@ -188,6 +190,7 @@ impl Run {
         let phases = self.timer.phases(t_end);
         let info = &mut self.info;
         let record = RequestRecord {
+            operation: info.operation,
             request_id: std::mem::take(&mut info.request_id),
             api_key_id: info.api_key_id.take(),
             model: std::mem::take(&mut info.model),

@@ -147,7 +147,9 @@ async fn drive(
     deadline: Deadline,
 ) -> Result<Ending, Lost> {
     run.client_waited(Duration::ZERO);
-    wire.send(run, assembler.role_frame()).await?;
+    if let Some(role) = assembler.role_frame() {
+        wire.send(run, role).await?;
+    }
     let idle = tokio::time::sleep(keepalive);
     let passed = deadline.passed();
     tokio::pin!(idle, passed);

@@ -67,8 +67,10 @@ pub const SPAN_PREFILL: &str = "prefill";
 pub const SPAN_DECODE: &str = "decode";
 pub const SPAN_SEMLOG_HANDOFF: &str = "semlog.handoff";
 
-/// `gen_ai.operation.name` and `gen_ai.provider.name` of every request span.
+/// `gen_ai.operation.name` of a request span: chat completions, or the legacy text
+/// completions (the GenAI conventions' names); and `gen_ai.provider.name`.
 pub const OPERATION_CHAT: &str = "chat";
+pub const OPERATION_TEXT_COMPLETION: &str = "text_completion";
 pub const PROVIDER: &str = "llmgate";
 
 // Span attributes that no semantic convention defines.

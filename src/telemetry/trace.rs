@@ -226,7 +226,7 @@ impl RequestTrace {
         let p = &r.phases;
         let wall = |t: Duration| self.received + t.saturating_sub(p.received);
         let root = self.cx.span();
-        root.update_name(format!("{} {}", names::OPERATION_CHAT, r.model));
+        root.update_name(format!("{} {}", r.operation, r.model));
         root.set_attributes(attributes(r));
         match r.status {
             RecordStatus::Ok => {}
@@ -281,7 +281,7 @@ impl RequestTrace {
 /// The GenAI semantic-convention attributes of a request, plus llmgate's own.
 fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
     let mut a = vec![
-        KeyValue::new(names::GEN_AI_OPERATION_NAME, names::OPERATION_CHAT),
+        KeyValue::new(names::GEN_AI_OPERATION_NAME, r.operation),
         KeyValue::new(names::GEN_AI_PROVIDER_NAME, names::PROVIDER),
         KeyValue::new(names::GEN_AI_REQUEST_MODEL, r.model.clone()),
         KeyValue::new(names::ATTR_REQUEST_ID, r.request_id.clone()),

@@ -1,16 +1,24 @@
-//! The chat-completions request: the wire type as OpenAI defines it, and its one-time
-//! conversion into a validated [`ChatRequest`] ("parse, don't validate"). Every rejection
-//! names the offending parameter in OpenAI's error shape.
+//! The two generation requests, chat completions and legacy completions: the wire types
+//! as OpenAI defines them, and their one-time conversion into a validated
+//! [`ValidatedRequest`] ("parse, don't validate"). Every rejection names the offending
+//! parameter in OpenAI's error shape.
 //!
 //! Parameters this server cannot honour are refused with a 400 naming them, never ignored;
 //! the same parameters at their neutral values (`n: 1`, `tools: []`, `logprobs: false`...)
-//! are accepted, because SDKs often send them.
+//! are accepted, because SDKs often send them. The sampling extensions vLLM and llama.cpp
+//! clients send (`top_k`, `min_p`, `repetition_penalty`) are honoured, unless the server
+//! runs with `--strict-params`, which refuses them as OpenAI does.
+//!
+//! This module holds what both routes share (sampling, stops, budget, `response_format`,
+//! the input hash); [`chat`] and [`completion`] their own fields; [`tokenize`] the
+//! bodies of `/tokenize` and `/detokenize`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::engine::{ChatMessage, GenerationRequest, Role, Sampling};
+use crate::engine::grammar::SCHEMA_PARAM;
+use crate::engine::{GenerationRequest, Prompt, ResponseFormat, Sampling};
 use crate::error::ApiError;
 
 /// Longest stop sequence accepted. The engine compares every stop sequence with the text
@@ -22,12 +30,19 @@ pub const MAX_STOP_CHARS: usize = 256;
 pub struct RequestLimits {
     pub served_model: String,
     pub max_tokens_cap: u32,
-    pub default_max_tokens: u32,
+    /// Completion budget of a request that sets none; `None`: what the context leaves
+    /// after the prompt (at most `max_tokens_cap`).
+    pub default_max_tokens: Option<u32>,
+    /// Refuse the non-OpenAI sampling extensions (`--strict-params`).
+    pub strict_params: bool,
 }
 
-/// A validated chat request.
+/// Parameters vLLM and llama.cpp's server take beyond OpenAI's.
+const EXTENSIONS: &[&str] = &["top_k", "min_p", "repetition_penalty"];
+
+/// A validated generation request, from either route.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChatRequest {
+pub struct ValidatedRequest {
     pub model: String,
     pub stream: bool,
     /// `stream_options.include_usage`: send the usage chunk before `[DONE]`.
@@ -54,15 +69,33 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         presence_penalty: Option<f32>,
         frequency_penalty: Option<f32>,
         stop: &'a [String],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        top_k: Option<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        min_p: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        repetition_penalty: Option<f32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        response_format: Option<Value>,
     }
     let s = &generation.sampling;
-    let canonical = Canonical {
-        model,
-        messages: generation
-            .messages
+    let messages = match &generation.prompt {
+        Prompt::Chat(messages) => messages
             .iter()
             .map(|m| (m.role.as_str(), m.content.as_str()))
             .collect(),
+        // A raw prompt is its own kind of message, so it never hashes like a chat.
+        Prompt::Text(text) => vec![("prompt", text.as_str())],
+    };
+    // Schemas are canonical JSON already (serde_json sorts no keys, so spell as sent).
+    let format = match &generation.response_format {
+        ResponseFormat::Text => None,
+        ResponseFormat::JsonObject => Some(Value::String("json_object".into())),
+        ResponseFormat::JsonSchema(schema) => Some(schema.clone()),
+    };
+    let canonical = Canonical {
+        model,
+        messages,
         max_tokens: generation.max_tokens,
         temperature: s.temperature,
         top_p: s.top_p,
@@ -70,20 +103,22 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         presence_penalty: s.presence_penalty,
         frequency_penalty: s.frequency_penalty,
         stop: &s.stop,
+        top_k: s.top_k,
+        min_p: s.min_p,
+        repetition_penalty: s.repetition_penalty,
+        response_format: format,
     };
     // Serialising plain data into memory cannot fail.
     let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Parameters we know. Anything else is refused like OpenAI does.
-const KNOWN: &[&str] = &[
+/// Parameters both routes share.
+pub(super) const COMMON: &[&str] = &[
     "model",
-    "messages",
     "stream",
     "stream_options",
     "max_tokens",
-    "max_completion_tokens",
     "temperature",
     "top_p",
     "stop",
@@ -92,37 +127,21 @@ const KNOWN: &[&str] = &[
     "frequency_penalty",
     "user",
     "n",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "functions",
-    "function_call",
-    "logprobs",
-    "top_logprobs",
     "logit_bias",
+    "logprobs",
     "response_format",
-    "store",
-    "metadata",
-    "service_tier",
-    "modalities",
-    "audio",
-    "prediction",
-    "reasoning_effort",
-    "web_search_options",
 ];
 
+/// What both routes share, read from the same object as the route's own fields.
 #[derive(Debug, Deserialize)]
-struct WireRequest {
+pub(super) struct WireCommon {
     model: String,
-    messages: Vec<WireMessage>,
     #[serde(default)]
     stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<WireStreamOptions>,
     #[serde(default)]
     max_tokens: Option<u32>,
-    #[serde(default)]
-    max_completion_tokens: Option<u32>,
     #[serde(default)]
     temperature: Option<f64>,
     #[serde(default)]
@@ -138,11 +157,33 @@ struct WireRequest {
     #[serde(default)]
     user: Option<String>,
     #[serde(default)]
-    n: Option<u32>,
+    top_k: Option<u32>,
     #[serde(default)]
-    logprobs: Option<bool>,
+    min_p: Option<f64>,
     #[serde(default)]
-    top_logprobs: Option<u32>,
+    repetition_penalty: Option<f32>,
+    #[serde(default)]
+    response_format: Option<WireResponseFormat>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum WireResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: WireJsonSchema },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireJsonSchema {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    schema: Option<Value>,
+    #[serde(default)]
+    strict: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -161,39 +202,12 @@ enum WireStop {
     Many(Vec<String>),
 }
 
-#[derive(Debug, Deserialize)]
-struct WireMessage {
-    role: String,
-    #[serde(default)]
-    content: Option<WireContent>,
-    #[serde(default)]
-    tool_calls: Option<Value>,
-    /// Participant name; the chat template has no place for it.
-    #[serde(default)]
-    name: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum WireContent {
-    Text(String),
-    Parts(Vec<WirePart>),
-}
-
-#[derive(Debug, Deserialize)]
-struct WirePart {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    text: Option<String>,
-}
-
-/// Parses and validates a request body.
-pub fn parse_chat_request(
+/// The body as a JSON object whose keys are all known to the route.
+pub(super) fn object_of(
     body: &[u8],
+    known: &[&[&str]],
     limits: &RequestLimits,
-    request_id: &str,
-) -> Result<ChatRequest, ApiError> {
+) -> Result<Map<String, Value>, ApiError> {
     let object: Map<String, Value> = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => map,
         Ok(_) => {
@@ -203,127 +217,65 @@ pub fn parse_chat_request(
         }
         Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
     };
-    if let Some(unknown) = object.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+    let is_known = |key: &str| {
+        known.iter().any(|list| list.contains(&key))
+            || (!limits.strict_params && EXTENSIONS.contains(&key))
+    };
+    if let Some(unknown) = object.keys().find(|k| !is_known(k)) {
         return Err(ApiError::UnknownParameter(unknown.clone()));
     }
-    refuse_unsupported(&object)?;
-    for required in ["model", "messages"] {
+    Ok(object)
+}
+
+/// Reads `T` from the object; a wrong type or value is refused naming its path.
+pub(super) fn read<T: serde::de::DeserializeOwned>(
+    object: &Map<String, Value>,
+) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(Value::Object(object.clone())).map_err(|e| {
+        let param = e.path().to_string();
+        ApiError::invalid(param, e.into_inner().to_string())
+    })
+}
+
+pub(super) fn require(object: &Map<String, Value>, keys: &[&str]) -> Result<(), ApiError> {
+    for &required in keys {
         if object.get(required).is_none_or(Value::is_null) {
             return Err(ApiError::invalid(required, "this parameter is required"));
         }
     }
-    let wire: WireRequest =
-        serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
-            let param = e.path().to_string();
-            ApiError::invalid(param, e.into_inner().to_string())
-        })?;
-    validate(wire, limits, request_id)
+    Ok(())
 }
 
-/// Refuses features this server does not serve when they are asked for.
-fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
+/// Refuses features neither route serves when they are asked for.
+pub(super) fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
     if let Some(n) = get("n") {
         if n.as_u64() != Some(1) {
             return Err(ApiError::unsupported("n", "only n = 1 is served"));
         }
     }
-    for key in ["tools", "functions"] {
-        if let Some(v) = get(key) {
-            if !v.as_array().is_some_and(Vec::is_empty) {
-                return Err(ApiError::unsupported(key, "tool calling is not available"));
-            }
-        }
-    }
-    if let Some(v) = get("tool_choice") {
-        if v.as_str() != Some("none") {
-            return Err(ApiError::unsupported(
-                "tool_choice",
-                "tool calling is not available",
-            ));
-        }
-    }
-    if let Some(v) = get("function_call") {
-        if v.as_str() != Some("none") {
-            return Err(ApiError::unsupported(
-                "function_call",
-                "tool calling is not available",
-            ));
-        }
-    }
-    if get("logprobs").is_some_and(|v| v != &Value::Bool(false)) {
+    if get("logprobs").is_some_and(|v| v != &Value::Bool(false) && v.as_u64() != Some(0)) {
         return Err(ApiError::unsupported(
             "logprobs",
-            "log probabilities are not returned",
-        ));
-    }
-    if get("top_logprobs").is_some_and(|v| v.as_u64() != Some(0)) {
-        return Err(ApiError::unsupported(
-            "top_logprobs",
             "log probabilities are not returned",
         ));
     }
     if get("logit_bias").is_some_and(|v| !v.as_object().is_some_and(Map::is_empty)) {
         return Err(ApiError::unsupported("logit_bias", ""));
     }
-    if let Some(v) = get("response_format") {
-        if v.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(ApiError::unsupported(
-                "response_format",
-                "only {\"type\": \"text\"} is served",
-            ));
-        }
-    }
-    if let Some(v) = get("modalities") {
-        let text_only = v
-            .as_array()
-            .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")));
-        if !text_only {
-            return Err(ApiError::unsupported("modalities", "only text is served"));
-        }
-    }
-    if get("store").is_some_and(|v| v != &Value::Bool(false)) {
-        return Err(ApiError::unsupported("store", "completions are not stored"));
-    }
-    for key in [
-        "audio",
-        "prediction",
-        "reasoning_effort",
-        "web_search_options",
-    ] {
-        if get(key).is_some() {
-            return Err(ApiError::unsupported(key, ""));
-        }
-    }
     Ok(())
 }
 
-fn validate(
-    wire: WireRequest,
+/// Checks what both routes share and builds the request. `budget`: the parameter that
+/// set the completion budget (for errors) and its value.
+pub(super) fn validate(
+    wire: WireCommon,
+    prompt: Prompt,
+    budget: (&'static str, Option<u32>),
     limits: &RequestLimits,
     request_id: &str,
-) -> Result<ChatRequest, ApiError> {
-    if wire.model != limits.served_model {
-        return Err(ApiError::ModelNotFound(wire.model));
-    }
-    if wire.messages.is_empty() {
-        return Err(ApiError::invalid(
-            "messages",
-            "must contain at least one message",
-        ));
-    }
-    let messages = wire
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| message(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
-
-    let (max_param, requested) = match (wire.max_completion_tokens, wire.max_tokens) {
-        (Some(n), _) => ("max_completion_tokens", Some(n)),
-        (None, Some(n)) => ("max_tokens", Some(n)),
-        (None, None) => ("max_tokens", None),
-    };
+) -> Result<ValidatedRequest, ApiError> {
+    let (max_param, requested) = budget;
     let max_tokens = match requested {
         Some(0) => return Err(ApiError::invalid(max_param, "must be at least 1")),
         Some(n) if n > limits.max_tokens_cap => {
@@ -336,7 +288,8 @@ fn validate(
             ))
         }
         Some(n) => n,
-        None => limits.default_max_tokens,
+        // The engine shrinks this to what the context leaves after the prompt.
+        None => limits.default_max_tokens.unwrap_or(limits.max_tokens_cap),
     };
 
     let temperature = in_range("temperature", wire.temperature, 0.0, 2.0)?;
@@ -356,6 +309,25 @@ fn validate(
         -2.0,
         2.0,
     )?;
+    if wire.top_k == Some(0) {
+        return Err(ApiError::invalid(
+            "top_k",
+            "must be at least 1 (leave it out for no limit)",
+        ));
+    }
+    let min_p = in_range("min_p", wire.min_p, 0.0, 1.0)?;
+    let repetition_penalty = in_range(
+        "repetition_penalty",
+        wire.repetition_penalty.map(f64::from),
+        0.0,
+        10.0,
+    )?;
+    if repetition_penalty == Some(0.0) {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "must be greater than 0 (1 is none)",
+        ));
+    }
     let stop = match wire.stop {
         None => Vec::new(),
         Some(WireStop::One(s)) => vec![s],
@@ -393,11 +365,11 @@ fn validate(
         }
         None => false,
     };
-    let _ = (wire.n, wire.logprobs, wire.top_logprobs);
+    let response_format = response_format(wire.response_format)?;
 
     let generation = GenerationRequest {
         request_id: request_id.to_owned(),
-        messages,
+        prompt,
         max_tokens,
         max_tokens_set: requested.is_some(),
         sampling: Sampling {
@@ -407,16 +379,53 @@ fn validate(
             seed: wire.seed.map(|s| s as u64),
             presence_penalty: presence_penalty.map(|p| p as f32),
             frequency_penalty: frequency_penalty.map(|p| p as f32),
+            top_k: wire.top_k,
+            min_p: min_p.filter(|&p| p > 0.0),
+            repetition_penalty: repetition_penalty.map(|p| p as f32).filter(|&p| p != 1.0),
             stop,
         },
+        response_format,
     };
-    Ok(ChatRequest {
+    Ok(ValidatedRequest {
         input_hash: input_hash(&wire.model, &generation),
         model: wire.model,
         stream,
         include_usage,
         user: wire.user,
         generation,
+    })
+}
+
+/// OpenAI's `response_format`: text, any JSON object, or JSON held to a schema.
+fn response_format(wire: Option<WireResponseFormat>) -> Result<ResponseFormat, ApiError> {
+    Ok(match wire {
+        None | Some(WireResponseFormat::Text) => ResponseFormat::Text,
+        Some(WireResponseFormat::JsonObject) => ResponseFormat::JsonObject,
+        Some(WireResponseFormat::JsonSchema { json_schema }) => {
+            let name_ok = !json_schema.name.is_empty()
+                && json_schema.name.len() <= 64
+                && json_schema
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !name_ok {
+                return Err(ApiError::invalid(
+                    "response_format.json_schema.name",
+                    "must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
+                ));
+            }
+            let _ = (json_schema.description, json_schema.strict);
+            let schema = json_schema
+                .schema
+                .unwrap_or_else(|| Value::Object(Map::new()));
+            if !schema.is_object() {
+                return Err(ApiError::invalid(
+                    SCHEMA_PARAM,
+                    "must be a JSON Schema object",
+                ));
+            }
+            ResponseFormat::JsonSchema(schema)
+        }
     })
 }
 
@@ -430,71 +439,13 @@ fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Optio
     }
 }
 
-fn message(index: usize, wire: WireMessage) -> Result<ChatMessage, ApiError> {
-    let role = match wire.role.as_str() {
-        "system" | "developer" => Role::System,
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" | "function" => {
-            return Err(ApiError::unsupported(
-                format!("messages[{index}].role"),
-                format!(
-                    "'{}' messages need tool calling, which is not available",
-                    wire.role
-                ),
-            ))
-        }
-        other => {
-            return Err(ApiError::invalid(
-                format!("messages[{index}].role"),
-                format!("'{other}' is not one of system, developer, user, assistant"),
-            ))
-        }
-    };
-    if wire.name.as_deref().is_some_and(|n| !n.is_empty()) {
-        return Err(ApiError::unsupported(
-            format!("messages[{index}].name"),
-            "participant names are not passed to the model",
-        ));
-    }
-    if wire.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::unsupported(
-            format!("messages[{index}].tool_calls"),
-            "tool calling is not available",
-        ));
-    }
-    let content = match wire.content {
-        Some(WireContent::Text(text)) => text,
-        Some(WireContent::Parts(parts)) => {
-            let mut text = String::new();
-            for (p, part) in parts.into_iter().enumerate() {
-                match (part.kind.as_str(), part.text) {
-                    ("text", Some(t)) => text.push_str(&t),
-                    ("text", None) => {
-                        return Err(ApiError::invalid(
-                            format!("messages[{index}].content[{p}].text"),
-                            "a text part needs text",
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(ApiError::unsupported(
-                            format!("messages[{index}].content[{p}].type"),
-                            format!("'{kind}' parts are not served; only text"),
-                        ))
-                    }
-                }
-            }
-            text
-        }
-        None => {
-            return Err(ApiError::invalid(
-                format!("messages[{index}].content"),
-                "this parameter is required",
-            ))
-        }
-    };
-    Ok(ChatMessage { role, content })
-}
+mod chat;
+mod completion;
+mod tokenize;
+pub use chat::parse_chat_request;
+use chat::{message, WireMessage};
+pub use completion::parse_completion_request;
+pub use tokenize::{parse_detokenize_request, parse_tokenize_request, Tokenize};
 
 #[cfg(test)]
 mod tests;

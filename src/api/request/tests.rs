@@ -1,19 +1,29 @@
+use super::chat::KNOWN;
 use super::*;
+use crate::engine::{ChatMessage, Role};
 use serde_json::json;
 
 fn limits() -> RequestLimits {
     RequestLimits {
         served_model: "m".into(),
         max_tokens_cap: 100,
-        default_max_tokens: 16,
+        default_max_tokens: Some(16),
+        strict_params: false,
     }
 }
 
-fn parse(body: Value) -> Result<ChatRequest, ApiError> {
+fn messages(request: &ValidatedRequest) -> &[ChatMessage] {
+    match &request.generation.prompt {
+        Prompt::Chat(messages) => messages,
+        Prompt::Text(_) => panic!("a chat request"),
+    }
+}
+
+fn parse(body: Value) -> Result<ValidatedRequest, ApiError> {
     parse_chat_request(body.to_string().as_bytes(), &limits(), "req-1")
 }
 
-fn param_of(result: Result<ChatRequest, ApiError>) -> (String, String) {
+fn param_of(result: Result<ValidatedRequest, ApiError>) -> (String, String) {
     let error = result.expect_err("should be rejected");
     (
         error.kind().to_owned(),
@@ -27,7 +37,7 @@ fn minimal_request_gets_defaults() {
         .expect("valid");
     assert!(!request.stream);
     assert_eq!(request.generation.max_tokens, 16);
-    assert_eq!(request.generation.messages[0].role, Role::User);
+    assert_eq!(messages(&request)[0].role, Role::User);
     assert_eq!(request.generation.sampling, Sampling::default());
 }
 
@@ -42,8 +52,8 @@ fn full_request_is_carried_over() {
     }))
     .expect("valid");
     assert!(request.stream && request.include_usage);
-    assert_eq!(request.generation.messages[0].content, "be brief");
-    assert_eq!(request.generation.messages[0].role, Role::System);
+    assert_eq!(messages(&request)[0].content, "be brief");
+    assert_eq!(messages(&request)[0].role, Role::System);
     assert_eq!(request.generation.max_tokens, 7);
     assert_eq!(request.generation.sampling.stop, vec!["END".to_owned()]);
     assert_eq!(request.generation.sampling.seed, Some(u64::MAX));
@@ -70,9 +80,34 @@ fn rejections_name_the_parameter() {
             "logprobs",
         ),
         (
-            json!({"model": "m", "messages": msg, "response_format": {"type": "json_object"}}),
-            "unsupported_parameter",
-            "response_format",
+            json!({"model": "m", "messages": msg, "response_format": {"type": "json_schema", "json_schema": {"name": "no spaces"}}}),
+            "invalid_value",
+            "response_format.json_schema.name",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": [1]}}}),
+            "invalid_value",
+            "response_format.json_schema.schema",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "response_format": {"type": "yaml"}}),
+            "invalid_value",
+            "response_format.type",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "top_k": 0}),
+            "invalid_value",
+            "top_k",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "min_p": 1.5}),
+            "invalid_value",
+            "min_p",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "repetition_penalty": 0}),
+            "invalid_value",
+            "repetition_penalty",
         ),
         (
             json!({"model": "m", "messages": msg, "bogus": 1}),
@@ -206,13 +241,26 @@ mod fuzz {
     use actix_web::ResponseError;
     use proptest::prelude::*;
 
-    /// Keys inside messages and stream options; the top-level ones are the parser's own
-    /// [`KNOWN`] list, so generated objects often hit the real fields.
-    const NESTED: &[&str] = &["role", "content", "type", "text", "name", "include_usage"];
+    /// Keys inside messages, stream options and response formats; the top-level ones are
+    /// the parser's own lists, so generated objects often hit the real fields.
+    const NESTED: &[&str] = &[
+        "role",
+        "content",
+        "type",
+        "text",
+        "name",
+        "include_usage",
+        "json_schema",
+        "schema",
+    ];
+
+    fn top_level() -> Vec<&'static str> {
+        [COMMON, KNOWN, EXTENSIONS].concat()
+    }
 
     fn key() -> impl Strategy<Value = String> {
         prop_oneof![
-            2 => prop::sample::select(KNOWN).prop_map(str::to_owned),
+            2 => prop::sample::select(top_level()).prop_map(str::to_owned),
             1 => prop::sample::select(NESTED).prop_map(str::to_owned),
             1 => "[a-z_]{1,8}",
         ]
@@ -268,10 +316,10 @@ mod fuzz {
     }
 
     /// What is accepted is within the limits.
-    fn check_accepted(request: &ChatRequest) -> Result<(), TestCaseError> {
+    fn check_accepted(request: &ValidatedRequest) -> Result<(), TestCaseError> {
         let g = &request.generation;
         prop_assert!((1..=limits().max_tokens_cap).contains(&g.max_tokens));
-        prop_assert!(!g.messages.is_empty());
+        prop_assert!(!messages(request).is_empty());
         prop_assert!(g
             .sampling
             .temperature
@@ -306,7 +354,7 @@ mod fuzz {
 
         #[test]
         fn a_bad_field_is_named_in_the_refusal(
-            field in prop::sample::select(KNOWN),
+            field in prop::sample::select(top_level()),
             value in json_value(),
         ) {
             let mut body = valid();
@@ -326,4 +374,153 @@ mod fuzz {
             }
         }
     }
+}
+
+#[test]
+fn sampling_extensions_are_taken_unless_strict() {
+    let body = json!({
+        "model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1
+    });
+    let request = parse(body.clone()).expect("valid");
+    let s = &request.generation.sampling;
+    assert_eq!((s.top_k, s.min_p), (Some(40), Some(0.05)));
+    assert_eq!(s.repetition_penalty, Some(1.1));
+    let neutral = parse(json!({
+        "model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "min_p": 0.0, "repetition_penalty": 1.0
+    }))
+    .expect("valid");
+    assert_eq!(
+        neutral.generation.sampling,
+        Sampling::default(),
+        "neutral values are none"
+    );
+    let strict = RequestLimits {
+        strict_params: true,
+        ..limits()
+    };
+    let error = parse_chat_request(body.to_string().as_bytes(), &strict, "r").expect_err("strict");
+    assert_eq!(error.kind(), "unknown_parameter");
+    assert_eq!(error.param(), Some("top_k"));
+}
+
+#[test]
+fn response_formats_become_constraints() {
+    let with = |format: Value| {
+        parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": format}))
+            .expect("valid")
+            .generation
+            .response_format
+    };
+    assert_eq!(with(json!({"type": "text"})), ResponseFormat::Text);
+    assert_eq!(
+        with(json!({"type": "json_object"})),
+        ResponseFormat::JsonObject
+    );
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+    assert_eq!(
+        with(
+            json!({"type": "json_schema", "json_schema": {"name": "place", "strict": true, "schema": schema}})
+        ),
+        ResponseFormat::JsonSchema(schema)
+    );
+    let a = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .expect("valid");
+    let b = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})).expect("valid");
+    assert_ne!(
+        a.input_hash, b.input_hash,
+        "the format is part of what is asked"
+    );
+}
+
+#[test]
+fn completions_take_a_prompt_and_refuse_what_they_cannot_do() {
+    let parse = |body: Value| parse_completion_request(body.to_string().as_bytes(), &limits(), "r");
+    let request = parse(json!({"model": "m", "prompt": "Once upon", "max_tokens": 5, "seed": 3}))
+        .expect("valid");
+    assert_eq!(request.generation.prompt, Prompt::Text("Once upon".into()));
+    assert_eq!(request.generation.max_tokens, 5);
+    let listed = parse(json!({"model": "m", "prompt": ["Once upon"]})).expect("a list of one");
+    assert_eq!(listed.generation.prompt, Prompt::Text("Once upon".into()));
+    let chat = parse_chat_request(
+        json!({"model": "m", "messages": [{"role": "user", "content": "Once upon"}]})
+            .to_string()
+            .as_bytes(),
+        &limits(),
+        "r",
+    )
+    .expect("valid");
+    assert_ne!(
+        listed.input_hash, chat.input_hash,
+        "a raw prompt is not a chat"
+    );
+    let cases = [
+        (json!({"model": "m"}), "invalid_value", "prompt"),
+        (
+            json!({"model": "m", "prompt": ""}),
+            "invalid_value",
+            "prompt",
+        ),
+        (
+            json!({"model": "m", "prompt": ["a", "b"]}),
+            "unsupported_parameter",
+            "prompt",
+        ),
+        (
+            json!({"model": "m", "prompt": [1, 2, 3]}),
+            "unsupported_parameter",
+            "prompt",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "echo": true}),
+            "unsupported_parameter",
+            "echo",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "suffix": "y"}),
+            "unsupported_parameter",
+            "suffix",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "best_of": 2}),
+            "unsupported_parameter",
+            "best_of",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "messages": []}),
+            "unknown_parameter",
+            "messages",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "max_tokens": 0}),
+            "invalid_value",
+            "max_tokens",
+        ),
+    ];
+    for (body, kind, param) in cases {
+        let error = parse(body.clone()).expect_err(&body.to_string());
+        assert_eq!((error.kind(), error.param()), (kind, Some(param)), "{body}");
+    }
+}
+
+#[test]
+fn without_a_default_the_budget_is_the_cap_for_the_engine_to_fit() {
+    let open = RequestLimits {
+        default_max_tokens: None,
+        ..limits()
+    };
+    let request = parse_chat_request(
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            .to_string()
+            .as_bytes(),
+        &open,
+        "r",
+    )
+    .expect("valid");
+    assert_eq!(request.generation.max_tokens, 100);
+    assert!(
+        !request.generation.max_tokens_set,
+        "the engine shrinks it to the context"
+    );
 }

@@ -8,9 +8,7 @@
 //! The gateway runs it at start-up on CUDA before it batches there (a few hundred
 //! milliseconds on a GPU), and `examples/batching_defect` prints it on any device.
 
-use crate::engine::{
-    ChatMessage, EngineError, EngineEvent, Generation, GenerationRequest, Role, Sampling,
-};
+use crate::engine::{EngineError, EngineEvent, Generation, GenerationRequest, Prompt, Sampling};
 
 /// Prompts that differ in one word, most often one token in any tokenizer; the first two
 /// with equal token counts are used.
@@ -122,16 +120,14 @@ async fn equal_length_pair(
 fn request(prompt: &str) -> GenerationRequest {
     GenerationRequest {
         request_id: format!("canary: {prompt}"),
-        messages: vec![ChatMessage {
-            role: Role::User,
-            content: prompt.to_owned(),
-        }],
+        prompt: Prompt::user(prompt),
         max_tokens: MAX_TOKENS,
         max_tokens_set: true,
         sampling: Sampling {
             temperature: Some(0.0),
             ..Sampling::default()
         },
+        ..GenerationRequest::default()
     }
 }
 
@@ -180,7 +176,7 @@ mod tests {
 
     impl Subject for Scripted {
         async fn count(&self, request: &GenerationRequest) -> Result<u32, EngineError> {
-            Ok(request.messages[0].content.split_whitespace().count() as u32)
+            Ok(request.prompt.last_user_text().split_whitespace().count() as u32)
         }
 
         async fn start(

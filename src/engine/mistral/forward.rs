@@ -118,32 +118,26 @@ fn closed_without_finish(
 fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> Vec<EngineEvent> {
     match response {
         Response::Chunk(chunk) => {
-            let mut events = Vec::with_capacity(2);
-            let Some(choice) = chunk.choices.into_iter().next() else {
-                return events;
-            };
-            let text = choice.delta.content.unwrap_or_default();
-            if !text.is_empty() || !ids.is_empty() {
-                events.push(EngineEvent::Token { text, ids, at });
+            let usage = usage_of(chunk.usage).unwrap_or(counted);
+            match chunk.choices.into_iter().next() {
+                Some(choice) => piece(
+                    choice.delta.content.unwrap_or_default(),
+                    choice.finish_reason,
+                    ids,
+                    usage,
+                    at,
+                ),
+                None => Vec::new(),
             }
-            if let Some(reason) = choice.finish_reason {
-                let reason = match reason.as_str() {
-                    "length" => FinishReason::Length,
-                    "stop" => FinishReason::Stop,
-                    // "canceled", "tool_calls"...: nothing this gateway asked for.
-                    other => {
-                        events.push(EngineEvent::Failed(EngineError::Internal(format!(
-                            "the engine ended the sequence with '{other}'"
-                        ))));
-                        return events;
-                    }
-                };
-                events.push(EngineEvent::Finished {
-                    reason,
-                    usage: usage_of(chunk.usage).unwrap_or(counted),
-                });
-            }
-            events
+        }
+        // Legacy completions stream the same way, with text instead of a delta and no
+        // usage (our own count stands).
+        Response::CompletionChunk(chunk) => match chunk.choices.into_iter().next() {
+            Some(choice) => piece(choice.text, choice.finish_reason, ids, counted, at),
+            None => Vec::new(),
+        },
+        Response::CompletionModelError(message, _) => {
+            vec![EngineEvent::Failed(EngineError::Internal(message))]
         }
         Response::ValidationError(e) => {
             vec![EngineEvent::Failed(EngineError::Rejected(e.to_string()))]
@@ -161,12 +155,39 @@ fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> 
     }
 }
 
+/// The events of one streamed piece of text and, on the last, how the sequence ended.
+fn piece(
+    text: String,
+    finish_reason: Option<String>,
+    ids: Vec<u32>,
+    usage: Usage,
+    at: Instant,
+) -> Vec<EngineEvent> {
+    let mut events = Vec::with_capacity(2);
+    if !text.is_empty() || !ids.is_empty() {
+        events.push(EngineEvent::Token { text, ids, at });
+    }
+    if let Some(reason) = finish_reason {
+        let reason = match reason.as_str() {
+            "length" => FinishReason::Length,
+            "stop" => FinishReason::Stop,
+            // "canceled", "tool_calls"...: nothing this gateway asked for.
+            other => {
+                events.push(EngineEvent::Failed(EngineError::Internal(format!(
+                    "the engine ended the sequence with '{other}'"
+                ))));
+                return events;
+            }
+        };
+        events.push(EngineEvent::Finished { reason, usage });
+    }
+    events
+}
+
 fn response_kind(response: &Response) -> &'static str {
     match response {
         Response::Done(_) => "done",
-        Response::CompletionChunk(_)
-        | Response::CompletionDone(_)
-        | Response::CompletionModelError(..) => "completion",
+        Response::CompletionDone(_) => "completion done",
         _ => "other",
     }
 }

@@ -25,15 +25,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use async_trait::async_trait;
 use either::Either;
 use mistralrs::{
-    Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, SamplingParams,
-    StopTokens, TextMessageRole, TextMessages,
+    Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, RequestMessage,
+    SamplingParams, StopTokens, TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::grammar::{Grammar, Vocabulary};
 use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
-    ModelInfo, Prepared, Role,
+    ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
 };
 use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use crate::fingerprint;
@@ -114,6 +115,9 @@ struct Loaded {
     /// At least one; the first also renders chat templates and counts prompt tokens.
     replicas: Vec<Model>,
     info: ModelInfo,
+    /// The tokens' bytes, for structured output and `/tokenize`'s spellings; `None` when
+    /// the file's tokenizer is not one the grammar knows.
+    vocabulary: Option<Arc<Vocabulary>>,
 }
 
 pub struct MistralEngine {
@@ -259,6 +263,15 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let path = settings.model_path.clone();
     let file_sha256 =
         tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
+    let path = settings.model_path.clone();
+    let vocabulary = match tokio::task::spawn_blocking(move || Vocabulary::from_gguf(&path)).await?
+    {
+        Ok(vocabulary) => Some(Arc::new(vocabulary)),
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) is not available for this model.");
+            None
+        }
+    };
     let (dir, file) = split_model_path(&settings.model_path)?;
     let mut replicas = Vec::with_capacity(settings.replica_count());
     for _ in 0..settings.replica_count() {
@@ -285,7 +298,11 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
         context_length,
         system_fingerprint: fingerprint::system_fingerprint(&file_sha256, ENGINE_NAME, &device),
     };
-    Ok(Loaded { replicas, info })
+    Ok(Loaded {
+        replicas,
+        info,
+        vocabulary,
+    })
 }
 
 /// mistral.rs takes a GGUF model as a directory ("model id") and file names in it.
@@ -301,21 +318,52 @@ fn split_model_path(path: &Path) -> anyhow::Result<(String, String)> {
     Ok((dir.to_string_lossy().into_owned(), file.to_owned()))
 }
 
-/// Renders the chat template and counts the prompt before committing to a stream, so a
-/// prompt that cannot fit is a clean 400 instead of a mid-stream failure. mistral.rs
-/// tokenizes on its engine loop, between decode steps of running sequences.
-async fn count_prompt(loaded: &Loaded, request: &GenerationRequest) -> Result<u32, EngineError> {
-    let prompt = loaded.replicas[0]
+/// Renders and tokenizes a prompt on the first instance (mistral.rs does it on its engine
+/// loop, between decode steps of running sequences).
+async fn tokenize(loaded: &Loaded, request: &TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+    let input = match &request.prompt {
+        Prompt::Chat(messages) => Either::Left(text_messages(messages)),
+        Prompt::Text(text) => Either::Right(text.clone()),
+    };
+    loaded.replicas[0]
         .tokenize(
-            Either::Left(text_messages(&request.messages)),
+            input,
             None,
-            true,
-            true,
+            request.add_special_tokens,
+            request.add_generation_prompt,
             None,
         )
         .await
-        .map_err(|e| EngineError::Internal(e.to_string()))?;
-    Ok(u32::try_from(prompt.len()).unwrap_or(u32::MAX))
+        .map_err(|e| EngineError::Internal(e.to_string()))
+}
+
+/// Counts the prompt as the engine will see it before committing to a stream, so a
+/// prompt that cannot fit is a clean 400 instead of a mid-stream failure.
+async fn count_prompt(loaded: &Loaded, request: &GenerationRequest) -> Result<u32, EngineError> {
+    let ids = tokenize(
+        loaded,
+        &TokenizeRequest::as_generated(request.prompt.clone()),
+    )
+    .await?;
+    Ok(u32::try_from(ids.len()).unwrap_or(u32::MAX))
+}
+
+/// Compiles the request's `response_format` off the async threads (a schema's grammar
+/// takes milliseconds to build).
+async fn compile(loaded: &Loaded, format: &ResponseFormat) -> Result<Option<Grammar>, EngineError> {
+    if *format == ResponseFormat::Text {
+        return Ok(None);
+    }
+    let Some(vocabulary) = loaded.vocabulary.clone() else {
+        return Err(EngineError::Unsupported {
+            param: "response_format".into(),
+            reason: "this model's tokenizer is not one structured output knows".into(),
+        });
+    };
+    let format = format.clone();
+    tokio::task::spawn_blocking(move || vocabulary.compile(&format))
+        .await
+        .map_err(|e| EngineError::Internal(e.to_string()))?
 }
 
 fn text_messages(messages: &[ChatMessage]) -> TextMessages {
@@ -337,6 +385,7 @@ fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     let mut params = SamplingParams::neutral();
     params.presence_penalty = s.presence_penalty;
     params.frequency_penalty = s.frequency_penalty;
+    params.repetition_penalty = s.repetition_penalty;
     params.max_len = Some(request.max_tokens as usize);
     if !s.stop.is_empty() {
         params.stop_toks = Some(StopTokens::Seqs(s.stop.clone()));
@@ -360,9 +409,12 @@ impl canary::Subject for Canary<'_> {
         request: GenerationRequest,
         prompt_tokens: u32,
     ) -> Result<Generation, EngineError> {
-        self.engine
-            .start_on(self.loaded, request, prompt_tokens, Some(0))
-            .await
+        let prepared = Prepared {
+            request,
+            prompt_tokens,
+            grammar: None,
+        };
+        self.engine.start_on(self.loaded, prepared, Some(0)).await
     }
 }
 
@@ -383,16 +435,49 @@ impl Engine for MistralEngine {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let prompt_tokens = count_prompt(loaded, &request).await?;
         request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
+        let grammar = compile(loaded, &request.response_format).await?;
         Ok(Prepared {
             request,
             prompt_tokens,
+            grammar,
         })
     }
 
     async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        self.start_on(loaded, prepared.request, prepared.prompt_tokens, None)
+        self.start_on(loaded, prepared, None).await
+    }
+
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        tokenize(loaded, &request).await
+    }
+
+    async fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> Result<String, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        if let Some(bad) = ids.iter().find(|&&id| {
+            loaded
+                .vocabulary
+                .as_ref()
+                .is_some_and(|v| v.spellings(&[id]).is_none())
+        }) {
+            return Err(EngineError::InvalidParameter {
+                param: "tokens".into(),
+                message: format!("{bad} is not a token id of this model"),
+            });
+        }
+        loaded.replicas[0]
+            .detokenize(ids, skip_special_tokens)
             .await
+            .map_err(|e| EngineError::Internal(e.to_string()))
+    }
+
+    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>> {
+        self.loaded.get()?.vocabulary.as_ref()?.spellings(ids)
     }
 }
 
@@ -403,18 +488,29 @@ impl MistralEngine {
     async fn start_on(
         &self,
         loaded: &Loaded,
-        request: GenerationRequest,
-        prompt_tokens: u32,
+        prepared: Prepared,
         pin: Option<usize>,
     ) -> Result<Generation, EngineError> {
+        let Prepared {
+            request,
+            prompt_tokens,
+            grammar,
+        } = prepared;
         // Wait for a running slot; held by the forwarder until the sequence ends.
         let slot = self.claim_slot(pin).await?;
         let started = std::time::Instant::now();
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
-        let mut messages = text_messages(&request.messages);
+        let messages = match &request.prompt {
+            Prompt::Chat(messages) => text_messages(messages).take_messages(),
+            Prompt::Text(text) => RequestMessage::Completion {
+                text: text.clone(),
+                echo_prompt: false,
+                best_of: None,
+            },
+        };
         let normal = NormalRequest {
-            messages: messages.take_messages(),
+            messages,
             sampling_params: sampling_params(&request),
             response: engine_tx,
             return_logprobs: false,
@@ -426,6 +522,7 @@ impl MistralEngine {
             tool_choice: None,
             logits_processors: Some(vec![Arc::new(Picker::new(
                 &request.sampling,
+                grammar,
                 Arc::clone(&picked),
             ))]),
             return_raw_logits: false,

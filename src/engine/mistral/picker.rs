@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use mistralrs::{CustomLogitsProcessor, DType, Tensor};
 
+use crate::engine::grammar::Grammar;
 use crate::engine::sampling::SeededSampler;
 use crate::engine::Sampling;
 
@@ -20,14 +21,16 @@ pub type PickedIds = Arc<Mutex<Vec<u32>>>;
 
 /// Picks the next token with the request's [`SeededSampler`] (keyed by seed and
 /// position, so concurrent neighbours cannot change it), records its id, and masks every
-/// other token. It runs after mistral.rs has applied penalties.
+/// other token. It runs after mistral.rs has applied penalties. With a [`Grammar`] the
+/// grammar's mask comes first, so only tokens that keep the JSON valid can be picked.
 pub struct Picker {
     sampler: SeededSampler,
+    grammar: Option<Grammar>,
     picked: PickedIds,
 }
 
 impl Picker {
-    pub fn new(sampling: &Sampling, picked: PickedIds) -> Self {
+    pub fn new(sampling: &Sampling, grammar: Option<Grammar>, picked: PickedIds) -> Self {
         let sampler = SeededSampler {
             // Without a seed the request is still sampled, from a fresh random stream.
             seed: sampling
@@ -36,8 +39,14 @@ impl Picker {
             // OpenAI's defaults: temperature 1, top_p 1.
             temperature: sampling.temperature.unwrap_or(1.0),
             top_p: sampling.top_p.unwrap_or(1.0),
+            top_k: sampling.top_k,
+            min_p: sampling.min_p,
         };
-        Self { sampler, picked }
+        Self {
+            sampler,
+            grammar,
+            picked,
+        }
     }
 
     fn record(&self, id: u32) {
@@ -50,7 +59,13 @@ impl Picker {
 impl CustomLogitsProcessor for Picker {
     fn apply(&self, logits: &Tensor, context: &[u32]) -> mistralrs::Result<Tensor> {
         let mut values: Vec<f32> = logits.to_dtype(DType::F32)?.to_vec1()?;
+        if let Some(grammar) = &self.grammar {
+            grammar.mask(&mut values).map_err(grammar_failed)?;
+        }
         let id = self.sampler.pick(&values, context.len() as u64);
+        if let Some(grammar) = &self.grammar {
+            grammar.consume(id).map_err(grammar_failed)?;
+        }
         self.record(id);
         // Everything but the picked token masked, in the buffer already copied. Greedy
         // steps too: mistral.rs may apply a model's own sampling defaults to a request
@@ -64,6 +79,12 @@ impl CustomLogitsProcessor for Picker {
     }
 }
 
+/// A grammar that cannot go on fails the sequence (an engine error for the client)
+/// rather than let it produce JSON that breaks the schema.
+fn grammar_failed(message: String) -> candle_core::Error {
+    candle_core::Error::Msg(format!("structured output: {message}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,7 +92,7 @@ mod tests {
 
     fn apply(sampling: Sampling, logits: &[f32]) -> (u32, Vec<f32>) {
         let picked = PickedIds::default();
-        let picker = Picker::new(&sampling, Arc::clone(&picked));
+        let picker = Picker::new(&sampling, None, Arc::clone(&picked));
         let tensor = Tensor::from_slice(logits, logits.len(), &Device::Cpu).expect("tensor");
         let out = picker.apply(&tensor, &[1, 2, 3]).expect("apply");
         let id = picked.lock().expect("ids")[0];

@@ -1,8 +1,12 @@
-//! `POST /v1/chat/completions`.
+//! The two generation routes: `POST /v1/chat/completions` and the legacy
+//! `POST /v1/completions`. They differ only in how the body is parsed and how the answer
+//! is shaped ([`Route`]); timings, limits, metrics, traces and the semantic log are the
+//! same code.
 //!
 //! receive (t_recv) -> read the body within the size limit -> validate -> admit ->
-//! engine -> stream SSE frames or gather one JSON body. A request refused before it
-//! reaches the engine still leaves a record, so rejected traffic is visible too.
+//! count the prompt -> charge the key -> engine -> stream SSE frames or gather one JSON
+//! body. A request refused before it reaches the engine still leaves a record, so
+//! rejected traffic is visible too.
 
 use std::convert::Infallible;
 
@@ -14,17 +18,20 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::request::parse_chat_request;
+use super::request::{
+    parse_chat_request, parse_completion_request, RequestLimits, ValidatedRequest,
+};
 use super::{AppState, RequestId};
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
-use crate::engine::{Generation, Prepared, Role};
+use crate::engine::{Generation, Prepared};
 use crate::error::ApiError;
 use crate::quality::QualityTracker;
 use crate::record::{RequestParams, RequestRecord, Status};
-use crate::stream::chunks::{ChunkAssembler, ResponseMeta};
+use crate::stream::chunks::{ChunkAssembler, ResponseMeta, Shape};
 use crate::stream::producer::Deadline;
 use crate::stream::{producer, Run, RunInfo};
+use crate::telemetry::names;
 use crate::telemetry::trace::RequestTrace;
 use crate::timing::RequestTimer;
 
@@ -32,7 +39,62 @@ use crate::timing::RequestTimer;
 /// client pushes back on the producer instead of piling up memory.
 const SSE_BUFFER_FRAMES: usize = 16;
 
+/// Which generation route a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Chat,
+    Completions,
+}
+
+impl Route {
+    fn parse(
+        self,
+        body: &[u8],
+        limits: &RequestLimits,
+        request_id: &str,
+    ) -> Result<ValidatedRequest, ApiError> {
+        match self {
+            Route::Chat => parse_chat_request(body, limits, request_id),
+            Route::Completions => parse_completion_request(body, limits, request_id),
+        }
+    }
+
+    fn shape(self) -> Shape {
+        match self {
+            Route::Chat => Shape::Chat,
+            Route::Completions => Shape::Text,
+        }
+    }
+
+    /// `gen_ai.operation.name` of its requests.
+    fn operation(self) -> &'static str {
+        match self {
+            Route::Chat => names::OPERATION_CHAT,
+            Route::Completions => names::OPERATION_TEXT_COMPLETION,
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`.
 pub async fn chat_completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    generate(Route::Chat, req, payload, state).await
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    generate(Route::Completions, req, payload, state).await
+}
+
+async fn generate(
+    route: Route,
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
@@ -61,6 +123,7 @@ pub async fn chat_completions(
     }
     async move {
         let mut pending = Unanswered {
+            operation: route.operation(),
             state: state.clone(),
             request_id: request_id.clone(),
             api_key_id,
@@ -70,6 +133,7 @@ pub async fn chat_completions(
         let timer = RequestTimer::start(t_recv);
         let mut rate = RateHeaders::default();
         let mut response = match handle(
+            route,
             &req,
             payload,
             &state,
@@ -102,6 +166,7 @@ pub async fn chat_completions(
 /// the engine (the client left while it waited for a slot, the server is stopping), it
 /// still leaves its one record — as cancelled in the second case.
 struct Unanswered {
+    operation: &'static str,
     state: web::Data<AppState>,
     request_id: String,
     api_key_id: Option<String>,
@@ -126,6 +191,7 @@ impl Unanswered {
             _ => state.limits.served_model.clone(),
         };
         let record = RequestRecord {
+            operation: self.operation,
             request_id: std::mem::take(&mut self.request_id),
             api_key_id: self.api_key_id.take(),
             model,
@@ -211,6 +277,7 @@ impl Charged<'_> {
 
 #[allow(clippy::too_many_arguments)]
 async fn handle(
+    route: Route,
     req: &HttpRequest,
     payload: web::Payload,
     state: &AppState,
@@ -229,7 +296,7 @@ async fn handle(
     let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
         .await
         .map_err(|_| ApiError::BodyTimeout { limit })??;
-    let chat = parse_chat_request(&body, &state.limits, request_id)?;
+    let chat = route.parse(&body, &state.limits, request_id)?;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
         limit: state.admission.limit(),
         retry_after: std::time::Duration::from_secs(1),
@@ -241,13 +308,7 @@ async fn handle(
         "Request admitted."
     );
 
-    let prompt = chat
-        .generation
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .map_or("", |m| m.content.as_str());
+    let prompt = chat.generation.prompt.last_user_text();
     let quality = QualityTracker::new(&state.quality, prompt);
     let prompt = prompt.to_owned();
     let seed = chat.generation.sampling.seed;
@@ -267,6 +328,7 @@ async fn handle(
     let generation = start_in_engine(state, prepared, &deadline.cut_off).await?;
     timer.engine_started(state.clock.at(generation.started));
     let info = RunInfo {
+        operation: route.operation(),
         request_id: request_id.to_owned(),
         api_key_id,
         model: chat.model.clone(),
@@ -280,7 +342,8 @@ async fn handle(
         user: chat.user.clone(),
     };
     let meta = ResponseMeta {
-        id: format!("chatcmpl-{request_id}"),
+        id: format!("{}{request_id}", route.shape().id_prefix()),
+        shape: route.shape(),
         created: state.clock.unix_seconds(),
         model: chat.model,
         system_fingerprint: info.system_fingerprint.clone(),
@@ -359,7 +422,7 @@ fn caller_of(req: &HttpRequest) -> Option<Caller> {
 
 /// Only JSON bodies are read: a web page can make a browser post a form or plain text
 /// to a gateway on localhost without asking (a "simple" cross-site request), never JSON.
-fn json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
+pub(super) fn json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     let value = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -378,7 +441,7 @@ fn json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
 }
 
 /// Reads the body, refusing it with 413 as soon as it is known to be over `limit`.
-async fn read_body(
+pub(super) async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,

@@ -1,0 +1,221 @@
+//! The `POST /v1/chat/completions` body: messages and the chat-only parameters.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{
+    object_of, read, refuse_unsupported, require, validate, RequestLimits, ValidatedRequest,
+    WireCommon, COMMON,
+};
+use crate::engine::{ChatMessage, Prompt, Role};
+use crate::error::ApiError;
+
+/// Chat parameters we know beyond [`COMMON`]. Anything else is refused like OpenAI does.
+pub(super) const KNOWN: &[&str] = &[
+    "messages",
+    "max_completion_tokens",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "top_logprobs",
+    "store",
+    "metadata",
+    "service_tier",
+    "modalities",
+    "audio",
+    "prediction",
+    "reasoning_effort",
+    "web_search_options",
+];
+
+#[derive(Debug, Deserialize)]
+struct WireChat {
+    messages: Vec<WireMessage>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct WireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<WireContent>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+    /// Participant name; the chat template has no place for it.
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum WireContent {
+    Text(String),
+    Parts(Vec<WirePart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePart {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// Parses and validates a `POST /v1/chat/completions` body.
+pub fn parse_chat_request(
+    body: &[u8],
+    limits: &RequestLimits,
+    request_id: &str,
+) -> Result<ValidatedRequest, ApiError> {
+    let object = object_of(body, &[COMMON, KNOWN], limits)?;
+    refuse_unsupported(&object)?;
+    refuse_chat_unsupported(&object)?;
+    require(&object, &["model", "messages"])?;
+    let common: WireCommon = read(&object)?;
+    let chat: WireChat = read(&object)?;
+    if common.model != limits.served_model {
+        return Err(ApiError::ModelNotFound(common.model));
+    }
+    if chat.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "must contain at least one message",
+        ));
+    }
+    let messages = chat
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let budget = match (chat.max_completion_tokens, common.max_tokens) {
+        (Some(n), _) => ("max_completion_tokens", Some(n)),
+        (None, n) => ("max_tokens", n),
+    };
+    validate(common, Prompt::Chat(messages), budget, limits, request_id)
+}
+
+/// Refuses chat features this server does not serve when they are asked for.
+fn refuse_chat_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
+    let get = |key: &str| object.get(key).filter(|v| !v.is_null());
+    for key in ["tools", "functions"] {
+        if let Some(v) = get(key) {
+            if !v.as_array().is_some_and(Vec::is_empty) {
+                return Err(ApiError::unsupported(key, "tool calling is not available"));
+            }
+        }
+    }
+    if let Some(v) = get("tool_choice") {
+        if v.as_str() != Some("none") {
+            return Err(ApiError::unsupported(
+                "tool_choice",
+                "tool calling is not available",
+            ));
+        }
+    }
+    if let Some(v) = get("function_call") {
+        if v.as_str() != Some("none") {
+            return Err(ApiError::unsupported(
+                "function_call",
+                "tool calling is not available",
+            ));
+        }
+    }
+    if get("top_logprobs").is_some_and(|v| v.as_u64() != Some(0)) {
+        return Err(ApiError::unsupported(
+            "top_logprobs",
+            "log probabilities are not returned",
+        ));
+    }
+    if let Some(v) = get("modalities") {
+        let text_only = v
+            .as_array()
+            .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")));
+        if !text_only {
+            return Err(ApiError::unsupported("modalities", "only text is served"));
+        }
+    }
+    if get("store").is_some_and(|v| v != &Value::Bool(false)) {
+        return Err(ApiError::unsupported("store", "completions are not stored"));
+    }
+    for key in [
+        "audio",
+        "prediction",
+        "reasoning_effort",
+        "web_search_options",
+    ] {
+        if get(key).is_some() {
+            return Err(ApiError::unsupported(key, ""));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn message(index: usize, wire: WireMessage) -> Result<ChatMessage, ApiError> {
+    let role = match wire.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" | "function" => {
+            return Err(ApiError::unsupported(
+                format!("messages[{index}].role"),
+                format!(
+                    "'{}' messages need tool calling, which is not available",
+                    wire.role
+                ),
+            ))
+        }
+        other => {
+            return Err(ApiError::invalid(
+                format!("messages[{index}].role"),
+                format!("'{other}' is not one of system, developer, user, assistant"),
+            ))
+        }
+    };
+    if wire.name.as_deref().is_some_and(|n| !n.is_empty()) {
+        return Err(ApiError::unsupported(
+            format!("messages[{index}].name"),
+            "participant names are not passed to the model",
+        ));
+    }
+    if wire.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::unsupported(
+            format!("messages[{index}].tool_calls"),
+            "tool calling is not available",
+        ));
+    }
+    let content = match wire.content {
+        Some(WireContent::Text(text)) => text,
+        Some(WireContent::Parts(parts)) => {
+            let mut text = String::new();
+            for (p, part) in parts.into_iter().enumerate() {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    ("text", None) => {
+                        return Err(ApiError::invalid(
+                            format!("messages[{index}].content[{p}].text"),
+                            "a text part needs text",
+                        ))
+                    }
+                    (kind, _) => {
+                        return Err(ApiError::unsupported(
+                            format!("messages[{index}].content[{p}].type"),
+                            format!("'{kind}' parts are not served; only text"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        None => {
+            return Err(ApiError::invalid(
+                format!("messages[{index}].content"),
+                "this parameter is required",
+            ))
+        }
+    };
+    Ok(ChatMessage { role, content })
+}

@@ -1,0 +1,233 @@
+//! `POST /tokenize` and `POST /detokenize` bodies, in vLLM's shapes: a `prompt` or chat
+//! `messages` to turn into ids, or `tokens` to turn into text.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{message, object_of, read, RequestLimits, WireMessage};
+use crate::engine::{Prompt, TokenizeRequest};
+use crate::error::ApiError;
+
+/// A validated `/tokenize` request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tokenize {
+    pub request: TokenizeRequest,
+    /// Also answer how the vocabulary spells each token (`token_strs`).
+    pub return_token_strs: bool,
+}
+
+const TOKENIZE_KNOWN: &[&str] = &[
+    "model",
+    "prompt",
+    "messages",
+    "add_special_tokens",
+    "add_generation_prompt",
+    "continue_final_message",
+    "return_token_strs",
+    "tools",
+    "chat_template",
+    "chat_template_kwargs",
+];
+
+#[derive(Debug, Deserialize)]
+struct WireTokenize {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    messages: Option<Vec<WireMessage>>,
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
+    #[serde(default)]
+    add_generation_prompt: Option<bool>,
+    #[serde(default)]
+    continue_final_message: Option<bool>,
+    #[serde(default)]
+    return_token_strs: Option<bool>,
+}
+
+/// A `model`, when given, must be the served one.
+fn check_model(model: Option<String>, limits: &RequestLimits) -> Result<(), ApiError> {
+    match model {
+        Some(m) if m != limits.served_model => Err(ApiError::ModelNotFound(m)),
+        _ => Ok(()),
+    }
+}
+
+/// Parses a `/tokenize` body. Its defaults render the prompt as a generation does, so
+/// `count` equals a request's `usage.prompt_tokens` (vLLM's chat default adds no special
+/// tokens; here the default is what this engine counts with).
+pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tokenize, ApiError> {
+    let object = object_of(body, &[TOKENIZE_KNOWN], limits)?;
+    for key in ["tools", "chat_template", "chat_template_kwargs"] {
+        let set = object
+            .get(key)
+            .is_some_and(|v| !v.is_null() && v != &Value::Array(Vec::new()));
+        if set {
+            return Err(ApiError::unsupported(
+                key,
+                "the model's own chat template is used",
+            ));
+        }
+    }
+    let wire: WireTokenize = read(&object)?;
+    check_model(wire.model, limits)?;
+    if wire.continue_final_message == Some(true) {
+        return Err(ApiError::unsupported(
+            "continue_final_message",
+            "the conversation is rendered as a generation sees it",
+        ));
+    }
+    let prompt = match (wire.prompt, wire.messages) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "messages",
+                "send either prompt or messages, not both",
+            ))
+        }
+        (Some(text), None) => Prompt::Text(text),
+        (None, Some(messages)) => Prompt::Chat(
+            messages
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| message(i, m))
+                .collect::<Result<_, _>>()?,
+        ),
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "send a prompt, or chat messages",
+            ))
+        }
+    };
+    let mut request = TokenizeRequest::as_generated(prompt);
+    if let Some(add) = wire.add_special_tokens {
+        request.add_special_tokens = add;
+    }
+    if let Some(add) = wire.add_generation_prompt {
+        if !matches!(request.prompt, Prompt::Chat(_)) && add {
+            return Err(ApiError::invalid(
+                "add_generation_prompt",
+                "only chat messages have a generation prompt",
+            ));
+        }
+        request.add_generation_prompt = add;
+    }
+    Ok(Tokenize {
+        request,
+        return_token_strs: wire.return_token_strs.unwrap_or(false),
+    })
+}
+
+const DETOKENIZE_KNOWN: &[&str] = &["model", "tokens", "skip_special_tokens"];
+
+#[derive(Debug, Deserialize)]
+struct WireDetokenize {
+    #[serde(default)]
+    model: Option<String>,
+    tokens: Vec<u32>,
+    #[serde(default)]
+    skip_special_tokens: Option<bool>,
+}
+
+/// Parses a `/detokenize` body: the ids, and whether special tokens are left out of the
+/// text (vLLM's default: they are).
+pub fn parse_detokenize_request(
+    body: &[u8],
+    limits: &RequestLimits,
+) -> Result<(Vec<u32>, bool), ApiError> {
+    let object = object_of(body, &[DETOKENIZE_KNOWN], limits)?;
+    if object.get("tokens").is_none_or(Value::is_null) {
+        return Err(ApiError::invalid("tokens", "this parameter is required"));
+    }
+    let wire: WireDetokenize = read(&object)?;
+    check_model(wire.model, limits)?;
+    Ok((wire.tokens, wire.skip_special_tokens.unwrap_or(true)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            served_model: "m".into(),
+            max_tokens_cap: 100,
+            default_max_tokens: None,
+            strict_params: false,
+        }
+    }
+
+    fn tokenize(body: Value) -> Result<Tokenize, ApiError> {
+        parse_tokenize_request(body.to_string().as_bytes(), &limits())
+    }
+
+    #[test]
+    fn defaults_count_as_a_generation_does() {
+        let chat =
+            tokenize(json!({"messages": [{"role": "user", "content": "hi"}]})).expect("valid");
+        assert_eq!(
+            chat.request,
+            TokenizeRequest::as_generated(Prompt::user("hi"))
+        );
+        let text = tokenize(json!({"model": "m", "prompt": "hi", "return_token_strs": true}))
+            .expect("valid");
+        assert_eq!(
+            text.request,
+            TokenizeRequest::as_generated(Prompt::Text("hi".into()))
+        );
+        assert!(text.return_token_strs);
+        let raw = tokenize(json!({"prompt": "hi", "add_special_tokens": false})).expect("valid");
+        assert!(!raw.request.add_special_tokens);
+    }
+
+    #[test]
+    fn refusals_name_the_parameter() {
+        let cases = [
+            (json!({}), "prompt"),
+            (json!({"prompt": "a", "messages": []}), "messages"),
+            (json!({"prompt": "a", "model": "other"}), "model"),
+            (
+                json!({"prompt": "a", "add_generation_prompt": true}),
+                "add_generation_prompt",
+            ),
+            (
+                json!({"prompt": "a", "tools": [{"type": "function"}]}),
+                "tools",
+            ),
+            (json!({"prompt": 5}), "prompt"),
+            (json!({"prompt": "a", "bogus": 1}), "bogus"),
+            (
+                json!({"messages": [{"role": "wizard", "content": "x"}]}),
+                "messages[0].role",
+            ),
+        ];
+        for (body, param) in cases {
+            let error = tokenize(body.clone()).expect_err(&body.to_string());
+            assert_eq!(error.param(), Some(param), "{body}: {error}");
+        }
+    }
+
+    #[test]
+    fn detokenize_takes_ids() {
+        let parse = |body: Value| parse_detokenize_request(body.to_string().as_bytes(), &limits());
+        assert_eq!(
+            parse(json!({"tokens": [1, 2]})).expect("valid"),
+            (vec![1, 2], true)
+        );
+        assert_eq!(
+            parse(json!({"tokens": [], "skip_special_tokens": false})).expect("valid"),
+            (vec![], false)
+        );
+        for (body, param) in [
+            (json!({}), "tokens"),
+            (json!({"tokens": [-1]}), "tokens[0]"),
+            (json!({"tokens": "12"}), "tokens"),
+        ] {
+            let error = parse(body.clone()).expect_err(&body.to_string());
+            assert_eq!(error.param(), Some(param), "{body}: {error}");
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `POST /tokenize` and `POST /detokenize`, in vLLM's request and response shapes, so
+//! clients written for vLLM can count and inspect tokens. `/tokenize` with its defaults
+//! counts a prompt exactly as a generation does: its `count` is the `prompt_tokens` a
+//! chat or completions request with the same messages or prompt reports.
+//!
+//! Both need a key when keys are on (they reveal the model's vocabulary and cost engine
+//! time), and both answer 503 while the model loads.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+use super::generation::{json_content_type, read_body};
+use super::request::{parse_detokenize_request, parse_tokenize_request};
+use super::AppState;
+use crate::error::ApiError;
+
+/// The body of a token request, within the size limit and the body deadline.
+async fn body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<bytes::BytesMut, ApiError> {
+    json_content_type(req)?;
+    let limit = state.timeouts.body;
+    tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
+        .await
+        .map_err(|_| ApiError::BodyTimeout { limit })?
+}
+
+/// `{"count", "max_model_len", "tokens", "token_strs"}`.
+pub async fn tokenize(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body(&req, payload, &state).await?;
+    let parsed = parse_tokenize_request(&body, &state.limits)?;
+    let info = state.engine.model_info().ok_or(ApiError::NotReady)?;
+    let ids = state.engine.tokenize(parsed.request).await?;
+    let token_strs = if parsed.return_token_strs {
+        Some(state.engine.spellings(&ids).ok_or_else(|| {
+            ApiError::unsupported(
+                "return_token_strs",
+                "this engine does not know its vocabulary",
+            )
+        })?)
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(json!({
+        "count": ids.len(),
+        "max_model_len": info.context_length,
+        "tokens": ids,
+        "token_strs": token_strs,
+    })))
+}
+
+/// `{"prompt"}`: the text of the ids.
+pub async fn detokenize(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body(&req, payload, &state).await?;
+    let (ids, skip_special_tokens) = parse_detokenize_request(&body, &state.limits)?;
+    state.engine.model_info().ok_or(ApiError::NotReady)?;
+    let text = state.engine.detokenize(ids, skip_special_tokens).await?;
+    Ok(HttpResponse::Ok().json(json!({ "prompt": text })))
+}

@@ -1,0 +1,168 @@
+"""What clients built for OpenAI, vLLM or llama.cpp's server send, against the real
+binary on the default model with the official OpenAI client: structured output (checked
+with the jsonschema validator), legacy completions, /tokenize and /detokenize, the
+sampling extensions, and the refusals that stay.
+"""
+
+import json
+import urllib.request
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import MODEL_ID, launch
+
+PLACE = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 40},
+        "country": {"type": "string", "maxLength": 40},
+        "population_millions": {"type": "number"},
+    },
+    "required": ["city", "country", "population_millions"],
+    "additionalProperties": False,
+}
+ASK_PLACE = [{"role": "user", "content": "Describe Paris as JSON: city, country, population in millions."}]
+
+
+@pytest.fixture()
+def client(gateway):
+    return openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0)
+
+
+def post(base: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{base}{path}", data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read())
+
+
+def schema_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "place", "strict": True, "schema": schema}}
+
+
+def test_json_schema_answers_validate_streamed_and_not(client):
+    for seed in (1, 2):
+        answer = client.chat.completions.create(
+            model=MODEL_ID, messages=ASK_PLACE, max_tokens=80, seed=seed,
+            response_format=schema_format(PLACE),
+        )
+        assert answer.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(answer.choices[0].message.content), PLACE)
+    stream = client.chat.completions.create(
+        model=MODEL_ID, messages=ASK_PLACE, max_tokens=80, seed=3, stream=True,
+        response_format=schema_format(PLACE),
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    jsonschema.validate(json.loads(text), PLACE)
+
+
+def test_json_object_answers_parse_and_seeds_reproduce_them(client):
+    def ask(**sampling):
+        return client.chat.completions.create(
+            model=MODEL_ID, max_tokens=120,
+            messages=[{"role": "user", "content": "List three colors as JSON."}],
+            response_format={"type": "json_object"}, **sampling,
+        ).choices[0]
+
+    greedy = ask(temperature=0)
+    assert greedy.finish_reason == "stop", "a complete object ends the answer"
+    assert isinstance(json.loads(greedy.message.content), dict)
+    # Sampled JSON from a 135M model can run to max_tokens; what holds is the seed.
+    first = ask(seed=42, temperature=0.9)
+    assert first.message.content.startswith("{")
+    assert ask(seed=42, temperature=0.9).message.content == first.message.content
+
+
+def test_a_schema_that_cannot_compile_is_a_400_naming_the_field(client):
+    broken = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(unclosed"}}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=MODEL_ID, messages=ASK_PLACE, response_format=schema_format(broken),
+        )
+    assert refused.value.body["param"] == "response_format.json_schema.schema"
+
+
+def test_legacy_completions_streamed_and_not_with_timings(client):
+    answer = client.completions.create(
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,
+    )
+    assert answer.object == "text_completion" and answer.id.startswith("cmpl-")
+    assert answer.choices[0].text and answer.choices[0].finish_reason == "length"
+    assert answer.usage.completion_tokens == 6
+    assert answer.model_extra["timings"]["ttft_ms"] > 0
+    pieces = list(client.completions.create(
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,
+        stream=True, stream_options={"include_usage": True},
+    ))
+    streamed = "".join(p.choices[0].text for p in pieces if p.choices)
+    assert streamed == answer.choices[0].text, "greedy: the same text either way"
+    assert pieces[-1].usage.completion_tokens == 6
+    seeded = [
+        client.completions.create(
+            model=MODEL_ID, prompt="Once upon a time", max_tokens=12, seed=9, temperature=1.0,
+        ).choices[0].text
+        for _ in range(2)
+    ]
+    assert seeded[0] == seeded[1]
+
+
+def test_tokenize_counts_what_a_request_is_charged(client, gateway):
+    for messages in (ASK_PLACE, [{"role": "system", "content": "Be brief."}] + ASK_PLACE):
+        counted = post(gateway, "/tokenize", {"model": MODEL_ID, "messages": messages})
+        answer = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=1)
+        assert counted["count"] == len(counted["tokens"]) == answer.usage.prompt_tokens
+        assert counted["max_model_len"] == 8192
+    prompt = "The capital of France is"
+    counted = post(gateway, "/tokenize", {"prompt": prompt, "return_token_strs": True})
+    assert counted["count"] == client.completions.create(
+        model=MODEL_ID, prompt=prompt, max_tokens=1).usage.prompt_tokens
+    assert "".join(counted["token_strs"]).replace("\u0120", " ") == prompt
+    assert post(gateway, "/detokenize", {"tokens": counted["tokens"]})["prompt"] == prompt
+
+
+def test_sampling_extensions_are_applied_and_seeded(client):
+    def ask(**extra):
+        return client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Name a fruit."}],
+            max_tokens=12, seed=5, temperature=1.0, extra_body=extra,
+        ).choices[0].message.content
+
+    greedy = client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": "Name a fruit."}],
+        max_tokens=12, temperature=0,
+    ).choices[0].message.content
+    assert ask(top_k=1) == greedy, "top_k=1 is greedy decoding"
+    assert ask(min_p=1.0) == greedy, "min_p=1 keeps only the most likely token"
+    wide = ask(top_k=40, min_p=0.02, repetition_penalty=1.2)
+    assert wide == ask(top_k=40, min_p=0.02, repetition_penalty=1.2)
+
+
+def test_what_stays_refused(client):
+    cases = [
+        (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools"),
+        (dict(stop=["a", "b", "c", "d", "e"]), "stop"),
+        (dict(stop=["x" * 300]), "stop"),
+        (dict(n=2), "n"),
+    ]
+    for extra, param in cases:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=MODEL_ID, messages=ASK_PLACE, **extra)
+        assert refused.value.body["param"] == param
+
+
+def test_strict_params_refuses_the_extensions(tmp_path):
+    gateway = launch(tmp_path / "data", "--strict-params", "true")
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.base}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model=MODEL_ID, messages=ASK_PLACE, max_tokens=2, extra_body={"top_k": 5},
+            )
+        assert refused.value.code == "unknown_parameter"
+    finally:
+        gateway.proc.terminate()
+        assert gateway.proc.wait(timeout=60) == 0
