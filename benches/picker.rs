@@ -11,8 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use llmgate::engine::grammar::{Grammar, Vocabulary};
 use llmgate::engine::mistral::picker::{PickedIds, Picker};
-use llmgate::engine::Sampling;
+use llmgate::engine::{ResponseFormat, Sampling};
 use mistralrs::{CustomLogitsProcessor, Device, Tensor};
 
 const VOCAB: usize = 49_152;
@@ -32,20 +33,38 @@ fn model_like_logits() -> Vec<f32> {
         .collect()
 }
 
-fn per_token(name: &str, sampling: Sampling, calls: usize) {
+/// The default model's vocabulary and a grammar for any JSON object on it, when the
+/// model file is there (`scripts/fetch-model`).
+fn json_grammar(vocabulary: Option<&Vocabulary>) -> Option<Grammar> {
+    vocabulary?
+        .compile(&ResponseFormat::JsonObject)
+        .expect("compiles")
+}
+
+fn per_token(name: &str, sampling: Sampling, vocabulary: Option<&Vocabulary>, calls: usize) {
     let logits = Tensor::from_vec(model_like_logits(), VOCAB, &Device::Cpu).expect("tensor");
     let picked = PickedIds::default();
-    let picker = Picker::new(&sampling, None, Arc::clone(&picked));
+    let constrained = vocabulary.is_some();
+    let mut picker = Picker::new(&sampling, json_grammar(vocabulary), Arc::clone(&picked));
     let mut context: Vec<u32> = (0..64).collect();
     let mut times: Vec<Duration> = Vec::with_capacity(calls);
     for _ in 0..calls {
         let start = Instant::now();
-        let out = picker.apply(&logits, &context).expect("apply");
+        let out = picker.apply(&logits, &context);
         times.push(start.elapsed());
-        assert_eq!(out.dims1().expect("1-d"), VOCAB);
+        match out {
+            Ok(out) => assert_eq!(out.dims1().expect("1-d"), VOCAB),
+            // A complete object allows only the end: start a new one, like a new request.
+            Err(_) if constrained => {
+                picker = Picker::new(&sampling, json_grammar(vocabulary), Arc::clone(&picked));
+            }
+            Err(error) => panic!("{error}"),
+        }
         context.push(0);
     }
-    assert_eq!(picked.lock().expect("ids").len(), calls);
+    if !constrained {
+        assert_eq!(picked.lock().expect("ids").len(), calls);
+    }
     times.sort_unstable();
     let us = |q: f64| times[((q * calls as f64) as usize).min(calls - 1)].as_secs_f64() * 1e6;
     println!(
@@ -64,11 +83,46 @@ fn main() {
         seed: Some(7),
         ..Sampling::default()
     };
-    per_token("greedy (temperature 0)", sampled(0.0, 1.0), calls);
-    per_token("seeded, temperature 0.8", sampled(0.8, 1.0), calls);
+    per_token("greedy (temperature 0)", sampled(0.0, 1.0), None, calls);
+    per_token("seeded, temperature 0.8", sampled(0.8, 1.0), None, calls);
     per_token(
         "seeded, temperature 0.8, top_p 0.9",
         sampled(0.8, 0.9),
+        None,
+        calls,
+    );
+    let top_k = Sampling {
+        top_k: Some(40),
+        min_p: Some(0.05),
+        ..sampled(0.8, 1.0)
+    };
+    per_token("seeded, 0.8, top_k 40, min_p 0.05", top_k, None, calls);
+    let model =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(llmgate::config::DEFAULT_MODEL_PATH);
+    let Ok(vocabulary) = Vocabulary::from_gguf(&model) else {
+        println!("(no model file: the grammar cases need scripts/fetch-model)");
+        return;
+    };
+    let started = Instant::now();
+    let rounds = if benchmarking { 200 } else { 2 };
+    for _ in 0..rounds {
+        json_grammar(Some(&vocabulary));
+    }
+    println!(
+        "{:<34} {:>7.1} us per request",
+        "compile a json_object grammar",
+        started.elapsed().as_secs_f64() * 1e6 / rounds as f64
+    );
+    per_token(
+        "json_object grammar, greedy",
+        sampled(0.0, 1.0),
+        Some(&vocabulary),
+        calls,
+    );
+    per_token(
+        "json_object grammar, 0.8",
+        sampled(0.8, 1.0),
+        Some(&vocabulary),
         calls,
     );
 }
