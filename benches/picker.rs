@@ -45,7 +45,12 @@ fn per_token(name: &str, sampling: Sampling, vocabulary: Option<&Vocabulary>, ca
     let logits = Tensor::from_vec(model_like_logits(), VOCAB, &Device::Cpu).expect("tensor");
     let picked = PickedIds::default();
     let constrained = vocabulary.is_some();
-    let mut picker = Picker::new(&sampling, json_grammar(vocabulary), Arc::clone(&picked));
+    let mut picker = Picker::new(
+        &sampling,
+        json_grammar(vocabulary),
+        None,
+        Arc::clone(&picked),
+    );
     let mut context: Vec<u32> = (0..64).collect();
     let mut times: Vec<Duration> = Vec::with_capacity(calls);
     for _ in 0..calls {
@@ -56,7 +61,12 @@ fn per_token(name: &str, sampling: Sampling, vocabulary: Option<&Vocabulary>, ca
             Ok(out) => assert_eq!(out.dims1().expect("1-d"), VOCAB),
             // A complete object allows only the end: start a new one, like a new request.
             Err(_) if constrained => {
-                picker = Picker::new(&sampling, json_grammar(vocabulary), Arc::clone(&picked));
+                picker = Picker::new(
+                    &sampling,
+                    json_grammar(vocabulary),
+                    None,
+                    Arc::clone(&picked),
+                );
             }
             Err(error) => panic!("{error}"),
         }
@@ -99,7 +109,8 @@ fn main() {
     per_token("seeded, 0.8, top_k 40, min_p 0.05", top_k, None, calls);
     let model =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(llmgate::config::DEFAULT_MODEL_PATH);
-    let Ok(vocabulary) = Vocabulary::from_gguf(&model) else {
+    let facts = llmgate::engine::gguf::GgufFacts::read(&model);
+    let Ok(vocabulary) = facts.and_then(|f| f.vocabulary()) else {
         println!("(no model file: the grammar cases need scripts/fetch-model)");
         return;
     };

@@ -67,7 +67,9 @@ pub struct RequestRecord {
     /// sha256 of the answer text, for `llmgate replay`.
     pub output_hash: Option<String>,
     pub seed: Option<u64>,
-    pub system_fingerprint: Option<String>,
+    /// The served model's facts (fingerprint, file hash, quantization, device); absent
+    /// for requests refused before the model was asked.
+    pub served: Option<std::sync::Arc<crate::engine::ModelInfo>>,
     /// Sampling parameters as the request set them (absent when it was not parsed).
     pub params: RequestParams,
     pub trace: TraceIds,
@@ -83,6 +85,15 @@ pub struct RequestRecord {
     pub prompt: Option<String>,
     /// The answer, unredacted: only `semlog` reads it, through the redactor.
     pub response: Option<String>,
+}
+
+impl RequestRecord {
+    /// The `system_fingerprint` the answer carried.
+    pub fn system_fingerprint(&self) -> Option<&str> {
+        self.served
+            .as_deref()
+            .map(|m| m.system_fingerprint.as_str())
+    }
 }
 
 /// The sampling parameters a request set, as the GenAI span attributes report them.
@@ -150,7 +161,7 @@ impl RequestObserver for LogObserver {
             seed = r.seed,
             input_hash = r.input_hash.as_deref(),
             output_hash = r.output_hash.as_deref(),
-            system_fingerprint = r.system_fingerprint.as_deref(),
+            system_fingerprint = r.system_fingerprint(),
             "Request finished."
         );
     }

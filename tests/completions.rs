@@ -1,6 +1,6 @@
 //! The routes beside chat, black-box over HTTP with the scripted engine: legacy
 //! completions (exact frames, the same records as chat), `/tokenize` and `/detokenize`,
-//! and a `response_format` an engine cannot honour.
+//! a `response_format` an engine cannot honour, and `logprobs` in OpenAI's shape.
 
 mod common;
 
@@ -151,5 +151,72 @@ async fn an_engine_without_a_grammar_refuses_response_format() {
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "unsupported_parameter");
     assert_eq!(error["error"]["param"], "response_format");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn logprobs_come_in_openais_shape_streamed_and_not() {
+    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let ask = json!({"logprobs": true, "top_logprobs": 2});
+    let answer: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("hi", ask.clone()),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let content = &answer["choices"][0]["logprobs"]["content"];
+    assert_eq!(content.as_array().map(Vec::len), Some(3), "{answer}");
+    assert_eq!(content[0]["token"], "Hel");
+    assert_eq!(content[0]["bytes"], json!([72, 101, 108]));
+    assert!((content[0]["logprob"].as_f64().expect("lp") + 0.3).abs() < 1e-6);
+    assert_eq!(content[0]["top_logprobs"].as_array().map(Vec::len), Some(2));
+    assert_eq!(content[0]["top_logprobs"][1]["token"], "alt1");
+    assert_eq!(answer["choices"][0]["logprobs"]["refusal"], Value::Null);
+    assert_eq!(answer["timings"]["mean_logprob"], -0.2);
+    assert_eq!(answer["timings"]["min_logprob"], -0.3);
+
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let text = post(&server, "/v1/chat/completions", &chat_body("hi", streamed))
+        .await
+        .text()
+        .await
+        .expect("body");
+    let chunks: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|l| *l != "[DONE]")
+        .map(|l| serde_json::from_str(l).expect("chunk"))
+        .collect();
+    let tokens: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .map(|t| t["token"].as_str().expect("token"))
+        .collect();
+    assert_eq!(tokens, ["Hel", "lo", "!"]);
+    assert_eq!(
+        chunks[0]["choices"][0]["logprobs"],
+        Value::Null,
+        "the role chunk has none"
+    );
+
+    let plain: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        plain["choices"][0]["logprobs"],
+        Value::Null,
+        "not asked, not sent"
+    );
+    assert_eq!(
+        plain["timings"]["mean_logprob"], -0.2,
+        "confidence is always measured"
+    );
     server.stop().await;
 }

@@ -9,6 +9,7 @@
 //! rejected traffic is visible too.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
@@ -209,7 +210,7 @@ impl Unanswered {
             input_hash: None,
             output_hash: None,
             seed: None,
-            system_fingerprint: None,
+            served: None,
             params: RequestParams::default(),
             trace: trace.ids,
             phases: timer.phases(t_end),
@@ -312,6 +313,7 @@ async fn handle(
     let quality = QualityTracker::new(&state.quality, prompt);
     let prompt = prompt.to_owned();
     let seed = chat.generation.sampling.seed;
+    let with_logprobs = chat.generation.top_logprobs.is_some();
     let params = RequestParams {
         max_tokens: Some(chat.generation.max_tokens),
         temperature: chat.generation.sampling.temperature,
@@ -335,7 +337,7 @@ async fn handle(
         stream: chat.stream,
         input_hash: chat.input_hash,
         seed,
-        system_fingerprint: info.system_fingerprint,
+        served: Arc::clone(&info),
         prompt_tokens: generation.prompt_tokens,
         params,
         prompt,
@@ -346,7 +348,7 @@ async fn handle(
         shape: route.shape(),
         created: state.clock.unix_seconds(),
         model: chat.model,
-        system_fingerprint: info.system_fingerprint.clone(),
+        system_fingerprint: info.served.system_fingerprint.clone(),
     };
     // Taken only here, so a refusal above still finds it for its record.
     let Some(trace) = trace.take() else {
@@ -364,7 +366,7 @@ async fn handle(
     let events = generation.events;
 
     if !chat.stream {
-        let body = producer::collect_json(run, &meta, events, deadline)
+        let body = producer::collect_json(run, &meta, events, deadline, with_logprobs)
             .await
             .map_err(Failure::Recorded)?;
         return Ok(HttpResponse::Ok()
@@ -372,7 +374,7 @@ async fn handle(
             .body(body));
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
-    let assembler = ChunkAssembler::new(meta, chat.include_usage);
+    let assembler = ChunkAssembler::new(meta, chat.include_usage).with_logprobs(with_logprobs);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );

@@ -47,11 +47,17 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         return HttpResponse::ServiceUnavailable().json(json!({"status": "stopping"}));
     }
     match state.engine.model_info() {
+        // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person.
         Some(info) => HttpResponse::Ok().json(json!({
             "status": "ready",
             "model": info.id,
             "context_length": info.context_length,
             "system_fingerprint": info.system_fingerprint,
+            "sha256": info.sha256,
+            "quant": info.quant,
+            "device": info.device,
+            "accelerator": info.accelerator,
+            "build": crate::fingerprint::BUILD,
         })),
         None => HttpResponse::ServiceUnavailable().json(json!({"status": "loading"})),
     }
@@ -64,9 +70,12 @@ pub async fn metrics(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let load = state.engine.load();
-    state
-        .telemetry
-        .refresh(load.running, load.waiting, state.admission.in_flight());
+    state.telemetry.refresh(
+        load.running,
+        load.waiting,
+        state.admission.in_flight(),
+        state.engine.model_info(),
+    );
     let format = ExpositionFormat::negotiate(
         req.headers()
             .get(header::ACCEPT)

@@ -515,11 +515,21 @@ fn quality_settings(table: QualityTable) -> Result<QualitySettings, ConfigError>
         }
         None => IntentClassifier::with_defaults(),
     };
+    let low_confidence_prob = table
+        .low_confidence_prob
+        .unwrap_or(crate::quality::DEFAULT_LOW_CONFIDENCE_PROB);
+    if !(low_confidence_prob > 0.0 && low_confidence_prob < 1.0) {
+        return Err(ConfigError::invalid(
+            "quality.low_confidence_prob",
+            "must be a probability between 0 and 1 (exclusive)",
+        ));
+    }
     Ok(QualitySettings {
         repetition_n: table.repetition_n.unwrap_or(4),
         guard,
         refusal: Arc::new(refusal),
         intents: Arc::new(intents),
+        low_confidence_prob,
     })
 }
 

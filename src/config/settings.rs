@@ -192,6 +192,10 @@ pub struct QualityTable {
     /// TOML file of intent rules [default: the built-in prompts/intents.toml].
     #[arg(long, env = "LLMGATE_INTENT_RULES")]
     pub intent_rules: Option<PathBuf>,
+    /// A token less likely than this counts as low-confidence in an answer's
+    /// low_confidence_share [default: 0.1].
+    #[arg(long, env = "LLMGATE_LOW_CONFIDENCE_PROB")]
+    pub low_confidence_prob: Option<f64>,
 }
 
 /// `[logging]`

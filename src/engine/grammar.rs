@@ -8,21 +8,19 @@
 //! chooses among the tokens it allows, and the grammar consumes the choice: the picked
 //! text is valid by construction, and seeded answers stay reproducible.
 //!
-//! The grammar needs each token's bytes. [`Vocabulary::from_gguf`] reads them from the
-//! GGUF file's tokenizer metadata (byte-level BPE as in GPT-2, or SentencePiece with byte
+//! The grammar needs each token's bytes. [`Vocabulary::new`] takes them from the GGUF
+//! file's tokenizer metadata (`engine::gguf`) (byte-level BPE as in GPT-2, or SentencePiece with byte
 //! fallback), builds llguidance's token trie, and a parser factory from it. A schema is
 //! compiled by [`Vocabulary::compile`] before the request waits for the engine, so a
 //! schema that cannot be compiled is a 400 naming the field, never a failed stream.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use candle_core::quantized::gguf_file;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie, TokenId};
 
-use super::{EngineError, ResponseFormat};
+use super::{EngineError, ResponseFormat, TokenText};
 
 /// Where a schema problem is reported, as the client spelt it.
 pub const SCHEMA_PARAM: &str = "response_format.json_schema.schema";
@@ -32,6 +30,9 @@ pub struct Vocabulary {
     factory: ParserFactory,
     /// Each token as the vocabulary spells it (`Ġthe`), for `/tokenize`'s `token_strs`.
     spellings: Vec<String>,
+    /// Each token's bytes as it appears in text (a special token as its name), for
+    /// `logprobs`.
+    bytes: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Vocabulary {
@@ -48,34 +49,6 @@ const TOKEN_USER_DEFINED: i32 = 4;
 const TOKEN_BYTE: i32 = 6;
 
 impl Vocabulary {
-    /// Reads the tokenizer metadata of a GGUF file (not its tensors).
-    pub fn from_gguf(path: &Path) -> anyhow::Result<Self> {
-        let mut file = std::fs::File::open(path)?;
-        let content = gguf_file::Content::read(&mut file)?;
-        let meta = |key: &str| {
-            content
-                .metadata
-                .get(key)
-                .ok_or_else(|| anyhow::anyhow!("the GGUF file has no {key}"))
-        };
-        let model = meta("tokenizer.ggml.model")?.to_string()?.clone();
-        let tokens: Vec<String> = meta("tokenizer.ggml.tokens")?
-            .to_vec()?
-            .iter()
-            .map(|v| v.to_string().cloned())
-            .collect::<Result<_, _>>()?;
-        let types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
-            Some(v) => v
-                .to_vec()?
-                .iter()
-                .map(|t| t.to_i32())
-                .collect::<Result<_, _>>()?,
-            None => vec![1; tokens.len()],
-        };
-        let eos = meta("tokenizer.ggml.eos_token_id")?.to_u32()?;
-        Self::new(&model, tokens, &types, eos)
-    }
-
     /// The vocabulary of a tokenizer `model` ("gpt2" or "llama"): token spellings, their
     /// GGUF types, and the end-of-sequence token.
     pub fn new(
@@ -104,7 +77,25 @@ impl Vocabulary {
         let mut factory = ParserFactory::new_simple(&env)?;
         // Errors go to the client through our own message; llguidance prints nothing.
         factory.quiet();
-        Ok(Self { factory, spellings })
+        let bytes = words
+            .into_iter()
+            .map(|mut word| {
+                if word.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
+                    word.remove(0);
+                }
+                word
+            })
+            .collect();
+        Ok(Self {
+            factory,
+            spellings,
+            bytes,
+        })
+    }
+
+    /// A token as text (empty for an id the vocabulary does not have).
+    pub fn token_text(&self, id: u32) -> TokenText {
+        TokenText::from_bytes(self.bytes.get(id as usize).cloned().unwrap_or_default())
     }
 
     /// The grammar for `format`, ready for one request; `None` for free text. An error
@@ -302,6 +293,13 @@ mod tests {
             grammar.consume(id).expect("consume");
         }
         assert_eq!(allowed(&grammar, 14), vec![0], "complete: only the end");
+        assert_eq!(vocab.token_text(13).text, "\"name\"");
+        assert_eq!(
+            vocab.token_text(0).text,
+            "<eos>",
+            "special tokens read as their name"
+        );
+        assert_eq!(vocab.token_text(10).bytes, b" ");
     }
 
     #[test]

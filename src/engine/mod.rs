@@ -7,6 +7,7 @@
 //!   `mistralrs`);
 //! - [`scripted`]: programmable tokens, delays and failures, for tests and benchmarks.
 
+pub mod gguf;
 pub mod grammar;
 pub mod mistral;
 pub mod sampling;
@@ -34,6 +35,10 @@ pub struct GenerationRequest {
     pub sampling: Sampling,
     /// Free text, or JSON the engine is held to while it decodes.
     pub response_format: ResponseFormat,
+    /// `top_logprobs` when the client asked for logprobs (0: the picked tokens' only);
+    /// `None`: not asked (each token's own log-probability is still reported, for the
+    /// confidence figures).
+    pub top_logprobs: Option<u8>,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template) or
@@ -160,6 +165,9 @@ pub enum EngineEvent {
     Token {
         text: String,
         ids: Vec<u32>,
+        /// Each token's log-probability, in the order of `ids`; empty when the engine
+        /// reports none.
+        logprobs: Vec<TokenLogprob>,
         at: Instant,
     },
     Finished {
@@ -167,6 +175,35 @@ pub enum EngineEvent {
         usage: Usage,
     },
     Failed(EngineError),
+}
+
+/// A token as text: its UTF-8 bytes (which may be part of a character) and their lossy
+/// reading, as OpenAI's `logprobs` give them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenText {
+    pub text: String,
+    pub bytes: Vec<u8>,
+}
+
+impl TokenText {
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        Self {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            bytes,
+        }
+    }
+}
+
+/// How likely the model found a picked token, and the likeliest alternatives when the
+/// request asked for them. Natural log of the probability in the distribution the token
+/// was picked from: after the penalties and any grammar mask, before temperature (so it
+/// does not depend on the sampling settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenText,
+    pub logprob: f32,
+    /// The `top_logprobs` most likely tokens, most likely first.
+    pub top: Vec<(TokenText, f32)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,14 +310,22 @@ pub struct Generation {
 }
 
 /// Static facts about the served model, fixed once it is loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ModelInfo {
     /// The model id clients send in `model`.
     pub id: String,
     /// Context length in tokens (prompt + completion).
     pub context_length: u32,
-    /// Identifies model file, engine, device and gateway version (see `fingerprint`).
+    /// Identifies everything an answer depends on (see `fingerprint`).
     pub system_fingerprint: String,
+    /// sha256 of the model file.
+    pub sha256: String,
+    /// The file's quantization, as GGUF names its file type (`Q8_0`).
+    pub quant: String,
+    /// Where it runs: `cpu/<weights>` or `cuda`.
+    pub device: String,
+    /// The GPU, driver and CUDA version (empty on CPU).
+    pub accelerator: crate::fingerprint::Accelerator,
 }
 
 /// How busy the engine is right now, for the `requests_running` / `requests_waiting`
@@ -314,7 +359,7 @@ impl Drop for Counted {
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
     /// The model's facts, or `None` while it is loading.
-    fn model_info(&self) -> Option<ModelInfo>;
+    fn model_info(&self) -> Option<Arc<ModelInfo>>;
 
     /// Sequences running and requests waiting in the engine now.
     fn load(&self) -> EngineLoad;

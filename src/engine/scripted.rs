@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 
 use super::{
     Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
-    GenerationRequest, ModelInfo, Prepared, Prompt, ResponseFormat, TokenizeRequest, Usage,
+    GenerationRequest, ModelInfo, Prepared, Prompt, ResponseFormat, TokenLogprob, TokenText,
+    TokenizeRequest, Usage,
 };
 
 /// One scripted generation.
@@ -71,7 +72,7 @@ impl Script {
 }
 
 pub struct ScriptedEngine {
-    info: ModelInfo,
+    info: Arc<ModelInfo>,
     default_script: Script,
     by_prompt: HashMap<String, Script>,
     ready: AtomicBool,
@@ -84,7 +85,7 @@ pub struct ScriptedEngine {
 impl ScriptedEngine {
     pub fn new(info: ModelInfo, default_script: Script) -> Self {
         Self {
-            info,
+            info: Arc::new(info),
             default_script,
             by_prompt: HashMap::new(),
             ready: AtomicBool::new(true),
@@ -117,8 +118,10 @@ impl ScriptedEngine {
 
 #[async_trait]
 impl Engine for ScriptedEngine {
-    fn model_info(&self) -> Option<ModelInfo> {
-        self.ready.load(Ordering::SeqCst).then(|| self.info.clone())
+    fn model_info(&self) -> Option<Arc<ModelInfo>> {
+        self.ready
+            .load(Ordering::SeqCst)
+            .then(|| Arc::clone(&self.info))
     }
 
     fn load(&self) -> EngineLoad {
@@ -212,8 +215,15 @@ impl Engine for ScriptedEngine {
                             tokio::time::sleep(delay).await;
                         }
                         let ids = vec![token_id(&text)];
+                        let logprobs = vec![scripted_logprob(&text, request.top_logprobs)];
                         let at = std::time::Instant::now();
-                        if tx.send(EngineEvent::Token { text, ids, at }).await.is_err() {
+                        let event = EngineEvent::Token {
+                            text,
+                            ids,
+                            logprobs,
+                            at,
+                        };
+                        if tx.send(event).await.is_err() {
                             cancelled.fetch_add(1, Ordering::SeqCst);
                             return;
                         }
@@ -238,6 +248,27 @@ impl Engine for ScriptedEngine {
             started,
             events: rx,
         })
+    }
+}
+
+/// The scripted log-probabilities: a token of n bytes has log-probability -n/10, and its
+/// alternatives (`alt1`, `alt2`...) each 1 less than the one before.
+pub fn scripted_logprob(text: &str, top: Option<u8>) -> TokenLogprob {
+    let logprob = -(text.len() as f32) / 10.0;
+    let token = TokenText::from_bytes(text.as_bytes().to_vec());
+    let n = usize::from(top.unwrap_or(0));
+    let mut alternatives = vec![(token.clone(), logprob)];
+    alternatives.extend((1..n).map(|i| {
+        (
+            TokenText::from_bytes(format!("alt{i}").into_bytes()),
+            logprob - i as f32,
+        )
+    }));
+    alternatives.truncate(n);
+    TokenLogprob {
+        token,
+        logprob,
+        top: alternatives,
     }
 }
 

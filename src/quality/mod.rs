@@ -3,7 +3,9 @@
 //! - [`repetition`]: seq-rep-n, incrementally per token, and the sliding window that
 //!   drives the degeneration guard;
 //! - [`refusal`]: does the answer decline the request (phrase list, several languages);
-//! - [`intent`]: what kind of request it is (regex rules from `prompts/intents.toml`).
+//! - [`intent`]: what kind of request it is (regex rules from `prompts/intents.toml`);
+//! - confidence: how likely the model found the tokens it gave (mean and minimum
+//!   log-probability, share of unlikely tokens), from the picker's log-probabilities.
 
 pub mod intent;
 pub mod refusal;
@@ -19,6 +21,13 @@ pub struct Quality {
     pub degenerated: bool,
     pub refusal: bool,
     pub intent: String,
+    /// Mean natural-log probability of the answer's tokens; `None` without tokens or
+    /// when the engine reports no log-probabilities.
+    pub mean_logprob: Option<f64>,
+    /// The least likely token's log-probability.
+    pub min_logprob: Option<f64>,
+    /// Share of tokens less likely than `quality.low_confidence_prob`.
+    pub low_confidence_share: Option<f64>,
 }
 
 /// Settings of the degeneration guard; off unless configured.
@@ -32,6 +41,7 @@ pub struct GuardConfig {
 
 use std::sync::Arc;
 
+use crate::engine::TokenLogprob;
 use intent::IntentClassifier;
 use refusal::RefusalDetector;
 use repetition::RepetitionTracker;
@@ -44,7 +54,12 @@ pub struct QualitySettings {
     pub guard: Option<GuardConfig>,
     pub refusal: Arc<RefusalDetector>,
     pub intents: Arc<IntentClassifier>,
+    /// A token less likely than this counts as a low-confidence one.
+    pub low_confidence_prob: f64,
 }
+
+/// Tokens less likely than this are low-confidence ones unless configured otherwise.
+pub const DEFAULT_LOW_CONFIDENCE_PROB: f64 = 0.1;
 
 impl Default for QualitySettings {
     fn default() -> Self {
@@ -53,7 +68,53 @@ impl Default for QualitySettings {
             guard: None,
             refusal: Arc::new(RefusalDetector::with_defaults()),
             intents: Arc::new(IntentClassifier::with_defaults()),
+            low_confidence_prob: DEFAULT_LOW_CONFIDENCE_PROB,
         }
+    }
+}
+
+/// Running totals of the answer's log-probabilities.
+#[derive(Debug, Clone, Copy)]
+struct Confidence {
+    /// ln of `low_confidence_prob`.
+    low_below: f64,
+    tokens: u64,
+    sum: f64,
+    min: f64,
+    low: u64,
+}
+
+impl Confidence {
+    fn new(low_confidence_prob: f64) -> Self {
+        Self {
+            low_below: low_confidence_prob.ln(),
+            tokens: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            low: 0,
+        }
+    }
+
+    fn push(&mut self, logprob: f32) {
+        let lp = f64::from(logprob);
+        self.tokens += 1;
+        self.sum += lp;
+        self.min = self.min.min(lp);
+        self.low += u64::from(lp < self.low_below);
+    }
+
+    /// Mean, minimum and low share, rounded to 4 places; `None`s without tokens.
+    fn figures(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
+        if self.tokens == 0 {
+            return (None, None, None);
+        }
+        let round = |x: f64| (x * 10_000.0).round() / 10_000.0;
+        let n = self.tokens as f64;
+        (
+            Some(round(self.sum / n)),
+            Some(round(self.min)),
+            Some(round(self.low as f64 / n)),
+        )
     }
 }
 
@@ -66,6 +127,7 @@ pub struct QualityTracker {
     intent: String,
     text: String,
     degenerated: bool,
+    confidence: Confidence,
 }
 
 impl QualityTracker {
@@ -82,15 +144,19 @@ impl QualityTracker {
             intent: settings.intents.classify(prompt).to_owned(),
             text: String::new(),
             degenerated: false,
+            confidence: Confidence::new(settings.low_confidence_prob),
         }
     }
 
-    /// Adds newly generated text and token ids. Returns `true` when the degeneration guard
-    /// trips: the generation should stop here.
-    pub fn push(&mut self, text: &str, ids: &[u32]) -> bool {
+    /// Adds newly generated text, token ids and their log-probabilities (may be empty).
+    /// Returns `true` when the degeneration guard trips: the generation should stop here.
+    pub fn push(&mut self, text: &str, ids: &[u32], logprobs: &[TokenLogprob]) -> bool {
         self.text.push_str(text);
         for &id in ids {
             self.repetition.push(id);
+        }
+        for lp in logprobs {
+            self.confidence.push(lp.logprob);
         }
         if let (Some(guard), Some(rate)) = (self.guard, self.repetition.window_rate()) {
             if rate > guard.threshold {
@@ -110,11 +176,15 @@ impl QualityTracker {
     }
 
     pub fn finish(&self) -> Quality {
+        let (mean_logprob, min_logprob, low_confidence_share) = self.confidence.figures();
         Quality {
             repetition_rate: (self.repetition.rate() * 10_000.0).round() / 10_000.0,
             degenerated: self.degenerated,
             refusal: self.refusal.is_refusal(&self.text),
             intent: self.intent.clone(),
+            mean_logprob,
+            min_logprob,
+            low_confidence_share,
         }
     }
 }
@@ -133,10 +203,10 @@ mod tests {
             ..QualitySettings::default()
         };
         let mut varied = QualityTracker::new(&settings, "hello");
-        assert!((0..64).all(|i| !varied.push("x", &[i])));
+        assert!((0..64).all(|i| !varied.push("x", &[i], &[])));
 
         let mut looping = QualityTracker::new(&settings, "hello");
-        let tripped_at = (0..64u32).position(|i| looping.push("ab ", &[i % 3]));
+        let tripped_at = (0..64u32).position(|i| looping.push("ab ", &[i % 3], &[]));
         assert_eq!(
             tripped_at,
             Some(15),
@@ -150,10 +220,29 @@ mod tests {
     #[test]
     fn finish_reports_refusal_and_intent() {
         let mut t = QualityTracker::new(&QualitySettings::default(), "Write a Python function");
-        t.push("I'm sorry, but I can't help with that.", &[1, 2, 3]);
+        t.push("I'm sorry, but I can't help with that.", &[1, 2, 3], &[]);
         let q = t.finish();
         assert!(q.refusal && !q.degenerated);
         assert_eq!(q.intent, "coding");
         assert_eq!(q.repetition_rate, 0.0);
+        assert_eq!(q.mean_logprob, None, "no log-probabilities reported");
+    }
+
+    #[test]
+    fn confidence_is_the_mean_minimum_and_low_share_of_token_logprobs() {
+        let lp = |p: f32| TokenLogprob {
+            token: crate::engine::TokenText::from_bytes(b"x".to_vec()),
+            logprob: p.ln(),
+            top: Vec::new(),
+        };
+        let mut t = QualityTracker::new(&QualitySettings::default(), "hi");
+        t.push("a", &[1], &[lp(0.9)]);
+        t.push("bc", &[2, 3], &[lp(0.5), lp(0.05)]);
+        t.push("", &[4], &[lp(1.0)]);
+        let q = t.finish();
+        let mean = (0.9f64.ln() + 0.5f64.ln() + 0.05f64.ln() + 0.0) / 4.0;
+        assert!((q.mean_logprob.expect("mean") - mean).abs() < 1e-4);
+        assert!((q.min_logprob.expect("min") - 0.05f64.ln()).abs() < 1e-4);
+        assert_eq!(q.low_confidence_share, Some(0.25), "one of four under 0.1");
     }
 }

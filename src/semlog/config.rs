@@ -50,6 +50,10 @@ pub struct SemlogTable {
     /// Characters of prompt and response kept in a document [default: 512].
     #[arg(skip)]
     pub excerpt_chars: Option<usize>,
+    /// Stats only: documents keep no excerpt of prompt or answer at all, only counts,
+    /// hashes and scores [default: false].
+    #[arg(long = "semlog-stats-only", env = "LLMGATE_SEMLOG_STATS_ONLY")]
+    pub stats_only: Option<bool>,
     /// Milliseconds between the spool's fsyncs; 0 syncs every document [default: 200].
     #[arg(long = "semlog-fsync-ms", env = "LLMGATE_SEMLOG_FSYNC_MS")]
     pub fsync_ms: Option<u64>,
@@ -87,6 +91,8 @@ pub struct SemlogConfig {
     pub redaction_key: Option<String>,
     /// Characters of prompt and response kept in a document, after redaction.
     pub excerpt_chars: usize,
+    /// No excerpts at all (the privacy mode): counts, hashes and scores only.
+    pub stats_only: bool,
     /// How often the spool is made durable (fsync); zero: after every document. A
     /// document is written to the spool before it is counted queued, so a process crash
     /// loses nothing; this bounds what a machine crash can lose.
@@ -151,6 +157,7 @@ impl SemlogConfig {
             retention_days,
             redaction_key,
             excerpt_chars,
+            stats_only,
             fsync_ms,
             batch_docs,
             batch_bytes,
@@ -198,6 +205,7 @@ impl SemlogConfig {
             namespace: namespace.unwrap_or_else(|| "default".to_owned()),
             redaction_key,
             excerpt_chars: excerpt_chars.unwrap_or(512),
+            stats_only: stats_only.unwrap_or(false),
             fsync: Duration::from_millis(fsync_ms.unwrap_or(200)),
             batch_docs: batch_docs.unwrap_or(500),
             batch_bytes: batch_bytes.unwrap_or(5 << 20),

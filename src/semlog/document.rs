@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::redact::{Redacted, RedactionCounts, Redactor};
+use crate::fingerprint::BUILD;
 use crate::record::{RequestRecord, Status};
 use crate::telemetry::names;
 
@@ -25,6 +26,8 @@ pub struct DocumentSettings {
     pub namespace: String,
     /// Characters of the prompt and of the response kept, after redaction.
     pub excerpt_chars: usize,
+    /// Keep no excerpt at all (redactions are still counted).
+    pub stats_only: bool,
 }
 
 /// A request's semantic log, redacted. Serialises to the Elasticsearch document.
@@ -125,6 +128,27 @@ struct Usage {
     output_tokens: u32,
 }
 
+/// What the answer was made with: the served model file and device, and this build.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ModelFacts {
+    sha256: String,
+    quant: String,
+    device: String,
+    context_length: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    gpu: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    driver: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    cuda: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct BuildFacts {
+    commit: &'static str,
+    target_features: &'static str,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 struct Llm {
     request_id: String,
@@ -150,6 +174,12 @@ struct Llm {
     #[serde(skip_serializing_if = "Option::is_none")]
     repetition_rate: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    mean_logprob: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_logprob: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    low_confidence_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     degenerated: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<bool>,
@@ -161,6 +191,9 @@ struct Llm {
     output_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     system_fingerprint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<ModelFacts>,
+    build: BuildFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_excerpt: Option<Redacted>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -207,6 +240,11 @@ impl RedactedLog {
         };
         let prompt_excerpt = excerpt(&r.prompt);
         let response_excerpt = excerpt(&r.response);
+        let (prompt_excerpt, response_excerpt) = if settings.stats_only {
+            (None, None)
+        } else {
+            (prompt_excerpt, response_excerpt)
+        };
         let t = &r.timings;
         let answered = r.quality.is_some();
         Self {
@@ -290,12 +328,28 @@ impl RedactedLog {
                 }),
                 tokens_per_second: t.tokens_per_second,
                 repetition_rate: r.quality.as_ref().map(|q| q.repetition_rate),
+                mean_logprob: r.quality.as_ref().and_then(|q| q.mean_logprob),
+                min_logprob: r.quality.as_ref().and_then(|q| q.min_logprob),
+                low_confidence_share: r.quality.as_ref().and_then(|q| q.low_confidence_share),
                 degenerated: r.quality.as_ref().map(|q| q.degenerated),
                 refusal: r.quality.as_ref().map(|q| q.refusal),
                 intent: r.quality.as_ref().map(|q| q.intent.clone()),
                 input_hash: r.input_hash.clone(),
                 output_hash: r.output_hash.clone(),
-                system_fingerprint: r.system_fingerprint.clone(),
+                system_fingerprint: r.system_fingerprint().map(str::to_owned),
+                model: r.served.as_deref().map(|m| ModelFacts {
+                    sha256: m.sha256.clone(),
+                    quant: m.quant.clone(),
+                    device: m.device.clone(),
+                    context_length: m.context_length,
+                    gpu: m.accelerator.gpu.clone(),
+                    driver: m.accelerator.driver.clone(),
+                    cuda: m.accelerator.cuda.clone(),
+                }),
+                build: BuildFacts {
+                    commit: BUILD.commit,
+                    target_features: BUILD.target_features,
+                },
                 prompt_excerpt,
                 response_excerpt,
                 redactions_total: counts.total(),
@@ -399,11 +453,22 @@ mod tests {
                 degenerated: false,
                 refusal: false,
                 intent: "general".into(),
+                mean_logprob: Some(-0.42),
+                min_logprob: Some(-2.5),
+                low_confidence_share: Some(0.0),
             }),
             input_hash: Some("in".into()),
             output_hash: Some("out".into()),
             seed: Some(42),
-            system_fingerprint: Some("fp_1".into()),
+            served: Some(std::sync::Arc::new(crate::engine::ModelInfo {
+                id: "smollm2".into(),
+                context_length: 8192,
+                system_fingerprint: "fp_1".into(),
+                sha256: "0c1d".into(),
+                quant: "Q8_0".into(),
+                device: "cpu/quantized".into(),
+                accelerator: Default::default(),
+            })),
             params: RequestParams {
                 max_tokens: Some(3),
                 temperature: Some(0.5),
@@ -427,6 +492,7 @@ mod tests {
         let settings = DocumentSettings {
             namespace: "default".into(),
             excerpt_chars: 512,
+            stats_only: false,
         };
         let doc = RedactedLog::build(
             &record(),
@@ -450,8 +516,14 @@ mod tests {
             r#""usage":{"input_tokens":12,"output_tokens":3}},"#,
             r#""llm":{"request_id":"req-1","api_key_id":"ci-bot","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
             r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
-            r#""tokens_per_second":17.595,"repetition_rate":0.0,"degenerated":false,"refusal":false,"#,
+            r#""tokens_per_second":17.595,"repetition_rate":0.0,"mean_logprob":-0.42,"min_logprob":-2.5,"low_confidence_share":0.0,"degenerated":false,"refusal":false,"#,
             r#""intent":"general","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
+            r#""model":{"sha256":"0c1d","quant":"Q8_0","device":"cpu/quantized","context_length":8192},"#,
+            r#""build":{"commit":""#,
+            env!("LLMGATE_GIT_COMMIT"),
+            r#"","target_features":""#,
+            env!("LLMGATE_TARGET_FEATURES"),
+            r#""},"#,
             r#""prompt_excerpt":"Mail me at <EMAIL>","response_excerpt":"Sure.","#,
             r#""redactions":{"email":1},"redactions_total":1},"#,
             r#""data_stream":{"type":"logs","dataset":"llmgate.requests","namespace":"default"}}"#,
@@ -465,10 +537,38 @@ mod tests {
     }
 
     #[test]
+    fn stats_only_keeps_no_excerpt_but_counts_and_hashes() {
+        let settings = DocumentSettings {
+            namespace: "default".into(),
+            excerpt_chars: 512,
+            stats_only: true,
+        };
+        let doc = RedactedLog::build(
+            &record(),
+            "id".into(),
+            record().received_at,
+            &Redactor::default(),
+            &settings,
+        );
+        let json = serde_json::to_value(&doc).expect("json");
+        let llm = &json["llm"];
+        assert!(llm.get("prompt_excerpt").is_none() && llm.get("response_excerpt").is_none());
+        assert_eq!(llm["redactions"]["email"], 1, "still counted");
+        assert_eq!(llm["input_hash"], "in");
+        assert_eq!(llm["repetition_rate"], 0.0);
+        let text = String::from_utf8(doc.encode().expect("encode").lines.to_vec()).expect("utf-8");
+        assert!(
+            !text.contains("Mail me") && !text.contains("Sure."),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn the_user_field_is_kept_only_as_a_keyed_hash() {
         let settings = DocumentSettings {
             namespace: "default".into(),
             excerpt_chars: 512,
+            stats_only: false,
         };
         let build = |redactor: &Redactor| {
             let doc = RedactedLog::build(&record(), "x".into(), UNIX_EPOCH, redactor, &settings);
@@ -496,6 +596,7 @@ mod tests {
         let settings = DocumentSettings {
             namespace: "prod".into(),
             excerpt_chars: 8,
+            stats_only: false,
         };
         let doc = RedactedLog::build(
             &r,

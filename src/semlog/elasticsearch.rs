@@ -177,6 +177,33 @@ pub fn component_template_body() -> Value {
         .iter()
         .map(|k| (k.as_str().to_owned(), json!({"type": "integer"})))
         .collect();
+    // Built apart: one json! this deep would pass the macro's recursion limit.
+    let llm = json!({
+                        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
+                        "stream": {"type": "boolean"},
+                        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
+                        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
+                        "itl": {"properties": {
+                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
+                        }},
+                        "tokens_per_second": double(), "repetition_rate": double(),
+                        "mean_logprob": double(), "min_logprob": double(),
+                        "low_confidence_share": double(),
+                        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
+                        "intent": keyword(), "input_hash": keyword(), "output_hash": keyword(),
+                        "system_fingerprint": keyword(),
+        "model": {"properties": {
+            "sha256": keyword(), "quant": keyword(), "device": keyword(),
+            "context_length": {"type": "integer"},
+            "gpu": keyword(), "driver": keyword(), "cuda": keyword()
+        }},
+        "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
+                        "prompt_excerpt": {"type": "text"},
+                        "response_excerpt": {"type": "text"},
+                        "redactions": {"properties": redactions},
+                        "redactions_total": {"type": "integer"}
+
+    });
     json!({
         "_meta": {"managed_by": "llmgate"},
         "template": {
@@ -209,23 +236,7 @@ pub fn component_template_body() -> Value {
                             "input_tokens": {"type": "long"}, "output_tokens": {"type": "long"}
                         }}
                     }},
-                    "llm": {"properties": {
-                        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
-                        "stream": {"type": "boolean"},
-                        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
-                        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
-                        "itl": {"properties": {
-                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
-                        }},
-                        "tokens_per_second": double(), "repetition_rate": double(),
-                        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
-                        "intent": keyword(), "input_hash": keyword(), "output_hash": keyword(),
-                        "system_fingerprint": keyword(),
-                        "prompt_excerpt": {"type": "text"},
-                        "response_excerpt": {"type": "text"},
-                        "redactions": {"properties": redactions},
-                        "redactions_total": {"type": "integer"}
-                    }},
+                    "llm": {"properties": llm},
                     "data_stream": {"properties": {
                         "type": {"type": "constant_keyword"},
                         "dataset": {"type": "constant_keyword"},

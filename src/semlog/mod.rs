@@ -98,6 +98,7 @@ impl Semlog {
         let settings = DocumentSettings {
             namespace: config.namespace.clone(),
             excerpt_chars: config.excerpt_chars,
+            stats_only: config.stats_only,
         };
         let destination = match &config.elasticsearch {
             Some(es) => {

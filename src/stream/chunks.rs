@@ -17,7 +17,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 
-use crate::engine::{FinishReason, Usage};
+use crate::engine::{FinishReason, TokenLogprob, Usage};
 use crate::error::ApiError;
 use crate::record::Report;
 
@@ -65,6 +65,59 @@ impl Shape {
 pub struct ChunkAssembler {
     meta: ResponseMeta,
     include_usage: bool,
+    /// The client asked for `logprobs`: content chunks carry their tokens'.
+    logprobs: bool,
+}
+
+/// OpenAI's chat `logprobs` object: `{"content": [{"token", "logprob", "bytes",
+/// "top_logprobs"}...], "refusal": null}`, over the tokens of one chunk or answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Logprobs<'a>(pub &'a [TokenLogprob]);
+
+impl Serialize for Logprobs<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Top<'a> {
+            token: &'a str,
+            logprob: f32,
+            bytes: &'a [u8],
+        }
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            token: &'a str,
+            logprob: f32,
+            bytes: &'a [u8],
+            top_logprobs: Vec<Top<'a>>,
+        }
+        #[derive(Serialize)]
+        struct Body<'a> {
+            content: Vec<Entry<'a>>,
+            refusal: Option<()>,
+        }
+        let content = self
+            .0
+            .iter()
+            .map(|t| Entry {
+                token: &t.token.text,
+                logprob: t.logprob,
+                bytes: &t.token.bytes,
+                top_logprobs: t
+                    .top
+                    .iter()
+                    .map(|(token, logprob)| Top {
+                        token: &token.text,
+                        logprob: *logprob,
+                        bytes: &token.bytes,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Body {
+            content,
+            refusal: None,
+        }
+        .serialize(serializer)
+    }
 }
 
 #[derive(Serialize)]
@@ -88,7 +141,7 @@ enum ChunkChoice<'a> {
     Chat {
         index: u32,
         delta: Delta<'a>,
-        logprobs: Option<()>,
+        logprobs: Option<Logprobs<'a>>,
         finish_reason: Option<&'static str>,
     },
     Text {
@@ -130,7 +183,14 @@ impl ChunkAssembler {
         Self {
             meta,
             include_usage,
+            logprobs: false,
         }
+    }
+
+    /// Content chunks carry their tokens' log-probabilities.
+    pub fn with_logprobs(mut self, logprobs: bool) -> Self {
+        self.logprobs = logprobs;
+        self
     }
 
     /// The first frame of a chat stream: the assistant role with empty content. Text
@@ -138,32 +198,36 @@ impl ChunkAssembler {
     pub fn role_frame(&self) -> Option<Bytes> {
         (self.meta.shape == Shape::Chat).then(|| {
             self.frame(
-                &[self.choice(Some("assistant"), Some(""), None)],
+                &[self.choice(Some("assistant"), Some(""), None, &[])],
                 self.null_usage(),
                 None,
             )
         })
     }
 
-    /// A content frame for one token's text; `None` for empty text (nothing to send).
-    pub fn token_frame(&self, text: &str) -> Option<Bytes> {
+    /// A content frame for text and the tokens behind it (their log-probabilities go
+    /// along when asked for); `None` for empty text (nothing to send: the caller keeps
+    /// the tokens for the next frame).
+    pub fn token_frame(&self, text: &str, tokens: &[TokenLogprob]) -> Option<Bytes> {
         (!text.is_empty()).then(|| {
             self.frame(
-                &[self.choice(None, Some(text), None)],
+                &[self.choice(None, Some(text), None, tokens)],
                 self.null_usage(),
                 None,
             )
         })
     }
 
-    /// The frames that end a successful response, `[DONE]` included.
+    /// The frames that end a successful response, `[DONE]` included. `tokens`: those no
+    /// content frame carried (their text was empty).
     pub fn finish_frames(
         &self,
         reason: FinishReason,
         usage: Usage,
         timings: &Report,
+        tokens: &[TokenLogprob],
     ) -> Vec<Bytes> {
-        let finish = [self.choice(None, None, Some(reason.as_str()))];
+        let finish = [self.choice(None, None, Some(reason.as_str()), tokens)];
         let mut frames = Vec::with_capacity(3);
         if self.include_usage {
             frames.push(self.frame(&finish, Some(None), None));
@@ -207,12 +271,14 @@ impl ChunkAssembler {
         role: Option<&'static str>,
         content: Option<&'a str>,
         finish_reason: Option<&'static str>,
+        tokens: &'a [TokenLogprob],
     ) -> ChunkChoice<'a> {
         match self.meta.shape {
             Shape::Chat => ChunkChoice::Chat {
                 index: 0,
                 delta: Delta { role, content },
-                logprobs: None,
+                // A chunk without tokens (the role, a bare finish) has `null`, as OpenAI's.
+                logprobs: (self.logprobs && !tokens.is_empty()).then_some(Logprobs(tokens)),
                 finish_reason,
             },
             Shape::Text => ChunkChoice::Text {
@@ -255,7 +321,7 @@ pub enum CompletionChoice<'a> {
     Chat {
         index: u32,
         message: Message<'a>,
-        logprobs: Option<()>,
+        logprobs: Option<Logprobs<'a>>,
         finish_reason: &'static str,
     },
     Text {
@@ -274,12 +340,14 @@ pub struct Message<'a> {
 }
 
 impl<'a> Completion<'a> {
+    /// `logprobs`: every token's, when the client asked for them.
     pub fn new(
         meta: &'a ResponseMeta,
         content: &'a str,
         reason: FinishReason,
         usage: Usage,
         timings: &'a Report,
+        logprobs: Option<&'a [TokenLogprob]>,
     ) -> Self {
         let choice = match meta.shape {
             Shape::Chat => CompletionChoice::Chat {
@@ -289,7 +357,7 @@ impl<'a> Completion<'a> {
                     content,
                     refusal: None,
                 },
-                logprobs: None,
+                logprobs: logprobs.map(Logprobs),
                 finish_reason: reason.as_str(),
             },
             Shape::Text => CompletionChoice::Text {
@@ -344,6 +412,9 @@ mod tests {
                 degenerated: false,
                 refusal: false,
                 intent: "general".into(),
+                mean_logprob: None,
+                min_logprob: None,
+                low_confidence_share: None,
             },
         }
     }
@@ -362,10 +433,13 @@ mod tests {
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
         );
         assert_eq!(
-            text(&a.token_frame("Hi \"you\"").expect("frame")),
+            text(&a.token_frame("Hi \"you\"", &[]).expect("frame")),
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi \\\"you\\\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
         );
-        assert!(a.token_frame("").is_none(), "empty tokens send nothing");
+        assert!(
+            a.token_frame("", &[]).is_none(),
+            "empty tokens send nothing"
+        );
         let end = a.finish_frames(
             FinishReason::Length,
             Usage {
@@ -373,11 +447,12 @@ mod tests {
                 completion_tokens: 1,
             },
             &timings(),
+            &[],
         );
         assert_eq!(end.len(), 2);
         assert_eq!(
             text(&end[0]),
-            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"client_wait_ms\":null,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\"}}}}\n\n")
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"client_wait_ms\":null,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\",\"mean_logprob\":null,\"min_logprob\":null,\"low_confidence_share\":null}}}}\n\n")
         );
         assert_eq!(text(&end[1]), "data: [DONE]\n\n");
     }
@@ -387,7 +462,7 @@ mod tests {
         let a = ChunkAssembler::new(meta(), true);
         assert!(text(&a.role_frame().expect("role"))
             .ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
-        assert!(text(&a.token_frame("x").expect("frame")).ends_with(",\"usage\":null}\n\n"));
+        assert!(text(&a.token_frame("x", &[]).expect("frame")).ends_with(",\"usage\":null}\n\n"));
         let end = a.finish_frames(
             FinishReason::Stop,
             Usage {
@@ -395,11 +470,47 @@ mod tests {
                 completion_tokens: 1,
             },
             &timings(),
+            &[],
         );
         assert_eq!(end.len(), 3);
         assert!(text(&end[0]).ends_with("\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"));
         assert!(text(&end[1]).starts_with(&format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}},\"timings\":{{")));
         assert_eq!(text(&end[2]), "data: [DONE]\n\n");
+    }
+
+    #[test]
+    fn logprobs_ride_on_content_chunks_as_openai_shapes_them() {
+        let a = ChunkAssembler::new(meta(), false).with_logprobs(true);
+        let token = |t: &str| crate::engine::TokenText::from_bytes(t.as_bytes().to_vec());
+        let tokens = [TokenLogprob {
+            token: token("Hi"),
+            logprob: -0.5,
+            top: vec![(token("Hi"), -0.5), (token("Yo"), -1.25)],
+        }];
+        assert_eq!(
+            text(&a.token_frame("Hi", &tokens).expect("frame")),
+            format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"logprobs\":{{\"content\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105],\"top_logprobs\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105]}},{{\"token\":\"Yo\",\"logprob\":-1.25,\"bytes\":[89,111]}}]}}],\"refusal\":null}},\"finish_reason\":null}}]}}\n\n")
+        );
+        assert!(text(&a.role_frame().expect("role")).contains("\"logprobs\":null"));
+        let quiet = ChunkAssembler::new(meta(), false);
+        assert!(
+            text(&quiet.token_frame("Hi", &tokens).expect("frame")).contains("\"logprobs\":null")
+        );
+        let report = timings();
+        let usage = Usage::default();
+        let body = serde_json::to_value(Completion::new(
+            &meta(),
+            "Hi",
+            FinishReason::Stop,
+            usage,
+            &report,
+            Some(&tokens),
+        ))
+        .expect("json");
+        assert_eq!(
+            body["choices"][0]["logprobs"]["content"][0]["top_logprobs"][1]["token"],
+            "Yo"
+        );
     }
 
     #[test]
@@ -414,14 +525,14 @@ mod tests {
         );
         assert!(a.role_frame().is_none());
         assert_eq!(
-            text(&a.token_frame("Once").expect("frame")),
+            text(&a.token_frame("Once", &[]).expect("frame")),
             "data: {\"id\":\"cmpl-r1\",\"object\":\"text_completion\",\"created\":1767225600,\"model\":\"m\",\"system_fingerprint\":\"fp_x\",\"choices\":[{\"text\":\"Once\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n"
         );
         let usage = Usage {
             prompt_tokens: 3,
             completion_tokens: 1,
         };
-        let end = a.finish_frames(FinishReason::Stop, usage, &timings());
+        let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[]);
         assert!(text(&end[0]).contains("\"choices\":[{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"stop\"}]"));
         let meta = ResponseMeta {
             shape: Shape::Text,
@@ -434,6 +545,7 @@ mod tests {
             FinishReason::Length,
             usage,
             &report,
+            None,
         ))
         .expect("json");
         assert_eq!(body["object"], "text_completion");

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::admission::Permit;
 use crate::clock::SharedClock;
-use crate::engine::{FinishReason, Usage};
+use crate::engine::{FinishReason, TokenLogprob, Usage};
 use crate::quality::QualityTracker;
 use crate::record::{Report, RequestParams, RequestRecord, Status};
 use crate::telemetry::trace::RequestTrace;
@@ -35,7 +35,8 @@ pub struct RunInfo {
     pub stream: bool,
     pub input_hash: String,
     pub seed: Option<u64>,
-    pub system_fingerprint: String,
+    /// The served model's facts, for the record.
+    pub served: Arc<crate::engine::ModelInfo>,
     pub prompt_tokens: u32,
     pub params: RequestParams,
     /// The last user message, for the semantic log's redacted excerpt.
@@ -97,9 +98,15 @@ impl Run {
 
     /// A token event the engine handed over `at` arrived. Returns `true` when the
     /// degeneration guard says to stop generating.
-    pub fn token_arrived(&mut self, text: &str, ids: &[u32], at: std::time::Instant) -> bool {
+    pub fn token_arrived(
+        &mut self,
+        text: &str,
+        ids: &[u32],
+        logprobs: &[TokenLogprob],
+        at: std::time::Instant,
+    ) -> bool {
         self.timer.engine_token(self.clock.at(at), !text.is_empty());
-        self.quality.push(text, ids)
+        self.quality.push(text, ids, logprobs)
     }
 
     /// The transport waited `waited` for the client (see [`RequestTimer::client_waited`]).
@@ -204,7 +211,7 @@ impl Run {
             input_hash: Some(std::mem::take(&mut info.input_hash)),
             output_hash: Some(output_hash),
             seed: info.seed,
-            system_fingerprint: Some(std::mem::take(&mut info.system_fingerprint)),
+            served: Some(Arc::clone(&info.served)),
             params: info.params,
             trace: trace.ids,
             phases,

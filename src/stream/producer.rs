@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use super::chunks::{ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
 use super::{Ending, Run};
-use crate::engine::{EngineError, EngineEvent, FinishReason, TokenStream};
+use crate::engine::{EngineError, EngineEvent, FinishReason, TokenLogprob, TokenStream};
 use crate::error::ApiError;
 use crate::telemetry::names;
 use tokio_util::sync::CancellationToken;
@@ -153,6 +153,8 @@ async fn drive(
     let idle = tokio::time::sleep(keepalive);
     let passed = deadline.passed();
     tokio::pin!(idle, passed);
+    // Tokens whose text was empty (part of a character) ride on the next frame.
+    let mut unsent: Vec<TokenLogprob> = Vec::new();
     loop {
         let event = tokio::select! {
             biased;
@@ -169,9 +171,16 @@ async fn drive(
             }
         };
         let ending = match event {
-            Some(EngineEvent::Token { text, ids, at }) => {
-                let degenerated = run.token_arrived(&text, &ids, at);
-                if let Some(frame) = assembler.token_frame(&text) {
+            Some(EngineEvent::Token {
+                text,
+                ids,
+                logprobs,
+                at,
+            }) => {
+                let degenerated = run.token_arrived(&text, &ids, &logprobs, at);
+                unsent.extend(logprobs);
+                if let Some(frame) = assembler.token_frame(&text, &unsent) {
+                    unsent.clear();
                     wire.send(run, frame).await?;
                     run.content_sent();
                     idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
@@ -195,7 +204,7 @@ async fn drive(
             Ending::Finished { reason, usage, .. } => (*reason, *usage),
             _ => (FinishReason::Stop, run.usage_so_far()),
         };
-        for frame in assembler.finish_frames(reason, usage, &run.report(&ending)) {
+        for frame in assembler.finish_frames(reason, usage, &run.report(&ending), &unsent) {
             wire.send(run, frame).await?;
         }
         // e2e ends when [DONE] has been handed over, a moment after the chunk that
@@ -225,9 +234,11 @@ pub async fn collect_json(
     meta: &ResponseMeta,
     mut events: TokenStream,
     deadline: Deadline,
+    with_logprobs: bool,
 ) -> Result<Bytes, ApiError> {
     let passed = deadline.passed();
     tokio::pin!(passed);
+    let mut tokens: Vec<TokenLogprob> = Vec::new();
     let ending = loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -237,8 +248,16 @@ pub async fn collect_json(
             }
         };
         match event {
-            Some(EngineEvent::Token { text, ids, at }) => {
-                let degenerated = run.token_arrived(&text, &ids, at);
+            Some(EngineEvent::Token {
+                text,
+                ids,
+                logprobs,
+                at,
+            }) => {
+                let degenerated = run.token_arrived(&text, &ids, &logprobs, at);
+                if with_logprobs {
+                    tokens.extend(logprobs);
+                }
                 if !text.is_empty() {
                     run.content_sent();
                 }
@@ -264,7 +283,15 @@ pub async fn collect_json(
         _ => (FinishReason::Stop, run.usage_so_far()),
     };
     let report = run.report(&ending);
-    let body = serde_json::to_vec(&Completion::new(meta, run.text(), reason, usage, &report));
+    let logprobs = with_logprobs.then_some(tokens.as_slice());
+    let body = serde_json::to_vec(&Completion::new(
+        meta,
+        run.text(),
+        reason,
+        usage,
+        &report,
+        logprobs,
+    ));
     run.finish(ending);
     body.map(Bytes::from).map_err(|_| ApiError::Internal)
 }

@@ -140,7 +140,13 @@ impl Telemetry {
     }
 
     /// Copies the point-in-time readings into the gauges before a scrape.
-    pub fn refresh(&self, running: usize, waiting: usize, in_flight: usize) {
+    pub fn refresh(
+        &self,
+        running: usize,
+        waiting: usize,
+        in_flight: usize,
+        model: Option<std::sync::Arc<crate::engine::ModelInfo>>,
+    ) {
         let backlog = self.semlog.backlog();
         self.metrics.refresh(&Snapshot {
             semlog_queue_depth: backlog.queued,
@@ -149,7 +155,8 @@ impl Telemetry {
             waiting,
             in_flight,
             resident_memory_bytes: metrics::resident_memory_bytes(),
-            gpu_memory_used_bytes: gpu::memory_used(),
+            gpu_memory: gpu::memory(),
+            model,
             log_lines_dropped: self
                 .log_drops
                 .as_ref()

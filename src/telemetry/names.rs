@@ -11,6 +11,9 @@ pub const INTER_TOKEN_LATENCY: &str = "inter_token_latency_seconds";
 pub const E2E_REQUEST_LATENCY: &str = "e2e_request_latency_seconds";
 pub const REQUEST_QUEUE_TIME: &str = "request_queue_time_seconds";
 pub const REPETITION_RATE: &str = "repetition_rate";
+/// Per answer: the mean log-probability of its tokens, and the share of unlikely ones.
+pub const MEAN_TOKEN_LOGPROB: &str = "mean_token_logprob";
+pub const LOW_CONFIDENCE_SHARE: &str = "low_confidence_share";
 
 // Counters. prometheus-client appends `_total` to counter names when it encodes them.
 pub const REQUESTS: &str = "requests";
@@ -46,6 +49,10 @@ pub const REQUESTS_IN_FLIGHT: &str = "requests_in_flight";
 // Registered with the unit `bytes`, so exported as `..._bytes`.
 pub const PROCESS_RESIDENT_MEMORY: &str = "process_resident_memory";
 pub const GPU_MEMORY_USED: &str = "gpu_memory_used";
+pub const GPU_MEMORY_TOTAL: &str = "gpu_memory_total";
+/// Info gauges (value 1): the binary and the served model.
+pub const BUILD_INFO: &str = "build_info";
+pub const MODEL_INFO: &str = "model_info";
 
 /// `model` label of requests that never named the served model (refused before parsing,
 /// or asking for another model): the label takes configured values only.
@@ -79,6 +86,9 @@ pub const ATTR_TPOT_MS: &str = "llm.tpot_ms";
 pub const ATTR_E2E_MS: &str = "llm.e2e_ms";
 pub const ATTR_QUEUE_MS: &str = "llm.queue_ms";
 pub const ATTR_REPETITION_RATE: &str = "llm.repetition_rate";
+pub const ATTR_MEAN_LOGPROB: &str = "llm.mean_logprob";
+pub const ATTR_MIN_LOGPROB: &str = "llm.min_logprob";
+pub const ATTR_LOW_CONFIDENCE_SHARE: &str = "llm.low_confidence_share";
 pub const ATTR_DEGENERATED: &str = "llm.degenerated";
 pub const ATTR_REFUSAL: &str = "llm.refusal";
 pub const ATTR_INTENT: &str = "llm.intent";

@@ -71,6 +71,7 @@ pub fn model_info(context_length: u32) -> ModelInfo {
         id: MODEL.into(),
         context_length,
         system_fingerprint: "fp_test".into(),
+        ..ModelInfo::default()
     }
 }
 

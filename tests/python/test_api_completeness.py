@@ -166,3 +166,28 @@ def test_strict_params_refuses_the_extensions(tmp_path):
     finally:
         gateway.proc.terminate()
         assert gateway.proc.wait(timeout=60) == 0
+
+
+def test_logprobs_as_openai_shapes_them_without_changing_the_answer(client):
+    ask = dict(model=MODEL_ID, messages=ASK_PLACE, max_tokens=16, seed=11, temperature=0.8)
+    plain = client.chat.completions.create(**ask)
+    probed = client.chat.completions.create(**ask, logprobs=True, top_logprobs=5)
+    assert probed.choices[0].message.content == plain.choices[0].message.content
+    tokens = probed.choices[0].logprobs.content
+    assert len(tokens) == probed.usage.completion_tokens
+    assert "".join(t.token for t in tokens) == probed.choices[0].message.content
+    for t in tokens:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 5
+        assert bytes(t.bytes).decode(errors="replace") == t.token
+        assert [a.logprob for a in t.top_logprobs] == sorted((a.logprob for a in t.top_logprobs), reverse=True)
+        assert t.logprob >= t.top_logprobs[-1].logprob or t.token not in [a.token for a in t.top_logprobs]
+    timings = probed.model_extra["timings"]
+    mean = sum(t.logprob for t in tokens) / len(tokens)
+    assert abs(timings["mean_logprob"] - mean) < 1e-3
+    assert abs(timings["min_logprob"] - min(t.logprob for t in tokens)) < 1e-3
+    stream = client.chat.completions.create(**ask, logprobs=True, top_logprobs=2, stream=True)
+    streamed = [t for c in stream if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [t.token for t in streamed] == [t.token for t in tokens]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**ask, logprobs=True, top_logprobs=21)
+    assert refused.value.body["param"] == "top_logprobs"

@@ -35,6 +35,30 @@ struct WireChat {
     messages: Vec<WireMessage>,
     #[serde(default)]
     max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
+}
+
+/// The most alternatives `top_logprobs` may ask for, as in OpenAI's API.
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// `logprobs` and `top_logprobs` as OpenAI takes them: `top_logprobs` (0 to 20) only with
+/// `logprobs: true`. `None`: not asked.
+fn top_logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<Option<u8>, ApiError> {
+    match (logprobs.unwrap_or(false), top) {
+        (_, Some(n)) if n > MAX_TOP_LOGPROBS => Err(ApiError::invalid(
+            "top_logprobs",
+            format!("{n} is more than {MAX_TOP_LOGPROBS}"),
+        )),
+        (false, Some(n)) if n > 0 => Err(ApiError::invalid(
+            "top_logprobs",
+            "logprobs must be true to ask for top_logprobs",
+        )),
+        (false, _) => Ok(None),
+        (true, n) => Ok(Some(n.unwrap_or(0) as u8)),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,7 +119,11 @@ pub fn parse_chat_request(
         (Some(n), _) => ("max_completion_tokens", Some(n)),
         (None, n) => ("max_tokens", n),
     };
-    validate(common, Prompt::Chat(messages), budget, limits, request_id)
+    let top_logprobs = top_logprobs(chat.logprobs, chat.top_logprobs)?;
+    let mut request = validate(common, Prompt::Chat(messages), budget, limits, request_id)?;
+    // Not in the input hash: asking for log-probabilities does not change the answer.
+    request.generation.top_logprobs = top_logprobs;
+    Ok(request)
 }
 
 /// Refuses chat features this server does not serve when they are asked for.
@@ -123,12 +151,6 @@ fn refuse_chat_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> 
                 "tool calling is not available",
             ));
         }
-    }
-    if get("top_logprobs").is_some_and(|v| v.as_u64() != Some(0)) {
-        return Err(ApiError::unsupported(
-            "top_logprobs",
-            "log probabilities are not returned",
-        ));
     }
     if let Some(v) = get("modalities") {
         let text_only = v

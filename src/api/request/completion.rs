@@ -35,6 +35,12 @@ pub fn parse_completion_request(
     let object = object_of(body, &[COMMON, COMPLETION_KNOWN], limits)?;
     refuse_unsupported(&object)?;
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
+    if get("logprobs").is_some_and(|v| v.as_u64() != Some(0)) {
+        return Err(ApiError::unsupported(
+            "logprobs",
+            "log probabilities are returned on chat completions only",
+        ));
+    }
     if get("echo").is_some_and(|v| v != &Value::Bool(false)) {
         return Err(ApiError::unsupported("echo", "the prompt is not echoed"));
     }

@@ -254,12 +254,6 @@ pub(super) fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiE
             return Err(ApiError::unsupported("n", "only n = 1 is served"));
         }
     }
-    if get("logprobs").is_some_and(|v| v != &Value::Bool(false) && v.as_u64() != Some(0)) {
-        return Err(ApiError::unsupported(
-            "logprobs",
-            "log probabilities are not returned",
-        ));
-    }
     if get("logit_bias").is_some_and(|v| !v.as_object().is_some_and(Map::is_empty)) {
         return Err(ApiError::unsupported("logit_bias", ""));
     }
@@ -385,6 +379,7 @@ pub(super) fn validate(
             stop,
         },
         response_format,
+        top_logprobs: None,
     };
     Ok(ValidatedRequest {
         input_hash: input_hash(&wire.model, &generation),

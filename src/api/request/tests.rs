@@ -75,9 +75,14 @@ fn rejections_name_the_parameter() {
             "tools",
         ),
         (
-            json!({"model": "m", "messages": msg, "logprobs": true}),
-            "unsupported_parameter",
-            "logprobs",
+            json!({"model": "m", "messages": msg, "logprobs": true, "top_logprobs": 21}),
+            "invalid_value",
+            "top_logprobs",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "top_logprobs": 3}),
+            "invalid_value",
+            "top_logprobs",
         ),
         (
             json!({"model": "m", "messages": msg, "response_format": {"type": "json_schema", "json_schema": {"name": "no spaces"}}}),
@@ -522,5 +527,34 @@ fn without_a_default_the_budget_is_the_cap_for_the_engine_to_fit() {
     assert!(
         !request.generation.max_tokens_set,
         "the engine shrinks it to the context"
+    );
+}
+
+#[test]
+fn logprobs_are_asked_for_as_openai_takes_them() {
+    let with = |extra: Value| {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        parse(body).expect("valid")
+    };
+    assert_eq!(with(json!({})).generation.top_logprobs, None);
+    assert_eq!(
+        with(json!({"logprobs": false, "top_logprobs": 0}))
+            .generation
+            .top_logprobs,
+        None
+    );
+    assert_eq!(
+        with(json!({"logprobs": true})).generation.top_logprobs,
+        Some(0)
+    );
+    let top = with(json!({"logprobs": true, "top_logprobs": 20}));
+    assert_eq!(top.generation.top_logprobs, Some(20));
+    assert_eq!(
+        top.input_hash,
+        with(json!({})).input_hash,
+        "the answer is the same"
     );
 }

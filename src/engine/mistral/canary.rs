@@ -159,6 +159,7 @@ mod tests {
             id: "m".into(),
             context_length: 512,
             system_fingerprint: "fp_test".into(),
+            ..ModelInfo::default()
         };
         Arc::new(ScriptedEngine::new(
             info,

@@ -2,13 +2,16 @@
 //! translation of each response, including the finishes mistral.rs leaves out.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use mistralrs::Response;
 use tokio::sync::mpsc;
 
+use super::picker::Pick;
 use super::{PickedIds, Slot};
-use crate::engine::{EngineError, EngineEvent, FinishReason, Usage};
+use crate::engine::grammar::Vocabulary;
+use crate::engine::{EngineError, EngineEvent, FinishReason, TokenLogprob, TokenText, Usage};
 
 /// Translates mistral.rs responses into engine events until the request ends or the
 /// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).
@@ -21,6 +24,7 @@ use crate::engine::{EngineError, EngineEvent, FinishReason, Usage};
 pub(super) async fn forward(
     mut engine_rx: mpsc::Receiver<Response>,
     picked: PickedIds,
+    vocabulary: Option<Arc<Vocabulary>>,
     prompt_tokens: u32,
     max_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
@@ -39,17 +43,18 @@ pub(super) async fn forward(
             response = engine_rx.recv(), if running.is_some() => {
                 // Stamped as mistral.rs hands it over, before it waits here for the client.
                 let at = Instant::now();
-                let ids = picked
+                let picks = picked
                     .lock()
-                    .map(|mut ids| std::mem::take(&mut *ids))
+                    .map(|mut picks| std::mem::take(&mut *picks))
                     .unwrap_or_default();
-                tokens.completion_tokens += to_u32(ids.len());
+                tokens.completion_tokens += to_u32(picks.len());
+                let picked = Picked::new(picks, vocabulary.as_deref());
                 let events = match response {
-                    Some(response) => translate(response, ids, tokens, at),
+                    Some(response) => translate(response, picked, tokens, at),
                     // mistral.rs 0.8.1 sends no final chunk when the last token completes
                     // no character (an accented letter split across tokens, say): the
                     // sequence ends and the channel closes. Finish it from our own count.
-                    None => closed_without_finish(ids, tokens, max_tokens, at),
+                    None => closed_without_finish(picked, tokens, max_tokens, at),
                 };
                 for event in events {
                     let last = !matches!(event, EngineEvent::Token { .. });
@@ -75,10 +80,39 @@ pub(super) async fn forward(
     }
 }
 
+/// The tokens picked since the last response: their ids and log-probabilities.
+#[derive(Debug, Default)]
+struct Picked {
+    ids: Vec<u32>,
+    logprobs: Vec<TokenLogprob>,
+}
+
+impl Picked {
+    fn new(picks: Vec<Pick>, vocabulary: Option<&Vocabulary>) -> Self {
+        let text = |id: u32| {
+            vocabulary.map_or_else(|| TokenText::from_bytes(Vec::new()), |v| v.token_text(id))
+        };
+        let ids = picks.iter().map(|p| p.id).collect();
+        let logprobs = picks
+            .into_iter()
+            .map(|p| TokenLogprob {
+                token: text(p.id),
+                logprob: p.logprob,
+                top: p.top.into_iter().map(|(id, lp)| (text(id), lp)).collect(),
+            })
+            .collect();
+        Self { ids, logprobs }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
 /// What to report when mistral.rs closes a stream without a finish chunk: a finish with
 /// our own count when tokens were generated, an error otherwise.
 fn closed_without_finish(
-    ids: Vec<u32>,
+    picked: Picked,
     counted: Usage,
     max_tokens: u32,
     at: Instant,
@@ -98,10 +132,11 @@ fn closed_without_finish(
         FinishReason::Stop
     };
     let mut events = Vec::with_capacity(2);
-    if !ids.is_empty() {
+    if !picked.is_empty() {
         events.push(EngineEvent::Token {
             text: String::new(),
-            ids,
+            ids: picked.ids,
+            logprobs: picked.logprobs,
             at,
         });
     }
@@ -112,10 +147,10 @@ fn closed_without_finish(
     events
 }
 
-/// Events for one mistral.rs response, handed over `at`; `ids` are the tokens picked
+/// Events for one mistral.rs response, handed over `at`; `picked` are the tokens picked
 /// since the last one and `counted` the usage the forwarder counted itself, used when
 /// mistral.rs sends none.
-fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> Vec<EngineEvent> {
+fn translate(response: Response, picked: Picked, counted: Usage, at: Instant) -> Vec<EngineEvent> {
     match response {
         Response::Chunk(chunk) => {
             let usage = usage_of(chunk.usage).unwrap_or(counted);
@@ -123,7 +158,7 @@ fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> 
                 Some(choice) => piece(
                     choice.delta.content.unwrap_or_default(),
                     choice.finish_reason,
-                    ids,
+                    picked,
                     usage,
                     at,
                 ),
@@ -133,7 +168,7 @@ fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> 
         // Legacy completions stream the same way, with text instead of a delta and no
         // usage (our own count stands).
         Response::CompletionChunk(chunk) => match chunk.choices.into_iter().next() {
-            Some(choice) => piece(choice.text, choice.finish_reason, ids, counted, at),
+            Some(choice) => piece(choice.text, choice.finish_reason, picked, counted, at),
             None => Vec::new(),
         },
         Response::CompletionModelError(message, _) => {
@@ -159,13 +194,18 @@ fn translate(response: Response, ids: Vec<u32>, counted: Usage, at: Instant) -> 
 fn piece(
     text: String,
     finish_reason: Option<String>,
-    ids: Vec<u32>,
+    picked: Picked,
     usage: Usage,
     at: Instant,
 ) -> Vec<EngineEvent> {
     let mut events = Vec::with_capacity(2);
-    if !text.is_empty() || !ids.is_empty() {
-        events.push(EngineEvent::Token { text, ids, at });
+    if !text.is_empty() || !picked.is_empty() {
+        events.push(EngineEvent::Token {
+            text,
+            ids: picked.ids,
+            logprobs: picked.logprobs,
+            at,
+        });
     }
     if let Some(reason) = finish_reason {
         let reason = match reason.as_str() {
@@ -215,13 +255,26 @@ mod tests {
             completion_tokens: 128,
         };
         let at = Instant::now();
-        let events = closed_without_finish(vec![7], counted, 128, at);
+        let picked = Picked::new(
+            vec![Pick {
+                id: 7,
+                logprob: -0.5,
+                top: Vec::new(),
+            }],
+            None,
+        );
+        let events = closed_without_finish(picked, counted, 128, at);
         assert_eq!(
             events,
             vec![
                 EngineEvent::Token {
                     text: String::new(),
                     ids: vec![7],
+                    logprobs: vec![TokenLogprob {
+                        token: TokenText::from_bytes(Vec::new()),
+                        logprob: -0.5,
+                        top: Vec::new(),
+                    }],
                     at
                 },
                 EngineEvent::Finished {
@@ -231,7 +284,7 @@ mod tests {
             ]
         );
         let early = closed_without_finish(
-            vec![],
+            Picked::default(),
             Usage {
                 completion_tokens: 5,
                 ..counted
@@ -247,7 +300,7 @@ mod tests {
             }
         ));
         let nothing = closed_without_finish(
-            vec![],
+            Picked::default(),
             Usage {
                 completion_tokens: 0,
                 ..counted

@@ -31,13 +31,14 @@ use mistralrs::{
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::gguf::GgufFacts;
 use super::grammar::{Grammar, Vocabulary};
 use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
     ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
 };
 use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
-use crate::fingerprint;
+use crate::fingerprint::{self, Accelerator};
 use picker::{PickedIds, Picker};
 
 /// Engine name and version, part of the system fingerprint.
@@ -114,7 +115,7 @@ impl MistralSettings {
 struct Loaded {
     /// At least one; the first also renders chat templates and counts prompt tokens.
     replicas: Vec<Model>,
-    info: ModelInfo,
+    info: Arc<ModelInfo>,
     /// The tokens' bytes, for structured output and `/tokenize`'s spellings; `None` when
     /// the file's tokenizer is not one the grammar knows.
     vocabulary: Option<Arc<Vocabulary>>,
@@ -264,11 +265,11 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let file_sha256 =
         tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
     let path = settings.model_path.clone();
-    let vocabulary = match tokio::task::spawn_blocking(move || Vocabulary::from_gguf(&path)).await?
-    {
+    let facts = tokio::task::spawn_blocking(move || GgufFacts::read(&path)).await??;
+    let vocabulary = match facts.vocabulary() {
         Ok(vocabulary) => Some(Arc::new(vocabulary)),
         Err(error) => {
-            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) is not available for this model.");
+            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) and logprobs are not available for this model.");
             None
         }
     };
@@ -293,14 +294,28 @@ async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     } else {
         "cuda".to_owned()
     };
+    let accelerator = if settings.on_cpu() {
+        Accelerator::default()
+    } else {
+        crate::telemetry::gpu::accelerator()
+    };
     let info = ModelInfo {
         id: settings.model_id.clone(),
         context_length,
-        system_fingerprint: fingerprint::system_fingerprint(&file_sha256, ENGINE_NAME, &device),
+        system_fingerprint: fingerprint::system_fingerprint(
+            &file_sha256,
+            ENGINE_NAME,
+            &device,
+            &accelerator,
+        ),
+        sha256: file_sha256,
+        quant: facts.quantization(),
+        device,
+        accelerator,
     };
     Ok(Loaded {
         replicas,
-        info,
+        info: Arc::new(info),
         vocabulary,
     })
 }
@@ -420,8 +435,8 @@ impl canary::Subject for Canary<'_> {
 
 #[async_trait]
 impl Engine for MistralEngine {
-    fn model_info(&self) -> Option<ModelInfo> {
-        self.loaded.get().map(|l| l.info.clone())
+    fn model_info(&self) -> Option<Arc<ModelInfo>> {
+        self.loaded.get().map(|l| Arc::clone(&l.info))
     }
 
     fn load(&self) -> EngineLoad {
@@ -435,6 +450,13 @@ impl Engine for MistralEngine {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let prompt_tokens = count_prompt(loaded, &request).await?;
         request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
+        if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
+            return Err(EngineError::Unsupported {
+                param: "logprobs".into(),
+                reason: "this model's tokenizer is not one the gateway can spell tokens with"
+                    .into(),
+            });
+        }
         let grammar = compile(loaded, &request.response_format).await?;
         Ok(Prepared {
             request,
@@ -523,6 +545,7 @@ impl MistralEngine {
             logits_processors: Some(vec![Arc::new(Picker::new(
                 &request.sampling,
                 grammar,
+                request.top_logprobs,
                 Arc::clone(&picked),
             ))]),
             return_raw_logits: false,
@@ -542,7 +565,16 @@ impl MistralEngine {
         let (tx, rx) = mpsc::channel(32);
         let budget = request.max_tokens;
         tokio::spawn(
-            forward::forward(engine_rx, picked, prompt_tokens, budget, tx, slot).in_current_span(),
+            forward::forward(
+                engine_rx,
+                picked,
+                loaded.vocabulary.clone(),
+                prompt_tokens,
+                budget,
+                tx,
+                slot,
+            )
+            .in_current_span(),
         );
         Ok(Generation {
             prompt_tokens,

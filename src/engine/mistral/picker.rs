@@ -16,8 +16,17 @@ use crate::engine::grammar::Grammar;
 use crate::engine::sampling::SeededSampler;
 use crate::engine::Sampling;
 
-/// Ids of the tokens the picker chose, drained by the forwarder as chunks arrive.
-pub type PickedIds = Arc<Mutex<Vec<u32>>>;
+/// A token the picker chose, with its log-probability and (when asked) the likeliest
+/// alternatives, by id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pick {
+    pub id: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The tokens the picker chose, drained by the forwarder as chunks arrive.
+pub type PickedIds = Arc<Mutex<Vec<Pick>>>;
 
 /// Picks the next token with the request's [`SeededSampler`] (keyed by seed and
 /// position, so concurrent neighbours cannot change it), records its id, and masks every
@@ -26,11 +35,18 @@ pub type PickedIds = Arc<Mutex<Vec<u32>>>;
 pub struct Picker {
     sampler: SeededSampler,
     grammar: Option<Grammar>,
+    /// How many alternatives to report with each pick.
+    top_logprobs: usize,
     picked: PickedIds,
 }
 
 impl Picker {
-    pub fn new(sampling: &Sampling, grammar: Option<Grammar>, picked: PickedIds) -> Self {
+    pub fn new(
+        sampling: &Sampling,
+        grammar: Option<Grammar>,
+        top_logprobs: Option<u8>,
+        picked: PickedIds,
+    ) -> Self {
         let sampler = SeededSampler {
             // Without a seed the request is still sampled, from a fresh random stream.
             seed: sampling
@@ -45,14 +61,44 @@ impl Picker {
         Self {
             sampler,
             grammar,
+            top_logprobs: usize::from(top_logprobs.unwrap_or(0)),
             picked,
         }
     }
 
-    fn record(&self, id: u32) {
-        if let Ok(mut ids) = self.picked.lock() {
-            ids.push(id);
+    fn record(&self, pick: Pick) {
+        if let Ok(mut picks) = self.picked.lock() {
+            picks.push(pick);
         }
+    }
+}
+
+/// The picked token's log-probability under `logits` at temperature 1, and the `top`
+/// likeliest tokens' (ties by lower id).
+fn log_probabilities(logits: &[f32], id: u32, top: usize) -> Pick {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_norm = f64::from(max) + sum.ln();
+    let lp = |l: f32| (f64::from(l) - log_norm) as f32;
+    let mut best = Vec::new();
+    if top > 0 {
+        let mut ids: Vec<usize> = (0..logits.len())
+            .filter(|&i| logits[i].is_finite())
+            .collect();
+        let order = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        if top < ids.len() {
+            ids.select_nth_unstable_by(top, order);
+            ids.truncate(top);
+        }
+        ids.sort_unstable_by(order);
+        best = ids.into_iter().map(|i| (i as u32, lp(logits[i]))).collect();
+    }
+    Pick {
+        id,
+        logprob: logits
+            .get(id as usize)
+            .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top: best,
     }
 }
 
@@ -66,7 +112,7 @@ impl CustomLogitsProcessor for Picker {
         if let Some(grammar) = &self.grammar {
             grammar.consume(id).map_err(grammar_failed)?;
         }
-        self.record(id);
+        self.record(log_probabilities(&values, id, self.top_logprobs));
         // Everything but the picked token masked, in the buffer already copied. Greedy
         // steps too: mistral.rs may apply a model's own sampling defaults to a request
         // that sets none, so unmasked logits could be sampled rather than argmaxed.
@@ -92,10 +138,10 @@ mod tests {
 
     fn apply(sampling: Sampling, logits: &[f32]) -> (u32, Vec<f32>) {
         let picked = PickedIds::default();
-        let picker = Picker::new(&sampling, None, Arc::clone(&picked));
+        let picker = Picker::new(&sampling, None, None, Arc::clone(&picked));
         let tensor = Tensor::from_slice(logits, logits.len(), &Device::Cpu).expect("tensor");
         let out = picker.apply(&tensor, &[1, 2, 3]).expect("apply");
-        let id = picked.lock().expect("ids")[0];
+        let id = picked.lock().expect("ids")[0].id;
         (id, out.to_vec1().expect("values"))
     }
 
@@ -135,5 +181,23 @@ mod tests {
             &logits,
         );
         only(id, &out);
+    }
+
+    #[test]
+    fn each_pick_carries_its_log_probability_and_the_top_alternatives() {
+        // Probabilities 0.5, 0.25, 0.25 (and 0 for the masked one).
+        let logits = [2f32.ln(), 0.0, 0.0, f32::NEG_INFINITY];
+        let pick = log_probabilities(&logits, 1, 2);
+        assert!((pick.logprob - 0.25f32.ln()).abs() < 1e-6, "{pick:?}");
+        assert_eq!(pick.top.len(), 2);
+        assert_eq!(pick.top[0].0, 0);
+        assert!((pick.top[0].1 - 0.5f32.ln()).abs() < 1e-6);
+        assert_eq!(pick.top[1].0, 1, "ties by lower id");
+        assert!(log_probabilities(&logits, 1, 0).top.is_empty());
+        assert_eq!(
+            log_probabilities(&logits, 3, 9).top.len(),
+            3,
+            "never a masked token"
+        );
     }
 }

@@ -25,6 +25,11 @@ pub(super) const REQUEST_BUCKETS: &[f64] = &[
 ];
 pub(super) const RATE_BUCKETS: &[f64] =
     &[0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+/// Mean token log-probability buckets (nats): a confident answer sits near 0, one the
+/// model was unsure of below -2 (a typical token under 14% likely).
+pub(super) const LOGPROB_BUCKETS: &[f64] = &[
+    -8.0, -6.0, -5.0, -4.0, -3.0, -2.5, -2.0, -1.5, -1.0, -0.75, -0.5, -0.3, -0.2, -0.1, -0.05, 0.0,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ModelLabel {
@@ -139,4 +144,42 @@ pub(super) fn exemplar_family(buckets: &'static [f64]) -> ExemplarHistograms {
 
 pub(super) fn histogram_family(buckets: &'static [f64]) -> Histograms {
     Family::new_with_constructor(Buckets(buckets))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct BuildLabels {
+    pub(super) version: String,
+    pub(super) commit: String,
+    pub(super) rustc: String,
+    pub(super) profile: String,
+    pub(super) target_features: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ModelLabels {
+    model: String,
+    sha256: String,
+    quant: String,
+    context_length: String,
+    device: String,
+    gpu: String,
+    driver: String,
+    cuda: String,
+    system_fingerprint: String,
+}
+
+impl ModelLabels {
+    pub(super) fn of(m: &crate::engine::ModelInfo) -> Self {
+        Self {
+            model: m.id.clone(),
+            sha256: m.sha256.clone(),
+            quant: m.quant.clone(),
+            context_length: m.context_length.to_string(),
+            device: m.device.clone(),
+            gpu: m.accelerator.gpu.clone(),
+            driver: m.accelerator.driver.clone(),
+            cuda: m.accelerator.cuda.clone(),
+            system_fingerprint: m.system_fingerprint.clone(),
+        }
+    }
 }

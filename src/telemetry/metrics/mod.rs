@@ -34,8 +34,10 @@ pub struct Snapshot {
     /// Requests admitted and not yet finished, whatever their stage.
     pub in_flight: usize,
     pub resident_memory_bytes: Option<u64>,
-    /// Memory used per GPU, by device index.
-    pub gpu_memory_used_bytes: Vec<(u32, u64)>,
+    /// Memory per GPU.
+    pub gpu_memory: Vec<crate::telemetry::gpu::GpuMemory>,
+    /// The served model's facts, once it is loaded.
+    pub model: Option<std::sync::Arc<crate::engine::ModelInfo>>,
     /// Log lines the non-blocking writer dropped since start.
     pub log_lines_dropped: u64,
     /// Semantic-log documents in the spool not yet delivered.
@@ -54,6 +56,8 @@ pub struct Metrics {
     itl: Histograms,
     queue: Histograms,
     repetition: Histograms,
+    mean_logprob: Histograms,
+    low_confidence: Histograms,
     requests: Family<RequestLabels, Counter>,
     prompt_tokens: Counters,
     generation_tokens: Counters,
@@ -78,6 +82,9 @@ pub struct Metrics {
     in_flight: Gauge,
     resident_memory: Gauge,
     gpu_memory: Family<GpuLabel, Gauge>,
+    gpu_memory_total: Family<GpuLabel, Gauge>,
+    build_info: Family<BuildLabels, Gauge>,
+    model_info: Family<ModelLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -100,6 +107,8 @@ impl Metrics {
             itl: histogram_family(TOKEN_BUCKETS),
             queue: histogram_family(REQUEST_BUCKETS),
             repetition: histogram_family(RATE_BUCKETS),
+            mean_logprob: histogram_family(LOGPROB_BUCKETS),
+            low_confidence: histogram_family(RATE_BUCKETS),
             requests: Family::default(),
             prompt_tokens: Family::default(),
             generation_tokens: Family::default(),
@@ -123,6 +132,9 @@ impl Metrics {
             in_flight: Gauge::default(),
             resident_memory: Gauge::default(),
             gpu_memory: Family::default(),
+            gpu_memory_total: Family::default(),
+            build_info: Family::default(),
+            model_info: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -155,6 +167,16 @@ impl Metrics {
             names::REPETITION_RATE,
             "seq-rep-n repetition rate of each answer (0 = no repeated n-gram)",
             m.repetition.clone(),
+        );
+        r.register(
+            names::MEAN_TOKEN_LOGPROB,
+            "Mean natural-log probability of each answer's tokens (0 = certain)",
+            m.mean_logprob.clone(),
+        );
+        r.register(
+            names::LOW_CONFIDENCE_SHARE,
+            "Share of each answer's tokens less likely than quality.low_confidence_prob",
+            m.low_confidence.clone(),
         );
         r.register(
             names::REQUESTS,
@@ -294,7 +316,33 @@ impl Metrics {
                 Unit::Bytes,
                 m.gpu_memory.clone(),
             );
+            r.register_with_unit(
+                names::GPU_MEMORY_TOTAL,
+                "GPU memory in all, per device (NVML)",
+                Unit::Bytes,
+                m.gpu_memory_total.clone(),
+            );
         }
+        r.register(
+            names::BUILD_INFO,
+            "This binary: version, commit, compiler, profile and CPU features (value 1)",
+            m.build_info.clone(),
+        );
+        r.register(
+            names::MODEL_INFO,
+            "The served model: file hash, quantization, device and system_fingerprint (value 1)",
+            m.model_info.clone(),
+        );
+        let b = crate::fingerprint::BUILD;
+        m.build_info
+            .get_or_create(&BuildLabels {
+                version: b.version.to_owned(),
+                commit: b.commit.to_owned(),
+                rustc: b.rustc.to_owned(),
+                profile: b.profile.to_owned(),
+                target_features: b.target_features.to_owned(),
+            })
+            .set(1);
         m.create_zero_series();
         Self { registry, ..m }
     }
@@ -316,7 +364,13 @@ impl Metrics {
         for histograms in [&self.ttft, &self.tpot, &self.e2e] {
             drop(histograms.get_or_create(&served));
         }
-        for histograms in [&self.itl, &self.queue, &self.repetition] {
+        for histograms in [
+            &self.itl,
+            &self.queue,
+            &self.repetition,
+            &self.mean_logprob,
+            &self.low_confidence,
+        ] {
             drop(histograms.get_or_create(&served));
         }
         use TraceReason as R;
@@ -407,6 +461,12 @@ impl Metrics {
                     .get_or_create(&model)
                     .observe(q.repetition_rate);
             }
+            if let Some(mean) = q.mean_logprob {
+                self.mean_logprob.get_or_create(&model).observe(mean);
+            }
+            if let Some(share) = q.low_confidence_share {
+                self.low_confidence.get_or_create(&model).observe(share);
+            }
             if q.refusal {
                 self.refusals.get_or_create(&model).inc();
             }
@@ -488,12 +548,22 @@ impl Metrics {
         if let Some(rss) = s.resident_memory_bytes {
             self.resident_memory.set(gauge(rss));
         }
-        for (index, used) in &s.gpu_memory_used_bytes {
-            self.gpu_memory
-                .get_or_create(&GpuLabel {
-                    gpu: index.to_string(),
-                })
-                .set(gauge(*used));
+        for gpu in &s.gpu_memory {
+            let label = GpuLabel {
+                gpu: gpu.index.to_string(),
+            };
+            self.gpu_memory.get_or_create(&label).set(gauge(gpu.used));
+            self.gpu_memory_total
+                .get_or_create(&label)
+                .set(gauge(gpu.total));
+        }
+        if let Some(model) = &s.model {
+            let labels = ModelLabels::of(model);
+            // One series: a reload under another fingerprint replaces the old one.
+            if self.model_info.get(&labels).is_none() {
+                self.model_info.clear();
+                self.model_info.get_or_create(&labels).set(1);
+            }
         }
         self.semlog_queue_depth
             .set(gauge(s.semlog_queue_depth as u64));
