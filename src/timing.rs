@@ -30,6 +30,8 @@ use serde::Serialize;
 pub struct RequestTimer {
     t_recv: Duration,
     t_submit: Option<Duration>,
+    /// The engine has rendered and counted the prompt (the end of tokenisation).
+    t_prepared: Option<Duration>,
     /// The engine started the request: the start of engine TTFT, the end of queue.
     t_started: Option<Duration>,
     /// First token event from the engine, content or not: the end of engine TTFT.
@@ -70,6 +72,9 @@ pub struct Timings {
 pub struct Phases {
     pub received: Duration,
     pub submitted: Option<Duration>,
+    /// The prompt was rendered and counted (and a grammar compiled): the end of
+    /// tokenisation, the start of the wait for an engine slot.
+    pub prepared: Option<Duration>,
     pub started: Option<Duration>,
     pub first_token: Option<Duration>,
     pub last_token: Option<Duration>,
@@ -90,6 +95,7 @@ impl RequestTimer {
         Self {
             t_recv,
             t_submit: None,
+            t_prepared: None,
             t_started: None,
             t_engine_first: None,
             t_last_token: None,
@@ -104,6 +110,11 @@ impl RequestTimer {
     /// The request was handed to the engine (it may wait there for a slot).
     pub fn engine_submitted(&mut self, at: Duration) {
         self.t_submit.get_or_insert(at);
+    }
+
+    /// The engine has rendered and counted the prompt.
+    pub fn prompt_prepared(&mut self, at: Duration) {
+        self.t_prepared.get_or_insert(at);
     }
 
     /// The engine started the request: its slot was acquired.
@@ -145,6 +156,7 @@ impl RequestTimer {
         Phases {
             received: self.t_recv,
             submitted: self.t_submit,
+            prepared: self.t_prepared,
             started: self.t_started,
             first_token: self.t_engine_first,
             last_token: self.t_last_content.max(self.t_last_token),

@@ -386,14 +386,26 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
             assert!(!text.contains("secret"), "{} = {text}", kv.key);
         }
     }
-    // Children: queue, prefill, decode, semantic-log hand-off, inside the root.
+    // Children: tokenize, queue, prefill, decode, semantic-log hand-off, inside the root,
+    // one after the other.
     let children: Vec<&Span> = spans
         .iter()
         .filter(|s| s.parent_span_id == root.span_id)
         .collect();
     let mut names: Vec<&str> = children.iter().map(|s| s.name.as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["decode", "prefill", "queue", "semlog.handoff"]);
+    assert_eq!(
+        names,
+        ["decode", "prefill", "queue", "semlog.handoff", "tokenize"]
+    );
+    let span = |name: &str| {
+        children
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    assert!(span("tokenize").end_time_unix_nano <= span("queue").start_time_unix_nano);
+    assert!(span("queue").end_time_unix_nano <= span("prefill").start_time_unix_nano);
     for child in &children {
         assert_eq!(child.trace_id, root.trace_id);
         assert!(child.start_time_unix_nano >= root.start_time_unix_nano);

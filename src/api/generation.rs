@@ -326,6 +326,7 @@ async fn handle(
         .prepare(chat.generation)
         .await
         .map_err(ApiError::from)?;
+    timer.prompt_prepared(state.clock.now());
     charged.charge(&prepared)?;
     let generation = start_in_engine(state, prepared, &deadline.cut_off).await?;
     timer.engine_started(state.clock.at(generation.started));

@@ -87,7 +87,31 @@ mod tests {
             ("Summarize this article in three sentences", "summarization"),
             ("Write a poem about the sea", "creative_writing"),
             ("What is the capital of France?", "factual_qa"),
-            ("Hello there", "general"),
+            ("Hello there", "greeting"),
+            ("Hello, what is the capital of France?", "factual_qa"),
+            ("Tell me about yourself.", "general"),
+            // Chinese
+            ("你好", "greeting"),
+            ("你好！", "greeting"),
+            ("您好吗？", "greeting"),
+            ("用Python写一个函数，把列表反转", "coding"),
+            ("计算 17 乘以 23", "math"),
+            ("把这句话翻译成英文：今天天气很好", "translation"),
+            ("请总结这篇文章的要点", "summarization"),
+            ("写一首关于大海的诗", "creative_writing"),
+            ("法国的首都是哪里？", "factual_qa"),
+            ("为什么天空是蓝色的", "factual_qa"),
+            ("我今天很开心。", "general"),
+            // Japanese
+            ("こんにちは", "greeting"),
+            ("おはようございます！", "greeting"),
+            ("このコードのバグを直してください", "coding"),
+            ("この方程式を解いてください", "math"),
+            ("この文を英語に翻訳してください", "translation"),
+            ("この記事を要約してください", "summarization"),
+            ("海についての詩を書いてください", "creative_writing"),
+            ("日本の首都はどこですか？", "factual_qa"),
+            ("今日は楽しかった。", "general"),
         ];
         for (text, expected) in cases {
             assert_eq!(c.classify(text), expected, "{text}");

@@ -214,7 +214,7 @@ mod tests {
         );
         let quality = looping.finish();
         assert!(quality.degenerated && quality.repetition_rate > 0.5);
-        assert_eq!(quality.intent, "general");
+        assert_eq!(quality.intent, "greeting");
     }
 
     #[test]

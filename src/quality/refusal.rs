@@ -42,6 +42,27 @@ pub const DEFAULT_PHRASES: &[&str] = &[
     // Portuguese
     "desculpe, mas não posso",
     "não posso ajudar com",
+    // Chinese (simplified and traditional)
+    "我无法帮",
+    "我不能帮",
+    "我無法幫",
+    "我不能幫",
+    "我无法协助",
+    "我无法提供",
+    "我不能提供",
+    "我无法回答",
+    "我不能回答",
+    "作为一个ai",
+    "作为人工智能",
+    // Japanese
+    "お手伝いできません",
+    "お手伝いすることはできません",
+    "お答えできません",
+    "お答えすることはできません",
+    "お応えできません",
+    "提供できません",
+    "提供することはできません",
+    "対応できません",
 ];
 
 #[derive(Debug, Clone)]
@@ -91,6 +112,14 @@ mod tests {
             ("Lo siento, pero no puedo ayudarte.", true),
             ("Mi dispiace, ma non posso farlo.", true),
             ("Desculpe, mas não posso fazer isso.", true),
+            ("抱歉，我无法帮助你完成这个请求。", true),
+            ("对不起，我不能提供这方面的信息。", true),
+            ("作为一个AI语言模型，我没有个人观点。", true),
+            ("抱歉，我無法幫助你。", true),
+            ("法国的首都是巴黎。", false),
+            ("申し訳ありませんが、そのご質問にはお答えできません。", true),
+            ("申し訳ありませんが、お手伝いすることはできません。", true),
+            ("日本の首都は東京です。", false),
             ("The capital of France is Paris.", false),
             (
                 "Sorry for the delay! Here is the recipe you asked for.",

@@ -66,8 +66,10 @@ pub const CANCELLED: &str = "cancelled";
 pub const CLIENT_STALLED: &str = "client_stalled";
 
 // Span names.
-/// Handed to the engine -> the engine starts it (its slot acquired; includes counting
-/// the prompt's tokens).
+/// Handed to the engine -> its prompt rendered with the chat template, counted, and its
+/// grammar compiled.
+pub const SPAN_TOKENIZE: &str = "tokenize";
+/// Prompt ready -> the engine starts it (its slot acquired; the rate-limit charge too).
 pub const SPAN_QUEUE: &str = "queue";
 /// The engine starts it -> its first token.
 pub const SPAN_PREFILL: &str = "prefill";

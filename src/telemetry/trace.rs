@@ -250,6 +250,13 @@ impl RequestTrace {
                 .start_with_context(tracer, &self.cx);
             span.end_with_timestamp(wall(to));
         };
+        if let (Some(submitted), Some(prepared)) = (p.submitted, p.prepared) {
+            let tokens = KeyValue::new(
+                names::GEN_AI_USAGE_INPUT_TOKENS,
+                i64::from(r.usage.prompt_tokens),
+            );
+            child(names::SPAN_TOKENIZE, submitted, prepared, vec![tokens]);
+        }
         if let Some(started) = p.started {
             let queue = r
                 .timings
@@ -257,7 +264,7 @@ impl RequestTrace {
                 .map(|ms| KeyValue::new(names::ATTR_QUEUE_MS, ms));
             child(
                 names::SPAN_QUEUE,
-                p.submitted.unwrap_or(p.received),
+                p.prepared.or(p.submitted).unwrap_or(p.received),
                 started,
                 queue.into_iter().collect(),
             );
