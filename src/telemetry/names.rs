@@ -11,8 +11,10 @@ pub const INTER_TOKEN_LATENCY: &str = "inter_token_latency_seconds";
 pub const E2E_REQUEST_LATENCY: &str = "e2e_request_latency_seconds";
 pub const REQUEST_QUEUE_TIME: &str = "request_queue_time_seconds";
 pub const REPETITION_RATE: &str = "repetition_rate";
-/// Per answer: the mean log-probability of its tokens, and the share of unlikely ones.
-pub const MEAN_TOKEN_LOGPROB: &str = "mean_token_logprob";
+/// Per answer: the mean surprisal of its tokens (minus their mean log-probability, in
+/// nats; positive, so rates of the histogram's `_sum` work), and the share of unlikely
+/// tokens.
+pub const MEAN_TOKEN_SURPRISAL: &str = "mean_token_surprisal_nats";
 pub const LOW_CONFIDENCE_SHARE: &str = "low_confidence_share";
 
 // Counters. prometheus-client appends `_total` to counter names when it encodes them.

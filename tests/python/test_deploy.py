@@ -26,12 +26,14 @@ DOCKER = ROOT / "docker"
 GRAFANA = ROOT / "grafana"
 KIBANA = ROOT / "kibana"
 # Exported only by builds with the gpu-metrics (or cuda) feature; the CI build has neither.
-GPU_ONLY = {"llmgate_gpu_memory_used_bytes"}
+GPU_ONLY = {"llmgate_gpu_memory_used_bytes", "llmgate_gpu_memory_total_bytes"}
 
 
 def dashboard_exprs():
     dashboard = json.loads((GRAFANA / "dashboards" / "llmgate.json").read_text())
-    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    panels = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    annotations = [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
+    return panels + annotations
 
 
 def alert_exprs():
@@ -84,6 +86,29 @@ def test_every_promql_expression_parses():
         text=True,
     )
     assert alerts.returncode == 0, alerts.stdout + alerts.stderr
+
+
+def test_every_alert_rule_fires_in_its_promtool_test():
+    rules = yaml.safe_load((DOCKER / "alerts.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    tests = yaml.safe_load((DOCKER / "alerts.test.yml").read_text())
+    fired = {
+        case["alertname"]
+        for t in tests["tests"]
+        for case in t.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert alerts == fired, f"rules without a firing test: {sorted(alerts - fired)}"
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            anchor = r["annotations"]["runbook"].split("#")[1]
+            assert f'<a id="{anchor}"></a>' in (ROOT / "README.md").read_text(), anchor
+    tested = subprocess.run(
+        ["promtool", "test", "rules", str(DOCKER / "alerts.test.yml")],
+        capture_output=True,
+        text=True,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def scraped_names(gateway):
@@ -265,3 +290,16 @@ def test_grafana_provisioning_points_at_the_files_shipped():
     latency = [p for p in dashboard["panels"] if "p50 / p95 / p99" in p["title"]]
     assert len(latency) == 3 and all(t["exemplar"] for p in latency for t in p["targets"])
     assert dashboard["templating"]["list"][0]["name"] == "model"
+
+
+def test_images_carry_the_gateway_version():
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M)[1]
+    env = (DOCKER / ".env.example").read_text()
+    assert f"LLMGATE_VERSION={version}" in env
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    gateway = compose["services"]["llmgate"]
+    assert gateway["image"] == "llmgate:${LLMGATE_VERSION:-%s}-cpu" % version
+    for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
+        text = (DOCKER / dockerfile).read_text()
+        assert f"ARG LLMGATE_VERSION={version}" in text, dockerfile
+        assert "org.opencontainers.image.version" in text, dockerfile

@@ -25,10 +25,10 @@ pub(super) const REQUEST_BUCKETS: &[f64] = &[
 ];
 pub(super) const RATE_BUCKETS: &[f64] =
     &[0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
-/// Mean token log-probability buckets (nats): a confident answer sits near 0, one the
-/// model was unsure of below -2 (a typical token under 14% likely).
-pub(super) const LOGPROB_BUCKETS: &[f64] = &[
-    -8.0, -6.0, -5.0, -4.0, -3.0, -2.5, -2.0, -1.5, -1.0, -0.75, -0.5, -0.3, -0.2, -0.1, -0.05, 0.0,
+/// Mean token surprisal buckets (nats, minus the log-probability): a confident answer
+/// sits near 0, one the model was unsure of above 2 (a typical token under 14% likely).
+pub(super) const SURPRISAL_BUCKETS: &[f64] = &[
+    0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

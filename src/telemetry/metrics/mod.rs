@@ -107,7 +107,7 @@ impl Metrics {
             itl: histogram_family(TOKEN_BUCKETS),
             queue: histogram_family(REQUEST_BUCKETS),
             repetition: histogram_family(RATE_BUCKETS),
-            mean_logprob: histogram_family(LOGPROB_BUCKETS),
+            mean_logprob: histogram_family(SURPRISAL_BUCKETS),
             low_confidence: histogram_family(RATE_BUCKETS),
             requests: Family::default(),
             prompt_tokens: Family::default(),
@@ -169,8 +169,8 @@ impl Metrics {
             m.repetition.clone(),
         );
         r.register(
-            names::MEAN_TOKEN_LOGPROB,
-            "Mean natural-log probability of each answer's tokens (0 = certain)",
+            names::MEAN_TOKEN_SURPRISAL,
+            "Mean surprisal of each answer's tokens: minus their mean log-probability, in nats (0 = certain)",
             m.mean_logprob.clone(),
         );
         r.register(
@@ -462,7 +462,7 @@ impl Metrics {
                     .observe(q.repetition_rate);
             }
             if let Some(mean) = q.mean_logprob {
-                self.mean_logprob.get_or_create(&model).observe(mean);
+                self.mean_logprob.get_or_create(&model).observe(-mean);
             }
             if let Some(share) = q.low_confidence_share {
                 self.low_confidence.get_or_create(&model).observe(share);
