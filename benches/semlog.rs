@@ -56,6 +56,7 @@ fn record(i: usize) -> RequestRecord {
             degenerated: false,
             refusal: false,
             intent: "general".into(),
+            language: "eng",
             mean_logprob: Some(-0.8),
             min_logprob: Some(-4.1),
             low_confidence_share: Some(0.06),

@@ -8,6 +8,7 @@
 //!   log-probability, share of unlikely tokens), from the picker's log-probabilities.
 
 pub mod intent;
+pub mod language;
 pub mod refusal;
 pub mod repetition;
 
@@ -21,6 +22,8 @@ pub struct Quality {
     pub degenerated: bool,
     pub refusal: bool,
     pub intent: String,
+    /// The prompt's language, ISO 639-3 (`und`: could not tell).
+    pub language: &'static str,
     /// Mean natural-log probability of the answer's tokens; `None` without tokens or
     /// when the engine reports no log-probabilities.
     pub mean_logprob: Option<f64>,
@@ -125,6 +128,7 @@ pub struct QualityTracker {
     guard: Option<GuardConfig>,
     refusal: Arc<RefusalDetector>,
     intent: String,
+    language: &'static str,
     text: String,
     degenerated: bool,
     confidence: Confidence,
@@ -142,6 +146,7 @@ impl QualityTracker {
             guard: settings.guard,
             refusal: Arc::clone(&settings.refusal),
             intent: settings.intents.classify(prompt).to_owned(),
+            language: language::language_of(prompt),
             text: String::new(),
             degenerated: false,
             confidence: Confidence::new(settings.low_confidence_prob),
@@ -182,6 +187,7 @@ impl QualityTracker {
             degenerated: self.degenerated,
             refusal: self.refusal.is_refusal(&self.text),
             intent: self.intent.clone(),
+            language: self.language,
             mean_logprob,
             min_logprob,
             low_confidence_share,

@@ -186,6 +186,8 @@ struct Llm {
     #[serde(skip_serializing_if = "Option::is_none")]
     intent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    language: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     input_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     output_hash: Option<String>,
@@ -334,6 +336,7 @@ impl RedactedLog {
                 degenerated: r.quality.as_ref().map(|q| q.degenerated),
                 refusal: r.quality.as_ref().map(|q| q.refusal),
                 intent: r.quality.as_ref().map(|q| q.intent.clone()),
+                language: r.quality.as_ref().map(|q| q.language),
                 input_hash: r.input_hash.clone(),
                 output_hash: r.output_hash.clone(),
                 system_fingerprint: r.system_fingerprint().map(str::to_owned),
@@ -453,6 +456,7 @@ mod tests {
                 degenerated: false,
                 refusal: false,
                 intent: "general".into(),
+                language: "eng",
                 mean_logprob: Some(-0.42),
                 min_logprob: Some(-2.5),
                 low_confidence_share: Some(0.0),
@@ -517,7 +521,7 @@ mod tests {
             r#""llm":{"request_id":"req-1","api_key_id":"ci-bot","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
             r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
             r#""tokens_per_second":17.595,"repetition_rate":0.0,"mean_logprob":-0.42,"min_logprob":-2.5,"low_confidence_share":0.0,"degenerated":false,"refusal":false,"#,
-            r#""intent":"general","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
+            r#""intent":"general","language":"eng","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
             r#""model":{"sha256":"0c1d","quant":"Q8_0","device":"cpu/quantized","context_length":8192},"#,
             r#""build":{"commit":""#,
             env!("LLMGATE_GIT_COMMIT"),

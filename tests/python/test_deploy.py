@@ -141,7 +141,7 @@ def test_every_metric_named_is_exported(gateway):
     assert not missing, f"named but not exported: {missing}"
 
 
-def mapping_fields():
+def mapping_types():
     template = json.loads((ROOT / "tests" / "golden" / "component_template.json").read_text())
 
     def walk(props, prefix=""):
@@ -150,9 +150,24 @@ def mapping_fields():
             if "properties" in spec:
                 yield from walk(spec["properties"], path + ".")
             else:
-                yield path
+                yield path, spec.get("type")
 
-    return set(walk(template["template"]["mappings"]["properties"]))
+    return dict(walk(template["template"]["mappings"]["properties"]))
+
+
+def mapping_fields():
+    return set(mapping_types())
+
+
+def test_visualisations_aggregate_only_aggregatable_fields():
+    types = mapping_types()
+    for o in saved_objects():
+        if o["type"] != "visualization":
+            continue
+        for a in json.loads(o["attributes"]["visState"])["aggs"]:
+            field = a["params"].get("field")
+            if field:
+                assert types.get(field) not in (None, "text"), f"{o['id']}: {field}"
 
 
 def kql_fields(query):
@@ -172,6 +187,7 @@ def test_kibana_objects_parse_and_references_resolve():
     types = [o["type"] for o in objects]
     assert types.count("index-pattern") == 1 and types.count("dashboard") == 1
     assert types.count("search") == 4
+    assert types.count("visualization") == 6
     for o in objects:
         for ref in o.get("references", []):
             assert (ref["type"], ref["id"]) in ids, f"{o['id']} -> {ref}"
@@ -188,6 +204,17 @@ def test_every_field_kql_and_kibana_use_is_mapped():
     fields = mapping_fields()
     used = {}
     for o in saved_objects():
+        if o["type"] == "visualization":
+            attributes = o["attributes"]
+            state = json.loads(attributes["visState"])
+            for a in state["aggs"]:
+                if "field" in a["params"]:
+                    used.setdefault(a["params"]["field"], o["id"])
+            source = json.loads(attributes["kibanaSavedObjectMeta"]["searchSourceJSON"])
+            assert source["query"]["language"] == "kuery"
+            for f in kql_fields(source["query"]["query"]):
+                used.setdefault(f, o["id"])
+            continue
         if o["type"] != "search":
             continue
         attributes = o["attributes"]
