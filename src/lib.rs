@@ -41,6 +41,8 @@
 //! - [`semlog`]: the semantic log: one redacted ECS document per request, bulk-indexed
 //!   into Elasticsearch (or written to NDJSON files), with a disk spool and dead letters.
 //! - [`bench`]: `llmgate bench`, the load generator, with an engine-direct mode.
+//! - [`compare`]: `llmgate compare`, two gateways (or two fingerprints of the semantic
+//!   log) on one prompt set: agreement and the deltas of latency and quality.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
 //! - [`fingerprint`]: the `system_fingerprint` of a response.
 //!
@@ -52,6 +54,7 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod clock;
+pub mod compare;
 pub mod config;
 pub mod engine;
 pub mod error;

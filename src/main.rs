@@ -39,6 +39,10 @@ enum Command {
     /// Load-test an OpenAI-compatible server (or the engine in-process) and report
     /// TTFT, TPOT, ITL, e2e and throughput.
     Bench(Box<llmgate::bench::BenchArgs>),
+    /// Compare two gateways (or two fingerprints in a semantic-log export) on a prompt
+    /// set: answer agreement and the deltas of TTFT, TPOT, repetition, refusal and
+    /// confidence. The check to run before a new model or build goes live.
+    Compare(Box<llmgate::compare::CompareArgs>),
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(&args),
         Command::Replay(args) => run_replay(&args),
         Command::Bench(args) => run_bench(&args),
+        Command::Compare(args) => run_compare(&args),
         Command::Keys(KeysCommand::Add { key_id, file }) => {
             match llmgate::auth::add_key(&file, &key_id) {
                 Ok(key) => {
@@ -138,6 +143,43 @@ fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// Prints the comparison (and writes JSON when asked). Exit status 1 when fewer answers
+/// than `--min-agreement` are identical, 2 when the comparison could not run.
+fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
+    let report = if args.semlog.is_some() {
+        llmgate::compare::compare_semlog(args)
+    } else {
+        match tokio::runtime::Runtime::new() {
+            Ok(runtime) => runtime.block_on(llmgate::compare::compare_gateways(args)),
+            Err(error) => Err(error.into()),
+        }
+    };
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("llmgate compare: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let written = serde_json::to_vec_pretty(&report)
+            .map_err(|e| e.to_string())
+            .and_then(|json| std::fs::write(path, json).map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            eprintln!(
+                "llmgate compare: could not write {}: {error}",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    match args.min_agreement {
+        Some(min) if report.summary.identical_share < min => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be

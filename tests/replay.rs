@@ -1,4 +1,5 @@
-//! `llmgate replay` against a running gateway with the scripted engine.
+//! `llmgate replay` and `llmgate compare` against running gateways with the scripted
+//! engine.
 
 mod common;
 
@@ -48,4 +49,75 @@ async fn replay_reports_match_and_mismatch() {
     let error = replay(&client, &server.base, &bad).await.expect_err("404");
     assert!(error.to_string().contains("404"), "{error}");
     server.stop().await;
+}
+
+#[tokio::test]
+async fn compare_reports_agreement_and_deltas_between_two_gateways() {
+    let same = || Script::tokens(&["Par", "is"], Duration::ZERO);
+    // The candidate answers one prompt differently and refuses another.
+    let baseline = scripted(same()).with_script(
+        "What is the capital of Spain?",
+        Script::tokens(&["Mad", "rid"], Duration::ZERO),
+    );
+    let candidate = scripted(same())
+        .with_script(
+            "What is the capital of Spain?",
+            Script::tokens(&["Bar", "celona"], Duration::ZERO),
+        )
+        .with_script(
+            "Name a colour.",
+            Script::tokens(&["I'm sorry, but I can't help with that."], Duration::ZERO),
+        );
+    let baseline = start(Arc::new(baseline), &test_config("")).await;
+    let candidate = start(Arc::new(candidate), &test_config("")).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prompts = dir.path().join("prompts.jsonl");
+    let line = |id: &str, text: &str| {
+        format!(
+            "{}\n",
+            json!({"id": id, "messages": [{"role": "user", "content": text}]})
+        )
+    };
+    std::fs::write(
+        &prompts,
+        [
+            line("france", "What is the capital of France?"),
+            line("spain", "What is the capital of Spain?"),
+            line("colour", "Name a colour."),
+        ]
+        .concat(),
+    )
+    .expect("write");
+    let args = llmgate::compare::CompareArgs {
+        baseline: Some(baseline.base.clone()),
+        candidate: Some(candidate.base.clone()),
+        semlog: None,
+        baseline_fingerprint: None,
+        candidate_fingerprint: None,
+        model: MODEL.into(),
+        prompts,
+        max_tokens: 8,
+        temperature: 0.0,
+        seed: 42,
+        api_key: None,
+        min_agreement: None,
+        json: None,
+    };
+    let report = llmgate::compare::compare_gateways(&args)
+        .await
+        .expect("report");
+    let s = &report.summary;
+    assert_eq!((s.compared, s.failed, s.identical), (3, 0, 1));
+    assert_eq!((s.refusals_baseline, s.refusals_candidate), (0, 1));
+    assert_eq!(s.baseline_fingerprint.as_deref(), Some("fp_test"));
+    let ids: Vec<&str> = report.rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["france", "spain", "colour"]);
+    assert!(report.rows[0].identical && !report.rows[1].identical);
+    assert!(
+        report.rows[0].ttft_ms_delta.is_some(),
+        "the gateways' timings are compared"
+    );
+    assert!(report.table().contains("1 of 3 answers identical"));
+    baseline.stop().await;
+    candidate.stop().await;
 }

@@ -265,22 +265,35 @@ impl Target {
 
 /// Reads the `messages` of each JSONL line.
 pub fn load_prompts(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
+    Ok(load_prompt_set(path)?
+        .into_iter()
+        .map(|(_, messages)| messages)
+        .collect())
+}
+
+/// A prompt set: JSONL lines with a `messages` array and an optional `id` (the line
+/// number when absent).
+pub fn load_prompt_set(path: &std::path::Path) -> anyhow::Result<Vec<(String, Value)>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("could not read {}: {e}", path.display()))?;
-    let prompts: Vec<Value> = text
+    let prompts: Vec<(String, Value)> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()
         .map(|(i, line)| {
             let value: Value = serde_json::from_str(line)
                 .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), i + 1))?;
-            value
+            let messages = value
                 .get("messages")
                 .filter(|m| m.is_array())
                 .cloned()
                 .ok_or_else(|| {
                     anyhow::anyhow!("{} line {}: no messages array", path.display(), i + 1)
-                })
+                })?;
+            let id = value["id"]
+                .as_str()
+                .map_or_else(|| format!("line-{}", i + 1), str::to_owned);
+            Ok((id, messages))
         })
         .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(!prompts.is_empty(), "{} has no prompts", path.display());
