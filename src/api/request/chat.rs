@@ -28,11 +28,17 @@ pub(super) const KNOWN: &[&str] = &[
     "prediction",
     "reasoning_effort",
     "web_search_options",
+    "verbosity",
+    "prompt_cache_key",
+    "safety_identifier",
 ];
 
 #[derive(Debug, Deserialize)]
 struct WireChat {
     messages: Vec<WireMessage>,
+    /// OpenAI's successor of `user` for abuse monitoring; kept (hashed) like `user`.
+    #[serde(default)]
+    safety_identifier: Option<String>,
     #[serde(default)]
     max_completion_tokens: Option<u32>,
     #[serde(default)]
@@ -123,6 +129,9 @@ pub fn parse_chat_request(
     let mut request = validate(common, Prompt::Chat(messages), budget, limits, request_id)?;
     // Not in the input hash: asking for log-probabilities does not change the answer.
     request.generation.top_logprobs = top_logprobs;
+    if request.user.is_none() {
+        request.user = chat.safety_identifier;
+    }
     Ok(request)
 }
 
@@ -162,6 +171,18 @@ fn refuse_chat_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> 
     }
     if get("store").is_some_and(|v| v != &Value::Bool(false)) {
         return Err(ApiError::unsupported("store", "completions are not stored"));
+    }
+    // A reasoning model's answer length; this model has one length, "medium".
+    if get("verbosity").is_some_and(|v| v.as_str() != Some("medium")) {
+        return Err(ApiError::unsupported(
+            "verbosity",
+            "only \"medium\" is served",
+        ));
+    }
+    for key in ["prompt_cache_key", "safety_identifier"] {
+        if get(key).is_some_and(|v| !v.is_string()) {
+            return Err(ApiError::invalid(key, "must be a string"));
+        }
     }
     for key in [
         "audio",

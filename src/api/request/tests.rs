@@ -558,3 +558,25 @@ fn logprobs_are_asked_for_as_openai_takes_them() {
         "the answer is the same"
     );
 }
+
+#[test]
+fn newer_openai_parameters_are_taken_where_they_mean_something() {
+    let body = |extra: Value| {
+        let mut b = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().expect("object") {
+            b[k] = v.clone();
+        }
+        parse(b)
+    };
+    let request =
+        body(json!({"safety_identifier": "u-42", "prompt_cache_key": "k", "verbosity": "medium"}))
+            .expect("valid");
+    assert_eq!(request.user.as_deref(), Some("u-42"), "hashed like user");
+    let both = body(json!({"safety_identifier": "u-42", "user": "u-1"})).expect("valid");
+    assert_eq!(both.user.as_deref(), Some("u-1"));
+    assert_eq!(param_of(body(json!({"verbosity": "high"}))).1, "verbosity");
+    assert_eq!(
+        param_of(body(json!({"prompt_cache_key": 5}))).1,
+        "prompt_cache_key"
+    );
+}
