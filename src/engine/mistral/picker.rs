@@ -76,9 +76,7 @@ impl Picker {
 /// The picked token's log-probability under `logits` at temperature 1, and the `top`
 /// likeliest tokens' (ties by lower id).
 fn log_probabilities(logits: &[f32], id: u32, top: usize) -> Pick {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    let log_norm = f64::from(max) + sum.ln();
+    let log_norm = log_sum_exp(logits);
     let lp = |l: f32| (f64::from(l) - log_norm) as f32;
     let mut best = Vec::new();
     if top > 0 {
@@ -123,6 +121,30 @@ impl CustomLogitsProcessor for Picker {
         let n = values.len();
         Tensor::from_vec(values, n, logits.device())
     }
+}
+
+/// ln(sum(exp(logits))), on every token's path: eight lanes at a time with `wide`'s
+/// vectorised exp (libm's scalar exp made this 4x the cost of the whole greedy pick).
+/// Terms more than 87 below the maximum (and masked tokens) count as 0; the sum is f32,
+/// which leaves a relative error near 1e-6 on 49k terms, plenty for a log-probability.
+fn log_sum_exp(logits: &[f32]) -> f64 {
+    use wide::f32x8;
+    let chunks = logits.chunks_exact(8);
+    let rest = chunks.remainder();
+    let lanes = |c: &[f32]| f32x8::from(<[f32; 8]>::try_from(c).unwrap_or([f32::NEG_INFINITY; 8]));
+    let max = chunks
+        .clone()
+        .fold(f32x8::splat(f32::NEG_INFINITY), |m, c| m.max(lanes(c)))
+        .to_array()
+        .into_iter()
+        .fold(f32::NEG_INFINITY, f32::max)
+        .max(rest.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+    let shift = f32x8::splat(max);
+    let sum = chunks
+        .fold(f32x8::ZERO, |acc, c| acc + (lanes(c) - shift).exp())
+        .reduce_add()
+        + rest.iter().map(|&l| (l - max).exp()).sum::<f32>();
+    f64::from(max) + f64::from(sum).ln()
 }
 
 /// A grammar that cannot go on fails the sequence (an engine error for the client)
@@ -181,6 +203,27 @@ mod tests {
             &logits,
         );
         only(id, &out);
+    }
+
+    #[test]
+    fn log_sum_exp_matches_the_plain_sum() {
+        let logits: Vec<f32> = (0..49_157)
+            .map(|i| ((i * 7919) % 1000) as f32 / 50.0 - 10.0)
+            .chain([f32::NEG_INFINITY, -200.0])
+            .collect();
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let plain = f64::from(max)
+            + logits
+                .iter()
+                .map(|&l| f64::from(l - max).exp())
+                .sum::<f64>()
+                .ln();
+        assert!(
+            (log_sum_exp(&logits) - plain).abs() < 1e-5,
+            "{} {plain}",
+            log_sum_exp(&logits)
+        );
+        assert!((log_sum_exp(&[0.0, 0.0, 0.0]) - 3f64.ln()).abs() < 1e-6);
     }
 
     #[test]
