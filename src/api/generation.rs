@@ -297,33 +297,33 @@ async fn handle(
     let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
         .await
         .map_err(|_| ApiError::BodyTimeout { limit })??;
-    let chat = route.parse(&body, &state.limits, request_id)?;
+    let parsed = route.parse(&body, &state.limits, request_id)?;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
         limit: state.admission.limit(),
         retry_after: std::time::Duration::from_secs(1),
     })?;
     let info = state.engine.model_info().ok_or(ApiError::NotReady)?;
     tracing::debug!(
-        stream = chat.stream,
-        max_tokens = chat.generation.max_tokens,
+        stream = parsed.stream,
+        max_tokens = parsed.generation.max_tokens,
         "Request admitted."
     );
 
-    let prompt = chat.generation.prompt.last_user_text();
+    let prompt = parsed.generation.prompt.last_user_text();
     let quality = QualityTracker::new(&state.quality, prompt);
     let prompt = prompt.to_owned();
-    let seed = chat.generation.sampling.seed;
-    let with_logprobs = chat.generation.top_logprobs.is_some();
+    let seed = parsed.generation.sampling.seed;
+    let with_logprobs = parsed.generation.top_logprobs.is_some();
     let params = RequestParams {
-        max_tokens: Some(chat.generation.max_tokens),
-        temperature: chat.generation.sampling.temperature,
-        top_p: chat.generation.sampling.top_p,
+        max_tokens: Some(parsed.generation.max_tokens),
+        temperature: parsed.generation.sampling.temperature,
+        top_p: parsed.generation.sampling.top_p,
     };
 
     timer.engine_submitted(state.clock.now());
     let prepared = state
         .engine
-        .prepare(chat.generation)
+        .prepare(parsed.generation)
         .await
         .map_err(ApiError::from)?;
     timer.prompt_prepared(state.clock.now());
@@ -334,21 +334,21 @@ async fn handle(
         operation: route.operation(),
         request_id: request_id.to_owned(),
         api_key_id,
-        model: chat.model.clone(),
-        stream: chat.stream,
-        input_hash: chat.input_hash,
+        model: parsed.model.clone(),
+        stream: parsed.stream,
+        input_hash: parsed.input_hash,
         seed,
         served: Arc::clone(&info),
         prompt_tokens: generation.prompt_tokens,
         params,
         prompt,
-        user: chat.user.clone(),
+        user: parsed.user.clone(),
     };
     let meta = ResponseMeta {
         id: format!("{}{request_id}", route.shape().id_prefix()),
         shape: route.shape(),
         created: state.clock.unix_seconds(),
-        model: chat.model,
+        model: parsed.model,
         system_fingerprint: info.served.system_fingerprint.clone(),
     };
     // Taken only here, so a refusal above still finds it for its record.
@@ -366,7 +366,7 @@ async fn handle(
     );
     let events = generation.events;
 
-    if !chat.stream {
+    if !parsed.stream {
         let body = producer::collect_json(run, &meta, events, deadline, with_logprobs)
             .await
             .map_err(Failure::Recorded)?;
@@ -375,7 +375,7 @@ async fn handle(
             .body(body));
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
-    let assembler = ChunkAssembler::new(meta, chat.include_usage).with_logprobs(with_logprobs);
+    let assembler = ChunkAssembler::new(meta, parsed.include_usage).with_logprobs(with_logprobs);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );
