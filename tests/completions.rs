@@ -1,6 +1,6 @@
 //! The routes beside chat, black-box over HTTP with the scripted engine: legacy
 //! completions (exact frames, the same records as chat), `/tokenize` and `/detokenize`,
-//! a `response_format` an engine cannot honour, and `logprobs` in OpenAI's shape.
+//! a `response_format` an engine cannot honour, and `logprobs` in OpenAI's two shapes.
 
 mod common;
 
@@ -75,7 +75,7 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
     let refused = post(
         &server,
         "/v1/completions",
-        &json!({"model": MODEL, "prompt": "x", "echo": true}),
+        &json!({"model": MODEL, "prompt": "x", "echo": true, "logprobs": 1}),
     )
     .await;
     assert_eq!(refused.status(), 400);
@@ -217,6 +217,96 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
     assert_eq!(
         plain["timings"]["mean_logprob"], -0.2,
         "confidence is always measured"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
+    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let answer: Value = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "say hi", "logprobs": 2}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let logprobs = &answer["choices"][0]["logprobs"];
+    assert_eq!(logprobs["tokens"], json!(["Hel", "lo", "!"]), "{answer}");
+    assert_eq!(logprobs["text_offset"], json!([0, 3, 5]));
+    let first = logprobs["token_logprobs"][0].as_f64().expect("a number");
+    assert!((first + 0.3).abs() < 1e-6);
+    let top = logprobs["top_logprobs"][0].as_object().expect("a map");
+    assert_eq!(top.len(), 2, "{top:?}");
+    assert!(top.contains_key("Hel") && top.contains_key("alt1"));
+
+    let streamed = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "say hi", "logprobs": 0, "stream": true}),
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let chunks: Vec<Value> = streamed
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|l| *l != "[DONE]")
+        .map(|l| serde_json::from_str(l).expect("chunk"))
+        .collect();
+    let offsets: Vec<u64> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["text_offset"].as_array())
+        .flatten()
+        .map(|o| o.as_u64().expect("offset"))
+        .collect();
+    assert_eq!(offsets, [0, 3, 5], "offsets run on across chunks");
+    assert_eq!(
+        chunks[1]["choices"][0]["logprobs"]["top_logprobs"],
+        json!([{"lo": -0.2}]),
+        "0 alternatives: the picked token only"
+    );
+
+    let echoed: Value = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "say hi", "echo": true}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(echoed["choices"][0]["text"], "say hiHello!");
+    assert_eq!(
+        echoed["usage"]["completion_tokens"], 3,
+        "the echo is not generated"
+    );
+    let echoed_stream = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "say hi", "echo": true, "stream": true}),
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let first_text: Value = serde_json::from_str(
+        echoed_stream
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .expect("a chunk"),
+    )
+    .expect("json");
+    assert_eq!(first_text["choices"][0]["text"], "say hi");
+    let records = server.observer.records();
+    let last = records.last().expect("a record");
+    assert_eq!(
+        last.response.as_deref(),
+        Some("Hello!"),
+        "the record keeps the answer, not the echo"
     );
     server.stop().await;
 }

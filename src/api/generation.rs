@@ -312,6 +312,7 @@ async fn handle(
     let prompt = parsed.generation.prompt.last_user_text();
     let quality = QualityTracker::new(&state.quality, prompt);
     let prompt = prompt.to_owned();
+    let echo = parsed.echo.then(|| prompt.clone());
     let seed = parsed.generation.sampling.seed;
     let with_logprobs = parsed.generation.top_logprobs.is_some();
     let params = RequestParams {
@@ -350,6 +351,7 @@ async fn handle(
         created: state.clock.unix_seconds(),
         model: parsed.model,
         system_fingerprint: info.served.system_fingerprint.clone(),
+        echo,
     };
     // Taken only here, so a refusal above still finds it for its record.
     let Some(trace) = trace.take() else {

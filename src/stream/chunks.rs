@@ -14,9 +14,12 @@
 //! there is one, the finish-reason chunk otherwise. It never reads a clock or does I/O:
 //! the producer (`stream::producer`) stamps and sends what this returns.
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 
+use super::logprobs::{ChatLogprobs, TextLogprobs};
 use crate::engine::{FinishReason, TokenLogprob, Usage};
 use crate::error::ApiError;
 use crate::record::Report;
@@ -33,6 +36,15 @@ pub struct ResponseMeta {
     pub model: String,
     pub system_fingerprint: String,
     pub shape: Shape,
+    /// Legacy completions' `echo`: the prompt, sent before the answer.
+    pub echo: Option<String>,
+}
+
+impl ResponseMeta {
+    /// Characters the response text holds before the answer (the echoed prompt).
+    fn echoed_chars(&self) -> usize {
+        self.echo.as_deref().map_or(0, |p| p.chars().count())
+    }
 }
 
 /// Which of OpenAI's two answer shapes: chat messages, or the legacy completions' text.
@@ -67,57 +79,9 @@ pub struct ChunkAssembler {
     include_usage: bool,
     /// The client asked for `logprobs`: content chunks carry their tokens'.
     logprobs: bool,
-}
-
-/// OpenAI's chat `logprobs` object: `{"content": [{"token", "logprob", "bytes",
-/// "top_logprobs"}...], "refusal": null}`, over the tokens of one chunk or answer.
-#[derive(Debug, Clone, Copy)]
-pub struct Logprobs<'a>(pub &'a [TokenLogprob]);
-
-impl Serialize for Logprobs<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Top<'a> {
-            token: &'a str,
-            logprob: f32,
-            bytes: &'a [u8],
-        }
-        #[derive(Serialize)]
-        struct Entry<'a> {
-            token: &'a str,
-            logprob: f32,
-            bytes: &'a [u8],
-            top_logprobs: Vec<Top<'a>>,
-        }
-        #[derive(Serialize)]
-        struct Body<'a> {
-            content: Vec<Entry<'a>>,
-            refusal: Option<()>,
-        }
-        let content = self
-            .0
-            .iter()
-            .map(|t| Entry {
-                token: &t.token.text,
-                logprob: t.logprob,
-                bytes: &t.token.bytes,
-                top_logprobs: t
-                    .top
-                    .iter()
-                    .map(|(token, logprob)| Top {
-                        token: &token.text,
-                        logprob: *logprob,
-                        bytes: &token.bytes,
-                    })
-                    .collect(),
-            })
-            .collect();
-        Body {
-            content,
-            refusal: None,
-        }
-        .serialize(serializer)
-    }
+    /// Characters of response text sent so far: where the next chunk's legacy
+    /// `text_offset` starts.
+    sent_chars: usize,
 }
 
 #[derive(Serialize)]
@@ -141,13 +105,13 @@ enum ChunkChoice<'a> {
     Chat {
         index: u32,
         delta: Delta<'a>,
-        logprobs: Option<Logprobs<'a>>,
+        logprobs: Option<ChatLogprobs<'a>>,
         finish_reason: Option<&'static str>,
     },
     Text {
         text: &'a str,
         index: u32,
-        logprobs: Option<()>,
+        logprobs: Option<TextLogprobs<'a>>,
         finish_reason: Option<&'static str>,
     },
 }
@@ -181,6 +145,7 @@ impl From<Usage> for UsageBody {
 impl ChunkAssembler {
     pub fn new(meta: ResponseMeta, include_usage: bool) -> Self {
         Self {
+            sent_chars: meta.echoed_chars(),
             meta,
             include_usage,
             logprobs: false,
@@ -193,29 +158,41 @@ impl ChunkAssembler {
         self
     }
 
-    /// The first frame of a chat stream: the assistant role with empty content. Text
-    /// completions have none.
-    pub fn role_frame(&self) -> Option<Bytes> {
-        (self.meta.shape == Shape::Chat).then(|| {
-            self.frame(
+    /// The frame before any token: for chat, the assistant role with empty content; for
+    /// text completions, the echoed prompt when `echo` asked for it, else none.
+    pub fn first_frame(&self) -> Option<Bytes> {
+        match self.meta.shape {
+            Shape::Chat => Some(self.frame(
                 &[self.choice(Some("assistant"), Some(""), None, &[])],
                 self.null_usage(),
                 None,
-            )
-        })
+            )),
+            Shape::Text => self.meta.echo.as_deref().map(|prompt| {
+                let echo = ChunkChoice::Text {
+                    text: prompt,
+                    index: 0,
+                    logprobs: None,
+                    finish_reason: None,
+                };
+                self.frame(&[echo], self.null_usage(), None)
+            }),
+        }
     }
 
     /// A content frame for text and the tokens behind it (their log-probabilities go
     /// along when asked for); `None` for empty text (nothing to send: the caller keeps
     /// the tokens for the next frame).
-    pub fn token_frame(&self, text: &str, tokens: &[TokenLogprob]) -> Option<Bytes> {
-        (!text.is_empty()).then(|| {
-            self.frame(
-                &[self.choice(None, Some(text), None, tokens)],
-                self.null_usage(),
-                None,
-            )
-        })
+    pub fn token_frame(&mut self, text: &str, tokens: &[TokenLogprob]) -> Option<Bytes> {
+        if text.is_empty() {
+            return None;
+        }
+        let frame = self.frame(
+            &[self.choice(None, Some(text), None, tokens)],
+            self.null_usage(),
+            None,
+        );
+        self.sent_chars += text.chars().count();
+        Some(frame)
     }
 
     /// The frames that end a successful response, `[DONE]` included. `tokens`: those no
@@ -278,13 +255,16 @@ impl ChunkAssembler {
                 index: 0,
                 delta: Delta { role, content },
                 // A chunk without tokens (the role, a bare finish) has `null`, as OpenAI's.
-                logprobs: (self.logprobs && !tokens.is_empty()).then_some(Logprobs(tokens)),
+                logprobs: (self.logprobs && !tokens.is_empty()).then_some(ChatLogprobs(tokens)),
                 finish_reason,
             },
             Shape::Text => ChunkChoice::Text {
                 text: content.unwrap_or(""),
                 index: 0,
-                logprobs: None,
+                logprobs: (self.logprobs && !tokens.is_empty()).then_some(TextLogprobs {
+                    tokens,
+                    start: self.sent_chars,
+                }),
                 finish_reason,
             },
         }
@@ -321,13 +301,14 @@ pub enum CompletionChoice<'a> {
     Chat {
         index: u32,
         message: Message<'a>,
-        logprobs: Option<Logprobs<'a>>,
+        logprobs: Option<ChatLogprobs<'a>>,
         finish_reason: &'static str,
     },
     Text {
-        text: &'a str,
+        /// The answer, after the prompt when `echo` asked for it.
+        text: Cow<'a, str>,
         index: u32,
-        logprobs: Option<()>,
+        logprobs: Option<TextLogprobs<'a>>,
         finish_reason: &'static str,
     },
 }
@@ -357,13 +338,19 @@ impl<'a> Completion<'a> {
                     content,
                     refusal: None,
                 },
-                logprobs: logprobs.map(Logprobs),
+                logprobs: logprobs.map(ChatLogprobs),
                 finish_reason: reason.as_str(),
             },
             Shape::Text => CompletionChoice::Text {
-                text: content,
+                text: match &meta.echo {
+                    Some(prompt) => Cow::Owned(format!("{prompt}{content}")),
+                    None => Cow::Borrowed(content),
+                },
                 index: 0,
-                logprobs: None,
+                logprobs: logprobs.map(|tokens| TextLogprobs {
+                    tokens,
+                    start: meta.echoed_chars(),
+                }),
                 finish_reason: reason.as_str(),
             },
         };
@@ -391,6 +378,7 @@ mod tests {
             model: "m".into(),
             system_fingerprint: "fp_x".into(),
             shape: Shape::Chat,
+            echo: None,
         }
     }
 
@@ -428,9 +416,9 @@ mod tests {
 
     #[test]
     fn frames_without_usage() {
-        let a = ChunkAssembler::new(meta(), false);
+        let mut a = ChunkAssembler::new(meta(), false);
         assert_eq!(
-            text(&a.role_frame().expect("chat has a role frame")),
+            text(&a.first_frame().expect("chat has a role frame")),
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
         );
         assert_eq!(
@@ -460,8 +448,8 @@ mod tests {
 
     #[test]
     fn frames_with_usage() {
-        let a = ChunkAssembler::new(meta(), true);
-        assert!(text(&a.role_frame().expect("role"))
+        let mut a = ChunkAssembler::new(meta(), true);
+        assert!(text(&a.first_frame().expect("role"))
             .ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
         assert!(text(&a.token_frame("x", &[]).expect("frame")).ends_with(",\"usage\":null}\n\n"));
         let end = a.finish_frames(
@@ -481,7 +469,7 @@ mod tests {
 
     #[test]
     fn logprobs_ride_on_content_chunks_as_openai_shapes_them() {
-        let a = ChunkAssembler::new(meta(), false).with_logprobs(true);
+        let mut a = ChunkAssembler::new(meta(), false).with_logprobs(true);
         let token = |t: &str| crate::engine::TokenText::from_bytes(t.as_bytes().to_vec());
         let tokens = [TokenLogprob {
             token: token("Hi"),
@@ -492,8 +480,8 @@ mod tests {
             text(&a.token_frame("Hi", &tokens).expect("frame")),
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"logprobs\":{{\"content\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105],\"top_logprobs\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105]}},{{\"token\":\"Yo\",\"logprob\":-1.25,\"bytes\":[89,111]}}]}}],\"refusal\":null}},\"finish_reason\":null}}]}}\n\n")
         );
-        assert!(text(&a.role_frame().expect("role")).contains("\"logprobs\":null"));
-        let quiet = ChunkAssembler::new(meta(), false);
+        assert!(text(&a.first_frame().expect("role")).contains("\"logprobs\":null"));
+        let mut quiet = ChunkAssembler::new(meta(), false);
         assert!(
             text(&quiet.token_frame("Hi", &tokens).expect("frame")).contains("\"logprobs\":null")
         );
@@ -516,7 +504,7 @@ mod tests {
 
     #[test]
     fn text_completions_stream_text_pieces_without_a_role() {
-        let a = ChunkAssembler::new(
+        let mut a = ChunkAssembler::new(
             ResponseMeta {
                 id: "cmpl-r1".into(),
                 shape: Shape::Text,
@@ -524,7 +512,7 @@ mod tests {
             },
             false,
         );
-        assert!(a.role_frame().is_none());
+        assert!(a.first_frame().is_none());
         assert_eq!(
             text(&a.token_frame("Once", &[]).expect("frame")),
             "data: {\"id\":\"cmpl-r1\",\"object\":\"text_completion\",\"created\":1767225600,\"model\":\"m\",\"system_fingerprint\":\"fp_x\",\"choices\":[{\"text\":\"Once\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n"
@@ -553,6 +541,44 @@ mod tests {
         assert_eq!(body["choices"][0]["text"], "upon");
         assert_eq!(body["choices"][0]["finish_reason"], "length");
         assert!(body["choices"][0].get("message").is_none());
+    }
+
+    #[test]
+    fn text_completions_echo_the_prompt_and_offset_their_logprobs_after_it() {
+        let lp = |text: &str| TokenLogprob {
+            token: crate::engine::TokenText::from_bytes(text.as_bytes().to_vec()),
+            logprob: -1.0,
+            top: Vec::new(),
+        };
+        let meta = ResponseMeta {
+            shape: Shape::Text,
+            echo: Some("Say:".into()),
+            ..meta()
+        };
+        let mut a = ChunkAssembler::new(meta.clone(), false).with_logprobs(true);
+        let first = text(&a.first_frame().expect("the echo comes first")).to_owned();
+        assert!(first.contains("\"text\":\"Say:\",\"index\":0,\"logprobs\":null"));
+        let one = text(&a.token_frame(" hi", &[lp(" h"), lp("i")]).expect("frame")).to_owned();
+        assert!(one.contains("\"text_offset\":[4,6]"), "{one}");
+        let two = text(&a.token_frame("!", &[lp("!")]).expect("frame")).to_owned();
+        assert!(two.contains("\"tokens\":[\"!\"],\"token_logprobs\":[-1.0],\"top_logprobs\":[{\"!\":-1.0}],\"text_offset\":[7]"), "{two}");
+
+        let report = timings();
+        let tokens = [lp(" hi"), lp("!")];
+        let body = serde_json::to_value(Completion::new(
+            &meta,
+            " hi!",
+            FinishReason::Stop,
+            Usage::default(),
+            &report,
+            Some(&tokens),
+        ))
+        .expect("json");
+        assert_eq!(body["choices"][0]["text"], "Say: hi!");
+        assert_eq!(
+            body["choices"][0]["logprobs"]["text_offset"],
+            serde_json::json!([4, 7])
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! From engine events to bytes on the wire, with every frame timed.
 //!
 //! - [`chunks`]: the pure assembler (engine events -> OpenAI chunk frames).
+//! - [`logprobs`]: token log-probabilities in the chat and legacy shapes.
 //! - [`producer`]: the per-request task that drains the engine, stamps each frame with
 //!   the clock as it is handed to the transport, sends keep-alives, notices a departed
 //!   client, and leaves one [`RequestRecord`] when the request ends.
@@ -8,6 +9,7 @@
 //! [`Run`] is the state one admitted request carries through either path.
 
 pub mod chunks;
+pub mod logprobs;
 pub mod producer;
 
 use std::sync::Arc;

@@ -104,7 +104,7 @@ impl Wire {
 /// or stalls.
 pub async fn stream_sse(
     mut run: Run,
-    assembler: ChunkAssembler,
+    mut assembler: ChunkAssembler,
     events: TokenStream,
     tx: mpsc::Sender<Bytes>,
     pacing: Pacing,
@@ -116,7 +116,7 @@ pub async fn stream_sse(
     };
     match drive(
         &mut run,
-        &assembler,
+        &mut assembler,
         events,
         &wire,
         pacing.keepalive,
@@ -140,15 +140,15 @@ pub async fn stream_sse(
 /// The streaming loop: how the answer ended, once its last frame ([DONE]) is handed over.
 async fn drive(
     run: &mut Run,
-    assembler: &ChunkAssembler,
+    assembler: &mut ChunkAssembler,
     mut events: TokenStream,
     wire: &Wire,
     keepalive: Duration,
     deadline: Deadline,
 ) -> Result<Ending, Lost> {
     run.client_waited(Duration::ZERO);
-    if let Some(role) = assembler.role_frame() {
-        wire.send(run, role).await?;
+    if let Some(first) = assembler.first_frame() {
+        wire.send(run, first).await?;
     }
     let idle = tokio::time::sleep(keepalive);
     let passed = deadline.passed();

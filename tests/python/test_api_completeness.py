@@ -191,3 +191,30 @@ def test_logprobs_as_openai_shapes_them_without_changing_the_answer(client):
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(**ask, logprobs=True, top_logprobs=21)
     assert refused.value.body["param"] == "top_logprobs"
+
+
+def test_legacy_completions_echo_and_logprobs_in_the_legacy_shape(client):
+    ask = dict(model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0)
+    plain = client.completions.create(**ask)
+    scored = client.completions.create(**ask, logprobs=3)
+    text = scored.choices[0].text
+    assert text == plain.choices[0].text, "asking for logprobs does not change the answer"
+    lp = scored.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert len(lp.tokens) == scored.usage.completion_tokens
+    assert "".join(lp.tokens) == text
+    assert lp.text_offset[0] == 0
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert logprob <= 0 and 3 <= len(top) <= 4
+        assert max(top.values()) >= logprob, "greedy picks the likeliest"
+    pieces = list(client.completions.create(**ask, logprobs=1, stream=True))
+    streamed = [t for p in pieces if p.choices and p.choices[0].logprobs for t in p.choices[0].logprobs.tokens]
+    assert streamed == lp.tokens
+    offsets = [o for p in pieces if p.choices and p.choices[0].logprobs for o in p.choices[0].logprobs.text_offset]
+    assert offsets == lp.text_offset
+    echoed = client.completions.create(**ask, echo=True)
+    assert echoed.choices[0].text == ask["prompt"] + text
+    assert echoed.usage.completion_tokens == plain.usage.completion_tokens
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(**ask, echo=True, logprobs=1)
+    assert refused.value.body["param"] == "echo"

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::chat::MAX_TOP_LOGPROBS;
 use super::{
     object_of, read, refuse_unsupported, require, validate, RequestLimits, ValidatedRequest,
     WireCommon, COMMON,
@@ -17,6 +18,8 @@ const COMPLETION_KNOWN: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 #[derive(Debug, Deserialize)]
 struct WireCompletion {
     prompt: WirePrompt,
+    #[serde(default)]
+    echo: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -35,15 +38,7 @@ pub fn parse_completion_request(
     let object = object_of(body, &[COMMON, COMPLETION_KNOWN], limits)?;
     refuse_unsupported(&object)?;
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
-    if get("logprobs").is_some_and(|v| v.as_u64() != Some(0)) {
-        return Err(ApiError::unsupported(
-            "logprobs",
-            "log probabilities are returned on chat completions only",
-        ));
-    }
-    if get("echo").is_some_and(|v| v != &Value::Bool(false)) {
-        return Err(ApiError::unsupported("echo", "the prompt is not echoed"));
-    }
+    let top_logprobs = get("logprobs").map(top_logprobs).transpose()?;
     if get("suffix").is_some_and(|v| v.as_str() != Some("")) {
         return Err(ApiError::unsupported("suffix", "insertion is not served"));
     }
@@ -81,6 +76,34 @@ pub fn parse_completion_request(
     if text.is_empty() {
         return Err(ApiError::invalid("prompt", "must not be empty"));
     }
+    let echo = completion.echo.unwrap_or(false);
+    if echo && top_logprobs.is_some() {
+        return Err(ApiError::unsupported(
+            "echo",
+            "echo with logprobs needs the prompt's log-probabilities, which the engine does \
+             not compute; ask for one or the other",
+        ));
+    }
     let budget = ("max_tokens", common.max_tokens);
-    validate(common, Prompt::Text(text), budget, limits, request_id)
+    let mut request = validate(common, Prompt::Text(text), budget, limits, request_id)?;
+    // Neither is in the input hash: they do not change the answer.
+    request.generation.top_logprobs = top_logprobs;
+    request.echo = echo;
+    Ok(request)
+}
+
+/// The legacy `logprobs`: how many alternatives to list beside each picked token (0 to
+/// 20; OpenAI allows 5, vLLM 20).
+fn top_logprobs(value: &Value) -> Result<u8, ApiError> {
+    match value.as_u64() {
+        Some(n) if n <= u64::from(MAX_TOP_LOGPROBS) => Ok(n as u8),
+        Some(n) => Err(ApiError::invalid(
+            "logprobs",
+            format!("{n} is more than {MAX_TOP_LOGPROBS}"),
+        )),
+        None => Err(ApiError::invalid(
+            "logprobs",
+            "must be an integer from 0 to 20 (the alternatives to list per token)",
+        )),
+    }
 }

@@ -51,6 +51,8 @@ pub struct ValidatedRequest {
     /// sha256 of the canonicalised request (see [`input_hash`]).
     pub input_hash: String,
     pub generation: GenerationRequest,
+    /// Legacy completions' `echo`: the answer's text starts with the prompt.
+    pub echo: bool,
 }
 
 /// sha256 (hex) of the request as the model sees it: model, messages and every sampling
@@ -388,6 +390,7 @@ pub(super) fn validate(
         include_usage,
         user: wire.user,
         generation,
+        echo: false,
     })
 }
 

@@ -460,6 +460,23 @@ fn completions_take_a_prompt_and_refuse_what_they_cannot_do() {
         listed.input_hash, chat.input_hash,
         "a raw prompt is not a chat"
     );
+    assert_eq!((listed.echo, listed.generation.top_logprobs), (false, None));
+    let echoed = parse(json!({"model": "m", "prompt": "x", "echo": true})).expect("echo alone");
+    assert!(echoed.echo);
+    let scored = parse(json!({"model": "m", "prompt": "x", "logprobs": 0})).expect("logprobs 0");
+    assert_eq!(
+        scored.generation.top_logprobs,
+        Some(0),
+        "0: the picked tokens' only"
+    );
+    let five = parse(json!({"model": "m", "prompt": "x", "logprobs": 5, "echo": false}));
+    assert_eq!(five.expect("valid").generation.top_logprobs, Some(5));
+    let plain = parse(json!({"model": "m", "prompt": "x"})).expect("valid");
+    assert_eq!(
+        (scored.input_hash, echoed.input_hash),
+        (plain.input_hash.clone(), plain.input_hash),
+        "neither changes the answer"
+    );
     let cases = [
         (json!({"model": "m"}), "invalid_value", "prompt"),
         (
@@ -478,9 +495,19 @@ fn completions_take_a_prompt_and_refuse_what_they_cannot_do() {
             "prompt",
         ),
         (
-            json!({"model": "m", "prompt": "x", "echo": true}),
+            json!({"model": "m", "prompt": "x", "echo": true, "logprobs": 1}),
             "unsupported_parameter",
             "echo",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "logprobs": 21}),
+            "invalid_value",
+            "logprobs",
+        ),
+        (
+            json!({"model": "m", "prompt": "x", "logprobs": true}),
+            "invalid_value",
+            "logprobs",
         ),
         (
             json!({"model": "m", "prompt": "x", "suffix": "y"}),

@@ -38,6 +38,8 @@ pub(super) async fn forward(
         completion_tokens: 0,
     };
     let mut pending: VecDeque<EngineEvent> = VecDeque::new();
+    // mistral.rs has not sent its first piece of text yet (see `restore_leading_space`).
+    let mut first_piece = true;
     loop {
         tokio::select! {
             response = engine_rx.recv(), if running.is_some() => {
@@ -50,7 +52,15 @@ pub(super) async fn forward(
                 tokens.completion_tokens += to_u32(picks.len());
                 let picked = Picked::new(picks, vocabulary.as_deref());
                 let events = match response {
-                    Some(response) => translate(response, picked, tokens, at),
+                    Some(response) => {
+                        let mut events = translate(response, picked, tokens, at);
+                        if let Some(EngineEvent::Token { text, logprobs, .. }) = events.first_mut() {
+                            if std::mem::take(&mut first_piece) {
+                                restore_leading_space(text, logprobs);
+                            }
+                        }
+                        events
+                    }
                     // mistral.rs 0.8.1 sends no final chunk when the last token completes
                     // no character (an accented letter split across tokens, say): the
                     // sequence ends and the channel closes. Finish it from our own count.
@@ -76,6 +86,27 @@ pub(super) async fn forward(
         }
         if running.is_none() && pending.is_empty() {
             return;
+        }
+    }
+}
+
+/// mistral.rs 0.8.1 trims the start of a sequence's first piece of text
+/// (`Sequence::peek_delta`, sequence.rs line 1029: "the first token usually starts with a
+/// space"), so a completion of "The capital of France is" reads "Paris." where the model
+/// said " Paris.", and an answer that opens with a newline loses it. The picker knows the
+/// tokens' bytes: when the text is theirs minus leading whitespace, the whitespace goes
+/// back. Without a vocabulary (no bytes) the text stays as mistral.rs sent it.
+fn restore_leading_space(text: &mut String, tokens: &[TokenLogprob]) {
+    let bytes: Vec<u8> = tokens
+        .iter()
+        .flat_map(|t| t.token.bytes.iter().copied())
+        .collect();
+    let Ok(decoded) = std::str::from_utf8(&bytes) else {
+        return;
+    };
+    if let Some(trimmed) = decoded.strip_suffix(text.as_str()) {
+        if !trimmed.is_empty() && trimmed.chars().all(char::is_whitespace) {
+            *text = decoded.to_owned();
         }
     }
 }
@@ -247,6 +278,43 @@ fn usage_of(usage: Option<mistralrs::Usage>) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_pieces_trimmed_whitespace_is_restored_from_the_tokens() {
+        let tokens = |texts: &[&str]| -> Vec<TokenLogprob> {
+            texts
+                .iter()
+                .map(|t| TokenLogprob {
+                    token: TokenText::from_bytes(t.as_bytes().to_vec()),
+                    logprob: -0.1,
+                    top: Vec::new(),
+                })
+                .collect()
+        };
+        let restored = |text: &str, texts: &[&str]| {
+            let mut text = text.to_owned();
+            restore_leading_space(&mut text, &tokens(texts));
+            text
+        };
+        assert_eq!(restored("Paris", &[" Par", "is"]), " Paris");
+        assert_eq!(
+            restored("", &["\n\n"]),
+            "\n\n",
+            "a whitespace-only first token"
+        );
+        assert_eq!(restored("Paris", &["Paris"]), "Paris");
+        assert_eq!(
+            restored("", &["<|im_end|>"]),
+            "",
+            "not whitespace: left alone"
+        );
+        assert_eq!(
+            restored("x", &[" y"]),
+            "x",
+            "not the tokens' text: left alone"
+        );
+        assert_eq!(restored("Paris", &[]), "Paris", "no vocabulary, no bytes");
+    }
 
     #[test]
     fn a_silent_close_after_tokens_is_a_finish_from_our_count() {
