@@ -183,3 +183,20 @@ impl ModelLabels {
         }
     }
 }
+
+impl From<TraceReason> for ReasonLabel {
+    fn from(reason: TraceReason) -> Self {
+        let reason = match reason {
+            TraceReason::Error => "error",
+            TraceReason::Slow => "slow",
+            TraceReason::Parent => "parent",
+            TraceReason::Ratio => "ratio",
+            TraceReason::SampledOut => "sampled_out",
+            TraceReason::QueueFull => "queue_full",
+            TraceReason::ExportFailed => "export_failed",
+            TraceReason::BufferFull => "buffer_full",
+            TraceReason::Late => "late",
+        };
+        ReasonLabel { reason }
+    }
+}

@@ -21,8 +21,10 @@ use super::names;
 use families::*;
 pub use families::{SemlogEvent, TraceReason, SEMLOG_DROP_REASONS, SEMLOG_FILE_KINDS};
 
+mod exposition;
 mod families;
 use crate::record::{RequestRecord, Status};
+pub use exposition::ExpositionFormat;
 
 /// Point-in-time readings copied into gauges at each scrape.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -573,63 +575,6 @@ impl Metrics {
             .fetch_max(s.log_lines_dropped, Ordering::Relaxed);
         if s.log_lines_dropped > seen {
             self.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
-        }
-    }
-
-    /// The exposition: OpenMetrics text (with exemplars) or the classic Prometheus text
-    /// format 0.0.4, which has no exemplars.
-    pub fn encode(&self, format: ExpositionFormat) -> Result<String, std::fmt::Error> {
-        let mut out = String::with_capacity(16 * 1024);
-        match format {
-            ExpositionFormat::OpenMetrics => {
-                prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-            }
-            ExpositionFormat::Prometheus => {
-                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl From<TraceReason> for ReasonLabel {
-    fn from(reason: TraceReason) -> Self {
-        let reason = match reason {
-            TraceReason::Error => "error",
-            TraceReason::Slow => "slow",
-            TraceReason::Parent => "parent",
-            TraceReason::Ratio => "ratio",
-            TraceReason::SampledOut => "sampled_out",
-            TraceReason::QueueFull => "queue_full",
-            TraceReason::ExportFailed => "export_failed",
-            TraceReason::BufferFull => "buffer_full",
-            TraceReason::Late => "late",
-        };
-        ReasonLabel { reason }
-    }
-}
-
-/// The two text formats `/metrics` speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpositionFormat {
-    OpenMetrics,
-    Prometheus,
-}
-
-impl ExpositionFormat {
-    /// OpenMetrics when the scraper asks for it (Prometheus does when exemplar storage
-    /// is on), the classic format otherwise.
-    pub fn negotiate(accept: Option<&str>) -> Self {
-        match accept {
-            Some(accept) if accept.contains("application/openmetrics-text") => Self::OpenMetrics,
-            _ => Self::Prometheus,
-        }
-    }
-
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Self::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         }
     }
 }

@@ -1,0 +1,208 @@
+use std::time::UNIX_EPOCH;
+
+use opentelemetry::trace::{SpanId, TraceId};
+
+use super::*;
+use crate::engine::{FinishReason, Usage};
+use crate::quality::Quality;
+use crate::record::RequestParams;
+use crate::record::TraceIds;
+use crate::semlog::redact::Mode;
+use crate::timing::{ItlStats, Phases, Timings};
+
+fn record() -> RequestRecord {
+    RequestRecord {
+        operation: names::OPERATION_CHAT,
+        request_id: "req-1".into(),
+        api_key_id: Some("ci-bot".into()),
+        model: "smollm2".into(),
+        stream: true,
+        status: Status::Ok,
+        error_kind: None,
+        finish_reason: Some(FinishReason::Length),
+        usage: Usage {
+            prompt_tokens: 12,
+            completion_tokens: 3,
+        },
+        timings: Timings {
+            ttft_ms: Some(120.5),
+            engine_ttft_ms: Some(118.25),
+            tpot_ms: Some(21.0),
+            e2e_ms: 170.5,
+            queue_ms: Some(1.5),
+            itl_ms: Some(ItlStats {
+                p50: 21.0,
+                p95: 22.0,
+                max: 22.0,
+            }),
+            tokens_per_second: Some(17.595),
+            output_tokens: 3,
+            client_wait_ms: Some(0.25),
+        },
+        quality: Some(Quality {
+            repetition_rate: 0.0,
+            degenerated: false,
+            refusal: false,
+            intent: "general".into(),
+            language: "eng",
+            mean_logprob: Some(-0.42),
+            min_logprob: Some(-2.5),
+            low_confidence_share: Some(0.0),
+        }),
+        input_hash: Some("in".into()),
+        output_hash: Some("out".into()),
+        seed: Some(42),
+        served: Some(std::sync::Arc::new(crate::engine::ModelInfo {
+            id: "smollm2".into(),
+            context_length: 8192,
+            system_fingerprint: "fp_1".into(),
+            sha256: "0c1d".into(),
+            quant: "Q8_0".into(),
+            device: "cpu/quantized".into(),
+            accelerator: Default::default(),
+        })),
+        params: RequestParams {
+            max_tokens: Some(3),
+            temperature: Some(0.5),
+            top_p: None,
+        },
+        trace: TraceIds {
+            trace_id: TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736_u128),
+            span_id: SpanId::from(0x00f0_67aa_0ba9_02b7_u64),
+        },
+        phases: Phases::default(),
+        itl_gaps: Vec::new(),
+        received_at: UNIX_EPOCH + Duration::from_millis(1_764_460_800_123),
+        user: Some("jane@example.com".into()),
+        prompt: Some("Mail me at jane@example.com".into()),
+        response: Some("Sure.".into()),
+    }
+}
+
+#[test]
+fn encodes_a_bulk_pair_byte_for_byte() {
+    let settings = DocumentSettings {
+        namespace: "default".into(),
+        excerpt_chars: 512,
+        stats_only: false,
+    };
+    let doc = RedactedLog::build(
+        &record(),
+        "0123abcd".into(),
+        record().received_at,
+        &Redactor::default(),
+        &settings,
+    );
+    let encoded = doc.encode().expect("encode");
+    let expected = concat!(
+        r#"{"create":{"_id":"0123abcd"}}"#,
+        "\n",
+        r#"{"@timestamp":"2025-11-30T00:00:00.123Z","#,
+        r#""event":{"id":"0123abcd","kind":"event","category":["web"],"type":["access"],"dataset":"llmgate.requests","outcome":"success","duration":170500000},"#,
+        r#""service":{"name":"llmgate","version":""#,
+        env!("CARGO_PKG_VERSION"),
+        r#""},"trace":{"id":"4bf92f3577b34da6a3ce929d0e0e4736"},"span":{"id":"00f067aa0ba902b7"},"#,
+        r#""gen_ai":{"operation":{"name":"chat"},"provider":{"name":"llmgate"},"#,
+        r#""request":{"model":"smollm2","max_tokens":3,"temperature":0.5,"seed":42},"#,
+        r#""response":{"id":"chatcmpl-req-1","model":"smollm2","finish_reasons":["length"]},"#,
+        r#""usage":{"input_tokens":12,"output_tokens":3}},"#,
+        r#""llm":{"request_id":"req-1","api_key_id":"ci-bot","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
+        r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
+        r#""tokens_per_second":17.595,"repetition_rate":0.0,"mean_logprob":-0.42,"min_logprob":-2.5,"low_confidence_share":0.0,"degenerated":false,"refusal":false,"#,
+        r#""intent":"general","language":"eng","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
+        r#""model":{"sha256":"0c1d","quant":"Q8_0","device":"cpu/quantized","context_length":8192},"#,
+        r#""build":{"commit":""#,
+        env!("LLMGATE_GIT_COMMIT"),
+        r#"","target_features":""#,
+        env!("LLMGATE_TARGET_FEATURES"),
+        r#""},"#,
+        r#""prompt_excerpt":"Mail me at <EMAIL>","response_excerpt":"Sure.","#,
+        r#""redactions":{"email":1},"redactions_total":1},"#,
+        r#""data_stream":{"type":"logs","dataset":"llmgate.requests","namespace":"default"}}"#,
+        "\n"
+    );
+    assert_eq!(
+        std::str::from_utf8(&encoded.lines).expect("utf-8"),
+        expected
+    );
+    assert_eq!(encoded.id, "0123abcd");
+}
+
+#[test]
+fn stats_only_keeps_no_excerpt_but_counts_and_hashes() {
+    let settings = DocumentSettings {
+        namespace: "default".into(),
+        excerpt_chars: 512,
+        stats_only: true,
+    };
+    let doc = RedactedLog::build(
+        &record(),
+        "id".into(),
+        record().received_at,
+        &Redactor::default(),
+        &settings,
+    );
+    let json = serde_json::to_value(&doc).expect("json");
+    let llm = &json["llm"];
+    assert!(llm.get("prompt_excerpt").is_none() && llm.get("response_excerpt").is_none());
+    assert_eq!(llm["redactions"]["email"], 1, "still counted");
+    assert_eq!(llm["input_hash"], "in");
+    assert_eq!(llm["repetition_rate"], 0.0);
+    let text = String::from_utf8(doc.encode().expect("encode").lines.to_vec()).expect("utf-8");
+    assert!(
+        !text.contains("Mail me") && !text.contains("Sure."),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_user_field_is_kept_only_as_a_keyed_hash() {
+    let settings = DocumentSettings {
+        namespace: "default".into(),
+        excerpt_chars: 512,
+        stats_only: false,
+    };
+    let build = |redactor: &Redactor| {
+        let doc = RedactedLog::build(&record(), "x".into(), UNIX_EPOCH, redactor, &settings);
+        serde_json::to_value(&doc).expect("json")
+    };
+    // Without a key, nothing: an unkeyed hash of an address is reversed by guessing.
+    assert!(build(&Redactor::default()).get("user").is_none());
+    let keyed = Redactor::new(Mode::KeyedHash(b"a-redaction-key-of-16+".to_vec()));
+    let value = build(&keyed);
+    let hash = value["user"]["hash"].as_str().expect("user.hash");
+    assert_eq!(hash.len(), 64);
+    assert!(!value.to_string().contains("jane@example.com"));
+    // The same address inside the prompt gets the hash's first 12 digits as its token.
+    let excerpt = value["llm"]["prompt_excerpt"].as_str().expect("excerpt");
+    assert_eq!(excerpt, format!("Mail me at <EMAIL:{}>", &hash[..12]));
+}
+
+#[test]
+fn failed_requests_carry_their_error_type_and_no_response() {
+    let mut r = record();
+    r.status = Status::Error;
+    r.error_kind = Some("context_length_exceeded");
+    r.quality = None;
+    r.finish_reason = None;
+    let settings = DocumentSettings {
+        namespace: "prod".into(),
+        excerpt_chars: 8,
+        stats_only: false,
+    };
+    let doc = RedactedLog::build(
+        &r,
+        "x".into(),
+        r.received_at,
+        &Redactor::default(),
+        &settings,
+    );
+    let value = serde_json::to_value(&doc).expect("json");
+    assert_eq!(value["error"]["type"], "context_length_exceeded");
+    assert_eq!(value["event"]["outcome"], "failure");
+    assert!(value["gen_ai"].get("response").is_none());
+    assert_eq!(value["data_stream"]["namespace"], "prod");
+    // Redacted first, then cut to 8 characters, the ellipsis included.
+    assert_eq!(value["llm"]["prompt_excerpt"], "Mail me…");
+    assert_eq!(value["llm"]["redactions"]["email"], 1);
+}
