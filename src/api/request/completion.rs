@@ -107,3 +107,112 @@ fn top_logprobs(value: &Value) -> Result<u8, ApiError> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::parse_chat_request;
+    use super::super::tests::limits;
+    use super::*;
+
+    #[test]
+    fn completions_take_a_prompt_and_refuse_what_they_cannot_do() {
+        let parse =
+            |body: Value| parse_completion_request(body.to_string().as_bytes(), &limits(), "r");
+        let request =
+            parse(json!({"model": "m", "prompt": "Once upon", "max_tokens": 5, "seed": 3}))
+                .expect("valid");
+        assert_eq!(request.generation.prompt, Prompt::Text("Once upon".into()));
+        assert_eq!(request.generation.max_tokens, 5);
+        let listed = parse(json!({"model": "m", "prompt": ["Once upon"]})).expect("a list of one");
+        assert_eq!(listed.generation.prompt, Prompt::Text("Once upon".into()));
+        let chat = parse_chat_request(
+            json!({"model": "m", "messages": [{"role": "user", "content": "Once upon"}]})
+                .to_string()
+                .as_bytes(),
+            &limits(),
+            "r",
+        )
+        .expect("valid");
+        assert_ne!(
+            listed.input_hash, chat.input_hash,
+            "a raw prompt is not a chat"
+        );
+        assert_eq!((listed.echo, listed.generation.top_logprobs), (false, None));
+        let echoed = parse(json!({"model": "m", "prompt": "x", "echo": true})).expect("echo alone");
+        assert!(echoed.echo);
+        let scored =
+            parse(json!({"model": "m", "prompt": "x", "logprobs": 0})).expect("logprobs 0");
+        assert_eq!(
+            scored.generation.top_logprobs,
+            Some(0),
+            "0: the picked tokens' only"
+        );
+        let five = parse(json!({"model": "m", "prompt": "x", "logprobs": 5, "echo": false}));
+        assert_eq!(five.expect("valid").generation.top_logprobs, Some(5));
+        let plain = parse(json!({"model": "m", "prompt": "x"})).expect("valid");
+        assert_eq!(
+            (scored.input_hash, echoed.input_hash),
+            (plain.input_hash.clone(), plain.input_hash),
+            "neither changes the answer"
+        );
+        let cases = [
+            (json!({"model": "m"}), "invalid_value", "prompt"),
+            (
+                json!({"model": "m", "prompt": ""}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": ["a", "b"]}),
+                "unsupported_parameter",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [1, 2, 3]}),
+                "unsupported_parameter",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "echo": true, "logprobs": 1}),
+                "unsupported_parameter",
+                "echo",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "logprobs": 21}),
+                "invalid_value",
+                "logprobs",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "logprobs": true}),
+                "invalid_value",
+                "logprobs",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "suffix": "y"}),
+                "unsupported_parameter",
+                "suffix",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "best_of": 2}),
+                "unsupported_parameter",
+                "best_of",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "messages": []}),
+                "unknown_parameter",
+                "messages",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "max_tokens": 0}),
+                "invalid_value",
+                "max_tokens",
+            ),
+        ];
+        for (body, kind, param) in cases {
+            let error = parse(body.clone()).expect_err(&body.to_string());
+            assert_eq!((error.kind(), error.param()), (kind, Some(param)), "{body}");
+        }
+    }
+}
