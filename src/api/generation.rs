@@ -315,11 +315,6 @@ async fn handle(
     let echo = parsed.echo.then(|| prompt.clone());
     let seed = parsed.generation.sampling.seed;
     let with_logprobs = parsed.generation.top_logprobs.is_some();
-    let params = RequestParams {
-        max_tokens: Some(parsed.generation.max_tokens),
-        temperature: parsed.generation.sampling.temperature,
-        top_p: parsed.generation.sampling.top_p,
-    };
 
     timer.engine_submitted(state.clock.now());
     let prepared = state
@@ -328,6 +323,13 @@ async fn handle(
         .await
         .map_err(ApiError::from)?;
     timer.prompt_prepared(state.clock.now());
+    // After `prepare`: an unset budget has been fitted to what the context leaves, and
+    // that is the most this answer can have.
+    let params = RequestParams {
+        max_tokens: Some(prepared.request.max_tokens),
+        temperature: prepared.request.sampling.temperature,
+        top_p: prepared.request.sampling.top_p,
+    };
     charged.charge(&prepared)?;
     let generation = start_in_engine(state, prepared, &deadline.cut_off).await?;
     timer.engine_started(state.clock.at(generation.started));
