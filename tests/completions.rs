@@ -26,6 +26,15 @@ async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Respons
         .expect("request")
 }
 
+/// The JSON chunks of an SSE body, `[DONE]` left out.
+fn chunks_of(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|l| *l != "[DONE]")
+        .map(|l| serde_json::from_str(l).expect("chunk"))
+        .collect()
+}
+
 const HEAD: &str = r#"data: {"id":"cmpl-t1","object":"text_completion","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
 
 #[tokio::test]
@@ -190,12 +199,7 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
         .text()
         .await
         .expect("body");
-    let chunks: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|l| *l != "[DONE]")
-        .map(|l| serde_json::from_str(l).expect("chunk"))
-        .collect();
+    let chunks = chunks_of(&text);
     let tokens: Vec<&str> = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
@@ -256,12 +260,7 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
     .text()
     .await
     .expect("body");
-    let chunks: Vec<Value> = streamed
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|l| *l != "[DONE]")
-        .map(|l| serde_json::from_str(l).expect("chunk"))
-        .collect();
+    let chunks = chunks_of(&streamed);
     let offsets: Vec<u64> = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["logprobs"]["text_offset"].as_array())
@@ -298,14 +297,14 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
     .text()
     .await
     .expect("body");
-    let first_text: Value = serde_json::from_str(
-        echoed_stream
-            .lines()
-            .find_map(|l| l.strip_prefix("data: "))
-            .expect("a chunk"),
-    )
-    .expect("json");
-    assert_eq!(first_text["choices"][0]["text"], "say hi");
+    let texts: Vec<Value> = chunks_of(&echoed_stream)
+        .iter()
+        .map(|c| c["choices"][0]["text"].clone())
+        .collect();
+    assert_eq!(
+        texts[..4],
+        [json!("say hi"), json!("Hel"), json!("lo"), json!("!")]
+    );
     let records = server.observer.records();
     let last = records.last().expect("a record");
     assert_eq!(
