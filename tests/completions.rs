@@ -1,6 +1,7 @@
-//! The routes beside chat, black-box over HTTP with the scripted engine: legacy
-//! completions (exact frames, the same records as chat), `/tokenize` and `/detokenize`,
-//! a `response_format` an engine cannot honour, and `logprobs` in OpenAI's two shapes.
+//! The routes beside chat and what both generation routes share, black-box over HTTP
+//! with the scripted engine: legacy completions (exact frames, the same records as chat),
+//! `/tokenize` and `/detokenize`, a `response_format` an engine cannot honour, `logprobs`
+//! in OpenAI's two shapes, and stop sequences cut by the gateway.
 
 mod common;
 
@@ -312,5 +313,73 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
         Some("Hello!"),
         "the record keeps the answer, not the echo"
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
+    let slow = Script::tokens(
+        &["Hel", "lo", "!", " More", " text"],
+        Duration::from_millis(20),
+    );
+    let engine = Arc::new(scripted(slow));
+    let server = start(engine.clone(), &test_config("")).await;
+    let cut: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("hi", json!({"stop": ["lo!", "never"]})),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(cut["choices"][0]["message"]["content"], "Hel", "{cut}");
+    assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        cut["usage"]["completion_tokens"], 3,
+        "the stop's tokens were generated"
+    );
+    assert!(
+        eventually(|| engine.generations_cancelled() == 1).await,
+        "the engine stops at the stop sequence"
+    );
+
+    let streamed = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "hi", "stop": [" M"], "stream": true}),
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let chunks = chunks_of(&streamed);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Hello!");
+    assert_eq!(
+        chunks.last().expect("chunks")["choices"][0]["finish_reason"],
+        "stop"
+    );
+    assert!(!streamed.contains(" M"), "the stop sequence is never sent");
+
+    let whole: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("hi", json!({"stop": ["text!"]})),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(
+        whole["choices"][0]["message"]["content"], "Hello! More text",
+        "text held back for a stop that never came is the answer's"
+    );
+    let records = server.observer.records();
+    assert_eq!(records[0].response.as_deref(), Some("Hel"));
+    assert_eq!(records[2].response.as_deref(), Some("Hello! More text"));
     server.stop().await;
 }

@@ -313,6 +313,7 @@ async fn handle(
     let quality = QualityTracker::new(&state.quality, prompt);
     let prompt = prompt.to_owned();
     let echo = parsed.echo.then(|| prompt.clone());
+    let stop = parsed.generation.sampling.stop.clone();
     let seed = parsed.generation.sampling.seed;
     let with_logprobs = parsed.generation.top_logprobs.is_some();
 
@@ -346,6 +347,7 @@ async fn handle(
         params,
         prompt,
         user: parsed.user.clone(),
+        stop,
     };
     let meta = ResponseMeta {
         id: format!("{}{request_id}", route.shape().id_prefix()),

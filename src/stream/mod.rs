@@ -2,6 +2,7 @@
 //!
 //! - [`chunks`]: the pure assembler (engine events -> OpenAI chunk frames).
 //! - [`logprobs`]: token log-probabilities in the chat and legacy shapes.
+//! - [`stops`]: stop sequences, cut by the gateway as the text streams.
 //! - [`producer`]: the per-request task that drains the engine, stamps each frame with
 //!   the clock as it is handed to the transport, sends keep-alives, notices a departed
 //!   client, and leaves one [`RequestRecord`] when the request ends.
@@ -11,6 +12,7 @@
 pub mod chunks;
 pub mod logprobs;
 pub mod producer;
+pub mod stops;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,7 @@ use crate::record::{Report, RequestParams, RequestRecord, Status};
 use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::Telemetry;
 use crate::timing::RequestTimer;
+use stops::StopScreen;
 
 /// Who a request is and what it asked for, for its record.
 #[derive(Debug, Clone)]
@@ -45,6 +48,8 @@ pub struct RunInfo {
     pub prompt: String,
     /// The client's `user` field, for the semantic log's keyed hash.
     pub user: Option<String>,
+    /// The request's stop sequences.
+    pub stop: Vec<String>,
 }
 
 /// One admitted request on its way through the engine. If it is dropped before
@@ -60,7 +65,17 @@ pub struct Run {
     trace: Option<RequestTrace>,
     /// The `request` span whose fields every log line of this request carries.
     log_span: tracing::Span,
+    stops: StopScreen,
     _permit: Permit,
+}
+
+/// What one token event means for the answer.
+pub struct Arrival {
+    /// Text the client may have now (see [`StopScreen`]).
+    pub text: String,
+    /// The answer ends here: a stop sequence is complete or the degeneration guard
+    /// tripped. The generation should stop.
+    pub end: Option<Ending>,
 }
 
 /// How a request ended.
@@ -87,6 +102,7 @@ impl Run {
         permit: Permit,
     ) -> Self {
         Self {
+            stops: StopScreen::new(&info.stop),
             info,
             clock,
             timer,
@@ -98,17 +114,38 @@ impl Run {
         }
     }
 
-    /// A token event the engine handed over `at` arrived. Returns `true` when the
-    /// degeneration guard says to stop generating.
+    /// A token event the engine handed over `at` arrived.
     pub fn token_arrived(
         &mut self,
         text: &str,
         ids: &[u32],
         logprobs: &[TokenLogprob],
         at: std::time::Instant,
-    ) -> bool {
+    ) -> Arrival {
+        // The engine's own timing: when it produced text, held back or not.
         self.timer.engine_token(self.clock.at(at), !text.is_empty());
-        self.quality.push(text, ids, logprobs)
+        let screened = self.stops.push(text);
+        let degenerated = self.quality.push(&screened.text, ids, logprobs);
+        let end = if screened.stopped {
+            Some(Ending::Finished {
+                reason: FinishReason::Stop,
+                usage: self.usage_so_far(),
+            })
+        } else {
+            degenerated.then_some(Ending::Degenerated)
+        };
+        Arrival {
+            text: screened.text,
+            end,
+        }
+    }
+
+    /// The engine finished the answer: the text held back for a stop sequence that did
+    /// not come is the answer's end.
+    pub fn engine_finished(&mut self) -> String {
+        let rest = self.stops.finish();
+        self.quality.push(&rest, &[], &[]);
+        rest
     }
 
     /// The transport waited `waited` for the client (see [`RequestTimer::client_waited`]).

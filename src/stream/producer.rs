@@ -177,23 +177,24 @@ async fn drive(
                 logprobs,
                 at,
             }) => {
-                let degenerated = run.token_arrived(&text, &ids, &logprobs, at);
+                let arrival = run.token_arrived(&text, &ids, &logprobs, at);
                 unsent.extend(logprobs);
-                if let Some(frame) = assembler.token_frame(&text, &unsent) {
-                    unsent.clear();
-                    wire.send(run, frame).await?;
-                    run.content_sent();
+                if send_text(run, assembler, wire, &arrival.text, &mut unsent).await? {
                     idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
-                if !degenerated {
+                let Some(ending) = arrival.end else {
                     continue;
-                }
+                };
                 // Closing the engine stream stops the generation now, before the last
                 // frames are sent.
                 events.close();
-                Ending::Degenerated
+                ending
             }
-            Some(EngineEvent::Finished { reason, usage }) => Ending::Finished { reason, usage },
+            Some(EngineEvent::Finished { reason, usage }) => {
+                let rest = run.engine_finished();
+                send_text(run, assembler, wire, &rest, &mut unsent).await?;
+                Ending::Finished { reason, usage }
+            }
             Some(EngineEvent::Failed(error)) => return fail(run, wire, error).await,
             None => {
                 let error = EngineError::Internal("the engine dropped the request".into());
@@ -211,6 +212,24 @@ async fn drive(
         // carried the timings was built.
         return Ok(ending);
     }
+}
+
+/// Sends a content frame for `text` with the tokens not sent yet; nothing for no text
+/// (the tokens wait for the next frame). Whether a frame went out.
+async fn send_text(
+    run: &mut Run,
+    assembler: &mut ChunkAssembler,
+    wire: &Wire,
+    text: &str,
+    unsent: &mut Vec<TokenLogprob>,
+) -> Result<bool, Lost> {
+    let Some(frame) = assembler.token_frame(text, unsent) else {
+        return Ok(false);
+    };
+    unsent.clear();
+    wire.send(run, frame).await?;
+    run.content_sent();
+    Ok(true)
 }
 
 async fn fail(run: &mut Run, wire: &Wire, error: EngineError) -> Result<Ending, Lost> {
@@ -254,20 +273,23 @@ pub async fn collect_json(
                 logprobs,
                 at,
             }) => {
-                let degenerated = run.token_arrived(&text, &ids, &logprobs, at);
+                let arrival = run.token_arrived(&text, &ids, &logprobs, at);
                 if with_logprobs {
                     tokens.extend(logprobs);
                 }
-                if !text.is_empty() {
+                if !arrival.text.is_empty() {
                     run.content_sent();
                 }
-                if degenerated {
+                if let Some(ending) = arrival.end {
                     drop(events);
-                    break Ending::Degenerated;
+                    break ending;
                 }
             }
             Some(EngineEvent::Finished { reason, usage }) => {
-                break Ending::Finished { reason, usage }
+                if !run.engine_finished().is_empty() {
+                    run.content_sent();
+                }
+                break Ending::Finished { reason, usage };
             }
             Some(EngineEvent::Failed(error)) => return Err(failed(run, error)),
             None => {

@@ -218,3 +218,24 @@ def test_legacy_completions_echo_and_logprobs_in_the_legacy_shape(client):
     with pytest.raises(openai.BadRequestError) as refused:
         client.completions.create(**ask, echo=True, logprobs=1)
     assert refused.value.body["param"] == "echo"
+
+
+def test_stop_sequences_cut_the_answer_where_they_begin(client):
+    ask = dict(model=MODEL_ID, messages=ASK_PLACE, max_tokens=16, temperature=0)
+    plain = client.chat.completions.create(**ask).choices[0].message.content
+    words = plain.split()
+    assert len(words) >= 3, plain
+    stop = " " + words[2][:3]  # mid-answer, and likely inside a token
+    cut = client.chat.completions.create(**ask, stop=[stop, "never said"])
+    assert cut.choices[0].message.content == plain[: plain.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    pieces = list(client.chat.completions.create(**ask, stop=[stop], stream=True))
+    streamed = "".join(p.choices[0].delta.content or "" for p in pieces if p.choices)
+    assert streamed == cut.choices[0].message.content
+    legacy = client.completions.create(
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0
+    ).choices[0].text
+    stopped = client.completions.create(
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0, stop=["."]
+    ).choices[0]
+    assert "." in legacy and stopped.text == legacy[: legacy.index(".")] and stopped.finish_reason == "stop"

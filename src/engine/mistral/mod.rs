@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use either::Either;
 use mistralrs::{
     Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, RequestMessage,
-    SamplingParams, StopTokens, TextMessageRole, TextMessages,
+    SamplingParams, TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
@@ -392,9 +392,10 @@ fn text_messages(messages: &[ChatMessage]) -> TextMessages {
     })
 }
 
-/// Engine-side sampling: penalties and stops only. The token itself is chosen by the
-/// gateway's seeded sampler (see [`picker`]), so mistral.rs decodes greedily over the
-/// one token the picker leaves.
+/// Engine-side sampling: penalties and the budget only. The token itself is chosen by
+/// the gateway's seeded sampler (see [`picker`]), so mistral.rs decodes greedily over the
+/// one token the picker leaves; stop sequences are the gateway's too
+/// (`stream::stops`: mistral.rs 0.8.1 stops a token late and keeps the sequence).
 fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     let s = &request.sampling;
     let mut params = SamplingParams::neutral();
@@ -402,9 +403,6 @@ fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     params.frequency_penalty = s.frequency_penalty;
     params.repetition_penalty = s.repetition_penalty;
     params.max_len = Some(request.max_tokens as usize);
-    if !s.stop.is_empty() {
-        params.stop_toks = Some(StopTokens::Seqs(s.stop.clone()));
-    }
     params
 }
 
