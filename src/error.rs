@@ -27,11 +27,13 @@ pub enum ApiError {
     UnknownParameter(String),
     #[error("The model '{0}' does not exist")]
     ModelNotFound(String),
-    #[error("{}", context_message(*.prompt_tokens, *.max_tokens, *.context_length))]
+    #[error("{}", context_message(*.prompt_tokens, *.max_tokens, *.context_length, .prompt_param))]
     ContextLengthExceeded {
         prompt_tokens: u32,
         max_tokens: Option<u32>,
         context_length: u32,
+        /// `messages` or `prompt`: the parameter to shorten.
+        prompt_param: &'static str,
     },
     #[error("The request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
@@ -71,15 +73,23 @@ pub enum ApiError {
 }
 
 /// OpenAI's wording, with the completion's share when the client's budget is the excess.
-fn context_message(prompt_tokens: u32, max_tokens: Option<u32>, context_length: u32) -> String {
+fn context_message(
+    prompt_tokens: u32,
+    max_tokens: Option<u32>,
+    context_length: u32,
+    prompt: &str,
+) -> String {
     match max_tokens {
         Some(completion) => format!(
-            "This model's maximum context length is {context_length} tokens. However, you requested {} tokens ({prompt_tokens} in the messages, {completion} in the completion). Please reduce the length of the messages or completion.",
+            "This model's maximum context length is {context_length} tokens. However, you requested {} tokens ({prompt_tokens} in the {prompt}, {completion} in the completion). Please reduce the length of the {prompt} or completion.",
             u64::from(prompt_tokens) + u64::from(completion)
         ),
-        None => format!(
-            "This model's maximum context length is {context_length} tokens, but the messages have {prompt_tokens} tokens"
-        ),
+        None => {
+            let have = if prompt == "messages" { "have" } else { "has" };
+            format!(
+                "This model's maximum context length is {context_length} tokens, but the {prompt} {have} {prompt_tokens} tokens"
+            )
+        }
     }
 }
 
@@ -232,7 +242,7 @@ impl ApiError {
             | ApiError::UnsupportedParameter { param, .. }
             | ApiError::UnknownParameter(param) => Some(param),
             ApiError::ModelNotFound(_) => Some("model"),
-            ApiError::ContextLengthExceeded { .. } => Some("messages"),
+            ApiError::ContextLengthExceeded { prompt_param, .. } => Some(prompt_param),
             _ => None,
         }
     }
@@ -345,10 +355,12 @@ impl From<EngineError> for ApiError {
                 prompt_tokens,
                 max_tokens,
                 context_length,
+                prompt_param,
             } => ApiError::ContextLengthExceeded {
                 prompt_tokens,
                 max_tokens,
                 context_length,
+                prompt_param,
             },
             EngineError::InvalidParameter { param, message } => {
                 ApiError::InvalidParameter { param, message }

@@ -318,6 +318,18 @@ async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shr
         message.contains("30 in the messages, 40 in the completion"),
         "{message}"
     );
+    let legacy: Value = reqwest::Client::new()
+        .post(server.url("/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(legacy["error"]["param"], "prompt", "{legacy}");
+    let message = legacy["error"]["message"].as_str().expect("message");
+    assert!(message.contains("30 in the prompt,"), "{message}");
 
     let fitted = post(&server, &chat_body(&prompt, json!({}))).await;
     assert_eq!(fitted.status(), 200);

@@ -65,6 +65,14 @@ impl Prompt {
     }
 
     /// The text the answer responds to: the last user message, or the whole text.
+    /// The request field the prompt came in.
+    pub fn param(&self) -> &'static str {
+        match self {
+            Prompt::Chat(_) => "messages",
+            Prompt::Text(_) => "prompt",
+        }
+    }
+
     pub fn last_user_text(&self) -> &str {
         match self {
             Prompt::Chat(messages) => messages
@@ -104,6 +112,7 @@ impl GenerationRequest {
                 prompt_tokens,
                 max_tokens: self.max_tokens_set.then_some(self.max_tokens),
                 context_length,
+                prompt_param: self.prompt.param(),
             });
         }
         self.max_tokens = self.max_tokens.min(left);
@@ -240,6 +249,8 @@ pub enum EngineError {
         /// The completion budget the client asked for, when that is what does not fit.
         max_tokens: Option<u32>,
         context_length: u32,
+        /// `messages` or `prompt`: what the client sent the prompt as.
+        prompt_param: &'static str,
     },
     #[error("the engine rejected the request: {0}")]
     Rejected(String),
