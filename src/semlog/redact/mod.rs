@@ -238,7 +238,9 @@ const PATTERN: &str = concat!(
     r"|(?-u:\b)(?P<api_key>sk-ant-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}",
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?-u:\b)|gh[pousr]_[A-Za-z0-9]{36,}",
     r"|github_pat_[A-Za-z0-9_]{22,}|AIza[A-Za-z0-9_-]{35}|xox[abposr]-[A-Za-z0-9-]{10,}",
-    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|glpat-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,})",
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|glpat-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}",
+    // This gateway's own keys (`auth::KEY_PREFIX` and 32 bytes in base64url).
+    r"|llmgate-[A-Za-z0-9_-]{32,})",
     // Password in a URL's userinfo. The password may itself hold `@`; the greedy run
     // stops at the last one before the host.
     r"|(?-u:\b)[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:(?P<password>[^\s/?#]+)@",

@@ -74,6 +74,11 @@ const POSITIVES: &[(Kind, &str, &str)] = &[
     (Kind::ApiKey, "glpat-AbCdEf0123456789-_xY", "<API_KEY>"),
     (Kind::ApiKey, "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "<API_KEY>"),
     (
+        Kind::ApiKey,
+        "mine: llmgate-gXdw0123456789_AbCdEfGhIjKlMnOpQrStUvWxYzDCiw.",
+        "mine: <API_KEY>.",
+    ),
+    (
         Kind::BearerToken,
         "Authorization: Bearer abc123.def456-ghi_789",
         "Authorization: Bearer <BEARER_TOKEN>",
@@ -169,6 +174,18 @@ fn every_positive_case_is_replaced_by_its_placeholder() {
         assert_eq!(out, expected, "input {input:?}");
         assert_eq!(counts.get(kind), 1, "count of {kind:?} for {input:?}");
         assert_eq!(counts.total(), 1, "total for {input:?}: {counts:?}");
+    }
+}
+
+#[test]
+fn keys_this_gateway_makes_are_redacted() {
+    for _ in 0..64 {
+        let key = crate::auth::new_key().expect("a key");
+        assert_eq!(
+            redact(&format!("use {key} now")).0,
+            "use <API_KEY> now",
+            "{key}"
+        );
     }
 }
 
