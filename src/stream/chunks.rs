@@ -79,9 +79,9 @@ pub struct ChunkAssembler {
     include_usage: bool,
     /// The client asked for `logprobs`: content chunks carry their tokens'.
     logprobs: bool,
-    /// Characters of response text sent so far: where the next chunk's legacy
-    /// `text_offset` starts.
-    sent_chars: usize,
+    /// Where the next chunk's legacy `text_offset`s count from (see
+    /// [`TextLogprobs::end`]).
+    text_offset: usize,
 }
 
 #[derive(Serialize)]
@@ -145,7 +145,7 @@ impl From<Usage> for UsageBody {
 impl ChunkAssembler {
     pub fn new(meta: ResponseMeta, include_usage: bool) -> Self {
         Self {
-            sent_chars: meta.echoed_chars(),
+            text_offset: meta.echoed_chars(),
             meta,
             include_usage,
             logprobs: false,
@@ -191,7 +191,11 @@ impl ChunkAssembler {
             self.null_usage(),
             None,
         );
-        self.sent_chars += text.chars().count();
+        self.text_offset = TextLogprobs {
+            tokens,
+            start: self.text_offset,
+        }
+        .end();
         Some(frame)
     }
 
@@ -263,7 +267,7 @@ impl ChunkAssembler {
                 index: 0,
                 logprobs: (self.logprobs && !tokens.is_empty()).then_some(TextLogprobs {
                     tokens,
-                    start: self.sent_chars,
+                    start: self.text_offset,
                 }),
                 finish_reason,
             },

@@ -9,10 +9,12 @@
 //!
 //! Both serialise straight from the engine's [`TokenLogprob`]s, with nothing copied.
 
+use std::borrow::Cow;
+
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use crate::engine::TokenLogprob;
+use crate::engine::{TokenLogprob, TokenText};
 
 /// OpenAI's chat `logprobs` object over the tokens of one chunk or answer.
 #[derive(Debug, Clone, Copy)]
@@ -65,38 +67,96 @@ impl Serialize for ChatLogprobs<'_> {
 }
 
 /// The legacy completions' `logprobs` object over the tokens of one chunk or answer.
-/// `start`: the character offset of the first token's text in the whole response text
-/// (the echoed prompt counts), so `text_offset` runs on across the chunks of a stream.
+/// `start`: where the first token's `text_offset` counts from, in characters of the whole
+/// response text (the echoed prompt counts); see [`TextLogprobs::end`].
 #[derive(Debug, Clone, Copy)]
 pub struct TextLogprobs<'a> {
     pub tokens: &'a [TokenLogprob],
     pub start: usize,
 }
 
+impl TextLogprobs<'_> {
+    /// Where the next chunk's tokens count from: `start` plus the characters these
+    /// tokens begin. Counted from the tokens' bytes, not from the text sent, so a stream
+    /// reports the same offsets as the whole answer whatever its chunks held.
+    pub fn end(&self) -> usize {
+        self.start + self.tokens.iter().map(chars_begun).sum::<usize>()
+    }
+
+    /// Each token's character offset: that of the character its first byte begins, or,
+    /// for a token that starts inside a character (one split across tokens), of that
+    /// character.
+    fn offsets(&self) -> Vec<usize> {
+        let mut begun = self.start;
+        self.tokens
+            .iter()
+            .map(|t| {
+                let continues = t.token.bytes.first().is_some_and(|b| is_continuation(*b));
+                let at = if continues {
+                    begun.saturating_sub(1)
+                } else {
+                    begun
+                };
+                begun += chars_begun(t);
+                at
+            })
+            .collect()
+    }
+}
+
+fn is_continuation(byte: u8) -> bool {
+    byte & 0xC0 == 0x80
+}
+
+/// Characters a token's bytes begin (UTF-8 lead bytes); its text's when it has no bytes.
+fn chars_begun(t: &TokenLogprob) -> usize {
+    if t.token.bytes.is_empty() {
+        return t.token.text.chars().count();
+    }
+    t.token
+        .bytes
+        .iter()
+        .filter(|b| !is_continuation(**b))
+        .count()
+}
+
+/// A token as the legacy shape spells it: its text, or `bytes:\xe4\xb8` when its bytes
+/// are not UTF-8 on their own (part of a character), as OpenAI writes them.
+fn legacy_spelling(token: &TokenText) -> Cow<'_, str> {
+    if token.bytes.is_empty() {
+        return Cow::Borrowed(token.text.as_str());
+    }
+    match std::str::from_utf8(&token.bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => {
+            use std::fmt::Write;
+            let mut spelled = String::from("bytes:");
+            for b in &token.bytes {
+                let _ = write!(spelled, "\\x{b:02x}");
+            }
+            Cow::Owned(spelled)
+        }
+    }
+}
+
 impl Serialize for TextLogprobs<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Body<'a> {
-            tokens: Vec<&'a str>,
+            tokens: Vec<Cow<'a, str>>,
             token_logprobs: Vec<f32>,
             top_logprobs: Vec<TopMap<'a>>,
             text_offset: Vec<usize>,
         }
-        let mut offset = self.start;
-        let text_offset = self
-            .tokens
-            .iter()
-            .map(|t| {
-                let at = offset;
-                offset += t.token.text.chars().count();
-                at
-            })
-            .collect();
         Body {
-            tokens: self.tokens.iter().map(|t| t.token.text.as_str()).collect(),
+            tokens: self
+                .tokens
+                .iter()
+                .map(|t| legacy_spelling(&t.token))
+                .collect(),
             token_logprobs: self.tokens.iter().map(|t| t.logprob).collect(),
             top_logprobs: self.tokens.iter().map(TopMap).collect(),
-            text_offset,
+            text_offset: self.offsets(),
         }
         .serialize(serializer)
     }
@@ -112,10 +172,10 @@ impl Serialize for TopMap<'_> {
         let picked_listed = t.top.iter().any(|(token, _)| token.bytes == t.token.bytes);
         let mut map = serializer.serialize_map(Some(t.top.len() + usize::from(!picked_listed)))?;
         for (token, logprob) in &t.top {
-            map.serialize_entry(&token.text, logprob)?;
+            map.serialize_entry(&legacy_spelling(token), logprob)?;
         }
         if !picked_listed {
-            map.serialize_entry(&t.token.text, &t.logprob)?;
+            map.serialize_entry(&legacy_spelling(&t.token), &t.logprob)?;
         }
         map.end()
     }
@@ -124,7 +184,6 @@ impl Serialize for TopMap<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::TokenText;
 
     fn token(text: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
         TokenLogprob {
@@ -154,6 +213,50 @@ mod tests {
             "{\"tokens\":[\"Hi\",\" é\",\"!\"],\"token_logprobs\":[-0.5,-2.0,-0.125],\
              \"top_logprobs\":[{\"Hi\":-0.5,\"Yo\":-1.25},{\" a\":-0.25,\" é\":-2.0},{\"!\":-0.125}],\
              \"text_offset\":[7,9,11]}"
+        );
+    }
+
+    #[test]
+    fn a_character_split_across_tokens_is_spelled_in_bytes_and_offset_once() {
+        let byte_token = |bytes: &[u8]| TokenLogprob {
+            token: TokenText::from_bytes(bytes.to_vec()),
+            logprob: -1.0,
+            top: Vec::new(),
+        };
+        // "中" is e4 b8 ad: one token holds its first byte, the next the other two.
+        let tokens = [
+            byte_token("a".as_bytes()),
+            byte_token(&[0xe4]),
+            byte_token(&[0xb8, 0xad]),
+            byte_token("b".as_bytes()),
+        ];
+        let lp = TextLogprobs {
+            tokens: &tokens,
+            start: 0,
+        };
+        let body = serde_json::to_value(lp).expect("json");
+        assert_eq!(
+            body["tokens"],
+            serde_json::json!(["a", "bytes:\\xe4", "bytes:\\xb8\\xad", "b"])
+        );
+        assert_eq!(
+            body["text_offset"],
+            serde_json::json!([0, 1, 1, 2]),
+            "'a中b'"
+        );
+        assert_eq!(lp.end(), 3);
+        let streamed = TextLogprobs {
+            tokens: &tokens[2..],
+            start: TextLogprobs {
+                tokens: &tokens[..2],
+                start: 0,
+            }
+            .end(),
+        };
+        assert_eq!(
+            serde_json::to_value(streamed).expect("json")["text_offset"],
+            serde_json::json!([1, 2]),
+            "split across chunks, the same offsets"
         );
     }
 }

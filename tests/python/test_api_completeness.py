@@ -239,3 +239,16 @@ def test_stop_sequences_cut_the_answer_where_they_begin(client):
         model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0, stop=["."]
     ).choices[0]
     assert "." in legacy and stopped.text == legacy[: legacy.index(".")] and stopped.finish_reason == "stop"
+
+
+def test_legacy_offsets_count_characters_split_across_tokens_once(client):
+    ask = dict(model=MODEL_ID, prompt="中国的首都是北京。日本的首都是", max_tokens=8, temperature=0, logprobs=0)
+    whole = client.completions.create(**ask).choices[0]
+    offsets = whole.logprobs.text_offset
+    # A last token may begin a character the budget cut off: its offset is the end.
+    assert offsets == sorted(offsets) and all(o <= len(whole.text) for o in offsets), (whole.text, offsets, whole.logprobs.tokens)
+    pieces = list(client.completions.create(**ask, stream=True))
+    streamed = [o for p in pieces if p.choices and p.choices[0].logprobs for o in p.choices[0].logprobs.text_offset]
+    assert streamed == offsets, "a stream reports the offsets of the whole answer"
+    for token in whole.logprobs.tokens:
+        assert "\ufffd" not in token, "a partial character is spelled as bytes:\\x.."
