@@ -28,6 +28,7 @@ use llmgate::timing::{Phases, Timings};
 
 fn record(i: usize) -> RequestRecord {
     RequestRecord {
+        response_id: Some(format!("chatcmpl-bench-{i}")),
         operation: llmgate::telemetry::names::OPERATION_CHAT,
         request_id: format!("bench-{i:08}"),
         api_key_id: None,

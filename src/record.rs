@@ -46,6 +46,9 @@ impl Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
     pub request_id: String,
+    /// The `id` the response carried (`chatcmpl-…`, `cmpl-…`); `None` for a request
+    /// refused before it was answered.
+    pub response_id: Option<String>,
     /// `gen_ai.operation.name`: `chat` or `text_completion` (see `telemetry::names`).
     pub operation: &'static str,
     /// The id of the API key the request presented (never the key), when keys are on.

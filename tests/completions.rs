@@ -82,6 +82,11 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
         assert_eq!(record.operation, "text_completion");
         assert_eq!(record.prompt.as_deref(), Some("say hi"));
         assert_eq!(
+            record.response_id.as_deref(),
+            Some("cmpl-t1"),
+            "as the answer's id"
+        );
+        assert_eq!(
             record.params.max_tokens,
             Some(62),
             "no max_tokens: what the 64-token context leaves after 2 prompt tokens"

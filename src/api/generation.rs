@@ -192,6 +192,7 @@ impl Unanswered {
             _ => state.limits.served_model.clone(),
         };
         let record = RequestRecord {
+            response_id: None,
             operation: self.operation,
             request_id: std::mem::take(&mut self.request_id),
             api_key_id: self.api_key_id.take(),
@@ -334,7 +335,9 @@ async fn handle(
     charged.charge(&prepared)?;
     let generation = start_in_engine(state, prepared, &deadline.cut_off).await?;
     timer.engine_started(state.clock.at(generation.started));
+    let response_id = format!("{}{request_id}", route.shape().id_prefix());
     let info = RunInfo {
+        response_id: response_id.clone(),
         operation: route.operation(),
         request_id: request_id.to_owned(),
         api_key_id,
@@ -350,7 +353,7 @@ async fn handle(
         stop,
     };
     let meta = ResponseMeta {
-        id: format!("{}{request_id}", route.shape().id_prefix()),
+        id: response_id,
         shape: route.shape(),
         created: state.clock.unix_seconds(),
         model: parsed.model,

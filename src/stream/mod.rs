@@ -33,6 +33,8 @@ use stops::StopScreen;
 #[derive(Debug, Clone)]
 pub struct RunInfo {
     pub request_id: String,
+    /// The `id` of the response (`chatcmpl-…`, `cmpl-…`).
+    pub response_id: String,
     /// `chat` or `text_completion`.
     pub operation: &'static str,
     pub api_key_id: Option<String>,
@@ -236,6 +238,7 @@ impl Run {
         let phases = self.timer.phases(t_end);
         let info = &mut self.info;
         let record = RequestRecord {
+            response_id: Some(std::mem::take(&mut info.response_id)),
             operation: info.operation,
             request_id: std::mem::take(&mut info.request_id),
             api_key_id: info.api_key_id.take(),

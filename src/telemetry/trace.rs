@@ -319,7 +319,7 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
     if r.status != RecordStatus::Error || r.quality.is_some() {
         push(
             names::GEN_AI_RESPONSE_ID,
-            Some(format!("chatcmpl-{}", r.request_id).into()),
+            r.response_id.clone().map(Into::into),
         );
         push(names::GEN_AI_RESPONSE_MODEL, Some(r.model.clone().into()));
         push(

@@ -303,7 +303,7 @@ impl RedactedLog {
                     seed: r.seed,
                 },
                 response: answered.then(|| GenAiResponse {
-                    id: format!("chatcmpl-{}", r.request_id),
+                    id: r.response_id.clone().unwrap_or_default(),
                     model: r.model.clone(),
                     finish_reasons: r.finish_reason.iter().map(|f| f.as_str()).collect(),
                 }),

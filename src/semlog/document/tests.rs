@@ -12,6 +12,7 @@ use crate::timing::{ItlStats, Phases, Timings};
 
 fn record() -> RequestRecord {
     RequestRecord {
+        response_id: Some("chatcmpl-req-1".into()),
         operation: names::OPERATION_CHAT,
         request_id: "req-1".into(),
         api_key_id: Some("ci-bot".into()),
