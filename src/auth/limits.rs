@@ -10,10 +10,11 @@
 //! every answer to a charged request carries, refusals included.
 
 use std::num::NonZeroU32;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
@@ -141,6 +142,9 @@ type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddle
 struct Meter<C: Clock + Clone> {
     limiter: Limiter<C>,
     quota: Quota,
+    /// When the last charge passed and what it left: governor tells what is left only
+    /// when a charge passes, and a refusal's headers still need it.
+    last: Mutex<Option<(C::Instant, u32)>>,
 }
 
 impl<C: Clock + Clone> Meter<C> {
@@ -150,6 +154,7 @@ impl<C: Clock + Clone> Meter<C> {
             limiter: RateLimiter::direct_with_clock(quota, clock.clone())
                 .with_middleware::<StateInformationMiddleware>(),
             quota,
+            last: Mutex::new(None),
         }
     }
 
@@ -160,6 +165,24 @@ impl<C: Clock + Clone> Meter<C> {
     /// Time until `remaining` is back to the whole limit.
     fn refill(&self, remaining: u32) -> Duration {
         self.quota.replenish_interval() * (self.limit() - remaining.min(self.limit()))
+    }
+
+    /// What is left now, without charging: the last passed charge's remainder, refilled
+    /// at the rate since; the whole limit before any charge passed.
+    fn remaining_now(&self, clock: &C) -> u32 {
+        let last = *self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((at, left)) = last else {
+            return self.limit();
+        };
+        let elapsed = Duration::from(clock.now().duration_since(at));
+        let interval = self.quota.replenish_interval().as_nanos().max(1);
+        let refilled = u32::try_from(elapsed.as_nanos() / interval).unwrap_or(u32::MAX);
+        left.saturating_add(refilled).min(self.limit())
+    }
+
+    /// The window as it stands now, for a refused request.
+    fn window_now(&self, clock: &C) -> Window {
+        self.window(self.remaining_now(clock))
     }
 
     fn window(&self, remaining: u32) -> Window {
@@ -175,7 +198,12 @@ impl<C: Clock + Clone> Meter<C> {
         // Every request costs at least one of each unit.
         let n = NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
         match self.limiter.check_n(n) {
-            Ok(Ok(snapshot)) => Ok(self.window(snapshot.remaining_burst_capacity())),
+            Ok(Ok(snapshot)) => {
+                let remaining = snapshot.remaining_burst_capacity();
+                *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((clock.now(), remaining));
+                Ok(self.window(remaining))
+            }
             Ok(Err(not_until)) => Err(Some(not_until.wait_time_from(clock.now()))),
             Err(_insufficient) => Err(None),
         }
@@ -231,7 +259,7 @@ impl<C: Clock + Clone> Budget<C> {
                         reset: retry_after + meter.refill(1),
                         ..meter.window(0)
                     });
-                    headers.tokens = self.tokens.as_ref().map(|t| t.window(t.limit()));
+                    headers.tokens = self.tokens.as_ref().map(|t| t.window_now(&self.clock));
                     return Err(Refusal::Exhausted {
                         unit: Unit::Requests,
                         limit: meter.limit(),
@@ -246,7 +274,7 @@ impl<C: Clock + Clone> Budget<C> {
             match meter.charge(tokens, &self.clock) {
                 Ok(window) => headers.tokens = Some(window),
                 Err(when) => {
-                    headers.tokens = Some(meter.window(0));
+                    headers.tokens = Some(meter.window_now(&self.clock));
                     return Err(match when {
                         Some(retry_after) => Refusal::Exhausted {
                             unit: Unit::Tokens,
@@ -341,6 +369,33 @@ mod tests {
         assert!(matches!(budget.charge(500), Err(Refusal::TooLarge { .. })));
         let headers = budget.charge(10).expect("fits");
         assert_eq!(headers.requests.map(|w| w.remaining), Some(0));
+    }
+
+    #[test]
+    fn a_refusal_reports_what_is_left_as_it_stands() {
+        let (key, clock) = budget(2, 1000);
+        key.charge(28).expect("fits");
+        key.charge(28).expect("fits");
+        let Err(refused) = key.charge(28) else {
+            panic!("a third request in the minute is refused");
+        };
+        let tokens = refused.headers().tokens.expect("the token window too");
+        assert_eq!(
+            (tokens.remaining, tokens.reset),
+            (944, Duration::from_millis(3360))
+        );
+        clock.advance(Duration::from_secs(30));
+        let Err(too_large) = key.charge(5000) else {
+            panic!("more than the limit never passes");
+        };
+        let tokens = too_large.headers().tokens.expect("tokens window");
+        assert_eq!(tokens.remaining, 1000, "30 s refilled the 56 used");
+        let (small, _clock) = budget(0, 100);
+        small.charge(30).expect("fits");
+        let Err(Refusal::Exhausted { headers, .. }) = small.charge(90) else {
+            panic!("90 do not fit in the 70 left");
+        };
+        assert_eq!(headers.tokens.map(|w| w.remaining), Some(70));
     }
 
     #[test]
