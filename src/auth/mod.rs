@@ -401,6 +401,16 @@ impl Guard {
     }
 }
 
+/// The credentials of `Authorization: Bearer <token>`; the scheme's name is
+/// case-insensitive (RFC 9110, section 11.1).
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
 /// Middleware: `Authorization: Bearer <key>` on every guarded route when keys are set.
 pub async fn authenticate(
     req: ServiceRequest,
@@ -421,11 +431,7 @@ pub async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
+        .and_then(bearer_token);
     let refusal = match presented {
         None => ApiError::MissingApiKey,
         Some(key) => match keys.caller(key) {

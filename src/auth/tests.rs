@@ -170,3 +170,13 @@ fn a_reload_keeps_what_a_key_has_used_unless_its_limits_change() {
     assert!(spend().is_ok(), "a new limit starts a new budget");
     assert!(keys.caller("k2").is_none(), "bob is gone");
 }
+
+#[test]
+fn the_bearer_scheme_is_read_in_any_case() {
+    assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+    assert_eq!(bearer_token("BEARER  abc "), Some("abc"));
+    assert_eq!(bearer_token("bearer abc"), Some("abc"));
+    assert_eq!(bearer_token("Basic abc"), None);
+    assert_eq!(bearer_token("Bearer "), None);
+    assert_eq!(bearer_token("Bearerabc"), None);
+}

@@ -168,11 +168,14 @@ pub(super) struct WireCommon {
     response_format: Option<WireResponseFormat>,
 }
 
+/// Struct variants, even empty ones: serde's `deny_unknown_fields` does not reach the
+/// unit variants of an internally tagged enum, so `{"type": "text", "schema": ...}`
+/// would pass unremarked.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 enum WireResponseFormat {
-    Text,
-    JsonObject,
+    Text {},
+    JsonObject {},
     JsonSchema { json_schema: WireJsonSchema },
 }
 
@@ -397,8 +400,8 @@ pub(super) fn validate(
 /// OpenAI's `response_format`: text, any JSON object, or JSON held to a schema.
 fn response_format(wire: Option<WireResponseFormat>) -> Result<ResponseFormat, ApiError> {
     Ok(match wire {
-        None | Some(WireResponseFormat::Text) => ResponseFormat::Text,
-        Some(WireResponseFormat::JsonObject) => ResponseFormat::JsonObject,
+        None | Some(WireResponseFormat::Text {}) => ResponseFormat::Text,
+        Some(WireResponseFormat::JsonObject {}) => ResponseFormat::JsonObject,
         Some(WireResponseFormat::JsonSchema { json_schema }) => {
             let name_ok = !json_schema.name.is_empty()
                 && json_schema.name.len() <= 64

@@ -100,6 +100,16 @@ fn rejections_name_the_parameter() {
             "response_format.type",
         ),
         (
+            json!({"model": "m", "messages": msg, "response_format": {"type": "json_object", "x": 1}}),
+            "invalid_value",
+            "response_format",
+        ),
+        (
+            json!({"model": "m", "messages": msg, "response_format": {"type": "text", "schema": {}}}),
+            "invalid_value",
+            "response_format",
+        ),
+        (
             json!({"model": "m", "messages": msg, "top_k": 0}),
             "invalid_value",
             "top_k",
@@ -436,6 +446,12 @@ fn response_formats_become_constraints() {
     assert_ne!(
         a.input_hash, b.input_hash,
         "the format is part of what is asked"
+    );
+    let stray = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object", "schema": {}}}))
+        .expect_err("a field json_object does not have");
+    assert!(
+        stray.to_string().contains("unknown field `schema`"),
+        "{stray}"
     );
 }
 
