@@ -53,6 +53,8 @@ pub enum ApiError {
     Engine,
     #[error("Not found")]
     NotFound,
+    #[error("Method not allowed; this route takes {allow}")]
+    MethodNotAllowed { allow: &'static str },
     #[error("You didn't provide an API key. Provide it in the Authorization header with Bearer auth (Authorization: Bearer YOUR_KEY)")]
     MissingApiKey,
     #[error("Incorrect API key provided")]
@@ -201,6 +203,11 @@ impl ApiError {
                 "engine_error",
             ),
             E::NotFound => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
+            E::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+            ),
             // OpenAI answers both with this code; its SDKs raise AuthenticationError.
             E::MissingApiKey | E::InvalidApiKey => (
                 StatusCode::UNAUTHORIZED,
@@ -312,6 +319,9 @@ impl ResponseError for ApiError {
         }
         if matches!(self, ApiError::NotReady | ApiError::ShuttingDown) {
             response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("5")));
+        }
+        if let ApiError::MethodNotAllowed { allow } = self {
+            response.insert_header((header::ALLOW, HeaderValue::from_static(allow)));
         }
         if matches!(self, ApiError::MissingApiKey | ApiError::InvalidApiKey) {
             response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));

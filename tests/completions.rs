@@ -1,7 +1,7 @@
 //! The routes beside chat and what both generation routes share, black-box over HTTP
 //! with the scripted engine: legacy completions (exact frames, the same records as chat),
 //! `/tokenize` and `/detokenize`, a `response_format` an engine cannot honour, `logprobs`
-//! in OpenAI's two shapes, and stop sequences cut by the gateway.
+//! in OpenAI's two shapes, stop sequences cut by the gateway, and 405s for wrong methods.
 
 mod common;
 
@@ -386,5 +386,41 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     let records = server.observer.records();
     assert_eq!(records[0].response.as_deref(), Some("Hel"));
     assert_eq!(records[2].response.as_deref(), Some("Hello! More text"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_route_asked_with_the_wrong_method_is_405_naming_the_right_one() {
+    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let client = reqwest::Client::new();
+    let got = client
+        .get(server.url("/v1/chat/completions"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(got.status(), 405);
+    assert_eq!(got.headers()["allow"], "POST");
+    let body: Value = got.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    let posted = client
+        .post(server.url("/v1/models"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(posted.status(), 405);
+    assert_eq!(posted.headers()["allow"], "GET, HEAD");
+    let head = client
+        .head(server.url("/health"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(head.status(), 200);
+    let missing = client
+        .get(server.url("/v2/x"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(missing.status(), 404);
     server.stop().await;
 }

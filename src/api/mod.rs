@@ -20,7 +20,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::{web, HttpMessage, HttpRequest};
+use actix_web::{web, FromRequest, Handler, HttpMessage, HttpRequest, Resource, Responder};
 
 use crate::admission::Admission;
 use crate::clock::SharedClock;
@@ -106,28 +106,54 @@ impl AppState {
 /// The route table of the API listener; `/metrics` only when `metrics` (otherwise it has
 /// its own listener, [`configure_metrics`]).
 pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
-    cfg.route(
-        "/v1/chat/completions",
-        web::post().to(generation::chat_completions),
-    )
-    .route("/v1/completions", web::post().to(generation::completions))
-    .route("/tokenize", web::post().to(tokens::tokenize))
-    .route("/detokenize", web::post().to(tokens::detokenize))
-    .route("/v1/models", web::get().to(meta::list_models))
-    .route("/v1/models/{id}", web::get().to(meta::get_model))
-    .route("/health", web::get().to(meta::health))
-    .route("/ready", web::get().to(meta::ready));
+    cfg.service(post("/v1/chat/completions", generation::chat_completions))
+        .service(post("/v1/completions", generation::completions))
+        .service(post("/tokenize", tokens::tokenize))
+        .service(post("/detokenize", tokens::detokenize))
+        .service(get("/v1/models", meta::list_models))
+        .service(get("/v1/models/{id}", meta::get_model))
+        .service(get("/health", meta::health))
+        .service(get("/ready", meta::ready));
     if metrics {
-        cfg.route("/metrics", web::get().to(meta::metrics));
+        cfg.service(get("/metrics", meta::metrics));
     }
     cfg.default_service(web::to(not_found));
 }
 
 /// The route table of a metrics listener: the scrape and the liveness probe.
 pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
-    cfg.route("/metrics", web::get().to(meta::metrics))
-        .route("/health", web::get().to(meta::health))
+    cfg.service(get("/metrics", meta::metrics))
+        .service(get("/health", meta::health))
         .default_service(web::to(not_found));
+}
+
+/// `path` answered by `handler` for POST; any other method is 405 with `Allow: POST`.
+fn post<F, Args>(path: &str, handler: F) -> Resource
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    web::resource(path)
+        .route(web::post().to(handler))
+        .default_service(web::to(|| not_allowed("POST")))
+}
+
+/// `path` answered by `handler` for GET (and HEAD); any other method is 405.
+fn get<F, Args>(path: &str, handler: F) -> Resource
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    web::resource(path)
+        .route(web::head().to(handler.clone()))
+        .route(web::get().to(handler))
+        .default_service(web::to(|| not_allowed("GET, HEAD")))
+}
+
+async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed { allow })
 }
 
 /// CORS for `origins`: browsers on those pages may call the API with a key; preflights
