@@ -14,6 +14,7 @@ pub mod logprobs;
 pub mod producer;
 pub mod stops;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,9 +73,9 @@ pub struct Run {
 }
 
 /// What one token event means for the answer.
-pub struct Arrival {
+pub struct Arrival<'a> {
     /// Text the client may have now (see [`StopScreen`]).
-    pub text: String,
+    pub text: Cow<'a, str>,
     /// The answer ends here: a stop sequence is complete or the degeneration guard
     /// tripped. The generation should stop.
     pub end: Option<Ending>,
@@ -117,13 +118,13 @@ impl Run {
     }
 
     /// A token event the engine handed over `at` arrived.
-    pub fn token_arrived(
+    pub fn token_arrived<'a>(
         &mut self,
-        text: &str,
+        text: &'a str,
         ids: &[u32],
         logprobs: &[TokenLogprob],
         at: std::time::Instant,
-    ) -> Arrival {
+    ) -> Arrival<'a> {
         // The engine's own timing: when it produced text, held back or not.
         self.timer.engine_token(self.clock.at(at), !text.is_empty());
         let screened = self.stops.push(text);

@@ -7,6 +7,8 @@
 //! screen here holds back any end of the text that could still become a stop sequence,
 //! cuts the text where one is complete, and lets everything else through at once.
 
+use std::borrow::Cow;
+
 /// The stop sequences of one request and the text held back for them.
 #[derive(Debug, Default)]
 pub struct StopScreen {
@@ -16,9 +18,9 @@ pub struct StopScreen {
 
 /// What the screen lets through for one piece of engine text.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Screened {
-    /// Text the client may have now.
-    pub text: String,
+pub struct Screened<'a> {
+    /// Text the client may have now: the piece itself when the request has no stops.
+    pub text: Cow<'a, str>,
     /// A stop sequence is complete: the answer ends after `text`.
     pub stopped: bool,
 }
@@ -33,10 +35,10 @@ impl StopScreen {
     }
 
     /// Adds a piece of engine text.
-    pub fn push(&mut self, piece: &str) -> Screened {
+    pub fn push<'a>(&mut self, piece: &'a str) -> Screened<'a> {
         if self.stops.is_empty() {
             return Screened {
-                text: piece.to_owned(),
+                text: Cow::Borrowed(piece),
                 stopped: false,
             };
         }
@@ -50,15 +52,14 @@ impl StopScreen {
             let mut text = std::mem::take(&mut self.held);
             text.truncate(at);
             return Screened {
-                text,
+                text: Cow::Owned(text),
                 stopped: true,
             };
         }
         let keep = self.partial_stop_len();
-        let text = self.held[..self.held.len() - keep].to_owned();
-        self.held.drain(..self.held.len() - keep);
+        let text = self.held.drain(..self.held.len() - keep).collect();
         Screened {
-            text,
+            text: Cow::Owned(text),
             stopped: false,
         }
     }
