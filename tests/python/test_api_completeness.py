@@ -5,6 +5,7 @@ sampling extensions, and the refusals that stay.
 """
 
 import json
+import urllib.error
 import urllib.request
 
 import jsonschema
@@ -122,6 +123,10 @@ def test_tokenize_counts_what_a_request_is_charged(client, gateway):
         model=MODEL_ID, prompt=prompt, max_tokens=1).usage.prompt_tokens
     assert "".join(counted["token_strs"]).replace("\u0120", " ") == prompt
     assert post(gateway, "/detokenize", {"tokens": counted["tokens"]})["prompt"] == prompt
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        post(gateway, "/detokenize", {"tokens": counted["tokens"][:2] + [999_999]})
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"]["param"] == "tokens[2]"
 
 
 def test_sampling_extensions_are_applied_and_seeded(client):

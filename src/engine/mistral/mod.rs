@@ -113,7 +113,8 @@ impl MistralSettings {
 }
 
 struct Loaded {
-    /// At least one; the first also renders chat templates and counts prompt tokens.
+    /// At least one; each renders chat templates and counts prompt tokens too (the
+    /// idlest, [`MistralEngine::idlest`]).
     replicas: Vec<Model>,
     info: Arc<ModelInfo>,
     /// The tokens' bytes, for structured output and `/tokenize`'s spellings; `None` when
@@ -233,6 +234,19 @@ impl MistralEngine {
         Ok(Arc::new(engine))
     }
 
+    /// The instance running the fewest sequences. Tokenizing goes there: mistral.rs
+    /// reads its requests between two steps of an instance's loop, and one step is a
+    /// whole prefill, so counting a prompt on a busy instance waited for another
+    /// request's prefill while an idle one was at hand.
+    fn idlest<'a>(&self, loaded: &'a Loaded) -> &'a Model {
+        let replica = self.running.lock().map_or(0, |running| {
+            (0..running.len())
+                .min_by_key(|&i| running[i])
+                .unwrap_or_default()
+        });
+        &loaded.replicas[replica.min(loaded.replicas.len() - 1)]
+    }
+
     /// Waits for a free slot and claims it on the least busy replica, or on `pin`.
     async fn claim_slot(&self, pin: Option<usize>) -> Result<Slot, EngineError> {
         let waiting = Counted::new(&self.waiting);
@@ -335,12 +349,14 @@ fn split_model_path(path: &Path) -> anyhow::Result<(String, String)> {
 
 /// Renders and tokenizes a prompt on the first instance (mistral.rs does it on its engine
 /// loop, between decode steps of running sequences).
-async fn tokenize(loaded: &Loaded, request: &TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+/// Tokenizes on `model`: mistral.rs answers between two steps of that instance's engine
+/// loop, so the caller picks an idle instance (see [`MistralEngine::idlest`]).
+async fn tokenize(model: &Model, request: &TokenizeRequest) -> Result<Vec<u32>, EngineError> {
     let input = match &request.prompt {
         Prompt::Chat(messages) => Either::Left(text_messages(messages)),
         Prompt::Text(text) => Either::Right(text.clone()),
     };
-    loaded.replicas[0]
+    model
         .tokenize(
             input,
             None,
@@ -354,9 +370,9 @@ async fn tokenize(loaded: &Loaded, request: &TokenizeRequest) -> Result<Vec<u32>
 
 /// Counts the prompt as the engine will see it before committing to a stream, so a
 /// prompt that cannot fit is a clean 400 instead of a mid-stream failure.
-async fn count_prompt(loaded: &Loaded, request: &GenerationRequest) -> Result<u32, EngineError> {
+async fn count_prompt(model: &Model, request: &GenerationRequest) -> Result<u32, EngineError> {
     let ids = tokenize(
-        loaded,
+        model,
         &TokenizeRequest::as_generated(request.prompt.clone()),
     )
     .await?;
@@ -414,7 +430,7 @@ struct Canary<'a> {
 
 impl canary::Subject for Canary<'_> {
     async fn count(&self, request: &GenerationRequest) -> Result<u32, EngineError> {
-        count_prompt(self.loaded, request).await
+        count_prompt(&self.loaded.replicas[0], request).await
     }
 
     async fn start(
@@ -446,7 +462,7 @@ impl Engine for MistralEngine {
 
     async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        let prompt_tokens = count_prompt(loaded, &request).await?;
+        let prompt_tokens = count_prompt(self.idlest(loaded), &request).await?;
         request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
         if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
             return Err(EngineError::Unsupported {
@@ -470,7 +486,7 @@ impl Engine for MistralEngine {
 
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        tokenize(loaded, &request).await
+        tokenize(self.idlest(loaded), &request).await
     }
 
     async fn detokenize(
@@ -479,18 +495,18 @@ impl Engine for MistralEngine {
         skip_special_tokens: bool,
     ) -> Result<String, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        if let Some(bad) = ids.iter().find(|&&id| {
+        if let Some((at, bad)) = ids.iter().enumerate().find(|(_, &id)| {
             loaded
                 .vocabulary
                 .as_ref()
                 .is_some_and(|v| v.spellings(&[id]).is_none())
         }) {
             return Err(EngineError::InvalidParameter {
-                param: "tokens".into(),
+                param: format!("tokens[{at}]"),
                 message: format!("{bad} is not a token id of this model"),
             });
         }
-        loaded.replicas[0]
+        self.idlest(loaded)
             .detokenize(ids, skip_special_tokens)
             .await
             .map_err(|e| EngineError::Internal(e.to_string()))
