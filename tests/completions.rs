@@ -386,6 +386,38 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     let records = server.observer.records();
     assert_eq!(records[0].response.as_deref(), Some("Hel"));
     assert_eq!(records[2].response.as_deref(), Some("Hello! More text"));
+
+    // The tokens that spelled the stop are not the answer's: no log-probabilities.
+    let scored: Value = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "hi", "stop": ["lo!"], "logprobs": 1}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(scored["choices"][0]["text"], "Hel");
+    assert_eq!(scored["choices"][0]["logprobs"]["tokens"], json!(["Hel"]));
+    let streamed = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body(
+            "hi",
+            json!({"stop": ["lo!"], "logprobs": true, "stream": true}),
+        ),
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let tokens: Vec<Value> = chunks_of(&streamed)
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+        .flatten()
+        .map(|t| t["token"].clone())
+        .collect();
+    assert_eq!(tokens, [json!("Hel")], "{streamed}");
     server.stop().await;
 }
 

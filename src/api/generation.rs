@@ -315,6 +315,7 @@ async fn handle(
     let prompt = prompt.to_owned();
     let echo = parsed.echo.then(|| prompt.clone());
     let stop = parsed.generation.sampling.stop.clone();
+    let has_stops = !stop.is_empty();
     let seed = parsed.generation.sampling.seed;
     let with_logprobs = parsed.generation.top_logprobs.is_some();
 
@@ -384,7 +385,9 @@ async fn handle(
             .body(body));
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
-    let assembler = ChunkAssembler::new(meta, parsed.include_usage).with_logprobs(with_logprobs);
+    let assembler = ChunkAssembler::new(meta, parsed.include_usage)
+        .with_logprobs(with_logprobs)
+        .with_held_text(has_stops);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );

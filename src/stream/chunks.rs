@@ -82,6 +82,11 @@ pub struct ChunkAssembler {
     /// Where the next chunk's legacy `text_offset`s count from (see
     /// [`TextLogprobs::end`]).
     text_offset: usize,
+    /// Characters of text sent so far, the echo included.
+    sent_chars: usize,
+    /// The text may be held back (stop sequences): a token's log-probability waits for
+    /// the frame that completes its text. Otherwise it goes with the next frame.
+    held_text: bool,
 }
 
 #[derive(Serialize)]
@@ -146,6 +151,8 @@ impl ChunkAssembler {
     pub fn new(meta: ResponseMeta, include_usage: bool) -> Self {
         Self {
             text_offset: meta.echoed_chars(),
+            sent_chars: meta.echoed_chars(),
+            held_text: false,
             meta,
             include_usage,
             logprobs: false,
@@ -155,6 +162,13 @@ impl ChunkAssembler {
     /// Content chunks carry their tokens' log-probabilities.
     pub fn with_logprobs(mut self, logprobs: bool) -> Self {
         self.logprobs = logprobs;
+        self
+    }
+
+    /// The producer may hold text back (the request has stop sequences), so tokens go
+    /// with the frame that completes their text, not the next one.
+    pub fn with_held_text(mut self, held: bool) -> Self {
+        self.held_text = held;
         self
     }
 
@@ -179,24 +193,48 @@ impl ChunkAssembler {
         }
     }
 
-    /// A content frame for text and the tokens behind it (their log-probabilities go
-    /// along when asked for); `None` for empty text (nothing to send: the caller keeps
-    /// the tokens for the next frame).
-    pub fn token_frame(&mut self, text: &str, tokens: &[TokenLogprob]) -> Option<Bytes> {
+    /// A content frame for text, with the log-probabilities (when asked for) of the
+    /// waiting `tokens` whose text it completes; those go from `tokens`, the others wait
+    /// for a later frame (text held back for a stop sequence, a character split across
+    /// tokens). `None` for empty text: nothing to send.
+    pub fn token_frame(&mut self, text: &str, tokens: &mut Vec<TokenLogprob>) -> Option<Bytes> {
         if text.is_empty() {
             return None;
         }
+        self.sent_chars += text.chars().count();
+        let waiting = TextLogprobs {
+            tokens,
+            start: self.text_offset,
+        };
+        let complete = if self.held_text {
+            waiting.ended_by(self.sent_chars)
+        } else {
+            tokens.len()
+        };
         let frame = self.frame(
-            &[self.choice(None, Some(text), None, tokens)],
+            &[self.choice(None, Some(text), None, &tokens[..complete])],
             self.null_usage(),
             None,
         );
         self.text_offset = TextLogprobs {
-            tokens,
+            tokens: &tokens[..complete],
             start: self.text_offset,
         }
         .end();
+        tokens.drain(..complete);
         Some(frame)
+    }
+
+    /// Drops the tokens a stop sequence cut off: those that begin after the `answer`
+    /// (the whole answer text, as it ends) and so are not part of it.
+    pub fn drop_cut_tokens(&self, tokens: &mut Vec<TokenLogprob>, answer: &str) {
+        let end = self.meta.echoed_chars() + answer.chars().count();
+        let keep = TextLogprobs {
+            tokens,
+            start: self.text_offset,
+        }
+        .begun_before(end);
+        tokens.truncate(keep);
     }
 
     /// The frames that end a successful response, `[DONE]` included. `tokens`: those no
@@ -426,11 +464,11 @@ mod tests {
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
         );
         assert_eq!(
-            text(&a.token_frame("Hi \"you\"", &[]).expect("frame")),
+            text(&a.token_frame("Hi \"you\"", &mut Vec::new()).expect("frame")),
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi \\\"you\\\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
         );
         assert!(
-            a.token_frame("", &[]).is_none(),
+            a.token_frame("", &mut Vec::new()).is_none(),
             "empty tokens send nothing"
         );
         let end = a.finish_frames(
@@ -455,7 +493,8 @@ mod tests {
         let mut a = ChunkAssembler::new(meta(), true);
         assert!(text(&a.first_frame().expect("role"))
             .ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
-        assert!(text(&a.token_frame("x", &[]).expect("frame")).ends_with(",\"usage\":null}\n\n"));
+        assert!(text(&a.token_frame("x", &mut Vec::new()).expect("frame"))
+            .ends_with(",\"usage\":null}\n\n"));
         let end = a.finish_frames(
             FinishReason::Stop,
             Usage {
@@ -481,14 +520,17 @@ mod tests {
             top: vec![(token("Hi"), -0.5), (token("Yo"), -1.25)],
         }];
         assert_eq!(
-            text(&a.token_frame("Hi", &tokens).expect("frame")),
+            text(&a.token_frame("Hi", &mut tokens.to_vec()).expect("frame")),
             format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"logprobs\":{{\"content\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105],\"top_logprobs\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105]}},{{\"token\":\"Yo\",\"logprob\":-1.25,\"bytes\":[89,111]}}]}}],\"refusal\":null}},\"finish_reason\":null}}]}}\n\n")
         );
         assert!(text(&a.first_frame().expect("role")).contains("\"logprobs\":null"));
         let mut quiet = ChunkAssembler::new(meta(), false);
-        assert!(
-            text(&quiet.token_frame("Hi", &tokens).expect("frame")).contains("\"logprobs\":null")
-        );
+        assert!(text(
+            &quiet
+                .token_frame("Hi", &mut tokens.to_vec())
+                .expect("frame")
+        )
+        .contains("\"logprobs\":null"));
         let report = timings();
         let usage = Usage::default();
         let body = serde_json::to_value(Completion::new(
@@ -518,7 +560,7 @@ mod tests {
         );
         assert!(a.first_frame().is_none());
         assert_eq!(
-            text(&a.token_frame("Once", &[]).expect("frame")),
+            text(&a.token_frame("Once", &mut Vec::new()).expect("frame")),
             "data: {\"id\":\"cmpl-r1\",\"object\":\"text_completion\",\"created\":1767225600,\"model\":\"m\",\"system_fingerprint\":\"fp_x\",\"choices\":[{\"text\":\"Once\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n"
         );
         let usage = Usage {
@@ -562,9 +604,13 @@ mod tests {
         let mut a = ChunkAssembler::new(meta.clone(), false).with_logprobs(true);
         let first = text(&a.first_frame().expect("the echo comes first")).to_owned();
         assert!(first.contains("\"text\":\"Say:\",\"index\":0,\"logprobs\":null"));
-        let one = text(&a.token_frame(" hi", &[lp(" h"), lp("i")]).expect("frame")).to_owned();
+        let one = text(
+            &a.token_frame(" hi", &mut vec![lp(" h"), lp("i")])
+                .expect("frame"),
+        )
+        .to_owned();
         assert!(one.contains("\"text_offset\":[4,6]"), "{one}");
-        let two = text(&a.token_frame("!", &[lp("!")]).expect("frame")).to_owned();
+        let two = text(&a.token_frame("!", &mut vec![lp("!")]).expect("frame")).to_owned();
         assert!(two.contains("\"tokens\":[\"!\"],\"token_logprobs\":[-1.0],\"top_logprobs\":[{\"!\":-1.0}],\"text_offset\":[7]"), "{two}");
 
         let report = timings();

@@ -86,21 +86,32 @@ impl TextLogprobs<'_> {
     /// Each token's character offset: that of the character its first byte begins, or,
     /// for a token that starts inside a character (one split across tokens), of that
     /// character.
-    fn offsets(&self) -> Vec<usize> {
+    fn offsets(&self) -> impl Iterator<Item = usize> + '_ {
         let mut begun = self.start;
-        self.tokens
-            .iter()
-            .map(|t| {
-                let continues = t.token.bytes.first().is_some_and(|b| is_continuation(*b));
-                let at = if continues {
-                    begun.saturating_sub(1)
-                } else {
-                    begun
-                };
-                begun += chars_begun(t);
-                at
-            })
-            .collect()
+        self.tokens.iter().map(move |t| {
+            let continues = t.token.bytes.first().is_some_and(|b| is_continuation(*b));
+            let at = if continues {
+                begun.saturating_sub(1)
+            } else {
+                begun
+            };
+            begun += chars_begun(t);
+            at
+        })
+    }
+
+    /// How many of the first tokens end by character `end`: their text is all there.
+    pub fn ended_by(&self, end: usize) -> usize {
+        self.offsets()
+            .zip(self.tokens)
+            .take_while(|(at, t)| at + chars_begun(t) <= end)
+            .count()
+    }
+
+    /// How many of the tokens begin before character `end` (where a stop sequence cut
+    /// the text): the rest spelled the stop and are not the answer's.
+    pub fn begun_before(&self, end: usize) -> usize {
+        self.offsets().take_while(|&at| at < end).count()
     }
 }
 
@@ -156,7 +167,7 @@ impl Serialize for TextLogprobs<'_> {
                 .collect(),
             token_logprobs: self.tokens.iter().map(|t| t.logprob).collect(),
             top_logprobs: self.tokens.iter().map(TopMap).collect(),
-            text_offset: self.offsets(),
+            text_offset: self.offsets().collect(),
         }
         .serialize(serializer)
     }

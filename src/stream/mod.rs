@@ -79,6 +79,9 @@ pub struct Arrival<'a> {
     /// The answer ends here: a stop sequence is complete or the degeneration guard
     /// tripped. The generation should stop.
     pub end: Option<Ending>,
+    /// A stop sequence cut the text: the tokens that begin after the cut are not the
+    /// answer's, and their log-probabilities are not returned.
+    pub cut: bool,
 }
 
 /// How a request ended.
@@ -127,19 +130,25 @@ impl Run {
     ) -> Arrival<'a> {
         // The engine's own timing: when it produced text, held back or not.
         self.timer.engine_token(self.clock.at(at), !text.is_empty());
-        let screened = self.stops.push(text);
+        let mut screened = self.stops.push(text);
         let degenerated = self.quality.push(&screened.text, ids, logprobs);
         let end = if screened.stopped {
             Some(Ending::Finished {
                 reason: FinishReason::Stop,
                 usage: self.usage_so_far(),
             })
+        } else if degenerated {
+            // The answer ends here; what waited for a stop that did not come is its.
+            let rest = self.engine_finished();
+            screened.text.to_mut().push_str(&rest);
+            Some(Ending::Degenerated)
         } else {
-            degenerated.then_some(Ending::Degenerated)
+            None
         };
         Arrival {
             text: screened.text,
             end,
+            cut: screened.stopped,
         }
     }
 

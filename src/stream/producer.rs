@@ -23,6 +23,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::chunks::{ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
+use super::logprobs::TextLogprobs;
 use super::{Ending, Run};
 use crate::engine::{EngineError, EngineEvent, FinishReason, TokenLogprob, TokenStream};
 use crate::error::ApiError;
@@ -179,6 +180,9 @@ async fn drive(
             }) => {
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
                 unsent.extend(logprobs);
+                if arrival.cut {
+                    assembler.drop_cut_tokens(&mut unsent, run.text());
+                }
                 if send_text(run, assembler, wire, &arrival.text, &mut unsent).await? {
                     idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
@@ -214,8 +218,8 @@ async fn drive(
     }
 }
 
-/// Sends a content frame for `text` with the tokens not sent yet; nothing for no text
-/// (the tokens wait for the next frame). Whether a frame went out.
+/// Sends a content frame for `text` with those of the waiting tokens it completes;
+/// nothing for no text. Whether a frame went out.
 async fn send_text(
     run: &mut Run,
     assembler: &mut ChunkAssembler,
@@ -226,7 +230,6 @@ async fn send_text(
     let Some(frame) = assembler.token_frame(text, unsent) else {
         return Ok(false);
     };
-    unsent.clear();
     wire.send(run, frame).await?;
     run.content_sent();
     Ok(true)
@@ -276,6 +279,14 @@ pub async fn collect_json(
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
                 if with_logprobs {
                     tokens.extend(logprobs);
+                    if arrival.cut {
+                        let answer = run.text().chars().count();
+                        let lp = TextLogprobs {
+                            tokens: &tokens,
+                            start: 0,
+                        };
+                        tokens.truncate(lp.begun_before(answer));
+                    }
                 }
                 if !arrival.text.is_empty() {
                     run.content_sent();
