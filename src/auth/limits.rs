@@ -143,7 +143,10 @@ struct Meter<C: Clock + Clone> {
     limiter: Limiter<C>,
     quota: Quota,
     /// When the last charge passed and what it left: governor tells what is left only
-    /// when a charge passes, and a refusal's headers still need it.
+    /// when a charge passes, and a refusal's headers still need it. Written after the
+    /// charge, not with it, so two charges at once may store out of order; that moves a
+    /// refusal's `remaining` by a cell or so, fine for a header (the limit itself is
+    /// governor's, exact).
     last: Mutex<Option<(C::Instant, u32)>>,
 }
 

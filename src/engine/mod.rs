@@ -64,7 +64,6 @@ impl Prompt {
         }])
     }
 
-    /// The text the answer responds to: the last user message, or the whole text.
     /// The request field the prompt came in.
     pub fn param(&self) -> &'static str {
         match self {
@@ -73,6 +72,7 @@ impl Prompt {
         }
     }
 
+    /// The text the answer responds to: the last user message, or the whole text.
     pub fn last_user_text(&self) -> &str {
         match self {
             Prompt::Chat(messages) => messages

@@ -590,7 +590,33 @@ mod tests {
     }
 
     #[test]
-    fn text_completions_echo_the_prompt_and_offset_their_logprobs_after_it() {
+    fn text_completions_echo_the_prompt_first() {
+        // `echo` comes without `logprobs` (the parser refuses both), so no offsets here.
+        let meta = ResponseMeta {
+            shape: Shape::Text,
+            echo: Some("Say:".into()),
+            ..meta()
+        };
+        let mut a = ChunkAssembler::new(meta.clone(), false);
+        let first = text(&a.first_frame().expect("the echo comes first")).to_owned();
+        assert!(first.contains("\"text\":\"Say:\",\"index\":0,\"logprobs\":null"));
+        let one = text(&a.token_frame(" hi", &mut Vec::new()).expect("frame")).to_owned();
+        assert!(one.contains("\"text\":\" hi\""), "{one}");
+        let report = timings();
+        let body = serde_json::to_value(Completion::new(
+            &meta,
+            " hi!",
+            FinishReason::Stop,
+            Usage::default(),
+            &report,
+            None,
+        ))
+        .expect("json");
+        assert_eq!(body["choices"][0]["text"], "Say: hi!");
+    }
+
+    #[test]
+    fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
         let lp = |text: &str| TokenLogprob {
             token: crate::engine::TokenText::from_bytes(text.as_bytes().to_vec()),
             logprob: -1.0,
@@ -598,37 +624,30 @@ mod tests {
         };
         let meta = ResponseMeta {
             shape: Shape::Text,
-            echo: Some("Say:".into()),
             ..meta()
         };
         let mut a = ChunkAssembler::new(meta.clone(), false).with_logprobs(true);
-        let first = text(&a.first_frame().expect("the echo comes first")).to_owned();
-        assert!(first.contains("\"text\":\"Say:\",\"index\":0,\"logprobs\":null"));
         let one = text(
             &a.token_frame(" hi", &mut vec![lp(" h"), lp("i")])
                 .expect("frame"),
         )
         .to_owned();
-        assert!(one.contains("\"text_offset\":[4,6]"), "{one}");
+        assert!(one.contains("\"text_offset\":[0,2]"), "{one}");
         let two = text(&a.token_frame("!", &mut vec![lp("!")]).expect("frame")).to_owned();
-        assert!(two.contains("\"tokens\":[\"!\"],\"token_logprobs\":[-1.0],\"top_logprobs\":[{\"!\":-1.0}],\"text_offset\":[7]"), "{two}");
+        assert!(two.contains("\"tokens\":[\"!\"],\"token_logprobs\":[-1.0],\"top_logprobs\":[{\"!\":-1.0}],\"text_offset\":[3]"), "{two}");
 
-        let report = timings();
-        let tokens = [lp(" hi"), lp("!")];
-        let body = serde_json::to_value(Completion::new(
-            &meta,
-            " hi!",
-            FinishReason::Stop,
-            Usage::default(),
-            &report,
-            Some(&tokens),
-        ))
-        .expect("json");
-        assert_eq!(body["choices"][0]["text"], "Say: hi!");
-        assert_eq!(
-            body["choices"][0]["logprobs"]["text_offset"],
-            serde_json::json!([4, 7])
-        );
+        // With stops, text may be held back: a token waits for the frame its text is in.
+        let mut held = ChunkAssembler::new(meta, false)
+            .with_logprobs(true)
+            .with_held_text(true);
+        let mut waiting = vec![lp("The E")];
+        let first = text(&held.token_frame("The ", &mut waiting).expect("frame")).to_owned();
+        assert!(first.contains("\"logprobs\":null"), "{first}");
+        assert_eq!(waiting.len(), 1, "its 'E' is still held");
+        waiting.push(lp("nd"));
+        let second = text(&held.token_frame("End", &mut waiting).expect("frame")).to_owned();
+        assert!(second.contains("\"text_offset\":[0,5]"), "{second}");
+        assert!(waiting.is_empty());
     }
 
     #[test]

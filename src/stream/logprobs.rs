@@ -180,13 +180,18 @@ struct TopMap<'a>(&'a TokenLogprob);
 impl Serialize for TopMap<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let t = self.0;
-        let picked_listed = t.top.iter().any(|(token, _)| token.bytes == t.token.bytes);
-        let mut map = serializer.serialize_map(Some(t.top.len() + usize::from(!picked_listed)))?;
-        for (token, logprob) in &t.top {
-            map.serialize_entry(&legacy_spelling(token), logprob)?;
-        }
-        if !picked_listed {
-            map.serialize_entry(&legacy_spelling(&t.token), &t.logprob)?;
+        let picked = (&t.token, t.logprob);
+        let listed = t.top.iter().map(|(token, logprob)| (token, *logprob));
+        // A map has one value per key: two tokens that spell alike (a byte-fallback
+        // `<0x41>` and `A`) keep the likelier, which comes first.
+        let mut seen: Vec<Cow<'_, str>> = Vec::with_capacity(t.top.len() + 1);
+        let mut map = serializer.serialize_map(None)?;
+        for (token, logprob) in listed.chain(std::iter::once(picked)) {
+            let spelled = legacy_spelling(token);
+            if !seen.contains(&spelled) {
+                map.serialize_entry(&spelled, &logprob)?;
+                seen.push(spelled);
+            }
         }
         map.end()
     }
@@ -268,6 +273,20 @@ mod tests {
             serde_json::to_value(streamed).expect("json")["text_offset"],
             serde_json::json!([1, 2]),
             "split across chunks, the same offsets"
+        );
+    }
+
+    #[test]
+    fn tokens_that_spell_alike_keep_one_key_the_likelier() {
+        let tokens = [token("A", -0.5, &[("A", -0.25), ("A", -0.5), ("B", -2.0)])];
+        let body = serde_json::to_string(&TextLogprobs {
+            tokens: &tokens,
+            start: 0,
+        })
+        .expect("json");
+        assert!(
+            body.contains("\"top_logprobs\":[{\"A\":-0.25,\"B\":-2.0}]"),
+            "{body}"
         );
     }
 }

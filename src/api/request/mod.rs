@@ -21,8 +21,9 @@ use crate::engine::grammar::SCHEMA_PARAM;
 use crate::engine::{GenerationRequest, Prompt, ResponseFormat, Sampling};
 use crate::error::ApiError;
 
-/// Longest stop sequence accepted. The engine compares every stop sequence with the text
-/// at each step, so their length is a per-token cost a client should not choose freely.
+/// Longest stop sequence accepted. The gateway's stop screen (`stream::stops`) compares
+/// every stop sequence with the text it holds at each token, so their length is a
+/// per-token cost a client should not choose freely.
 pub const MAX_STOP_CHARS: usize = 256;
 
 /// Limits a request is validated against.

@@ -94,9 +94,24 @@ pub(super) async fn forward(
 /// (`Sequence::peek_delta`, sequence.rs line 1029: "the first token usually starts with a
 /// space"), so a completion of "The capital of France is" reads "Paris." where the model
 /// said " Paris.", and an answer that opens with a newline loses it. The picker knows the
-/// tokens' bytes: when the text is theirs minus leading whitespace, the whitespace goes
-/// back. Without a vocabulary (no bytes) the text stays as mistral.rs sent it.
+/// tokens' bytes and puts the whitespace back. Without a vocabulary (no bytes) the text
+/// stays as mistral.rs sent it.
+///
+/// The picks drained with the first piece may already include the next token (the
+/// engine runs ahead of this forwarder), so the whitespace is read from the start of the
+/// picks, never from their end: a text that follows it is kept behind exactly that
+/// whitespace; an empty first piece (a token of whitespace alone, trimmed to nothing) is
+/// the first token's text.
 fn restore_leading_space(text: &mut String, tokens: &[TokenLogprob]) {
+    if text.is_empty() {
+        if let Some(first) = tokens.first() {
+            let spelled = std::str::from_utf8(&first.token.bytes).unwrap_or_default();
+            if !spelled.is_empty() && spelled.chars().all(char::is_whitespace) {
+                spelled.clone_into(text);
+            }
+        }
+        return;
+    }
     let bytes: Vec<u8> = tokens
         .iter()
         .flat_map(|t| t.token.bytes.iter().copied())
@@ -104,10 +119,10 @@ fn restore_leading_space(text: &mut String, tokens: &[TokenLogprob]) {
     let Ok(decoded) = std::str::from_utf8(&bytes) else {
         return;
     };
-    if let Some(trimmed) = decoded.strip_suffix(text.as_str()) {
-        if !trimmed.is_empty() && trimmed.chars().all(char::is_whitespace) {
-            *text = decoded.to_owned();
-        }
+    let rest = decoded.trim_start();
+    let whitespace = &decoded[..decoded.len() - rest.len()];
+    if !whitespace.is_empty() && rest.starts_with(text.as_str()) {
+        text.insert_str(0, whitespace);
     }
 }
 
@@ -297,6 +312,16 @@ mod tests {
             text
         };
         assert_eq!(restored("Paris", &[" Par", "is"]), " Paris");
+        assert_eq!(
+            restored("Par", &[" Par", "is"]),
+            " Par",
+            "the next pick came along"
+        );
+        assert_eq!(
+            restored("", &["\n", "\n"]),
+            "\n",
+            "the next pick is its own piece"
+        );
         assert_eq!(
             restored("", &["\n\n"]),
             "\n\n",
