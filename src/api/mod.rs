@@ -19,6 +19,7 @@ use std::time::Duration;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::{web, FromRequest, Handler, HttpMessage, HttpRequest, Resource, Responder};
 
@@ -106,51 +107,51 @@ impl AppState {
 /// The route table of the API listener; `/metrics` only when `metrics` (otherwise it has
 /// its own listener, [`configure_metrics`]).
 pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
-    cfg.service(post("/v1/chat/completions", generation::chat_completions))
-        .service(post("/v1/completions", generation::completions))
-        .service(post("/tokenize", tokens::tokenize))
-        .service(post("/detokenize", tokens::detokenize))
-        .service(get("/v1/models", meta::list_models))
-        .service(get("/v1/models/{id}", meta::get_model))
-        .service(get("/health", meta::health))
-        .service(get("/ready", meta::ready));
+    cfg.service(only(
+        POST,
+        "/v1/chat/completions",
+        generation::chat_completions,
+    ))
+    .service(only(POST, "/v1/completions", generation::completions))
+    .service(only(POST, "/tokenize", tokens::tokenize))
+    .service(only(POST, "/detokenize", tokens::detokenize))
+    .service(only(GET, "/v1/models", meta::list_models))
+    .service(only(GET, "/v1/models/{id}", meta::get_model))
+    .service(only(GET, "/health", meta::health))
+    .service(only(GET, "/ready", meta::ready));
     if metrics {
-        cfg.service(get("/metrics", meta::metrics));
+        cfg.service(only(GET, "/metrics", meta::metrics));
     }
     cfg.default_service(web::to(not_found));
 }
 
 /// The route table of a metrics listener: the scrape and the liveness probe.
 pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
-    cfg.service(get("/metrics", meta::metrics))
-        .service(get("/health", meta::health))
+    cfg.service(only(GET, "/metrics", meta::metrics))
+        .service(only(GET, "/health", meta::health))
         .default_service(web::to(not_found));
 }
 
-/// `path` answered by `handler` for POST; any other method is 405 with `Allow: POST`.
-fn post<F, Args>(path: &str, handler: F) -> Resource
+/// `path` answered by `handler` for the methods `allow` lists (as the `Allow` header
+/// writes them); any other method is 405 with that header.
+fn only<F, Args>(allow: &'static str, path: &str, handler: F) -> Resource
 where
     F: Handler<Args>,
     Args: FromRequest + 'static,
     F::Output: Responder + 'static,
 {
-    web::resource(path)
-        .route(web::post().to(handler))
-        .default_service(web::to(|| not_allowed("POST")))
+    let resource = allow
+        .split(", ")
+        .fold(web::resource(path), |resource, name| {
+            // The names are this file's own literals.
+            let method = Method::from_bytes(name.as_bytes()).unwrap_or(Method::GET);
+            resource.route(web::method(method).to(handler.clone()))
+        });
+    resource.default_service(web::to(move || not_allowed(allow)))
 }
 
-/// `path` answered by `handler` for GET (and HEAD); any other method is 405.
-fn get<F, Args>(path: &str, handler: F) -> Resource
-where
-    F: Handler<Args>,
-    Args: FromRequest + 'static,
-    F::Output: Responder + 'static,
-{
-    web::resource(path)
-        .route(web::head().to(handler.clone()))
-        .route(web::get().to(handler))
-        .default_service(web::to(|| not_allowed("GET, HEAD")))
-}
+const POST: &str = "POST";
+const GET: &str = "GET, HEAD";
 
 async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::MethodNotAllowed { allow })

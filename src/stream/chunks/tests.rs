@@ -1,0 +1,250 @@
+use super::*;
+
+fn meta() -> ResponseMeta {
+    ResponseMeta {
+        id: "chatcmpl-r1".into(),
+        created: 1_767_225_600,
+        model: "m".into(),
+        system_fingerprint: "fp_x".into(),
+        shape: Shape::Chat,
+        echo: None,
+    }
+}
+
+fn timings() -> Report {
+    Report {
+        timings: crate::timing::Timings {
+            ttft_ms: Some(1.0),
+            engine_ttft_ms: None,
+            tpot_ms: None,
+            e2e_ms: 2.0,
+            queue_ms: None,
+            itl_ms: None,
+            tokens_per_second: None,
+            output_tokens: 1,
+            client_wait_ms: None,
+        },
+        quality: crate::quality::Quality {
+            repetition_rate: 0.0,
+            degenerated: false,
+            refusal: false,
+            intent: "general".into(),
+            language: "und",
+            mean_logprob: None,
+            min_logprob: None,
+            low_confidence_share: None,
+        },
+    }
+}
+
+const HEAD: &str = r#"data: {"id":"chatcmpl-r1","object":"chat.completion.chunk","created":1767225600,"model":"m","system_fingerprint":"fp_x","choices":"#;
+
+fn text(b: &Bytes) -> &str {
+    std::str::from_utf8(b).expect("utf-8")
+}
+
+#[test]
+fn frames_without_usage() {
+    let mut a = ChunkAssembler::new(meta(), false);
+    assert_eq!(
+        text(&a.first_frame().expect("chat has a role frame")),
+        format!("{HEAD}[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
+    );
+    assert_eq!(
+        text(&a.token_frame("Hi \"you\"", &mut Vec::new()).expect("frame")),
+        format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi \\\"you\\\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n")
+    );
+    assert!(
+        a.token_frame("", &mut Vec::new()).is_none(),
+        "empty tokens send nothing"
+    );
+    let end = a.finish_frames(
+        FinishReason::Length,
+        Usage {
+            prompt_tokens: 3,
+            completion_tokens: 1,
+        },
+        &timings(),
+        &[],
+    );
+    assert_eq!(end.len(), 2);
+    assert_eq!(
+        text(&end[0]),
+        format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"client_wait_ms\":null,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\",\"language\":\"und\",\"mean_logprob\":null,\"min_logprob\":null,\"low_confidence_share\":null}}}}\n\n")
+    );
+    assert_eq!(text(&end[1]), "data: [DONE]\n\n");
+}
+
+#[test]
+fn frames_with_usage() {
+    let mut a = ChunkAssembler::new(meta(), true);
+    assert!(text(&a.first_frame().expect("role"))
+        .ends_with("\"finish_reason\":null}],\"usage\":null}\n\n"));
+    assert!(text(&a.token_frame("x", &mut Vec::new()).expect("frame"))
+        .ends_with(",\"usage\":null}\n\n"));
+    let end = a.finish_frames(
+        FinishReason::Stop,
+        Usage {
+            prompt_tokens: 3,
+            completion_tokens: 1,
+        },
+        &timings(),
+        &[],
+    );
+    assert_eq!(end.len(), 3);
+    assert!(text(&end[0]).ends_with("\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"));
+    assert!(text(&end[1]).starts_with(&format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}},\"timings\":{{")));
+    assert_eq!(text(&end[2]), "data: [DONE]\n\n");
+}
+
+#[test]
+fn logprobs_ride_on_content_chunks_as_openai_shapes_them() {
+    let mut a = ChunkAssembler::new(meta(), false).with_logprobs(true);
+    let token = |t: &str| crate::engine::TokenText::from_bytes(t.as_bytes().to_vec());
+    let tokens = [TokenLogprob {
+        token: token("Hi"),
+        logprob: -0.5,
+        top: vec![(token("Hi"), -0.5), (token("Yo"), -1.25)],
+    }];
+    assert_eq!(
+        text(&a.token_frame("Hi", &mut tokens.to_vec()).expect("frame")),
+        format!("{HEAD}[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"logprobs\":{{\"content\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105],\"top_logprobs\":[{{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":[72,105]}},{{\"token\":\"Yo\",\"logprob\":-1.25,\"bytes\":[89,111]}}]}}],\"refusal\":null}},\"finish_reason\":null}}]}}\n\n")
+    );
+    assert!(text(&a.first_frame().expect("role")).contains("\"logprobs\":null"));
+    let mut quiet = ChunkAssembler::new(meta(), false);
+    assert!(text(
+        &quiet
+            .token_frame("Hi", &mut tokens.to_vec())
+            .expect("frame")
+    )
+    .contains("\"logprobs\":null"));
+    let report = timings();
+    let usage = Usage::default();
+    let body = serde_json::to_value(Completion::new(
+        &meta(),
+        "Hi",
+        FinishReason::Stop,
+        usage,
+        &report,
+        Some(&tokens),
+    ))
+    .expect("json");
+    assert_eq!(
+        body["choices"][0]["logprobs"]["content"][0]["top_logprobs"][1]["token"],
+        "Yo"
+    );
+}
+
+#[test]
+fn text_completions_stream_text_pieces_without_a_role() {
+    let mut a = ChunkAssembler::new(
+        ResponseMeta {
+            id: "cmpl-r1".into(),
+            shape: Shape::Text,
+            ..meta()
+        },
+        false,
+    );
+    assert!(a.first_frame().is_none());
+    assert_eq!(
+        text(&a.token_frame("Once", &mut Vec::new()).expect("frame")),
+        "data: {\"id\":\"cmpl-r1\",\"object\":\"text_completion\",\"created\":1767225600,\"model\":\"m\",\"system_fingerprint\":\"fp_x\",\"choices\":[{\"text\":\"Once\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+    );
+    let usage = Usage {
+        prompt_tokens: 3,
+        completion_tokens: 1,
+    };
+    let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[]);
+    assert!(text(&end[0]).contains(
+        "\"choices\":[{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"stop\"}]"
+    ));
+    let meta = ResponseMeta {
+        shape: Shape::Text,
+        ..meta()
+    };
+    let report = timings();
+    let body = serde_json::to_value(Completion::new(
+        &meta,
+        "upon",
+        FinishReason::Length,
+        usage,
+        &report,
+        None,
+    ))
+    .expect("json");
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(body["choices"][0]["text"], "upon");
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert!(body["choices"][0].get("message").is_none());
+}
+
+#[test]
+fn text_completions_echo_the_prompt_first() {
+    // `echo` comes without `logprobs` (the parser refuses both), so no offsets here.
+    let meta = ResponseMeta {
+        shape: Shape::Text,
+        echo: Some("Say:".into()),
+        ..meta()
+    };
+    let mut a = ChunkAssembler::new(meta.clone(), false);
+    let first = text(&a.first_frame().expect("the echo comes first")).to_owned();
+    assert!(first.contains("\"text\":\"Say:\",\"index\":0,\"logprobs\":null"));
+    let one = text(&a.token_frame(" hi", &mut Vec::new()).expect("frame")).to_owned();
+    assert!(one.contains("\"text\":\" hi\""), "{one}");
+    let report = timings();
+    let body = serde_json::to_value(Completion::new(
+        &meta,
+        " hi!",
+        FinishReason::Stop,
+        Usage::default(),
+        &report,
+        None,
+    ))
+    .expect("json");
+    assert_eq!(body["choices"][0]["text"], "Say: hi!");
+}
+
+#[test]
+fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
+    let lp = |text: &str| TokenLogprob {
+        token: crate::engine::TokenText::from_bytes(text.as_bytes().to_vec()),
+        logprob: -1.0,
+        top: Vec::new(),
+    };
+    let meta = ResponseMeta {
+        shape: Shape::Text,
+        ..meta()
+    };
+    let mut a = ChunkAssembler::new(meta.clone(), false).with_logprobs(true);
+    let one = text(
+        &a.token_frame(" hi", &mut vec![lp(" h"), lp("i")])
+            .expect("frame"),
+    )
+    .to_owned();
+    assert!(one.contains("\"text_offset\":[0,2]"), "{one}");
+    let two = text(&a.token_frame("!", &mut vec![lp("!")]).expect("frame")).to_owned();
+    assert!(two.contains("\"tokens\":[\"!\"],\"token_logprobs\":[-1.0],\"top_logprobs\":[{\"!\":-1.0}],\"text_offset\":[3]"), "{two}");
+
+    // With stops, text may be held back: a token waits for the frame its text is in.
+    let mut held = ChunkAssembler::new(meta, false)
+        .with_logprobs(true)
+        .with_held_text(true);
+    let mut waiting = vec![lp("The E")];
+    let first = text(&held.token_frame("The ", &mut waiting).expect("frame")).to_owned();
+    assert!(first.contains("\"logprobs\":null"), "{first}");
+    assert_eq!(waiting.len(), 1, "its 'E' is still held");
+    waiting.push(lp("nd"));
+    let second = text(&held.token_frame("End", &mut waiting).expect("frame")).to_owned();
+    assert!(second.contains("\"text_offset\":[0,5]"), "{second}");
+    assert!(waiting.is_empty());
+}
+
+#[test]
+fn error_frames_are_openai_errors_then_done() {
+    let frames = ChunkAssembler::error_frames(&ApiError::Engine);
+    assert_eq!(
+        text(&frames[0]),
+        "data: {\"error\":{\"message\":\"The engine failed while generating; the error was logged with the request id\",\"type\":\"server_error\",\"param\":null,\"code\":\"engine_error\"}}\n\n"
+    );
+    assert_eq!(text(&frames[1]), "data: [DONE]\n\n");
+}
