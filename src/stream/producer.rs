@@ -154,7 +154,8 @@ async fn drive(
     let idle = tokio::time::sleep(keepalive);
     let passed = deadline.passed();
     tokio::pin!(idle, passed);
-    // Tokens whose text was empty (part of a character) ride on the next frame.
+    // Tokens waiting for a frame: their text is empty (part of a character) or held back
+    // for a stop sequence.
     let mut unsent: Vec<TokenLogprob> = Vec::new();
     loop {
         let event = tokio::select! {
