@@ -80,7 +80,7 @@ impl Answer {
             .as_str()
             .map(str::to_owned);
         Self {
-            output_hash: text.as_deref().map(sha256_hex),
+            output_hash: text.as_deref().map(crate::record::output_hash),
             text,
             ttft_ms: t["ttft_ms"].as_f64(),
             tpot_ms: t["tpot_ms"].as_f64(),
@@ -113,11 +113,6 @@ impl Answer {
             ..Self::default()
         }
     }
-}
-
-fn sha256_hex(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// One prompt, both answers, and how they differ.
@@ -457,7 +452,7 @@ mod tests {
     fn answer(text: &str, ttft: f64, rep: f64, refusal: bool, lp: f64) -> Answer {
         Answer {
             text: Some(text.into()),
-            output_hash: Some(sha256_hex(text)),
+            output_hash: Some(crate::record::output_hash(text)),
             ttft_ms: Some(ttft),
             tpot_ms: Some(20.0),
             repetition_rate: Some(rep),

@@ -90,6 +90,13 @@ pub struct RequestRecord {
     pub response: Option<String>,
 }
 
+/// The record's `output_hash` of an answer's text: sha256, hex. `llmgate replay` and
+/// `llmgate compare` hash the answers they get back the same way, to match them.
+pub fn output_hash(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
 impl RequestRecord {
     /// The `system_fingerprint` the answer carried.
     pub fn system_fingerprint(&self) -> Option<&str> {

@@ -14,7 +14,6 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ReplayFile {
@@ -80,7 +79,7 @@ pub async fn replay(
     let content = answer["choices"][0]["message"]["content"]
         .as_str()
         .ok_or_else(|| ReplayError::Shape(answer.to_string()))?;
-    let output_hash = hex::encode(Sha256::digest(content.as_bytes()));
+    let output_hash = crate::record::output_hash(content);
     let system_fingerprint = answer["system_fingerprint"]
         .as_str()
         .unwrap_or_default()

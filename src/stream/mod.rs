@@ -18,8 +18,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use crate::admission::Permit;
 use crate::clock::SharedClock;
 use crate::engine::{FinishReason, TokenLogprob, Usage};
@@ -139,7 +137,7 @@ impl Run {
             })
         } else if degenerated {
             // The answer ends here; what waited for a stop that did not come is its.
-            let rest = self.engine_finished();
+            let rest = self.release_held_text();
             screened.text.to_mut().push_str(&rest);
             Some(Ending::Degenerated)
         } else {
@@ -152,9 +150,9 @@ impl Run {
         }
     }
 
-    /// The engine finished the answer: the text held back for a stop sequence that did
-    /// not come is the answer's end.
-    pub fn engine_finished(&mut self) -> String {
+    /// The answer ends without a stop sequence (the engine finished, or the guard
+    /// stopped it): the text held back for one is the answer's end.
+    pub fn release_held_text(&mut self) -> String {
         let rest = self.stops.finish();
         self.quality.push(&rest, &[], &[]);
         rest
@@ -243,7 +241,7 @@ impl Run {
             return;
         };
         let _entered = self.log_span.clone().entered();
-        let output_hash = hex::encode(Sha256::digest(self.quality.text().as_bytes()));
+        let output_hash = crate::record::output_hash(self.quality.text());
         let t_end = self.timer.received() + Duration::from_secs_f64(report.timings.e2e_ms / 1000.0);
         let phases = self.timer.phases(t_end);
         let info = &mut self.info;

@@ -196,7 +196,7 @@ async fn drive(
                 ending
             }
             Some(EngineEvent::Finished { reason, usage }) => {
-                let rest = run.engine_finished();
+                let rest = run.release_held_text();
                 send_text(run, assembler, wire, &rest, &mut unsent).await?;
                 Ending::Finished { reason, usage }
             }
@@ -298,7 +298,7 @@ pub async fn collect_json(
                 }
             }
             Some(EngineEvent::Finished { reason, usage }) => {
-                if !run.engine_finished().is_empty() {
+                if !run.release_held_text().is_empty() {
                     run.content_sent();
                 }
                 break Ending::Finished { reason, usage };

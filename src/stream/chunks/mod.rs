@@ -82,7 +82,7 @@ pub struct ChunkAssembler {
     /// Where the next chunk's legacy `text_offset`s count from (see
     /// [`TextLogprobs::end`]).
     text_offset: usize,
-    /// Characters of text sent so far, the echo included.
+    /// Characters of text sent so far, the echo included (counted with `held_text`).
     sent_chars: usize,
     /// The text may be held back (stop sequences): a token's log-probability waits for
     /// the frame that completes its text. Otherwise it goes with the next frame.
@@ -201,26 +201,28 @@ impl ChunkAssembler {
         if text.is_empty() {
             return None;
         }
-        self.sent_chars += text.chars().count();
-        let waiting = TextLogprobs {
-            tokens,
-            start: self.text_offset,
-        };
-        let complete = if self.held_text {
-            waiting.ended_by(self.sent_chars)
-        } else {
-            tokens.len()
-        };
+        // Characters and offsets are counted only for a client that gets them.
+        let mut complete = tokens.len();
+        if self.logprobs && self.held_text {
+            self.sent_chars += text.chars().count();
+            complete = TextLogprobs {
+                tokens,
+                start: self.text_offset,
+            }
+            .ended_by(self.sent_chars);
+        }
         let frame = self.frame(
             &[self.choice(None, Some(text), None, &tokens[..complete])],
             self.null_usage(),
             None,
         );
-        self.text_offset = TextLogprobs {
-            tokens: &tokens[..complete],
-            start: self.text_offset,
+        if self.logprobs {
+            self.text_offset = TextLogprobs {
+                tokens: &tokens[..complete],
+                start: self.text_offset,
+            }
+            .end();
         }
-        .end();
         tokens.drain(..complete);
         Some(frame)
     }
