@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llmgate::engine::grammar::{Grammar, Vocabulary};
-use llmgate::engine::mistral::picker::{PickedIds, Picker};
+use llmgate::engine::mistral::picker::{EndRules, PickedIds, Picker};
 use llmgate::engine::{ResponseFormat, Sampling};
 use mistralrs::{CustomLogitsProcessor, Device, Tensor};
 
@@ -49,6 +49,7 @@ fn per_token(name: &str, sampling: Sampling, vocabulary: Option<&Vocabulary>, ca
         &sampling,
         json_grammar(vocabulary),
         None,
+        EndRules::default(),
         Arc::clone(&picked),
     );
     let mut context: Vec<u32> = (0..64).collect();
@@ -65,6 +66,7 @@ fn per_token(name: &str, sampling: Sampling, vocabulary: Option<&Vocabulary>, ca
                     &sampling,
                     json_grammar(vocabulary),
                     None,
+                    EndRules::default(),
                     Arc::clone(&picked),
                 );
             }

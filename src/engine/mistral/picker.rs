@@ -32,12 +32,68 @@ pub type PickedIds = Arc<Mutex<Vec<Pick>>>;
 /// position, so concurrent neighbours cannot change it), records its id, and masks every
 /// other token. It runs after mistral.rs has applied penalties. With a [`Grammar`] the
 /// grammar's mask comes first, so only tokens that keep the JSON valid can be picked.
+/// The [`EndRules`] mask the tokens that would end the answer too early.
 pub struct Picker {
     sampler: SeededSampler,
     grammar: Option<Grammar>,
     /// How many alternatives to report with each pick.
     top_logprobs: usize,
+    ends: EndRules,
     picked: PickedIds,
+}
+
+/// When the answer may end, from vLLM's `ignore_eos`, `min_tokens` and `stop_token_ids`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndRules {
+    /// The model's end-of-sequence tokens, as mistral.rs stops on them.
+    pub eos: Arc<[u32]>,
+    /// Tokens of the prompt: the picker sees the whole sequence, prompt first.
+    pub prompt_tokens: usize,
+    /// Never pick an end-of-sequence token.
+    pub ignore_eos: bool,
+    /// Pick neither an end-of-sequence nor a stop token before this many completion tokens.
+    pub min_tokens: usize,
+    /// Tokens that end the answer, their text left out: when the picker picks one, it
+    /// records it and hands mistral.rs the end-of-sequence token in its place, so the
+    /// sequence ends as at EOS. (mistral.rs's own `StopTokens::Ids` refuses any id that is
+    /// a prefix of other tokens, which most word tokens are: `add_request.rs` line 329.)
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl EndRules {
+    /// The tokens closed at this step, when `generated` completion tokens came before.
+    fn closed(&self, generated: usize) -> impl Iterator<Item = u32> + '_ {
+        let early = generated < self.min_tokens;
+        let eos = (self.ignore_eos || early).then_some(self.eos.iter());
+        let stops = early.then_some(self.stop_token_ids.iter());
+        eos.into_iter()
+            .flatten()
+            .chain(stops.into_iter().flatten())
+            .copied()
+    }
+
+    /// Masks the closed tokens in `values`, unless nothing else is left open (a grammar
+    /// that can only end): an answer that cannot go on ends rather than fails.
+    fn mask(&self, values: &mut [f32], generated: usize) {
+        let closed: Vec<(usize, f32)> = self
+            .closed(generated)
+            .filter_map(|id| {
+                let i = id as usize;
+                values.get(i).map(|&v| (i, v))
+            })
+            .collect();
+        if closed.is_empty() {
+            return;
+        }
+        for &(i, _) in &closed {
+            values[i] = f32::NEG_INFINITY;
+        }
+        if !values.iter().any(|v| v.is_finite()) {
+            for (i, v) in closed {
+                values[i] = v;
+            }
+        }
+    }
 }
 
 impl Picker {
@@ -45,6 +101,7 @@ impl Picker {
         sampling: &Sampling,
         grammar: Option<Grammar>,
         top_logprobs: Option<u8>,
+        ends: EndRules,
         picked: PickedIds,
     ) -> Self {
         let sampler = SeededSampler {
@@ -62,6 +119,7 @@ impl Picker {
             sampler,
             grammar,
             top_logprobs: usize::from(top_logprobs.unwrap_or(0)),
+            ends,
             picked,
         }
     }
@@ -106,16 +164,24 @@ impl CustomLogitsProcessor for Picker {
         if let Some(grammar) = &self.grammar {
             grammar.mask(&mut values).map_err(grammar_failed)?;
         }
+        let generated = context.len().saturating_sub(self.ends.prompt_tokens);
+        self.ends.mask(&mut values, generated);
         let id = self.sampler.pick(&values, context.len() as u64);
-        if let Some(grammar) = &self.grammar {
+        let stops = self.ends.stop_token_ids.contains(&id);
+        if let (Some(grammar), false) = (&self.grammar, stops) {
             grammar.consume(id).map_err(grammar_failed)?;
         }
         self.record(log_probabilities(&values, id, self.top_logprobs));
-        // Everything but the picked token masked, in the buffer already copied. Greedy
+        // A stop token ends the sequence as EOS does: mistral.rs gets the EOS.
+        let emitted = match (stops, self.ends.eos.first()) {
+            (true, Some(&eos)) => eos,
+            _ => id,
+        };
+        // Everything but the emitted token masked, in the buffer already copied. Greedy
         // steps too: mistral.rs may apply a model's own sampling defaults to a request
         // that sets none, so unmasked logits could be sampled rather than argmaxed.
         values.fill(f32::NEG_INFINITY);
-        if let Some(slot) = values.get_mut(id as usize) {
+        if let Some(slot) = values.get_mut(emitted as usize) {
             *slot = 0.0;
         }
         let n = values.len();
@@ -159,10 +225,19 @@ mod tests {
     use mistralrs::Device;
 
     fn apply(sampling: Sampling, logits: &[f32]) -> (u32, Vec<f32>) {
+        apply_with(sampling, EndRules::default(), logits, &[1, 2, 3])
+    }
+
+    fn apply_with(
+        sampling: Sampling,
+        ends: EndRules,
+        logits: &[f32],
+        context: &[u32],
+    ) -> (u32, Vec<f32>) {
         let picked = PickedIds::default();
-        let picker = Picker::new(&sampling, None, None, Arc::clone(&picked));
+        let picker = Picker::new(&sampling, None, None, ends, Arc::clone(&picked));
         let tensor = Tensor::from_slice(logits, logits.len(), &Device::Cpu).expect("tensor");
-        let out = picker.apply(&tensor, &[1, 2, 3]).expect("apply");
+        let out = picker.apply(&tensor, context).expect("apply");
         let id = picked.lock().expect("ids")[0].id;
         (id, out.to_vec1().expect("values"))
     }
@@ -203,6 +278,54 @@ mod tests {
             &logits,
         );
         only(id, &out);
+    }
+
+    #[test]
+    fn end_rules_hold_back_eos_and_stop_tokens_as_vllm_does() {
+        let greedy = Sampling {
+            temperature: Some(0.0),
+            ..Sampling::default()
+        };
+        // Token 0 is EOS and the likeliest; token 2 a stop token, next likeliest.
+        let logits = [5.0, 1.0, 4.0, 2.0];
+        let rules = |ignore_eos, min_tokens| EndRules {
+            eos: Arc::from([0u32]),
+            prompt_tokens: 3,
+            ignore_eos,
+            min_tokens,
+            stop_token_ids: vec![2],
+        };
+        let pick = |ends, context: &[u32]| apply_with(greedy.clone(), ends, &logits, context).0;
+        assert_eq!(pick(rules(false, 0), &[7, 7, 7]), 0, "EOS open by default");
+        assert_eq!(
+            pick(rules(true, 0), &[7, 7, 7]),
+            2,
+            "ignore_eos closes EOS only"
+        );
+        assert_eq!(
+            pick(rules(false, 2), &[7, 7, 7, 9]),
+            3,
+            "one token in: EOS and the stop token wait for min_tokens"
+        );
+        assert_eq!(
+            pick(rules(false, 2), &[7, 7, 7, 9, 9]),
+            0,
+            "two in: open again"
+        );
+        assert_eq!(
+            pick(rules(true, 2), &[7, 7, 7, 9, 9]),
+            2,
+            "past min_tokens the stop token is open, EOS still ignored"
+        );
+        // Nothing but the closed tokens is open: the answer may end after all.
+        let only_eos = [5.0, f32::NEG_INFINITY];
+        let (id, _) = apply_with(greedy.clone(), rules(true, 0), &only_eos, &[7, 7, 7]);
+        assert_eq!(id, 0);
+        // A stop token is recorded as picked, and mistral.rs is handed the EOS instead.
+        let (id, out) = apply_with(greedy, rules(true, 0), &logits, &[7, 7, 7]);
+        assert_eq!(id, 2, "the stop token was the pick");
+        assert_eq!(out[0], 0.0, "EOS is what the engine sees");
+        assert_eq!(out[2], f32::NEG_INFINITY);
     }
 
     #[test]
