@@ -126,6 +126,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     assert_eq!(records.iter().filter(|r| r.status == Status::Ok).count(), 2);
 
     repetition_rates(&server).await;
+    end_rules(&server).await;
     same_seed_same_text_whatever_the_neighbours(&server, &engine).await;
     server.stop().await;
 
@@ -183,11 +184,65 @@ async fn guard_stops_a_looping_answer(server: &TestServer) {
     )
     .await;
     assert_eq!(stopped["timings"]["degenerated"], true, "{stopped}");
-    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop", "{stopped}");
     let n = stopped["usage"]["completion_tokens"]
         .as_u64()
         .expect("tokens");
     assert!(n < 128, "the guard stopped the loop early: {n} tokens");
+}
+
+/// vLLM's `ignore_eos`, `min_tokens` and `stop_token_ids`, as benchmark clients send them,
+/// on a greedy answer that ends by itself.
+async fn end_rules(server: &TestServer) {
+    const SHORT: &str = "Say hello.";
+    let greedy = |extra: Value| {
+        let mut body = json!({"temperature": 0, "max_tokens": 40});
+        body.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        ask(server, SHORT, body)
+    };
+    let tokens = |answer: &Value| answer["usage"]["completion_tokens"].as_u64().expect("usage");
+    let text = |answer: &Value| {
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("text")
+            .to_owned()
+    };
+    let plain = greedy(json!({})).await;
+    let n = tokens(&plain);
+    assert_eq!(plain["choices"][0]["finish_reason"], "stop", "{plain}");
+    assert!((3..35).contains(&n), "the premise: a short answer, {n} tokens");
+
+    let ignoring = greedy(json!({"ignore_eos": true})).await;
+    assert_eq!(tokens(&ignoring), 40, "{ignoring}");
+    assert_eq!(ignoring["choices"][0]["finish_reason"], "length");
+    assert!(text(&ignoring).starts_with(&text(&plain)), "the same answer, then more");
+
+    let at_least = greedy(json!({"min_tokens": n + 5})).await;
+    assert!(tokens(&at_least) >= n + 5, "{at_least}");
+
+    // Stop on the answer's third token: the text ends before it.
+    let ids: Value = reqwest::Client::new()
+        .post(server.url("/tokenize"))
+        .json(&json!({"model": MODEL, "prompt": text(&plain), "add_special_tokens": false}))
+        .send()
+        .await
+        .expect("tokenize")
+        .json()
+        .await
+        .expect("json");
+    let third = ids["tokens"][2].as_u64().expect("a third token");
+    let stopped = greedy(json!({"stop_token_ids": [third]})).await;
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop", "{stopped}");
+    let cut = text(&stopped);
+    assert!(
+        cut.len() < text(&plain).len() && text(&plain).starts_with(&cut),
+        "{cut:?} is the start of {:?}",
+        text(&plain)
+    );
+    let unknown = greedy(json!({"stop_token_ids": [4_000_000]})).await;
+    assert_eq!(unknown["error"]["param"], "stop_token_ids[0]", "{unknown}");
 }
 
 /// Seeded answers do not depend on what runs beside them, nor on which replica runs them.

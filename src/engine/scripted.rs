@@ -247,6 +247,7 @@ impl Engine for ScriptedEngine {
             prompt_tokens,
             started,
             events: rx,
+            reported: None,
         })
     }
 }

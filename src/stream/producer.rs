@@ -228,6 +228,7 @@ async fn send_text(
     text: &str,
     unsent: &mut Vec<TokenLogprob>,
 ) -> Result<bool, Lost> {
+    assembler.count(run.usage_so_far());
     let Some(frame) = assembler.token_frame(text, unsent) else {
         return Ok(false);
     };

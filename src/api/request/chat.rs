@@ -106,9 +106,7 @@ pub fn parse_chat_request(
     require(&object, &["model", "messages"])?;
     let common: WireCommon = read(&object)?;
     let chat: WireChat = read(&object)?;
-    if common.model != limits.served_model {
-        return Err(ApiError::ModelNotFound(common.model));
-    }
+    limits.model(&common.model)?;
     if chat.messages.is_empty() {
         return Err(ApiError::invalid(
             "messages",

@@ -51,9 +51,7 @@ pub fn parse_completion_request(
     require(&object, &["model", "prompt"])?;
     let common: WireCommon = read(&object)?;
     let completion: WireCompletion = read(&object)?;
-    if common.model != limits.served_model {
-        return Err(ApiError::ModelNotFound(common.model));
-    }
+    limits.model(&common.model)?;
     let text = match completion.prompt {
         WirePrompt::One(text) => text,
         WirePrompt::Many(items) => match items.as_slice() {

@@ -6,8 +6,10 @@
 //! Parameters this server cannot honour are refused with a 400 naming them, never ignored;
 //! the same parameters at their neutral values (`n: 1`, `tools: []`, `logprobs: false`...)
 //! are accepted, because SDKs often send them. The sampling extensions vLLM and llama.cpp
-//! clients send (`top_k`, `min_p`, `repetition_penalty`) are honoured, unless the server
-//! runs with `--strict-params`, which refuses them as OpenAI does.
+//! clients send (`top_k`, `min_p`, `repetition_penalty`, and vLLM's `ignore_eos`,
+//! `min_tokens`, `stop_token_ids`, which benchmark clients such as GuideLLM send on every
+//! request) are honoured, unless the server runs with `--strict-params`, which refuses
+//! them as OpenAI does.
 //!
 //! This module holds what both routes share (sampling, stops, budget, `response_format`,
 //! the input hash); [`chat`] and [`completion`] their own fields; [`tokenize`] the
@@ -29,17 +31,66 @@ pub const MAX_STOP_CHARS: usize = 256;
 /// Limits a request is validated against.
 #[derive(Debug, Clone)]
 pub struct RequestLimits {
-    pub served_model: String,
-    pub max_tokens_cap: u32,
-    /// Completion budget of a request that sets none; `None`: what the context leaves
-    /// after the prompt (at most `max_tokens_cap`).
-    pub default_max_tokens: Option<u32>,
+    /// The served models, the default (first) one first; any other `model` is a 404.
+    pub models: Vec<ModelLimits>,
     /// Refuse the non-OpenAI sampling extensions (`--strict-params`).
     pub strict_params: bool,
 }
 
+/// One served model's id and completion budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelLimits {
+    pub id: String,
+    pub max_tokens_cap: u32,
+    /// Completion budget of a request that sets none; `None`: what the context leaves
+    /// after the prompt (at most `max_tokens_cap`).
+    pub default_max_tokens: Option<u32>,
+}
+
+impl From<&crate::config::ModelConfig> for ModelLimits {
+    fn from(model: &crate::config::ModelConfig) -> Self {
+        Self {
+            id: model.id.clone(),
+            max_tokens_cap: model.max_tokens_cap,
+            default_max_tokens: model.default_max_tokens,
+        }
+    }
+}
+
+impl RequestLimits {
+    /// The limits of one model, with the extensions allowed (tests, benchmarks).
+    pub fn single(id: &str, max_tokens_cap: u32) -> Self {
+        Self {
+            models: vec![ModelLimits {
+                id: id.to_owned(),
+                max_tokens_cap,
+                default_max_tokens: None,
+            }],
+            strict_params: false,
+        }
+    }
+
+    /// The served model `id` names; 404 `model_not_found` otherwise.
+    pub fn model(&self, id: &str) -> Result<&ModelLimits, ApiError> {
+        self.models
+            .iter()
+            .find(|m| m.id == id)
+            .ok_or_else(|| ApiError::ModelNotFound(id.to_owned()))
+    }
+}
+
 /// Parameters vLLM and llama.cpp's server take beyond OpenAI's.
-const EXTENSIONS: &[&str] = &["top_k", "min_p", "repetition_penalty"];
+pub(super) const EXTENSIONS: &[&str] = &[
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "ignore_eos",
+    "min_tokens",
+    "stop_token_ids",
+];
+
+/// Most `stop_token_ids` a request may list: each is looked up per picked token.
+pub const MAX_STOP_TOKEN_IDS: usize = 64;
 
 /// A validated generation request, from either route.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +99,9 @@ pub struct ValidatedRequest {
     pub stream: bool,
     /// `stream_options.include_usage`: send the usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// vLLM's `stream_options.continuous_usage_stats` (with `include_usage`): every
+    /// chunk carries the usage so far.
+    pub continuous_usage: bool,
     pub user: Option<String>,
     /// sha256 of the canonicalised request (see [`input_hash`]).
     pub input_hash: String,
@@ -80,6 +134,12 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         repetition_penalty: Option<f32>,
         #[serde(skip_serializing_if = "Option::is_none")]
         response_format: Option<Value>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        ignore_eos: bool,
+        #[serde(skip_serializing_if = "is_zero")]
+        min_tokens: u32,
+        #[serde(skip_serializing_if = "<[u32]>::is_empty")]
+        stop_token_ids: &'a [u32],
     }
     let s = &generation.sampling;
     let messages = match &generation.prompt {
@@ -110,10 +170,17 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         min_p: s.min_p,
         repetition_penalty: s.repetition_penalty,
         response_format: format,
+        ignore_eos: s.ignore_eos,
+        min_tokens: s.min_tokens,
+        stop_token_ids: &s.stop_token_ids,
     };
     // Serialising plain data into memory cannot fail.
     let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
     hex::encode(Sha256::digest(bytes))
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Parameters both routes share.
@@ -167,6 +234,12 @@ pub(super) struct WireCommon {
     repetition_penalty: Option<f32>,
     #[serde(default)]
     response_format: Option<WireResponseFormat>,
+    #[serde(default)]
+    ignore_eos: Option<bool>,
+    #[serde(default)]
+    min_tokens: Option<u32>,
+    #[serde(default)]
+    stop_token_ids: Option<Vec<u32>>,
 }
 
 /// Struct variants, even empty ones: serde's `deny_unknown_fields` does not reach the
@@ -199,6 +272,9 @@ struct WireStreamOptions {
     include_usage: Option<bool>,
     #[serde(default)]
     include_obfuscation: Option<bool>,
+    /// vLLM's: usage in every chunk (GuideLLM sends it).
+    #[serde(default)]
+    continuous_usage_stats: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -275,6 +351,7 @@ pub(super) fn validate(
     limits: &RequestLimits,
     request_id: &str,
 ) -> Result<ValidatedRequest, ApiError> {
+    let limits = limits.model(&wire.model)?;
     let (max_param, requested) = budget;
     let max_tokens = match requested {
         Some(0) => return Err(ApiError::invalid(max_param, "must be at least 1")),
@@ -351,8 +428,22 @@ pub(super) fn validate(
             format!("each stop sequence must be at most {MAX_STOP_CHARS} characters"),
         ));
     }
+    let stop_token_ids = wire.stop_token_ids.unwrap_or_default();
+    if stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+        return Err(ApiError::invalid(
+            "stop_token_ids",
+            format!("at most {MAX_STOP_TOKEN_IDS} token ids are allowed"),
+        ));
+    }
+    let min_tokens = wire.min_tokens.unwrap_or(0);
+    if min_tokens > max_tokens {
+        return Err(ApiError::invalid(
+            "min_tokens",
+            format!("{min_tokens} is more than the completion budget ({max_tokens})"),
+        ));
+    }
     let stream = wire.stream.unwrap_or(false);
-    let include_usage = match wire.stream_options {
+    let (include_usage, continuous_usage) = match wire.stream_options {
         Some(_) if !stream => {
             return Err(ApiError::invalid(
                 "stream_options",
@@ -361,9 +452,13 @@ pub(super) fn validate(
         }
         Some(options) => {
             let _ = options.include_obfuscation;
-            options.include_usage.unwrap_or(false)
+            let include = options.include_usage.unwrap_or(false);
+            (
+                include,
+                include && options.continuous_usage_stats.unwrap_or(false),
+            )
         }
-        None => false,
+        None => (false, false),
     };
     let response_format = response_format(wire.response_format)?;
 
@@ -383,15 +478,20 @@ pub(super) fn validate(
             min_p: min_p.filter(|&p| p > 0.0),
             repetition_penalty: repetition_penalty.map(|p| p as f32).filter(|&p| p != 1.0),
             stop,
+            ignore_eos: wire.ignore_eos.unwrap_or(false),
+            min_tokens,
+            stop_token_ids,
         },
         response_format,
         top_logprobs: None,
+        traceparent: None,
     };
     Ok(ValidatedRequest {
         input_hash: input_hash(&wire.model, &generation),
         model: wire.model,
         stream,
         include_usage,
+        continuous_usage,
         user: wire.user,
         generation,
         echo: false,
@@ -447,7 +547,7 @@ mod tokenize;
 pub use chat::parse_chat_request;
 use chat::{message, WireMessage};
 pub use completion::parse_completion_request;
-pub use tokenize::{parse_detokenize_request, parse_tokenize_request, Tokenize};
+pub use tokenize::{parse_detokenize_request, parse_tokenize_request, Detokenize, Tokenize};
 
 #[cfg(test)]
 mod tests;

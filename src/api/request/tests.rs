@@ -4,12 +4,9 @@ use crate::engine::{ChatMessage, Role};
 use serde_json::json;
 
 pub(super) fn limits() -> RequestLimits {
-    RequestLimits {
-        served_model: "m".into(),
-        max_tokens_cap: 100,
-        default_max_tokens: Some(16),
-        strict_params: false,
-    }
+    let mut limits = RequestLimits::single("m", 100);
+    limits.models[0].default_max_tokens = Some(16);
+    limits
 }
 
 fn messages(request: &ValidatedRequest) -> &[ChatMessage] {
@@ -333,7 +330,7 @@ mod fuzz {
     /// What is accepted is within the limits.
     fn check_accepted(request: &ValidatedRequest) -> Result<(), TestCaseError> {
         let g = &request.generation;
-        prop_assert!((1..=limits().max_tokens_cap).contains(&g.max_tokens));
+        prop_assert!((1..=limits().models[0].max_tokens_cap).contains(&g.max_tokens));
         prop_assert!(!messages(request).is_empty());
         prop_assert!(g
             .sampling
@@ -457,10 +454,7 @@ fn response_formats_become_constraints() {
 
 #[test]
 fn without_a_default_the_budget_is_the_cap_for_the_engine_to_fit() {
-    let open = RequestLimits {
-        default_max_tokens: None,
-        ..limits()
-    };
+    let open = RequestLimits::single("m", 100);
     let request = parse_chat_request(
         json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
             .to_string()

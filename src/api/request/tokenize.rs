@@ -11,6 +11,8 @@ use crate::error::ApiError;
 /// A validated `/tokenize` request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tokenize {
+    /// The served model to count with; `None`: the default (first) one.
+    pub model: Option<String>,
     pub request: TokenizeRequest,
     /// Also answer how the vocabulary spells each token (`token_strs`).
     pub return_token_strs: bool,
@@ -47,12 +49,12 @@ struct WireTokenize {
     return_token_strs: Option<bool>,
 }
 
-/// A `model`, when given, must be the served one.
-fn check_model(model: Option<String>, limits: &RequestLimits) -> Result<(), ApiError> {
-    match model {
-        Some(m) if m != limits.served_model => Err(ApiError::ModelNotFound(m)),
-        _ => Ok(()),
+/// A `model`, when given, must be a served one.
+fn check_model(model: Option<String>, limits: &RequestLimits) -> Result<Option<String>, ApiError> {
+    if let Some(m) = &model {
+        limits.model(m)?;
     }
+    Ok(model)
 }
 
 /// Parses a `/tokenize` body. Its defaults render the prompt as a generation does, so
@@ -72,7 +74,7 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
         }
     }
     let wire: WireTokenize = read(&object)?;
-    check_model(wire.model, limits)?;
+    let model = check_model(wire.model, limits)?;
     if wire.continue_final_message == Some(true) {
         return Err(ApiError::unsupported(
             "continue_final_message",
@@ -115,6 +117,7 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
         request.add_generation_prompt = add;
     }
     Ok(Tokenize {
+        model,
         request,
         return_token_strs: wire.return_token_strs.unwrap_or(false),
     })
@@ -136,14 +139,27 @@ struct WireDetokenize {
 pub fn parse_detokenize_request(
     body: &[u8],
     limits: &RequestLimits,
-) -> Result<(Vec<u32>, bool), ApiError> {
+) -> Result<Detokenize, ApiError> {
     let object = object_of(body, &[DETOKENIZE_KNOWN], limits)?;
     if object.get("tokens").is_none_or(Value::is_null) {
         return Err(ApiError::invalid("tokens", "this parameter is required"));
     }
     let wire: WireDetokenize = read(&object)?;
-    check_model(wire.model, limits)?;
-    Ok((wire.tokens, wire.skip_special_tokens.unwrap_or(true)))
+    Ok(Detokenize {
+        model: check_model(wire.model, limits)?,
+        tokens: wire.tokens,
+        skip_special_tokens: wire.skip_special_tokens.unwrap_or(true),
+    })
+}
+
+/// A validated `/detokenize` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detokenize {
+    /// The served model whose vocabulary to read; `None`: the default (first) one.
+    pub model: Option<String>,
+    pub tokens: Vec<u32>,
+    /// Leave special tokens out of the text (vLLM's default: they are).
+    pub skip_special_tokens: bool,
 }
 
 #[cfg(test)]
@@ -152,12 +168,7 @@ mod tests {
     use serde_json::json;
 
     fn limits() -> RequestLimits {
-        RequestLimits {
-            served_model: "m".into(),
-            max_tokens_cap: 100,
-            default_max_tokens: None,
-            strict_params: false,
-        }
+        RequestLimits::single("m", 100)
     }
 
     fn tokenize(body: Value) -> Result<Tokenize, ApiError> {
@@ -213,14 +224,19 @@ mod tests {
     #[test]
     fn detokenize_takes_ids() {
         let parse = |body: Value| parse_detokenize_request(body.to_string().as_bytes(), &limits());
+        let ids = |d: Detokenize| (d.tokens, d.skip_special_tokens);
         assert_eq!(
-            parse(json!({"tokens": [1, 2]})).expect("valid"),
+            ids(parse(json!({"tokens": [1, 2]})).expect("valid")),
             (vec![1, 2], true)
         );
         assert_eq!(
-            parse(json!({"tokens": [], "skip_special_tokens": false})).expect("valid"),
+            ids(parse(json!({"tokens": [], "skip_special_tokens": false})).expect("valid")),
             (vec![], false)
         );
+        let named = parse(json!({"model": "m", "tokens": [3]})).expect("valid");
+        assert_eq!(named.model.as_deref(), Some("m"));
+        let other = parse(json!({"model": "x", "tokens": [3]})).expect_err("not served");
+        assert_eq!(other.kind(), "model_not_found");
         for (body, param) in [
             (json!({}), "tokens"),
             (json!({"tokens": [-1]}), "tokens[0]"),

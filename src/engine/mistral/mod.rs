@@ -15,31 +15,31 @@
 
 pub mod canary;
 mod forward;
+mod load;
 pub mod picker;
 pub mod process;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use either::Either;
 use mistralrs::{
-    Constraint, GgufModelBuilder, Model, NormalRequest, Request, RequestLike, RequestMessage,
-    SamplingParams, TextMessageRole, TextMessages,
+    Constraint, Model, NormalRequest, Request, RequestLike, RequestMessage, SamplingParams,
+    TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use super::gguf::GgufFacts;
 use super::grammar::{Grammar, Vocabulary};
 use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
     ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
 };
 use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
-use crate::fingerprint::{self, Accelerator};
-use picker::{PickedIds, Picker};
+use load::load;
+use picker::{EndRules, PickedIds, Picker};
 
 /// Engine name and version, part of the system fingerprint.
 pub const ENGINE_NAME: &str = "mistral.rs 0.8.1";
@@ -120,6 +120,8 @@ struct Loaded {
     /// The tokens' bytes, for structured output and `/tokenize`'s spellings; `None` when
     /// the file's tokenizer is not one the grammar knows.
     vocabulary: Option<Arc<Vocabulary>>,
+    /// The tokens a sequence ends on, for `ignore_eos` and `min_tokens`.
+    eos: Arc<[u32]>,
 }
 
 pub struct MistralEngine {
@@ -274,79 +276,6 @@ impl MistralEngine {
     }
 }
 
-async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
-    let path = settings.model_path.clone();
-    let file_sha256 =
-        tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
-    let path = settings.model_path.clone();
-    let facts = tokio::task::spawn_blocking(move || GgufFacts::read(&path)).await??;
-    let vocabulary = match facts.vocabulary() {
-        Ok(vocabulary) => Some(Arc::new(vocabulary)),
-        Err(error) => {
-            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) and logprobs are not available for this model.");
-            None
-        }
-    };
-    let (dir, file) = split_model_path(&settings.model_path)?;
-    let mut replicas = Vec::with_capacity(settings.replica_count());
-    for _ in 0..settings.replica_count() {
-        let mut builder = GgufModelBuilder::new(dir.clone(), vec![file.clone()])
-            .with_max_num_seqs(settings.max_batch_size)
-            .with_prefix_cache_n(settings.prefix_cache.then_some(16));
-        if settings.on_cpu() {
-            builder = builder.with_force_cpu();
-        }
-        replicas.push(builder.build().await?);
-    }
-    let context_length = replicas[0]
-        .max_sequence_length()?
-        .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| anyhow::anyhow!("the model reports no context length"))?;
-    // Dequantized weights round differently, so they are part of what makes an answer.
-    let device = if settings.on_cpu() {
-        format!("cpu/{}", process::weights_in_effect().as_str())
-    } else {
-        "cuda".to_owned()
-    };
-    let accelerator = if settings.on_cpu() {
-        Accelerator::default()
-    } else {
-        crate::telemetry::gpu::accelerator()
-    };
-    let info = ModelInfo {
-        id: settings.model_id.clone(),
-        context_length,
-        system_fingerprint: fingerprint::system_fingerprint(
-            &file_sha256,
-            ENGINE_NAME,
-            &device,
-            &accelerator,
-        ),
-        sha256: file_sha256,
-        quant: facts.quantization(),
-        device,
-        accelerator,
-    };
-    Ok(Loaded {
-        replicas,
-        info: Arc::new(info),
-        vocabulary,
-    })
-}
-
-/// mistral.rs takes a GGUF model as a directory ("model id") and file names in it.
-fn split_model_path(path: &Path) -> anyhow::Result<(String, String)> {
-    let file = path
-        .file_name()
-        .and_then(|f| f.to_str())
-        .ok_or_else(|| anyhow::anyhow!("model path {} names no file", path.display()))?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok((dir.to_string_lossy().into_owned(), file.to_owned()))
-}
-
 /// Renders and tokenizes a prompt on the first instance (mistral.rs does it on its engine
 /// loop, between decode steps of running sequences).
 /// Tokenizes on `model`: mistral.rs answers between two steps of that instance's engine
@@ -464,6 +393,33 @@ impl Engine for MistralEngine {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let prompt_tokens = count_prompt(self.idlest(loaded), &request).await?;
         request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
+        if request.sampling.min_tokens > request.max_tokens {
+            return Err(EngineError::InvalidParameter {
+                param: "min_tokens".into(),
+                message: format!(
+                    "{} is more than the {} tokens the context leaves for the completion",
+                    request.sampling.min_tokens, request.max_tokens
+                ),
+            });
+        }
+        if !request.sampling.stop_token_ids.is_empty() && loaded.eos.is_empty() {
+            return Err(EngineError::Unsupported {
+                param: "stop_token_ids".into(),
+                reason: "this model's file names no end-of-sequence token to stop with".into(),
+            });
+        }
+        if let Some((at, bad)) = request
+            .sampling
+            .stop_token_ids
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| self.spellings(&[id]).is_none() && loaded.vocabulary.is_some())
+        {
+            return Err(EngineError::InvalidParameter {
+                param: format!("stop_token_ids[{at}]"),
+                message: format!("{bad} is not a token id of this model"),
+            });
+        }
         if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
             return Err(EngineError::Unsupported {
                 param: "logprobs".into(),
@@ -560,6 +516,13 @@ impl MistralEngine {
                 &request.sampling,
                 grammar,
                 request.top_logprobs,
+                EndRules {
+                    eos: Arc::clone(&loaded.eos),
+                    prompt_tokens: prompt_tokens as usize,
+                    ignore_eos: request.sampling.ignore_eos,
+                    min_tokens: request.sampling.min_tokens as usize,
+                    stop_token_ids: request.sampling.stop_token_ids.clone(),
+                },
                 Arc::clone(&picked),
             ))]),
             return_raw_logits: false,
@@ -594,6 +557,7 @@ impl MistralEngine {
             prompt_tokens,
             started,
             events: rx,
+            reported: None,
         })
     }
 }

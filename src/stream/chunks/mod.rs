@@ -87,6 +87,9 @@ pub struct ChunkAssembler {
     /// The text may be held back (stop sequences): a token's log-probability waits for
     /// the frame that completes its text. Otherwise it goes with the next frame.
     held_text: bool,
+    /// vLLM's `continuous_usage_stats`: every chunk carries the usage so far (this);
+    /// `None` when off.
+    continuous_usage: Option<Usage>,
 }
 
 #[derive(Serialize)]
@@ -156,6 +159,24 @@ impl ChunkAssembler {
             meta,
             include_usage,
             logprobs: false,
+            continuous_usage: None,
+        }
+    }
+
+    /// Every chunk carries the usage so far (vLLM's `continuous_usage_stats`), from
+    /// `prompt_tokens` and the counts [`ChunkAssembler::count`] is given.
+    pub fn with_continuous_usage(mut self, on: bool, prompt_tokens: u32) -> Self {
+        self.continuous_usage = (on && self.include_usage).then_some(Usage {
+            prompt_tokens,
+            completion_tokens: 0,
+        });
+        self
+    }
+
+    /// The usage so far, for the next chunks when they carry it.
+    pub fn count(&mut self, usage: Usage) {
+        if let Some(so_far) = self.continuous_usage.as_mut() {
+            *so_far = usage;
         }
     }
 
@@ -251,7 +272,8 @@ impl ChunkAssembler {
         let finish = [self.choice(None, None, Some(reason.as_str()), tokens)];
         let mut frames = Vec::with_capacity(3);
         if self.include_usage {
-            frames.push(self.frame(&finish, Some(None), None));
+            let usage_now = self.continuous_usage.map(|_| UsageBody::from(usage));
+            frames.push(self.frame(&finish, Some(usage_now), None));
             frames.push(self.frame(&[], Some(Some(usage.into())), Some(timings)));
         } else {
             frames.push(self.frame(&finish, None, Some(timings)));
@@ -265,8 +287,13 @@ impl ChunkAssembler {
         vec![sse_json(&error.body()), Bytes::from_static(DONE_FRAME)]
     }
 
+    /// The `usage` of a chunk before the last: `null`, the usage so far when every chunk
+    /// carries it, or no field when usage was not asked for.
     fn null_usage(&self) -> Option<Option<UsageBody>> {
-        self.include_usage.then_some(None)
+        match self.continuous_usage {
+            Some(so_far) => Some(Some(so_far.into())),
+            None => self.include_usage.then_some(None),
+        }
     }
 
     fn frame(

@@ -23,6 +23,7 @@ fn timings() -> Report {
             tokens_per_second: None,
             output_tokens: 1,
             client_wait_ms: None,
+            upstream_ttft_ms: None,
         },
         quality: crate::quality::Quality {
             repetition_rate: 0.0,
@@ -33,6 +34,7 @@ fn timings() -> Report {
             mean_logprob: None,
             min_logprob: None,
             low_confidence_share: None,
+            repetition_basis: Default::default(),
         },
     }
 }
