@@ -8,12 +8,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use llmgate::record::CollectingObserver;
-use llmgate::telemetry::metrics::ExpositionFormat;
-use llmgate::telemetry::Telemetry;
+use llmgate::telemetry::metrics::{ExpositionFormat, Snapshot};
+use llmgate::telemetry::{gpu, Telemetry};
 
 fn main() -> ExitCode {
     let telemetry = Telemetry::without_traces("probe", Arc::new(CollectingObserver::default()));
-    telemetry.refresh(0, 0, 0);
+    telemetry.metrics.refresh(&Snapshot {
+        gpu_memory: gpu::memory(),
+        ..Snapshot::default()
+    });
     let text = match telemetry.metrics.encode(ExpositionFormat::Prometheus) {
         Ok(text) => text,
         Err(error) => {

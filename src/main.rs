@@ -8,9 +8,12 @@ use std::sync::Arc;
 
 use actix_web::web;
 use clap::{Parser, Subcommand};
+use llmgate::api::request::ModelLimits;
 use llmgate::clock::MonotonicClock;
-use llmgate::config::{Config, ServeArgs};
+use llmgate::config::{Config, ModelEngine, ServeArgs};
 use llmgate::engine::mistral::{process, MistralEngine, MistralSettings};
+use llmgate::engine::served::{ServedModel, ServedModels};
+use llmgate::engine::upstream::UpstreamEngine;
 use llmgate::record::{FanOut, LogObserver};
 use llmgate::semlog::{Semlog, DEFAULT_PACING};
 use llmgate::telemetry::logs::Logging;
@@ -46,6 +49,28 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Serve a scripted OpenAI-compatible API with no model behind it (one-token chunks
+    /// at a fixed rate): the upstream of `scripts/proxy-bench`, which measures what a
+    /// gateway in front of a server costs.
+    ScriptedUpstream(ScriptedUpstreamArgs),
+}
+
+#[derive(clap::Args)]
+struct ScriptedUpstreamArgs {
+    #[arg(long, default_value = "127.0.0.1:8390")]
+    listen: std::net::SocketAddr,
+    /// The model name its answers carry.
+    #[arg(long, default_value = "scripted")]
+    model: String,
+    /// Chunks (one token each) per answer, unless max_tokens asks fewer.
+    #[arg(long, default_value_t = 64)]
+    tokens: u32,
+    /// Tokens per second of each stream (0: as fast as the socket takes them).
+    #[arg(long, default_value_t = 2000.0)]
+    tokens_per_second: f64,
+    /// HTTP worker threads (0: one per core).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
 }
 
 #[derive(Subcommand)]
@@ -77,6 +102,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => run_replay(&args),
         Command::Bench(args) => run_bench(&args),
         Command::Compare(args) => run_compare(&args),
+        Command::ScriptedUpstream(args) => run_scripted_upstream(&args),
         Command::Keys(KeysCommand::Add { key_id, file }) => {
             match llmgate::auth::add_key(&file, &key_id) {
                 Ok(key) => {
@@ -92,6 +118,43 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+    }
+}
+
+fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> ExitCode {
+    let script = llmgate::bench::upstream::UpstreamScript {
+        model: args.model.clone(),
+        tokens: args.tokens,
+        interval: if args.tokens_per_second > 0.0 {
+            std::time::Duration::from_secs_f64(1.0 / args.tokens_per_second)
+        } else {
+            std::time::Duration::ZERO
+        },
+        first_delay: std::time::Duration::ZERO,
+        record: false,
+    };
+    let served = TcpListener::bind(args.listen)
+        .and_then(|listener| llmgate::bench::upstream::serve(listener, script, args.workers));
+    let upstream = match served {
+        Ok(upstream) => upstream,
+        Err(error) => {
+            eprintln!(
+                "llmgate scripted-upstream: could not listen on {}: {error}",
+                args.listen
+            );
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "Scripted upstream on http://{}/v1 (model {}).",
+        args.listen, args.model
+    );
+    match actix_web::rt::System::new().block_on(upstream.server) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("llmgate scripted-upstream: {error}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -264,13 +327,15 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             "The environment set an engine variable the gateway sets itself from engine.weights and engine.threads; it was overridden."
         );
     }
-    tracing::info!(
-        weights = config.engine.weights.as_str(),
-        threads = applied.threads,
-        replicas = config.engine.replicas,
-        max_batch_size = ?config.engine.max_batch_size,
-        "Engine settings."
-    );
+    if config.has_local_model() {
+        tracing::info!(
+            weights = config.engine.weights.as_str(),
+            threads = applied.threads,
+            replicas = config.engine.replicas,
+            max_batch_size = ?config.engine.max_batch_size,
+            "Engine settings."
+        );
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -323,6 +388,28 @@ fn guard(config: &Config) -> anyhow::Result<llmgate::auth::Guard> {
     })
 }
 
+/// The engine of each served model: mistral.rs loading in the background for a GGUF,
+/// an upstream client (with its probe) for a server.
+fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
+    let mut models = Vec::with_capacity(config.models.len());
+    for model in &config.models {
+        let engine: Arc<dyn llmgate::engine::Engine> = match &model.engine {
+            ModelEngine::Mistral { model_path } => {
+                let mut settings = MistralSettings::from_config(&config.engine);
+                settings.model_path = model_path.clone();
+                settings.model_id = model.id.clone();
+                MistralEngine::start(settings)
+            }
+            ModelEngine::Upstream(upstream) => UpstreamEngine::start(&model.id, upstream.clone())?,
+        };
+        models.push(ServedModel {
+            limits: ModelLimits::from(model),
+            engine,
+        });
+    }
+    ServedModels::new(models).ok_or_else(|| anyhow::anyhow!("no model to serve, or an id twice"))
+}
+
 async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.server.listen).map_err(|e| {
         anyhow::anyhow!(
@@ -330,8 +417,15 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             config.server.listen
         )
     })?;
-    let engine = MistralEngine::start(MistralSettings::from_config(&config.engine));
-    let metrics = Arc::new(Metrics::new(&config.engine.model_id));
+    let models = served_models(&config)?;
+    let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+    let upstream_ids: Vec<&str> = config
+        .models
+        .iter()
+        .filter(|m| matches!(m.engine, ModelEngine::Upstream(_)))
+        .map(|m| m.id.as_str())
+        .collect();
+    let metrics = Arc::new(Metrics::for_models(&ids, &upstream_ids));
     let trace_settings = TraceSettings::from(&config.telemetry);
     let tracing = if llmgate::telemetry::trace::enabled_by_env() {
         tracing::info!("Exporting traces over OTLP, as the OTEL_* variables say.");
@@ -363,19 +457,32 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         Telemetry::new(metrics, tracing, trace_settings.policy, Arc::new(records))
             .with_log_drops(logging.drop_counter()),
     );
-    let mut state = AppState::new(
+    let mut state = AppState::with_models(
         &config,
-        engine,
+        models,
         Arc::new(MonotonicClock::new()),
         Arc::clone(&telemetry),
     );
     state.guard = guard(&config)?;
-    tracing::info!(
-        address = %listener.local_addr()?,
-        model = %config.engine.model_id,
-        path = %config.engine.model_path.display(),
-        "Listening; the model is loading."
-    );
+    for model in &config.models {
+        match &model.engine {
+            ModelEngine::Mistral { model_path } => tracing::info!(
+                model = %model.id,
+                path = %model_path.display(),
+                "Serving a GGUF in this process; it is loading."
+            ),
+            ModelEngine::Upstream(upstream) => tracing::info!(
+                model = %model.id,
+                upstream_url = %llmgate::engine::upstream::fault::strip_credentials(&upstream.url),
+                upstream_model = %upstream.model,
+                api_key = upstream.api_key.is_some(),
+                logprobs = upstream.logprobs,
+                tokenizer = upstream.tokenizer.as_ref().map(|p| p.display().to_string()),
+                "Serving from an upstream server."
+            ),
+        }
+    }
+    tracing::info!(address = %listener.local_addr()?, "Listening.");
     let state = web::Data::new(state);
     let metrics_server = match config.server.metrics_listen {
         Some(address) => {

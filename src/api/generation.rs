@@ -128,6 +128,7 @@ async fn generate(
             state: state.clone(),
             request_id: request_id.clone(),
             api_key_id,
+            model: None,
             t_recv,
             trace: Some(trace),
         };
@@ -145,7 +146,7 @@ async fn generate(
             &request_id,
             timer,
             deadline,
-            &mut pending.trace,
+            &mut pending,
         )
         .await
         {
@@ -171,6 +172,8 @@ struct Unanswered {
     state: web::Data<AppState>,
     request_id: String,
     api_key_id: Option<String>,
+    /// The served model the request named, once its body is parsed.
+    model: Option<String>,
     t_recv: std::time::Duration,
     /// Taken by the `Run` once the engine has the request.
     trace: Option<RequestTrace>,
@@ -186,10 +189,11 @@ impl Unanswered {
         let timer = RequestTimer::start(self.t_recv);
         let timings = timer.finish(state.clock.now(), 0);
         let t_end = self.t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
-        // A request for another model is not counted under the served one.
-        let model = match error {
-            Some(ApiError::ModelNotFound(_)) => crate::telemetry::names::MODEL_NONE.to_owned(),
-            _ => state.limits.served_model.clone(),
+        // A request for another model is not counted under a served one.
+        let model = match (error, self.model.take()) {
+            (Some(ApiError::ModelNotFound(_)), _) => crate::telemetry::names::MODEL_NONE.to_owned(),
+            (_, Some(model)) => model,
+            (_, None) => state.models.label_for_unknown().to_owned(),
         };
         let record = RequestRecord {
             response_id: None,
@@ -220,6 +224,7 @@ impl Unanswered {
             user: None,
             prompt: None,
             response: None,
+            upstream: None,
         };
         state
             .telemetry
@@ -287,7 +292,7 @@ async fn handle(
     request_id: &str,
     mut timer: RequestTimer,
     deadline: Deadline,
-    trace: &mut Option<RequestTrace>,
+    pending: &mut Unanswered,
 ) -> Result<HttpResponse, Failure> {
     if state.lifecycle.is_draining() {
         return Err(ApiError::ShuttingDown.into());
@@ -298,12 +303,20 @@ async fn handle(
     let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
         .await
         .map_err(|_| ApiError::BodyTimeout { limit })??;
-    let parsed = route.parse(&body, &state.limits, request_id)?;
+    let mut parsed = route.parse(&body, &state.limits, request_id)?;
+    pending.model = Some(parsed.model.clone());
+    let engine = &state
+        .models
+        .get(&parsed.model)
+        .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?
+        .engine;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
         limit: state.admission.limit(),
         retry_after: std::time::Duration::from_secs(1),
     })?;
-    let info = state.engine.model_info().ok_or(ApiError::NotReady)?;
+    let info = engine.model_info().ok_or(ApiError::NotReady)?;
+    // An engine that continues the trace (an upstream) gets the request span as parent.
+    parsed.generation.traceparent = pending.trace.as_ref().map(|t| t.traceparent());
     tracing::debug!(
         stream = parsed.stream,
         max_tokens = parsed.generation.max_tokens,
@@ -314,14 +327,18 @@ async fn handle(
     let quality = QualityTracker::new(&state.quality, prompt);
     let prompt = prompt.to_owned();
     let echo = parsed.echo.then(|| prompt.clone());
-    let stop = parsed.generation.sampling.stop.clone();
+    // Stops the engine applies itself are not screened again by the gateway.
+    let stop = if engine.applies_stop_sequences() {
+        Vec::new()
+    } else {
+        parsed.generation.sampling.stop.clone()
+    };
     let has_stops = !stop.is_empty();
     let seed = parsed.generation.sampling.seed;
     let with_logprobs = parsed.generation.top_logprobs.is_some();
 
     timer.engine_submitted(state.clock.now());
-    let prepared = state
-        .engine
+    let prepared = engine
         .prepare(parsed.generation)
         .await
         .map_err(ApiError::from)?;
@@ -334,8 +351,11 @@ async fn handle(
         top_p: prepared.request.sampling.top_p,
     };
     charged.charge(&prepared)?;
-    let generation = start_in_engine(state, prepared, &deadline.cut_off).await?;
+    let generation = start_in_engine(state, engine.as_ref(), prepared, &deadline.cut_off).await?;
     timer.engine_started(state.clock.at(generation.started));
+    if generation.reported.is_some() {
+        timer.engine_is_upstream();
+    }
     let response_id = format!("{}{request_id}", route.shape().id_prefix());
     let info = RunInfo {
         response_id: response_id.clone(),
@@ -352,6 +372,7 @@ async fn handle(
         prompt,
         user: parsed.user.clone(),
         stop,
+        reported: generation.reported.clone(),
     };
     let meta = ResponseMeta {
         id: response_id,
@@ -362,7 +383,7 @@ async fn handle(
         echo,
     };
     // Taken only here, so a refusal above still finds it for its record.
-    let Some(trace) = trace.take() else {
+    let Some(trace) = pending.trace.take() else {
         return Err(Failure::Refused(ApiError::Internal));
     };
     let run = Run::new(
@@ -387,7 +408,8 @@ async fn handle(
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, parsed.include_usage)
         .with_logprobs(with_logprobs)
-        .with_held_text(has_stops);
+        .with_held_text(has_stops)
+        .with_continuous_usage(parsed.continuous_usage, generation.prompt_tokens);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );
@@ -405,12 +427,13 @@ async fn handle(
 /// timeout, and not past a draining server's cut-off.
 async fn start_in_engine(
     state: &AppState,
+    engine: &dyn crate::engine::Engine,
     request: Prepared,
     cut_off: &CancellationToken,
 ) -> Result<Generation, ApiError> {
     let limit = state.timeouts.queue;
     let started = tokio::select! {
-        started = tokio::time::timeout(limit, state.engine.generate(request)) => started,
+        started = tokio::time::timeout(limit, engine.generate(request)) => started,
         () = cut_off.cancelled() => return Err(ApiError::ShuttingDown),
     };
     match started {

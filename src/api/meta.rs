@@ -6,13 +6,16 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
 use super::AppState;
+use crate::engine::served::ServedModel;
+use crate::engine::Readiness;
 use crate::error::ApiError;
 use crate::telemetry::metrics::ExpositionFormat;
 
 pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
+    let data: Vec<serde_json::Value> = state.models.iter().map(model_object).collect();
     HttpResponse::Ok().json(json!({
         "object": "list",
-        "data": [model_object(&state)],
+        "data": data,
     }))
 }
 
@@ -20,21 +23,25 @@ pub async fn get_model(
     state: web::Data<AppState>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    if *id != state.limits.served_model {
-        return Err(ApiError::ModelNotFound(id.into_inner()));
-    }
-    Ok(HttpResponse::Ok().json(model_object(&state)))
+    let model = state
+        .models
+        .get(&id)
+        .ok_or_else(|| ApiError::ModelNotFound(id.into_inner()))?;
+    Ok(HttpResponse::Ok().json(model_object(model)))
 }
 
-fn model_object(state: &AppState) -> serde_json::Value {
-    let info = state.engine.model_info();
+/// OpenAI's model object, with whether it serves now and its context length (0 for an
+/// upstream whose context the config does not give).
+fn model_object(model: &ServedModel) -> serde_json::Value {
+    let info = model.engine.model_info();
     json!({
-        "id": state.limits.served_model,
+        "id": model.id(),
         "object": "model",
         "created": 0,
         "owned_by": "llmgate",
-        "ready": info.is_some(),
-        "context_length": info.map(|i| i.context_length),
+        "ready": model.engine.readiness() == Readiness::Ready,
+        "context_length": info.as_ref().map(|i| i.context_length),
+        "upstream": info.as_ref().and_then(|i| i.upstream.as_ref().map(|u| &u.model)),
     })
 }
 
@@ -42,25 +49,55 @@ pub async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
+/// 200 while any served model can take requests; each model's own state is in
+/// `models` (an upstream that cannot be reached, with why), so one down upstream leaves
+/// the gateway ready for the others. The top-level fields are the default model's.
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     if state.lifecycle.is_draining() {
         return HttpResponse::ServiceUnavailable().json(json!({"status": "stopping"}));
     }
-    match state.engine.model_info() {
-        // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person.
-        Some(info) => HttpResponse::Ok().json(json!({
-            "status": "ready",
-            "model": info.id,
-            "context_length": info.context_length,
-            "system_fingerprint": info.system_fingerprint,
-            "sha256": info.sha256,
-            "quant": info.quant,
-            "device": info.device,
-            "accelerator": info.accelerator,
-            "build": crate::fingerprint::BUILD,
-        })),
-        None => HttpResponse::ServiceUnavailable().json(json!({"status": "loading"})),
+    let models: Vec<serde_json::Value> = state.models.iter().map(model_state).collect();
+    let ready = state.models.any_ready();
+    let status = match (ready, state.models.default_model().engine.model_info()) {
+        (true, _) => "ready",
+        (false, None) => "loading",
+        (false, Some(_)) => "unreachable",
+    };
+    let mut body = json!({"status": status, "models": models});
+    // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person.
+    if let (true, Some(info)) = (ready, state.models.default_model().engine.model_info()) {
+        body["model"] = json!(info.id);
+        body["context_length"] = json!(info.context_length);
+        body["system_fingerprint"] = json!(info.system_fingerprint);
+        body["sha256"] = json!(info.sha256);
+        body["quant"] = json!(info.quant);
+        body["device"] = json!(info.device);
+        body["accelerator"] = json!(info.accelerator);
+        body["build"] = json!(crate::fingerprint::BUILD);
     }
+    if ready {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// One model in `/ready`: ready, loading or unreachable (and why).
+fn model_state(model: &ServedModel) -> serde_json::Value {
+    let info = model.engine.model_info();
+    let (status, reason) = match model.engine.readiness() {
+        Readiness::Ready => ("ready", None),
+        Readiness::Loading => ("loading", None),
+        Readiness::Unreachable(why) => ("unreachable", Some(why)),
+    };
+    json!({
+        "id": model.id(),
+        "status": status,
+        "reason": reason,
+        "system_fingerprint": info.as_ref().map(|i| i.system_fingerprint.clone()),
+        "device": info.as_ref().map(|i| i.device.clone()),
+        "upstream": info.as_ref().and_then(|i| i.upstream.clone()),
+    })
 }
 
 /// `GET /metrics`: OpenMetrics (with exemplars) when the scraper asks for it, the
@@ -69,13 +106,9 @@ pub async fn metrics(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let load = state.engine.load();
-    state.telemetry.refresh(
-        load.running,
-        load.waiting,
-        state.admission.in_flight(),
-        state.engine.model_info(),
-    );
+    state
+        .telemetry
+        .refresh(&state.models, state.admission.in_flight());
     let format = ExpositionFormat::negotiate(
         req.headers()
             .get(header::ACCEPT)

@@ -26,6 +26,7 @@ use actix_web::{web, FromRequest, Handler, HttpMessage, HttpRequest, Resource, R
 use crate::admission::Admission;
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::engine::served::ServedModels;
 use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::lifecycle::Lifecycle;
@@ -46,7 +47,8 @@ pub struct Timeouts {
 
 /// Everything a handler needs, shared by all workers.
 pub struct AppState {
-    pub engine: Arc<dyn Engine>,
+    /// Every served model and its engine.
+    pub models: ServedModels,
     pub clock: SharedClock,
     /// Metrics, traces and the record hand-off of every request when it ends.
     pub telemetry: Arc<Telemetry>,
@@ -68,23 +70,46 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// A gateway serving `engine` as the config's first model (one engine; tests and
+    /// benchmarks).
     pub fn new(
         config: &Config,
         engine: Arc<dyn Engine>,
         clock: SharedClock,
         telemetry: Arc<Telemetry>,
     ) -> Self {
+        let limits = config.models.first().map_or_else(
+            || request::ModelLimits {
+                id: config.engine.model_id.clone(),
+                max_tokens_cap: config.engine.max_tokens_cap,
+                default_max_tokens: config.engine.default_max_tokens,
+            },
+            request::ModelLimits::from,
+        );
+        Self::with_models(
+            config,
+            ServedModels::single(limits, engine),
+            clock,
+            telemetry,
+        )
+    }
+
+    /// A gateway serving `models`.
+    pub fn with_models(
+        config: &Config,
+        models: ServedModels,
+        clock: SharedClock,
+        telemetry: Arc<Telemetry>,
+    ) -> Self {
         Self {
-            engine,
+            limits: RequestLimits {
+                models: models.limits(),
+                strict_params: config.server.strict_params,
+            },
+            models,
             clock,
             telemetry,
             admission: Admission::new(config.server.max_in_flight),
-            limits: RequestLimits {
-                served_model: config.engine.model_id.clone(),
-                max_tokens_cap: config.engine.max_tokens_cap,
-                default_max_tokens: config.engine.default_max_tokens,
-                strict_params: config.server.strict_params,
-            },
             max_body_bytes: config.server.max_body_bytes,
             pacing: Pacing {
                 keepalive: config.server.keepalive,

@@ -12,7 +12,19 @@ use serde_json::json;
 use super::generation::{json_content_type, read_body};
 use super::request::{parse_detokenize_request, parse_tokenize_request};
 use super::AppState;
+use crate::engine::served::ServedModel;
 use crate::error::ApiError;
+
+/// The served model a token request names, or the default one.
+fn model<'a>(state: &'a AppState, id: Option<&str>) -> Result<&'a ServedModel, ApiError> {
+    match id {
+        Some(id) => state
+            .models
+            .get(id)
+            .ok_or_else(|| ApiError::ModelNotFound(id.to_owned())),
+        None => Ok(state.models.default_model()),
+    }
+}
 
 /// The body of a token request, within the size limit and the body deadline.
 async fn body(
@@ -35,10 +47,11 @@ pub async fn tokenize(
 ) -> Result<HttpResponse, ApiError> {
     let body = body(&req, payload, &state).await?;
     let parsed = parse_tokenize_request(&body, &state.limits)?;
-    let info = state.engine.model_info().ok_or(ApiError::NotReady)?;
-    let ids = state.engine.tokenize(parsed.request).await?;
+    let engine = &model(&state, parsed.model.as_deref())?.engine;
+    let info = engine.model_info().ok_or(ApiError::NotReady)?;
+    let ids = engine.tokenize(parsed.request).await?;
     let token_strs = if parsed.return_token_strs {
-        Some(state.engine.spellings(&ids).ok_or_else(|| {
+        Some(engine.spellings(&ids).ok_or_else(|| {
             ApiError::unsupported(
                 "return_token_strs",
                 "this engine does not know its vocabulary",
@@ -62,8 +75,11 @@ pub async fn detokenize(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body(&req, payload, &state).await?;
-    let (ids, skip_special_tokens) = parse_detokenize_request(&body, &state.limits)?;
-    state.engine.model_info().ok_or(ApiError::NotReady)?;
-    let text = state.engine.detokenize(ids, skip_special_tokens).await?;
+    let parsed = parse_detokenize_request(&body, &state.limits)?;
+    let engine = &model(&state, parsed.model.as_deref())?.engine;
+    engine.model_info().ok_or(ApiError::NotReady)?;
+    let text = engine
+        .detokenize(parsed.tokens, parsed.skip_special_tokens)
+        .await?;
     Ok(HttpResponse::Ok().json(json!({ "prompt": text })))
 }

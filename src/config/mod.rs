@@ -18,8 +18,10 @@ use crate::quality::refusal::RefusalDetector;
 use crate::quality::{GuardConfig, QualitySettings};
 use crate::semlog::config::SemlogConfig;
 
+mod models;
 mod settings;
 
+pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable, Secret, UpstreamConfig};
 use settings::FileConfig;
 pub use settings::{
     EngineTable, LoggingTable, QualityTable, ServeArgs, ServerTable, TelemetryTable,
@@ -41,6 +43,9 @@ pub const DEFAULT_BATCH_CUDA: usize = 32;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
+    /// The served models, in order: the file's `[[models]]`, or the one `[engine]` names.
+    pub models: Vec<ModelConfig>,
+    /// Settings of the in-process engine (mistral.rs), shared by its models.
     pub engine: EngineConfig,
     pub quality: QualityConfig,
     pub logging: LoggingConfig,
@@ -191,6 +196,13 @@ pub enum ConfigError {
         env: String,
         message: String,
     },
+    #[error("[[models]] entry {entry}, key {key}: {message}")]
+    Entry {
+        /// 1-based, in the file's order.
+        entry: usize,
+        key: &'static str,
+        message: String,
+    },
     #[error("could not merge the flags over the config file's [{table}] table: {message}")]
     Merge {
         table: &'static str,
@@ -263,7 +275,10 @@ impl Config {
             .map(|text| address("server.metrics_listen", text))
             .transpose()?;
         let cors_origins = cors_origins(server.cors_origins.unwrap_or_default())?;
-        let config = Config {
+        let model_tables = file.models;
+        let engine_table = engine.clone();
+        let mut config = Config {
+            models: Vec::new(),
             server: ServerConfig {
                 listen,
                 max_body_bytes: server.max_body_bytes.unwrap_or(1 << 20),
@@ -318,6 +333,7 @@ impl Config {
                 .map_err(|(setting, message)| ConfigError::invalid(setting, message))?,
         };
         config.validate()?;
+        config.models = models::resolve(model_tables, &engine_table)?;
         Ok(config)
     }
 
@@ -468,20 +484,33 @@ impl Config {
         Ok(())
     }
 
-    /// Start-up check that the model file is there, with the fix in the message.
+    /// Start-up check that every in-process model's file is there, with the fix in the
+    /// message.
     pub fn check_model_file(&self) -> Result<(), ConfigError> {
-        let path = &self.engine.model_path;
-        if path.is_file() {
-            Ok(())
-        } else {
-            Err(ConfigError::invalid(
-                "engine.model_path",
-                format!(
-                    "{} is not a file; run scripts/fetch-model for the default model or point it at a GGUF file",
-                    path.display()
-                ),
-            ))
+        for model in &self.models {
+            let ModelEngine::Mistral { model_path: path } = &model.engine else {
+                continue;
+            };
+            if !path.is_file() {
+                return Err(ConfigError::invalid(
+                    "engine.model_path",
+                    format!(
+                        "{} (model '{}') is not a file; run scripts/fetch-model for the default model or point it at a GGUF file",
+                        path.display(),
+                        model.id
+                    ),
+                ));
+            }
         }
+        Ok(())
+    }
+
+    /// Whether any model runs in this process (then the engine's process-wide settings
+    /// matter and a model file must load).
+    pub fn has_local_model(&self) -> bool {
+        self.models
+            .iter()
+            .any(|m| matches!(m.engine, ModelEngine::Mistral { .. }))
     }
 }
 

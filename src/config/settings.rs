@@ -17,7 +17,8 @@ use crate::semlog::config::SemlogTable;
 /// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML file with [server], [engine], [quality], [logging], [telemetry] and [semlog] tables.
+    /// TOML file with [server], [engine], [quality], [logging], [telemetry] and [semlog]
+    /// tables, and a [[models]] list.
     #[arg(long, env = "LLMGATE_CONFIG")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
@@ -50,6 +51,9 @@ pub(super) struct FileConfig {
     pub telemetry: TelemetryTable,
     #[serde(default)]
     pub semlog: SemlogTable,
+    /// The served models; without the list, `[engine]` names the one model.
+    #[serde(default)]
+    pub models: Vec<super::ModelTable>,
 }
 
 /// `[server]`
@@ -167,6 +171,22 @@ pub struct EngineTable {
     /// Model instances concurrent requests are spread over [default: 1].
     #[arg(long, env = "LLMGATE_REPLICAS")]
     pub replicas: Option<usize>,
+    /// Serve the model from this OpenAI-compatible server (its base URL, e.g.
+    /// http://127.0.0.1:8000/v1) instead of a GGUF in this process.
+    #[arg(long, env = "LLMGATE_UPSTREAM_URL")]
+    pub upstream_url: Option<String>,
+    /// The model name sent to the upstream [default: --model-id].
+    #[arg(long, env = "LLMGATE_UPSTREAM_MODEL")]
+    pub upstream_model: Option<String>,
+    /// Environment variable holding the upstream's API key.
+    #[arg(long, env = "LLMGATE_UPSTREAM_API_KEY_ENV")]
+    pub upstream_api_key_env: Option<String>,
+    /// File holding the upstream's API key.
+    #[arg(long, env = "LLMGATE_UPSTREAM_API_KEY_FILE")]
+    pub upstream_api_key_file: Option<PathBuf>,
+    /// tokenizer.json (or a GGUF) of the upstream's model, for the repetition rate.
+    #[arg(long, env = "LLMGATE_UPSTREAM_TOKENIZER")]
+    pub upstream_tokenizer: Option<PathBuf>,
 }
 
 /// `[quality]`

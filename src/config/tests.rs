@@ -211,3 +211,111 @@ fn access_settings_and_their_errors() {
         assert!(text.contains(setting) && text.contains(why), "{text}");
     }
 }
+
+#[test]
+fn without_a_models_list_engine_names_the_one_model() {
+    let config = Config::from_toml(&ServeArgs::default(), "").expect("defaults");
+    assert_eq!(config.models.len(), 1);
+    assert_eq!(config.models[0].id, DEFAULT_MODEL_ID);
+    assert_eq!(
+        config.models[0].engine,
+        ModelEngine::Mistral {
+            model_path: PathBuf::from(DEFAULT_MODEL_PATH)
+        }
+    );
+    let args = ServeArgs {
+        engine: EngineTable {
+            model_id: Some("vllm-llama".into()),
+            upstream_url: Some("http://127.0.0.1:8000/v1/".into()),
+            ..EngineTable::default()
+        },
+        ..ServeArgs::default()
+    };
+    let config = Config::from_toml(&args, "").expect("upstream flags");
+    let ModelEngine::Upstream(upstream) = &config.models[0].engine else {
+        panic!("an upstream: {:?}", config.models[0]);
+    };
+    assert_eq!(upstream.url, "http://127.0.0.1:8000/v1");
+    assert_eq!(upstream.model, "vllm-llama", "the served id by default");
+    assert!(upstream.logprobs && upstream.check_model);
+    assert!(!config.has_local_model());
+
+    let bad = ServeArgs {
+        engine: EngineTable {
+            upstream_url: Some("127.0.0.1:8000".into()),
+            ..EngineTable::default()
+        },
+        ..ServeArgs::default()
+    };
+    let text = Config::from_toml(&bad, "")
+        .expect_err("no scheme")
+        .to_string();
+    assert!(
+        text.contains("engine.upstream_url") && text.contains("--upstream-url"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_models_list_serves_each_entry_and_refuses_what_does_not_fit() {
+    std::env::set_var("LLMGATE_TEST_UPSTREAM_KEY", "sk-from-env");
+    let toml = r#"
+[engine]
+max_tokens_cap = 1024
+[[models]]
+id = "local"
+engine = "mistral"
+model_path = "models/x.gguf"
+[[models]]
+id = "remote"
+engine = "upstream"
+url = "https://api.example.com/v1"
+upstream_model = "gpt-4o"
+api_key_env = "LLMGATE_TEST_UPSTREAM_KEY"
+logprobs = false
+first_byte_timeout_secs = 5
+default_max_tokens = 256
+"#;
+    let config = Config::from_toml(&ServeArgs::default(), toml).expect("models");
+    let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["local", "remote"]);
+    assert_eq!(config.models[0].max_tokens_cap, 1024, "from [engine]");
+    let ModelEngine::Upstream(remote) = &config.models[1].engine else {
+        panic!("upstream");
+    };
+    assert_eq!(remote.model, "gpt-4o");
+    assert_eq!(
+        remote.api_key.as_ref().map(Secret::expose),
+        Some("sk-from-env")
+    );
+    assert!(
+        !format!("{config:?}").contains("sk-from-env"),
+        "never printed"
+    );
+    assert_eq!(remote.first_byte_timeout, Duration::from_secs(5));
+    assert!(!remote.logprobs);
+    assert_eq!(config.models[1].default_max_tokens, Some(256));
+
+    let refused = |toml: &str| {
+        Config::from_toml(&ServeArgs::default(), toml)
+            .expect_err(toml)
+            .to_string()
+    };
+    let text = refused("[[models]]\nid = \"a\"\nengine = \"mistral\"\nurl = \"http://x/v1\"\n");
+    assert!(text.contains("entry 1") && text.contains("url"), "{text}");
+    let text = refused("[[models]]\nid = \"a\"\nengine = \"upstream\"\n");
+    assert!(text.contains("needs the base URL"), "{text}");
+    let text = refused("[[models]]\nid = \"a\"\n");
+    assert!(text.contains("engine"), "{text}");
+    let text = refused(
+        "[[models]]\nid = \"a\"\nengine = \"mistral\"\n[[models]]\nid = \"a\"\nengine = \"mistral\"\n",
+    );
+    assert!(text.contains("served twice"), "{text}");
+    let text =
+        refused("[engine]\nmodel_id = \"x\"\n[[models]]\nid = \"a\"\nengine = \"mistral\"\n");
+    assert!(text.contains("engine.model_id"), "{text}");
+    let text = refused("[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://x/v1\"\napi_key_env = \"LLMGATE_NO_SUCH_VARIABLE\"\n");
+    assert!(text.contains("LLMGATE_NO_SUCH_VARIABLE"), "{text}");
+    let text = refused("[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://x/v1\"\nmodel_pth = \"typo\"\n");
+    assert!(text.contains("model_pth"), "{text}");
+}

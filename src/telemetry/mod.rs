@@ -140,23 +140,27 @@ impl Telemetry {
     }
 
     /// Copies the point-in-time readings into the gauges before a scrape.
-    pub fn refresh(
-        &self,
-        running: usize,
-        waiting: usize,
-        in_flight: usize,
-        model: Option<std::sync::Arc<crate::engine::ModelInfo>>,
-    ) {
+    pub fn refresh(&self, models: &crate::engine::served::ServedModels, in_flight: usize) {
+        let load = models.load();
+        let upstreams = models
+            .iter()
+            .filter(|m| m.engine.model_info().is_some_and(|i| i.upstream.is_some()))
+            .map(|m| {
+                let up = m.engine.readiness() == crate::engine::Readiness::Ready;
+                (m.id().to_owned(), up)
+            })
+            .collect();
         let backlog = self.semlog.backlog();
         self.metrics.refresh(&Snapshot {
             semlog_queue_depth: backlog.queued,
             semlog_spooled_bytes: backlog.spooled_bytes,
-            running,
-            waiting,
+            running: load.running,
+            waiting: load.waiting,
             in_flight,
             resident_memory_bytes: metrics::resident_memory_bytes(),
             gpu_memory: gpu::memory(),
-            model,
+            models: models.infos(),
+            upstreams,
             log_lines_dropped: self
                 .log_drops
                 .as_ref()

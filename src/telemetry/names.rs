@@ -10,6 +10,9 @@ pub const TIME_PER_OUTPUT_TOKEN: &str = "time_per_output_token_seconds";
 pub const INTER_TOKEN_LATENCY: &str = "inter_token_latency_seconds";
 pub const E2E_REQUEST_LATENCY: &str = "e2e_request_latency_seconds";
 pub const REQUEST_QUEUE_TIME: &str = "request_queue_time_seconds";
+/// Upstream models: request sent upstream -> its first content chunk (the upstream's
+/// share of TTFT; the rest is the gateway's).
+pub const UPSTREAM_TIME_TO_FIRST_TOKEN: &str = "upstream_time_to_first_token_seconds";
 pub const REPETITION_RATE: &str = "repetition_rate";
 /// Per answer: the mean surprisal of its tokens (minus their mean log-probability, in
 /// nats; positive, so rates of the histogram's `_sum` work), and the share of unlikely
@@ -27,6 +30,8 @@ pub const TRACES_SAMPLED: &str = "traces_sampled";
 pub const TRACES_DROPPED: &str = "traces_dropped";
 pub const TRACE_SPANS_DROPPED: &str = "trace_spans_dropped";
 pub const LOG_LINES_DROPPED: &str = "log_lines_dropped";
+/// Answers by what their repetition rate was computed over (`basis`).
+pub const REPETITION_BASIS: &str = "repetition_basis";
 
 // The semantic-log pipeline.
 pub const SEMLOG_QUEUED: &str = "semlog_queued";
@@ -52,6 +57,8 @@ pub const REQUESTS_IN_FLIGHT: &str = "requests_in_flight";
 pub const PROCESS_RESIDENT_MEMORY: &str = "process_resident_memory";
 pub const GPU_MEMORY_USED: &str = "gpu_memory_used";
 pub const GPU_MEMORY_TOTAL: &str = "gpu_memory_total";
+/// 1 while an upstream model's server is reachable (last probe or request), else 0.
+pub const UPSTREAM_UP: &str = "upstream_up";
 /// Info gauges (value 1): the binary and the served model.
 pub const BUILD_INFO: &str = "build_info";
 pub const MODEL_INFO: &str = "model_info";
@@ -86,6 +93,10 @@ pub const PROVIDER: &str = "llmgate";
 
 // Span attributes that no semantic convention defines.
 pub const ATTR_TTFT_MS: &str = "llm.ttft_ms";
+/// Request sent to an upstream -> its first content chunk (upstream models only).
+pub const ATTR_UPSTREAM_TTFT_MS: &str = "llm.upstream_ttft_ms";
+/// What the repetition rate's token ids are (`engine::RepetitionBasis`).
+pub const ATTR_REPETITION_BASIS: &str = "llm.repetition_basis";
 pub const ATTR_TPOT_MS: &str = "llm.tpot_ms";
 pub const ATTR_E2E_MS: &str = "llm.e2e_ms";
 pub const ATTR_QUEUE_MS: &str = "llm.queue_ms";

@@ -219,6 +219,20 @@ impl RequestTrace {
         self.parent_sampled
     }
 
+    /// The W3C `traceparent` naming this request's span as the parent: what an upstream
+    /// gets, so its spans join the request's trace. Sampled when this gateway exports
+    /// traces (the tail sampler decides only at the end, so the upstream records) or the
+    /// caller asked for it.
+    pub fn traceparent(&self) -> String {
+        let sampled = self.tracer.is_some() || self.parent_sampled;
+        format!(
+            "00-{}-{}-{}",
+            self.ids.trace_id,
+            self.ids.span_id,
+            if sampled { "01" } else { "00" }
+        )
+    }
+
     /// Writes the record into the span, adds the child spans and ends it. `handoff` is
     /// when the semantic-log hand-off began and ended, on the request timer's clock.
     pub fn finish(self, r: &RequestRecord, handoff: (Duration, Duration)) {
@@ -321,7 +335,10 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
             names::GEN_AI_RESPONSE_ID,
             r.response_id.clone().map(Into::into),
         );
-        push(names::GEN_AI_RESPONSE_MODEL, Some(r.model.clone().into()));
+        push(
+            names::GEN_AI_RESPONSE_MODEL,
+            Some(r.response_model().to_owned().into()),
+        );
         push(
             names::GEN_AI_USAGE_INPUT_TOKENS,
             Some(i64::from(r.usage.prompt_tokens).into()),
@@ -340,9 +357,17 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
         );
     }
     push(names::ATTR_TTFT_MS, r.timings.ttft_ms.map(Into::into));
+    push(
+        names::ATTR_UPSTREAM_TTFT_MS,
+        r.timings.upstream_ttft_ms.map(Into::into),
+    );
     push(names::ATTR_TPOT_MS, r.timings.tpot_ms.map(Into::into));
     if let Some(q) = &r.quality {
         push(names::ATTR_REPETITION_RATE, Some(q.repetition_rate.into()));
+        push(
+            names::ATTR_REPETITION_BASIS,
+            Some(q.repetition_basis.as_str().into()),
+        );
         push(names::ATTR_DEGENERATED, Some(q.degenerated.into()));
         push(names::ATTR_REFUSAL, Some(q.refusal.into()));
         push(names::ATTR_INTENT, Some(q.intent.clone().into()));

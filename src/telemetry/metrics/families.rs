@@ -45,6 +45,12 @@ pub(super) struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct BasisLabels {
+    pub(super) model: String,
+    pub(super) basis: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReasonLabel {
     pub(super) reason: &'static str,
 }
@@ -166,6 +172,10 @@ pub(super) struct ModelLabels {
     driver: String,
     cuda: String,
     system_fingerprint: String,
+    /// An upstream model's server (no credentials) and the name sent to it; empty in
+    /// this process. Joins any series to the upstream that served it.
+    upstream_url: String,
+    upstream_model: String,
 }
 
 impl ModelLabels {
@@ -180,6 +190,16 @@ impl ModelLabels {
             driver: m.accelerator.driver.clone(),
             cuda: m.accelerator.cuda.clone(),
             system_fingerprint: m.system_fingerprint.clone(),
+            upstream_url: m
+                .upstream
+                .as_ref()
+                .map(|u| u.url.clone())
+                .unwrap_or_default(),
+            upstream_model: m
+                .upstream
+                .as_ref()
+                .map(|u| u.model.clone())
+                .unwrap_or_default(),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! Bucket lists follow vLLM's, extended down to the 20-60 ms per token a 2-core CPU
 //! decodes at, so the histograms separate CPU and GPU deployments alike.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -23,7 +23,7 @@ pub use families::{SemlogEvent, TraceReason, SEMLOG_DROP_REASONS, SEMLOG_FILE_KI
 
 mod exposition;
 mod families;
-use crate::record::{RequestRecord, Status};
+mod observe;
 pub use exposition::ExpositionFormat;
 
 /// Point-in-time readings copied into gauges at each scrape.
@@ -38,8 +38,10 @@ pub struct Snapshot {
     pub resident_memory_bytes: Option<u64>,
     /// Memory per GPU.
     pub gpu_memory: Vec<crate::telemetry::gpu::GpuMemory>,
-    /// The served model's facts, once it is loaded.
-    pub model: Option<std::sync::Arc<crate::engine::ModelInfo>>,
+    /// The facts of each served model that is loaded.
+    pub models: Vec<std::sync::Arc<crate::engine::ModelInfo>>,
+    /// Each upstream model and whether its server is reachable.
+    pub upstreams: Vec<(String, bool)>,
     /// Log lines the non-blocking writer dropped since start.
     pub log_lines_dropped: u64,
     /// Semantic-log documents in the spool not yet delivered.
@@ -50,9 +52,10 @@ pub struct Snapshot {
 
 pub struct Metrics {
     registry: Registry,
-    /// The configured model id: the only `model` label value besides `none`.
-    model: String,
+    /// The served model ids: the only `model` label values besides `none`.
+    models: Vec<String>,
     ttft: ExemplarHistograms,
+    upstream_ttft: Histograms,
     tpot: ExemplarHistograms,
     e2e: ExemplarHistograms,
     itl: Histograms,
@@ -65,6 +68,8 @@ pub struct Metrics {
     generation_tokens: Counters,
     refusals: Counters,
     degenerations: Counters,
+    repetition_basis: Family<BasisLabels, Counter>,
+    upstream_up: Family<ModelLabel, Gauge>,
     traces_sampled: Family<ReasonLabel, Counter>,
     traces_dropped: Family<ReasonLabel, Counter>,
     trace_spans_dropped: Family<ReasonLabel, Counter>,
@@ -92,7 +97,7 @@ pub struct Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
-            .field("model", &self.model)
+            .field("models", &self.models)
             .finish_non_exhaustive()
     }
 }
@@ -100,10 +105,17 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// A fresh registry for a gateway serving `model`.
     pub fn new(model: &str) -> Self {
+        Self::for_models(&[model], &[])
+    }
+
+    /// A fresh registry for a gateway serving `models`, of which `upstreams` are served by
+    /// upstream servers.
+    pub fn for_models(models: &[&str], upstreams: &[&str]) -> Self {
         let mut registry = Registry::with_prefix(names::METRIC_PREFIX);
         let m = Self {
-            model: model.to_owned(),
+            models: models.iter().map(|m| (*m).to_owned()).collect(),
             ttft: exemplar_family(TTFT_BUCKETS),
+            upstream_ttft: histogram_family(TTFT_BUCKETS),
             tpot: exemplar_family(TOKEN_BUCKETS),
             e2e: exemplar_family(REQUEST_BUCKETS),
             itl: histogram_family(TOKEN_BUCKETS),
@@ -116,6 +128,8 @@ impl Metrics {
             generation_tokens: Family::default(),
             refusals: Family::default(),
             degenerations: Family::default(),
+            repetition_basis: Family::default(),
+            upstream_up: Family::default(),
             traces_sampled: Family::default(),
             traces_dropped: Family::default(),
             trace_spans_dropped: Family::default(),
@@ -144,6 +158,11 @@ impl Metrics {
             names::TIME_TO_FIRST_TOKEN,
             "Time from receiving a request to handing its first content frame to the transport",
             m.ttft.clone(),
+        );
+        r.register(
+            names::UPSTREAM_TIME_TO_FIRST_TOKEN,
+            "Upstream models: time from sending a request upstream to its first content chunk arriving (the upstream's share of TTFT)",
+            m.upstream_ttft.clone(),
         );
         r.register(
             names::TIME_PER_OUTPUT_TOKEN,
@@ -204,6 +223,16 @@ impl Metrics {
             names::DEGENERATIONS,
             "Answers stopped by the degeneration guard",
             m.degenerations.clone(),
+        );
+        r.register(
+            names::REPETITION_BASIS,
+            "Answers by what their repetition rate was computed over: token_ids (the engine's), logprob_tokens, tokenizer or words (an upstream's stand-ins)",
+            m.repetition_basis.clone(),
+        );
+        r.register(
+            names::UPSTREAM_UP,
+            "1 while an upstream model's server answers (its last probe or request), 0 when it cannot be reached",
+            m.upstream_up.clone(),
         );
         r.register(
             names::TRACES_SAMPLED,
@@ -345,35 +374,53 @@ impl Metrics {
                 target_features: b.target_features.to_owned(),
             })
             .set(1);
-        m.create_zero_series();
+        m.create_zero_series(upstreams);
         Self { registry, ..m }
     }
 
     /// Creates every series whose labels are known up front, at zero, so that rates and
     /// alerts see a 0 rather than no data before the first event.
-    fn create_zero_series(&self) {
-        let served = ModelLabel {
-            model: self.model.clone(),
-        };
-        for counters in [
-            &self.prompt_tokens,
-            &self.generation_tokens,
-            &self.refusals,
-            &self.degenerations,
-        ] {
-            drop(counters.get_or_create(&served));
-        }
-        for histograms in [&self.ttft, &self.tpot, &self.e2e] {
-            drop(histograms.get_or_create(&served));
-        }
-        for histograms in [
-            &self.itl,
-            &self.queue,
-            &self.repetition,
-            &self.mean_logprob,
-            &self.low_confidence,
-        ] {
-            drop(histograms.get_or_create(&served));
+    fn create_zero_series(&self, upstreams: &[&str]) {
+        for model in &self.models {
+            let served = ModelLabel {
+                model: model.clone(),
+            };
+            for counters in [
+                &self.prompt_tokens,
+                &self.generation_tokens,
+                &self.refusals,
+                &self.degenerations,
+            ] {
+                drop(counters.get_or_create(&served));
+            }
+            for histograms in [&self.ttft, &self.tpot, &self.e2e] {
+                drop(histograms.get_or_create(&served));
+            }
+            for histograms in [
+                &self.itl,
+                &self.queue,
+                &self.repetition,
+                &self.mean_logprob,
+                &self.low_confidence,
+            ] {
+                drop(histograms.get_or_create(&served));
+            }
+            let upstream = upstreams.contains(&model.as_str());
+            if upstream {
+                drop(self.upstream_ttft.get_or_create(&served));
+                self.upstream_up.get_or_create(&served).set(1);
+            }
+            let bases = if upstream {
+                &crate::engine::RepetitionBasis::ALL[1..]
+            } else {
+                &crate::engine::RepetitionBasis::ALL[..1]
+            };
+            for basis in bases {
+                drop(self.repetition_basis.get_or_create(&BasisLabels {
+                    model: model.clone(),
+                    basis: basis.as_str(),
+                }));
+            }
         }
         use TraceReason as R;
         for reason in [R::Error, R::Slow, R::Parent, R::Ratio] {
@@ -395,186 +442,6 @@ impl Metrics {
         }
         for kind in SEMLOG_FILE_KINDS {
             drop(self.semlog_files_deleted.get_or_create(&KindLabel { kind }));
-        }
-    }
-
-    /// Counts one finished request. `exemplar` is the trace id to attach to its latency
-    /// observations: pass it only when that trace is exported, so every exemplar links
-    /// to a trace that exists.
-    pub fn observe(&self, r: &RequestRecord, exemplar: Option<&str>) {
-        let model = ModelLabel {
-            model: if r.model == self.model {
-                self.model.clone()
-            } else {
-                names::MODEL_NONE.to_owned()
-            },
-        };
-        let error_type = match r.status {
-            Status::Ok => names::LABEL_NONE,
-            Status::Cancelled => r.error_kind.unwrap_or(names::CANCELLED),
-            Status::Error => r.error_kind.unwrap_or("engine_error"),
-        };
-        self.requests
-            .get_or_create(&RequestLabels {
-                model: model.model.clone(),
-                status: r.status.as_str(),
-                finish_reason: r.finish_reason.map_or(names::LABEL_NONE, |f| f.as_str()),
-                error_type,
-            })
-            .inc();
-        self.prompt_tokens
-            .get_or_create(&model)
-            .inc_by(u64::from(r.usage.prompt_tokens));
-        self.generation_tokens
-            .get_or_create(&model)
-            .inc_by(u64::from(r.usage.completion_tokens));
-
-        let t = &r.timings;
-        let exemplar = || {
-            exemplar.map(|trace_id| TraceExemplar {
-                trace_id: trace_id.to_owned(),
-            })
-        };
-        if let Some(ttft) = t.ttft_ms {
-            self.ttft
-                .get_or_create(&model)
-                .observe(ttft / 1000.0, exemplar(), None);
-        }
-        if let Some(tpot) = t.tpot_ms {
-            self.tpot
-                .get_or_create(&model)
-                .observe(tpot / 1000.0, exemplar(), None);
-        }
-        self.e2e
-            .get_or_create(&model)
-            .observe(t.e2e_ms / 1000.0, exemplar(), None);
-        if let Some(queue) = t.queue_ms {
-            self.queue.get_or_create(&model).observe(queue / 1000.0);
-        }
-        if !r.itl_gaps.is_empty() {
-            let itl = self.itl.get_or_create(&model);
-            for gap in &r.itl_gaps {
-                itl.observe(gap.as_secs_f64());
-            }
-        }
-        if let Some(q) = &r.quality {
-            if r.usage.completion_tokens > 0 {
-                self.repetition
-                    .get_or_create(&model)
-                    .observe(q.repetition_rate);
-            }
-            if let Some(mean) = q.mean_logprob {
-                self.mean_logprob.get_or_create(&model).observe(-mean);
-            }
-            if let Some(share) = q.low_confidence_share {
-                self.low_confidence.get_or_create(&model).observe(share);
-            }
-            if q.refusal {
-                self.refusals.get_or_create(&model).inc();
-            }
-            if q.degenerated {
-                self.degenerations.get_or_create(&model).inc();
-            }
-        }
-    }
-
-    /// Counts a tail-sampling decision about one trace.
-    pub fn trace_decided(&self, reason: TraceReason, kept: bool) {
-        let family = if kept {
-            &self.traces_sampled
-        } else {
-            &self.traces_dropped
-        };
-        family.get_or_create(&ReasonLabel::from(reason)).inc();
-    }
-
-    /// Counts a span dropped before its trace was decided.
-    pub fn span_dropped(&self, reason: TraceReason) {
-        self.trace_spans_dropped
-            .get_or_create(&ReasonLabel::from(reason))
-            .inc();
-    }
-
-    pub fn semlog_count(&self, event: SemlogEvent, n: u64) {
-        let index = match event {
-            SemlogEvent::Queued => 0,
-            SemlogEvent::Indexed => 1,
-            SemlogEvent::Duplicate => 2,
-            SemlogEvent::Retried => 3,
-            SemlogEvent::DeadLettered => 4,
-            SemlogEvent::Deferred => 5,
-        };
-        self.semlog[index].inc_by(n);
-    }
-
-    /// Counts NDJSON files the size cap deleted; `kind` is one of [`SEMLOG_FILE_KINDS`].
-    pub fn semlog_files_deleted(&self, kind: &'static str, n: u64) {
-        if n > 0 {
-            self.semlog_files_deleted
-                .get_or_create(&KindLabel { kind })
-                .inc_by(n);
-        }
-    }
-
-    /// Counts a lost document; `reason` is one of [`SEMLOG_DROP_REASONS`].
-    pub fn semlog_dropped(&self, reason: &'static str) {
-        self.semlog_dropped
-            .get_or_create(&ReasonLabel { reason })
-            .inc();
-    }
-
-    pub fn semlog_redactions(&self, counts: &crate::semlog::redact::RedactionCounts) {
-        for (kind, n) in counts.iter() {
-            self.semlog_redactions
-                .get_or_create(&KindLabel {
-                    kind: kind.as_str(),
-                })
-                .inc_by(u64::from(n));
-        }
-    }
-
-    pub fn semlog_ready(&self, ready: bool) {
-        self.semlog_ready.set(i64::from(ready));
-    }
-
-    pub fn semlog_bulk_latency(&self, took: std::time::Duration) {
-        self.semlog_bulk_latency.observe(took.as_secs_f64());
-    }
-
-    /// Copies point-in-time readings into the gauges.
-    pub fn refresh(&self, s: &Snapshot) {
-        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.running.set(gauge(s.running as u64));
-        self.waiting.set(gauge(s.waiting as u64));
-        self.in_flight.set(gauge(s.in_flight as u64));
-        if let Some(rss) = s.resident_memory_bytes {
-            self.resident_memory.set(gauge(rss));
-        }
-        for gpu in &s.gpu_memory {
-            let label = GpuLabel {
-                gpu: gpu.index.to_string(),
-            };
-            self.gpu_memory.get_or_create(&label).set(gauge(gpu.used));
-            self.gpu_memory_total
-                .get_or_create(&label)
-                .set(gauge(gpu.total));
-        }
-        if let Some(model) = &s.model {
-            let labels = ModelLabels::of(model);
-            // One series: a reload under another fingerprint replaces the old one.
-            if self.model_info.get(&labels).is_none() {
-                self.model_info.clear();
-                self.model_info.get_or_create(&labels).set(1);
-            }
-        }
-        self.semlog_queue_depth
-            .set(gauge(s.semlog_queue_depth as u64));
-        self.semlog_spooled_bytes.set(gauge(s.semlog_spooled_bytes));
-        let seen = self
-            .log_lines_dropped_seen
-            .fetch_max(s.log_lines_dropped, Ordering::Relaxed);
-        if s.log_lines_dropped > seen {
-            self.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
         }
     }
 }

@@ -1,0 +1,424 @@
+//! The served models: the `[[models]]` list of the config file, or, without one, the
+//! single model of `[engine]` (a GGUF in this process, or an upstream when
+//! `engine.upstream_url` is set), resolved into [`ModelConfig`]s.
+//!
+//! ```toml
+//! [[models]]
+//! id = "smollm2"                       # what clients send in `model`
+//! engine = "mistral"                   # in this process; [engine] settings apply
+//! model_path = "models/SmolLM2-135M-Instruct.Q8_0.gguf"
+//!
+//! [[models]]
+//! id = "llama-3.1-8b"
+//! engine = "upstream"                  # any OpenAI-compatible server
+//! url = "http://vllm:8000/v1"          # its base URL, as the OpenAI SDK's base_url
+//! upstream_model = "meta-llama/Llama-3.1-8B-Instruct"   # default: id
+//! api_key_env = "VLLM_API_KEY"         # or api_key_file; never logged
+//! tokenizer = "tokenizers/llama-3.1/tokenizer.json"    # or a GGUF; for repetition
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::settings::EngineTable;
+use super::{ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
+
+/// A secret read from a file or the environment at start-up. Its `Debug` prints no
+/// part of it, so a config dump or an error cannot leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// One `[[models]]` entry as the file spells it. Which keys apply depends on `engine`;
+/// a key of the other kind is refused, so a typo'd entry cannot pass unnoticed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    pub id: Option<String>,
+    pub engine: Option<EngineKind>,
+    /// mistral: the GGUF file [default: engine.model_path].
+    pub model_path: Option<PathBuf>,
+    /// upstream: base URL of the OpenAI-compatible API (`http://host:8000/v1`).
+    pub url: Option<String>,
+    /// upstream: the model name sent to it [default: id].
+    pub upstream_model: Option<String>,
+    /// upstream: a file holding its API key (whitespace around it is ignored).
+    pub api_key_file: Option<PathBuf>,
+    /// upstream: an environment variable holding its API key.
+    pub api_key_env: Option<String>,
+    /// upstream: `tokenizer.json` (or a GGUF with a BPE vocabulary) of the upstream's
+    /// model, for the repetition rate when it returns no log-probabilities.
+    pub tokenizer: Option<PathBuf>,
+    /// upstream: ask for each token's log-probability, for the confidence figures and an
+    /// exact repetition rate [default: true].
+    pub logprobs: Option<bool>,
+    /// upstream: milliseconds to open a connection [default: 5000].
+    pub connect_timeout_ms: Option<u64>,
+    /// upstream: seconds from sending a request to its first event [default: 60].
+    pub first_byte_timeout_secs: Option<u64>,
+    /// upstream: seconds a stream may go without an event [default: 60].
+    pub idle_timeout_secs: Option<u64>,
+    /// upstream: seconds between reachability probes (`GET <url>/models`) [default: 10].
+    pub probe_interval_secs: Option<u64>,
+    /// upstream: its model's context length, for `/v1/models` and `/tokenize`
+    /// [default: unknown, 0].
+    pub context_length: Option<u32>,
+    /// upstream: refuse an answer whose `model` is another one than `upstream_model`
+    /// (or a dated version of it, `gpt-4o-2024-08-06` for `gpt-4o`) [default: true].
+    pub check_model: Option<bool>,
+    /// Largest `max_tokens` a request may ask for [default: engine.max_tokens_cap].
+    pub max_tokens_cap: Option<u32>,
+    /// `max_tokens` of a request that sets none [default: engine.default_max_tokens;
+    /// for an upstream, none: its own default].
+    pub default_max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// mistral.rs in this process.
+    Mistral,
+    /// An OpenAI-compatible server over HTTP.
+    Upstream,
+}
+
+/// One served model, resolved and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub id: String,
+    pub max_tokens_cap: u32,
+    pub default_max_tokens: Option<u32>,
+    pub engine: ModelEngine,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEngine {
+    /// A GGUF in this process; the rest of `[engine]` (weights, threads, replicas,
+    /// batch size) applies.
+    Mistral {
+        model_path: PathBuf,
+    },
+    Upstream(UpstreamConfig),
+}
+
+/// Where and how to reach an upstream server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    /// Base URL without a trailing slash: `<url>/chat/completions` is the chat route.
+    pub url: String,
+    pub model: String,
+    pub api_key: Option<Secret>,
+    pub tokenizer: Option<PathBuf>,
+    pub logprobs: bool,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub probe_interval: Duration,
+    pub context_length: u32,
+    pub check_model: bool,
+}
+
+const MISTRAL_ONLY: &[&str] = &["model_path"];
+const UPSTREAM_ONLY: &[&str] = &[
+    "url",
+    "upstream_model",
+    "api_key_file",
+    "api_key_env",
+    "tokenizer",
+    "logprobs",
+    "connect_timeout_ms",
+    "first_byte_timeout_secs",
+    "idle_timeout_secs",
+    "probe_interval_secs",
+    "context_length",
+    "check_model",
+];
+
+/// The served models: the file's `[[models]]`, or the single model `engine` describes.
+pub(super) fn resolve(
+    tables: Vec<ModelTable>,
+    engine: &EngineTable,
+) -> Result<Vec<ModelConfig>, ConfigError> {
+    let cap = engine.max_tokens_cap.unwrap_or(2048);
+    if tables.is_empty() {
+        let id = engine
+            .model_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned());
+        let table = match &engine.upstream_url {
+            Some(url) => ModelTable {
+                id: Some(id),
+                engine: Some(EngineKind::Upstream),
+                url: Some(url.clone()),
+                upstream_model: engine.upstream_model.clone(),
+                api_key_env: engine.upstream_api_key_env.clone(),
+                api_key_file: engine.upstream_api_key_file.clone(),
+                tokenizer: engine.upstream_tokenizer.clone(),
+                default_max_tokens: engine.default_max_tokens,
+                ..ModelTable::default()
+            },
+            None => ModelTable {
+                id: Some(id),
+                engine: Some(EngineKind::Mistral),
+                default_max_tokens: engine.default_max_tokens,
+                ..ModelTable::default()
+            },
+        };
+        // The flags' own names in errors: there is no [[models]] entry to point at.
+        return model(table, 0, engine, cap)
+            .map(|m| vec![m])
+            .map_err(|error| match error {
+                ConfigError::Entry { key, message, .. } => {
+                    ConfigError::invalid(single_setting(key), message)
+                }
+                other => other,
+            });
+    }
+    if engine.model_id.is_some() || engine.upstream_url.is_some() {
+        let setting = if engine.model_id.is_some() {
+            "engine.model_id"
+        } else {
+            "engine.upstream_url"
+        };
+        return Err(ConfigError::invalid(
+            setting,
+            "names the single served model; with a [[models]] list each entry names its own (id, url)",
+        ));
+    }
+    let models = tables
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| model(t, i, engine, cap))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, m) in models.iter().enumerate() {
+        if models[..i].iter().any(|o| o.id == m.id) {
+            return Err(ConfigError::invalid(
+                "models.id",
+                format!("'{}' is served twice; each id must be unique", m.id),
+            ));
+        }
+    }
+    Ok(models)
+}
+
+/// The `[engine]` setting a key of the single model comes from.
+fn single_setting(key: &str) -> &'static str {
+    match key {
+        "url" => "engine.upstream_url",
+        "upstream_model" => "engine.upstream_model",
+        "api_key_env" => "engine.upstream_api_key_env",
+        "api_key_file" => "engine.upstream_api_key_file",
+        "tokenizer" => "engine.upstream_tokenizer",
+        "default_max_tokens" => "engine.default_max_tokens",
+        "max_tokens_cap" => "engine.max_tokens_cap",
+        _ => "engine.model_id",
+    }
+}
+
+fn model(
+    t: ModelTable,
+    index: usize,
+    engine: &EngineTable,
+    cap: u32,
+) -> Result<ModelConfig, ConfigError> {
+    let at = |key: &str| format!("[[models]] entry {} ({key})", index + 1);
+    let invalid = |key: &'static str, message: String| ConfigError::Entry {
+        entry: index + 1,
+        key,
+        message,
+    };
+    let id =
+        t.id.clone()
+            .filter(|id| !id.trim().is_empty())
+            .ok_or_else(|| invalid("id", "each model needs a non-empty id".into()))?;
+    let kind = t.engine.ok_or_else(|| {
+        invalid(
+            "engine",
+            "say which engine serves it: \"mistral\" (in this process) or \"upstream\"".into(),
+        )
+    })?;
+    let set = serde_json::to_value(&t).unwrap_or_default();
+    let is_set = |key: &str| set.get(key).is_some_and(|v| !v.is_null());
+    let foreign = match kind {
+        EngineKind::Mistral => UPSTREAM_ONLY.iter().copied().find(|key| is_set(key)),
+        EngineKind::Upstream => MISTRAL_ONLY.iter().copied().find(|key| is_set(key)),
+    };
+    if let Some(key) = foreign {
+        return Err(invalid(
+            key,
+            format!(
+                "{} does not apply to engine = \"{}\"",
+                at(key),
+                if kind == EngineKind::Mistral {
+                    "mistral"
+                } else {
+                    "upstream"
+                }
+            ),
+        ));
+    }
+    let max_tokens_cap = t.max_tokens_cap.unwrap_or(cap);
+    if max_tokens_cap == 0 {
+        return Err(invalid("max_tokens_cap", "must be at least 1".into()));
+    }
+    let default_max_tokens = match kind {
+        EngineKind::Mistral => t.default_max_tokens.or(engine.default_max_tokens),
+        EngineKind::Upstream => t.default_max_tokens,
+    };
+    if default_max_tokens.is_some_and(|n| n == 0 || n > max_tokens_cap) {
+        return Err(invalid(
+            "default_max_tokens",
+            format!("must be between 1 and max_tokens_cap ({max_tokens_cap})"),
+        ));
+    }
+    let engine = match kind {
+        EngineKind::Mistral => ModelEngine::Mistral {
+            model_path: t
+                .model_path
+                .or_else(|| engine.model_path.clone())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH)),
+        },
+        EngineKind::Upstream => ModelEngine::Upstream(upstream(&t, &id, &invalid)?),
+    };
+    Ok(ModelConfig {
+        id,
+        max_tokens_cap,
+        default_max_tokens,
+        engine,
+    })
+}
+
+fn upstream(
+    t: &ModelTable,
+    id: &str,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<UpstreamConfig, ConfigError> {
+    let url = t.url.as_deref().ok_or_else(|| {
+        invalid(
+            "url",
+            "an upstream needs the base URL of its API, such as http://127.0.0.1:8000/v1".into(),
+        )
+    })?;
+    let url = base_url(url).map_err(|m| invalid("url", m))?;
+    let api_key = match (&t.api_key_file, &t.api_key_env) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "api_key_file",
+                "set api_key_file or api_key_env, not both".into(),
+            ))
+        }
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| invalid("api_key_file", format!("{}: {e}", path.display())))?;
+            let key = text.trim();
+            if key.is_empty() {
+                return Err(invalid(
+                    "api_key_file",
+                    format!("{} is empty", path.display()),
+                ));
+            }
+            Some(Secret::new(key))
+        }
+        (None, Some(variable)) => match std::env::var(variable) {
+            Ok(key) if !key.trim().is_empty() => Some(Secret::new(key.trim())),
+            _ => {
+                return Err(invalid(
+                    "api_key_env",
+                    format!("the environment variable {variable} is not set"),
+                ))
+            }
+        },
+        (None, None) => None,
+    };
+    let secs = |value: Option<u64>, default: u64, key: &'static str| {
+        let secs = value.unwrap_or(default);
+        if (1..=3600).contains(&secs) {
+            Ok(Duration::from_secs(secs))
+        } else {
+            Err(invalid(key, "must be between 1 and 3600 seconds".into()))
+        }
+    };
+    let connect_ms = t.connect_timeout_ms.unwrap_or(5000);
+    if !(1..=600_000).contains(&connect_ms) {
+        return Err(invalid(
+            "connect_timeout_ms",
+            "must be between 1 and 600000 ms".into(),
+        ));
+    }
+    let model = t.upstream_model.clone().unwrap_or_else(|| id.to_owned());
+    if model.trim().is_empty() {
+        return Err(invalid("upstream_model", "must not be empty".into()));
+    }
+    Ok(UpstreamConfig {
+        url,
+        model,
+        api_key,
+        tokenizer: t.tokenizer.clone(),
+        logprobs: t.logprobs.unwrap_or(true),
+        connect_timeout: Duration::from_millis(connect_ms),
+        first_byte_timeout: secs(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?,
+        idle_timeout: secs(t.idle_timeout_secs, 60, "idle_timeout_secs")?,
+        probe_interval: secs(t.probe_interval_secs, 10, "probe_interval_secs")?,
+        context_length: t.context_length.unwrap_or(0),
+        check_model: t.check_model.unwrap_or(true),
+    })
+}
+
+/// An `http://` or `https://` base URL with a host, without a trailing slash, a query or
+/// a fragment.
+fn base_url(text: &str) -> Result<String, String> {
+    let trimmed = text.trim().trim_end_matches('/');
+    let parsed = reqwest::Url::parse(trimmed)
+        .map_err(|e| format!("'{text}' is not a URL ({e}); e.g. http://127.0.0.1:8000/v1"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(format!(
+            "'{text}' is not an http:// or https:// URL with a host"
+        ));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(format!(
+            "'{text}' has a query or fragment; give the API's base URL only"
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_checked_and_trimmed() {
+        assert_eq!(
+            base_url("http://127.0.0.1:8000/v1/").as_deref(),
+            Ok("http://127.0.0.1:8000/v1")
+        );
+        assert!(base_url("127.0.0.1:8000").is_err());
+        assert!(base_url("ftp://host/v1").is_err());
+        assert!(base_url("http://host/v1?x=1").is_err());
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let secret = Secret::new("sk-very-secret");
+        assert!(!format!("{secret:?}").contains("very"));
+        assert_eq!(secret.expose(), "sk-very-secret");
+    }
+}

@@ -1,0 +1,105 @@
+//! The models one gateway serves: each id clients send in `model`, the engine behind it
+//! (mistral.rs in this process, or an upstream server) and its completion budget.
+//!
+//! Built once at start-up from the config's `[[models]]` list (or the single model of
+//! `[engine]`), held in application state, and looked up by id for every request. The
+//! first model is the default for routes that take no `model` (`/tokenize` without one).
+
+use std::sync::Arc;
+
+use super::{Engine, EngineLoad, ModelInfo, Readiness};
+use crate::api::request::ModelLimits;
+
+/// One served model.
+#[derive(Clone)]
+pub struct ServedModel {
+    pub limits: ModelLimits,
+    pub engine: Arc<dyn Engine>,
+}
+
+impl ServedModel {
+    pub fn id(&self) -> &str {
+        &self.limits.id
+    }
+}
+
+/// Every served model, in the config's order; never empty.
+#[derive(Clone)]
+pub struct ServedModels(Vec<ServedModel>);
+
+impl std::fmt::Debug for ServedModels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(ServedModel::id))
+            .finish()
+    }
+}
+
+impl ServedModels {
+    /// `None` for an empty list or a repeated id (the config refuses both first).
+    pub fn new(models: Vec<ServedModel>) -> Option<Self> {
+        let unique = models
+            .iter()
+            .enumerate()
+            .all(|(i, m)| models[..i].iter().all(|o| o.id() != m.id()));
+        (!models.is_empty() && unique).then_some(Self(models))
+    }
+
+    /// One model: the single-engine gateway and the tests.
+    pub fn single(limits: ModelLimits, engine: Arc<dyn Engine>) -> Self {
+        Self(vec![ServedModel { limits, engine }])
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ServedModel> {
+        self.0.iter().find(|m| m.id() == id)
+    }
+
+    /// The first model: what a route that names none uses.
+    pub fn default_model(&self) -> &ServedModel {
+        &self.0[0]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ServedModel> {
+        self.0.iter()
+    }
+
+    pub fn limits(&self) -> Vec<ModelLimits> {
+        self.0.iter().map(|m| m.limits.clone()).collect()
+    }
+
+    /// The `model` label of a request that names no served model (refused before its
+    /// body was read, or naming another model): the model itself when only one is
+    /// served, so a single-model gateway counts all its traffic under its model.
+    pub fn label_for_unknown(&self) -> &str {
+        match self.0.as_slice() {
+            [only] => only.id(),
+            _ => crate::telemetry::names::MODEL_NONE,
+        }
+    }
+
+    /// Running and waiting over every engine.
+    pub fn load(&self) -> EngineLoad {
+        self.0.iter().fold(EngineLoad::default(), |sum, m| {
+            let load = m.engine.load();
+            EngineLoad {
+                running: sum.running + load.running,
+                waiting: sum.waiting + load.waiting,
+            }
+        })
+    }
+
+    /// The facts of every model that is loaded.
+    pub fn infos(&self) -> Vec<Arc<ModelInfo>> {
+        self.0
+            .iter()
+            .filter_map(|m| m.engine.model_info())
+            .collect()
+    }
+
+    /// Whether any model can take requests (the gateway is ready when one can).
+    pub fn any_ready(&self) -> bool {
+        self.0
+            .iter()
+            .any(|m| m.engine.readiness() == Readiness::Ready)
+    }
+}

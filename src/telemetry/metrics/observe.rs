@@ -1,0 +1,208 @@
+//! What writes the metrics: each finished request's record, the trace and
+//! semantic-log pipelines as they work, and the point-in-time readings of each scrape.
+
+use std::sync::atomic::Ordering;
+
+use super::families::*;
+use super::{names, Metrics, SemlogEvent, Snapshot, TraceReason};
+use crate::record::{RequestRecord, Status};
+
+impl Metrics {
+    /// Counts one finished request. `exemplar` is the trace id to attach to its latency
+    /// observations: pass it only when that trace is exported, so every exemplar links
+    /// to a trace that exists.
+    pub fn observe(&self, r: &RequestRecord, exemplar: Option<&str>) {
+        let model = ModelLabel {
+            model: if self.models.contains(&r.model) {
+                r.model.clone()
+            } else {
+                names::MODEL_NONE.to_owned()
+            },
+        };
+        let error_type = match r.status {
+            Status::Ok => names::LABEL_NONE,
+            Status::Cancelled => r.error_kind.unwrap_or(names::CANCELLED),
+            Status::Error => r.error_kind.unwrap_or("engine_error"),
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                model: model.model.clone(),
+                status: r.status.as_str(),
+                finish_reason: r.finish_reason.map_or(names::LABEL_NONE, |f| f.as_str()),
+                error_type,
+            })
+            .inc();
+        self.prompt_tokens
+            .get_or_create(&model)
+            .inc_by(u64::from(r.usage.prompt_tokens));
+        self.generation_tokens
+            .get_or_create(&model)
+            .inc_by(u64::from(r.usage.completion_tokens));
+
+        let t = &r.timings;
+        let exemplar = || {
+            exemplar.map(|trace_id| TraceExemplar {
+                trace_id: trace_id.to_owned(),
+            })
+        };
+        if let Some(ttft) = t.ttft_ms {
+            self.ttft
+                .get_or_create(&model)
+                .observe(ttft / 1000.0, exemplar(), None);
+        }
+        if let Some(tpot) = t.tpot_ms {
+            self.tpot
+                .get_or_create(&model)
+                .observe(tpot / 1000.0, exemplar(), None);
+        }
+        self.e2e
+            .get_or_create(&model)
+            .observe(t.e2e_ms / 1000.0, exemplar(), None);
+        if let Some(upstream) = t.upstream_ttft_ms {
+            self.upstream_ttft
+                .get_or_create(&model)
+                .observe(upstream / 1000.0);
+        }
+        if let Some(queue) = t.queue_ms {
+            self.queue.get_or_create(&model).observe(queue / 1000.0);
+        }
+        if !r.itl_gaps.is_empty() {
+            let itl = self.itl.get_or_create(&model);
+            for gap in &r.itl_gaps {
+                itl.observe(gap.as_secs_f64());
+            }
+        }
+        if let Some(q) = &r.quality {
+            if r.usage.completion_tokens > 0 {
+                self.repetition
+                    .get_or_create(&model)
+                    .observe(q.repetition_rate);
+                self.repetition_basis
+                    .get_or_create(&BasisLabels {
+                        model: model.model.clone(),
+                        basis: q.repetition_basis.as_str(),
+                    })
+                    .inc();
+            }
+            if let Some(mean) = q.mean_logprob {
+                self.mean_logprob.get_or_create(&model).observe(-mean);
+            }
+            if let Some(share) = q.low_confidence_share {
+                self.low_confidence.get_or_create(&model).observe(share);
+            }
+            if q.refusal {
+                self.refusals.get_or_create(&model).inc();
+            }
+            if q.degenerated {
+                self.degenerations.get_or_create(&model).inc();
+            }
+        }
+    }
+
+    /// Counts a tail-sampling decision about one trace.
+    pub fn trace_decided(&self, reason: TraceReason, kept: bool) {
+        let family = if kept {
+            &self.traces_sampled
+        } else {
+            &self.traces_dropped
+        };
+        family.get_or_create(&ReasonLabel::from(reason)).inc();
+    }
+
+    /// Counts a span dropped before its trace was decided.
+    pub fn span_dropped(&self, reason: TraceReason) {
+        self.trace_spans_dropped
+            .get_or_create(&ReasonLabel::from(reason))
+            .inc();
+    }
+
+    pub fn semlog_count(&self, event: SemlogEvent, n: u64) {
+        let index = match event {
+            SemlogEvent::Queued => 0,
+            SemlogEvent::Indexed => 1,
+            SemlogEvent::Duplicate => 2,
+            SemlogEvent::Retried => 3,
+            SemlogEvent::DeadLettered => 4,
+            SemlogEvent::Deferred => 5,
+        };
+        self.semlog[index].inc_by(n);
+    }
+
+    /// Counts NDJSON files the size cap deleted; `kind` is one of [`SEMLOG_FILE_KINDS`].
+    pub fn semlog_files_deleted(&self, kind: &'static str, n: u64) {
+        if n > 0 {
+            self.semlog_files_deleted
+                .get_or_create(&KindLabel { kind })
+                .inc_by(n);
+        }
+    }
+
+    /// Counts a lost document; `reason` is one of [`SEMLOG_DROP_REASONS`].
+    pub fn semlog_dropped(&self, reason: &'static str) {
+        self.semlog_dropped
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    pub fn semlog_redactions(&self, counts: &crate::semlog::redact::RedactionCounts) {
+        for (kind, n) in counts.iter() {
+            self.semlog_redactions
+                .get_or_create(&KindLabel {
+                    kind: kind.as_str(),
+                })
+                .inc_by(u64::from(n));
+        }
+    }
+
+    pub fn semlog_ready(&self, ready: bool) {
+        self.semlog_ready.set(i64::from(ready));
+    }
+
+    pub fn semlog_bulk_latency(&self, took: std::time::Duration) {
+        self.semlog_bulk_latency.observe(took.as_secs_f64());
+    }
+
+    /// Copies point-in-time readings into the gauges.
+    pub fn refresh(&self, s: &Snapshot) {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.running.set(gauge(s.running as u64));
+        self.waiting.set(gauge(s.waiting as u64));
+        self.in_flight.set(gauge(s.in_flight as u64));
+        if let Some(rss) = s.resident_memory_bytes {
+            self.resident_memory.set(gauge(rss));
+        }
+        for gpu in &s.gpu_memory {
+            let label = GpuLabel {
+                gpu: gpu.index.to_string(),
+            };
+            self.gpu_memory.get_or_create(&label).set(gauge(gpu.used));
+            self.gpu_memory_total
+                .get_or_create(&label)
+                .set(gauge(gpu.total));
+        }
+        // One series per model: a reload under another fingerprint replaces the old.
+        let labels: Vec<ModelLabels> = s.models.iter().map(|m| ModelLabels::of(m)).collect();
+        if labels.iter().any(|l| self.model_info.get(l).is_none()) {
+            self.model_info.clear();
+            for l in &labels {
+                self.model_info.get_or_create(l).set(1);
+            }
+        }
+        for (model, up) in &s.upstreams {
+            self.upstream_up
+                .get_or_create(&ModelLabel {
+                    model: model.clone(),
+                })
+                .set(i64::from(*up));
+        }
+        self.semlog_queue_depth
+            .set(gauge(s.semlog_queue_depth as u64));
+        self.semlog_spooled_bytes.set(gauge(s.semlog_spooled_bytes));
+        let seen = self
+            .log_lines_dropped_seen
+            .fetch_max(s.log_lines_dropped, Ordering::Relaxed);
+        if s.log_lines_dropped > seen {
+            self.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
+        }
+    }
+}
