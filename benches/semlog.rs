@@ -51,6 +51,7 @@ fn record(i: usize) -> RequestRecord {
             tokens_per_second: Some(31.7),
             output_tokens: 64,
             client_wait_ms: Some(0.0),
+            upstream_ttft_ms: None,
         },
         quality: Some(Quality {
             repetition_rate: 0.12,
@@ -61,6 +62,7 @@ fn record(i: usize) -> RequestRecord {
             mean_logprob: Some(-0.8),
             min_logprob: Some(-4.1),
             low_confidence_share: Some(0.06),
+            repetition_basis: Default::default(),
         }),
         input_hash: Some("a".repeat(64)),
         output_hash: Some("b".repeat(64)),
@@ -73,6 +75,7 @@ fn record(i: usize) -> RequestRecord {
             quant: "Q8_0".into(),
             device: "cpu/quantized".into(),
             accelerator: Default::default(),
+            upstream: None,
         })),
         params: RequestParams::default(),
         trace: TraceIds {
@@ -94,6 +97,7 @@ fn record(i: usize) -> RequestRecord {
              what drove the revenue growth, and which costs can still be reduced?"
                 .repeat(3),
         ),
+        upstream: None,
     }
 }
 

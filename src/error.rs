@@ -12,6 +12,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::auth::limits::{reset_text, Refusal, Unit};
+use crate::engine::upstream::Fault;
 use crate::engine::EngineError;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -72,6 +73,34 @@ pub enum ApiError {
     },
     #[error("The server had an error while processing your request")]
     Internal,
+    /// The upstream refused the request as the client sent it (a 400 or 422 there); its
+    /// own explanation, which is about the client's request.
+    #[error("The upstream model server refused the request: {message}")]
+    UpstreamRefused {
+        param: Option<String>,
+        message: String,
+    },
+    /// The upstream could not give the answer; `kind` is its `Fault::kind()`. The
+    /// upstream's own words stay in the log (they may carry credentials or internals).
+    #[error("{}", upstream_message(.kind))]
+    Upstream {
+        kind: &'static str,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The client's sentence for each upstream fault.
+fn upstream_message(kind: &str) -> &'static str {
+    match kind {
+        "upstream_unreachable" => "The model server behind this gateway cannot be reached; retry shortly",
+        "upstream_auth_failed" => "The model server behind this gateway refused the gateway's credentials; the operator has to fix its API key",
+        "upstream_rate_limited" => "The model server behind this gateway is rate-limiting; retry after the time Retry-After says",
+        "upstream_timeout" => "The model server behind this gateway sent nothing within its timeout",
+        "upstream_stream_cut" => "The model server behind this gateway ended its stream before the answer was complete",
+        "upstream_protocol_error" => "The model server behind this gateway answered in a format the gateway cannot read",
+        "upstream_model_mismatch" => "The model server behind this gateway answered as another model than the one configured; the answer was stopped",
+        _ => "The model server behind this gateway failed; the error was logged with the request id",
+    }
 }
 
 /// OpenAI's wording, with the completion's share when the client's budget is the excess.
@@ -230,6 +259,19 @@ impl ApiError {
                 "server_error",
                 "internal_error",
             ),
+            E::UpstreamRefused { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "upstream_invalid_request",
+            ),
+            E::Upstream { kind, .. } => {
+                let (status, error_type) = match *kind {
+                    "upstream_rate_limited" => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
+                    "upstream_timeout" => (StatusCode::GATEWAY_TIMEOUT, "server_error"),
+                    _ => (StatusCode::BAD_GATEWAY, "server_error"),
+                };
+                (status, error_type, *kind)
+            }
         };
         Entry {
             status,
@@ -249,6 +291,7 @@ impl ApiError {
             | ApiError::UnsupportedParameter { param, .. }
             | ApiError::UnknownParameter(param) => Some(param),
             ApiError::ModelNotFound(_) => Some("model"),
+            ApiError::UpstreamRefused { param, .. } => param.as_deref(),
             ApiError::ContextLengthExceeded { prompt_param, .. } => Some(prompt_param),
             _ => None,
         }
@@ -313,6 +356,13 @@ impl ResponseError for ApiError {
             // Whole seconds, rounded up: a client that waits this long passes.
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             response.insert_header((header::RETRY_AFTER, secs.max(1)));
+        }
+        if let ApiError::Upstream {
+            retry_after: Some(wait),
+            ..
+        } = self
+        {
+            response.insert_header((header::RETRY_AFTER, wait.as_secs().max(1)));
         }
         if matches!(self, ApiError::QueueTimeout { .. }) {
             response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
@@ -380,6 +430,18 @@ impl From<EngineError> for ApiError {
             }
             // The engine's own message can carry internals: it is logged, not sent.
             EngineError::Rejected(_) | EngineError::Internal(_) => ApiError::Engine,
+            EngineError::Upstream(Fault::Refused { param, message }) => {
+                ApiError::UpstreamRefused { param, message }
+            }
+            EngineError::Upstream(fault) => ApiError::Upstream {
+                kind: fault.kind(),
+                retry_after: match fault {
+                    Fault::RateLimited { retry_after } | Fault::Failed { retry_after, .. } => {
+                        retry_after
+                    }
+                    _ => None,
+                },
+            },
         }
     }
 }
@@ -483,6 +545,53 @@ mod tests {
             .headers()
             .contains_key(header::RETRY_AFTER));
         assert!(never.to_string().starts_with("Request too large"));
+    }
+
+    #[test]
+    fn upstream_faults_answer_in_openai_shape_without_their_words() {
+        let refused = ApiError::from(EngineError::Upstream(Fault::Refused {
+            param: Some("top_k".into()),
+            message: "top_k must be at least 1".into(),
+        }));
+        let body = serde_json::to_value(refused.body()).expect("serialise");
+        assert_eq!(refused.status_code(), StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"]["param"], "top_k");
+        assert_eq!(body["error"]["code"], "upstream_invalid_request");
+        assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("top_k must be at least 1")));
+
+        let limited = ApiError::from(EngineError::Upstream(Fault::RateLimited {
+            retry_after: Some(Duration::from_secs(9)),
+        }));
+        let response = limited.error_response();
+        assert_eq!(response.status().as_u16(), 429);
+        assert_eq!(
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            Some(&b"9"[..])
+        );
+        for (fault, status) in [
+            (Fault::Unreachable("refused by 10.9.8.7".into()), 502),
+            (Fault::Auth { status: 401 }, 502),
+            (
+                Fault::Timeout {
+                    waited: Duration::from_secs(60),
+                    first_byte: true,
+                },
+                504,
+            ),
+            (Fault::Cut("eof at 10.9.8.7".into()), 502),
+            (Fault::Protocol("bad json from 10.9.8.7".into()), 502),
+        ] {
+            let kind = fault.kind();
+            let error = ApiError::from(EngineError::Upstream(fault));
+            assert_eq!(error.status_code().as_u16(), status, "{kind}");
+            assert_eq!(error.kind(), kind);
+            assert!(!error.to_string().contains("10.9.8.7"), "{error}");
+        }
     }
 
     #[test]

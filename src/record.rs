@@ -88,6 +88,18 @@ pub struct RequestRecord {
     pub prompt: Option<String>,
     /// The answer, unredacted: only `semlog` reads it, through the redactor.
     pub response: Option<String>,
+    /// What an upstream said of its answer; `None` for an engine in this process.
+    pub upstream: Option<UpstreamRecord>,
+}
+
+/// An upstream's own account of one answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamRecord {
+    /// The `model` its chunks named (`gen_ai.response.model`).
+    pub model: Option<String>,
+    pub system_fingerprint: Option<String>,
+    /// The upstream sent no usage: the counts are the gateway's.
+    pub usage_estimated: bool,
 }
 
 /// The record's `output_hash` of an answer's text: sha256, hex. `llmgate replay` and
@@ -98,6 +110,14 @@ pub fn output_hash(text: &str) -> String {
 }
 
 impl RequestRecord {
+    /// The model that answered: the one an upstream named, else the served one.
+    pub fn response_model(&self) -> &str {
+        self.upstream
+            .as_ref()
+            .and_then(|u| u.model.as_deref())
+            .unwrap_or(&self.model)
+    }
+
     /// The `system_fingerprint` the answer carried.
     pub fn system_fingerprint(&self) -> Option<&str> {
         self.served

@@ -14,7 +14,12 @@
 //! - queue: `t_recv` -> the engine starts the request.
 //! - TPOT: `(t_last_token - t_first_token) / (output_tokens - 1)`, engine stamps; absent
 //!   below 2 tokens.
-//! - ITL: every gap between consecutive tokens with text, engine stamps.
+//! - ITL: every gap between consecutive token events with text, engine stamps. An
+//!   upstream's event is one streamed chunk: where a chunk carries several tokens, its
+//!   gap is one sample (the time the tokens really took to arrive), never divided into
+//!   made-up per-token gaps; TPOT, from the token count, stays per token.
+//! - upstream TTFT (upstream models): the request sent upstream -> its first content
+//!   chunk, the upstream's share of TTFT.
 //! - e2e: `t_recv` -> the final frame is handed to the transport.
 //! - client wait (streams): time the transport spent blocked because the client had not
 //!   taken the previous frames.
@@ -47,6 +52,8 @@ pub struct RequestTimer {
     itl: Vec<Duration>,
     /// Time blocked on the client, when the transport measures it (streams).
     client_wait: Option<Duration>,
+    /// The engine is an upstream server: its TTFT is also `upstream_ttft`.
+    upstream: bool,
 }
 
 /// The latency figures of one finished request, in milliseconds. Serialised as the
@@ -64,6 +71,10 @@ pub struct Timings {
     pub output_tokens: u32,
     /// Streams: how long frames waited for the client to take earlier ones.
     pub client_wait_ms: Option<f64>,
+    /// Upstream models: the request was sent upstream -> its first content chunk
+    /// reached the gateway (`ttft_ms` minus this is the gateway's own share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ttft_ms: Option<f64>,
 }
 
 /// When each phase of a request began, as readings of the gateway's clock: the span
@@ -104,7 +115,14 @@ impl RequestTimer {
             t_last_content: None,
             itl: Vec::new(),
             client_wait: None,
+            upstream: false,
         }
+    }
+
+    /// The engine is an upstream: its start is the request being sent, its first token
+    /// the first content chunk arriving, and the span between is `upstream_ttft`.
+    pub fn engine_is_upstream(&mut self) {
+        self.upstream = true;
     }
 
     /// The request was handed to the engine (it may wait there for a slot).
@@ -195,6 +213,7 @@ impl RequestTimer {
             tokens_per_second: tokens_per_second.map(round3),
             output_tokens,
             client_wait_ms: self.client_wait.map(ms),
+            upstream_ttft_ms: engine_ttft.filter(|_| self.upstream).map(ms),
         }
     }
 }

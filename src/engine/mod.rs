@@ -3,15 +3,21 @@
 //! The HTTP layer hands the [`Engine`] a validated [`GenerationRequest`] and receives a
 //! [`TokenStream`] of [`EngineEvent`]s. Dropping the stream cancels the generation.
 //! Implementations:
-//! - [`mistral`]: mistral.rs running a GGUF model in-process (the only file that imports
-//!   `mistralrs`);
+//! - [`mistral`]: mistral.rs running a GGUF model in-process (the only module that
+//!   imports `mistralrs`);
+//! - [`upstream`]: any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp's server,
+//!   a hosted API), streamed through over HTTP;
 //! - [`scripted`]: programmable tokens, delays and failures, for tests and benchmarks.
+//!
+//! [`served`] maps each served model id to its engine.
 
 pub mod gguf;
 pub mod grammar;
 pub mod mistral;
 pub mod sampling;
 pub mod scripted;
+pub mod served;
+pub mod upstream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -39,6 +45,9 @@ pub struct GenerationRequest {
     /// `None`: not asked (each token's own log-probability is still reported, for the
     /// confidence figures).
     pub top_logprobs: Option<u8>,
+    /// The W3C `traceparent` of the request's span, for an engine that continues the
+    /// trace (an upstream server with OpenTelemetry on).
+    pub traceparent: Option<String>,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template) or
@@ -161,6 +170,16 @@ pub struct Sampling {
     pub repetition_penalty: Option<f32>,
     /// Stop sequences; the output ends before the first one.
     pub stop: Vec<String>,
+    /// vLLM's `ignore_eos`: the model's end-of-sequence tokens are never picked, so the
+    /// answer runs to `max_tokens` (or a stop). Benchmark clients send it to fix the
+    /// output length.
+    pub ignore_eos: bool,
+    /// vLLM's `min_tokens`: no end-of-sequence or `stop_token_ids` token before this
+    /// many completion tokens.
+    pub min_tokens: u32,
+    /// vLLM's `stop_token_ids`: the answer ends when one of these tokens is picked; the
+    /// token's own text is not part of it.
+    pub stop_token_ids: Vec<u32>,
 }
 
 /// What the engine reports while it generates, in order: any number of `Token`s, then
@@ -263,6 +282,9 @@ pub enum EngineError {
     Unsupported { param: String, reason: String },
     #[error("the engine failed: {0}")]
     Internal(String),
+    /// An upstream server could not give the answer (see [`upstream::Fault`]).
+    #[error("upstream: {0}")]
+    Upstream(upstream::Fault),
 }
 
 /// A request whose prompt the engine has rendered and counted, with its completion budget
@@ -313,11 +335,80 @@ pub type TokenStream = mpsc::Receiver<EngineEvent>;
 /// A started generation.
 #[derive(Debug)]
 pub struct Generation {
-    /// Tokens of the prompt as the model sees it (chat template applied).
+    /// Tokens of the prompt as the model sees it (chat template applied); an upstream's
+    /// own count arrives with its usage, this is the gateway's estimate.
     pub prompt_tokens: u32,
-    /// When the engine started it: its slot was acquired (the end of its queue wait).
+    /// When the engine started it: its slot was acquired (the end of its queue wait), or
+    /// the request was sent to the upstream.
     pub started: Instant,
     pub events: TokenStream,
+    /// What an upstream said about its answer, filled in as its chunks arrive; `None`
+    /// for an engine in this process.
+    pub reported: Option<Arc<Reported>>,
+}
+
+/// What the token ids behind the repetition rate are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepetitionBasis {
+    /// The engine's own token ids (in this process).
+    #[default]
+    TokenIds,
+    /// The tokens an upstream reported with their log-probabilities: each distinct
+    /// token is one id, which is seq-rep-n over the model's tokens without its tokenizer.
+    LogprobTokens,
+    /// The answer's text tokenized again with the model's tokenizer (`tokenizer.json`
+    /// or a GGUF's vocabulary), chunk by chunk.
+    Tokenizer,
+    /// Whitespace-separated words: neither log-probabilities nor a tokenizer were there.
+    Words,
+}
+
+impl RepetitionBasis {
+    pub const ALL: [RepetitionBasis; 4] = [
+        RepetitionBasis::TokenIds,
+        RepetitionBasis::LogprobTokens,
+        RepetitionBasis::Tokenizer,
+        RepetitionBasis::Words,
+    ];
+
+    /// The in-process default, left out of the `timings` object.
+    pub fn is_token_ids(&self) -> bool {
+        *self == RepetitionBasis::TokenIds
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RepetitionBasis::TokenIds => "token_ids",
+            RepetitionBasis::LogprobTokens => "logprob_tokens",
+            RepetitionBasis::Tokenizer => "tokenizer",
+            RepetitionBasis::Words => "words",
+        }
+    }
+}
+
+/// An upstream's own account of one answer: the model it says answered, its
+/// fingerprint, and how the gateway read its tokens. Each is set once, when it is
+/// first known, and read when the request's record is written.
+#[derive(Debug, Default)]
+pub struct Reported {
+    pub model: std::sync::OnceLock<String>,
+    pub system_fingerprint: std::sync::OnceLock<String>,
+    pub basis: std::sync::OnceLock<RepetitionBasis>,
+    /// Set when the upstream sent no usage (llama.cpp's server ignores
+    /// `include_usage`): the prompt's count is the gateway's estimate and the answer's
+    /// is its chunks (or log-probabilities) counted.
+    pub usage_estimated: std::sync::OnceLock<bool>,
+}
+
+/// Whether an engine can take requests now, for `/ready` and `llmgate_upstream_up`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// The model is still loading.
+    Loading,
+    /// An upstream that the last probe or request could not reach, and why.
+    Unreachable(String),
 }
 
 /// Static facts about the served model, fixed once it is loaded.
@@ -333,10 +424,22 @@ pub struct ModelInfo {
     pub sha256: String,
     /// The file's quantization, as GGUF names its file type (`Q8_0`).
     pub quant: String,
-    /// Where it runs: `cpu/<weights>` or `cuda`.
+    /// Where it runs: `cpu/<weights>`, `cuda`, or `upstream`.
     pub device: String,
-    /// The GPU, driver and CUDA version (empty on CPU).
+    /// The GPU, driver and CUDA version (empty on CPU and for upstreams).
     pub accelerator: crate::fingerprint::Accelerator,
+    /// The server that answers for an upstream model; `None` in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<UpstreamFacts>,
+}
+
+/// Where an upstream model is served, as the config names it (no credentials).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UpstreamFacts {
+    /// The base URL, without any user or password in it.
+    pub url: String,
+    /// The model name sent to it.
+    pub model: String,
 }
 
 /// How busy the engine is right now, for the `requests_running` / `requests_waiting`
@@ -397,6 +500,22 @@ pub trait Engine: Send + Sync + 'static {
     /// How the vocabulary spells each id (`Ġthe`); `None` where the engine does not know
     /// its vocabulary or an id is not in it.
     fn spellings(&self, ids: &[u32]) -> Option<Vec<String>>;
+
+    /// Whether the engine ends answers at `sampling.stop` itself. `false`: the gateway's
+    /// stop screen (`stream::stops`) cuts them, as for mistral.rs, which stops a token
+    /// late; an upstream is asked to stop and does.
+    fn applies_stop_sequences(&self) -> bool {
+        false
+    }
+
+    /// Whether requests can be served now.
+    fn readiness(&self) -> Readiness {
+        if self.model_info().is_some() {
+            Readiness::Ready
+        } else {
+            Readiness::Loading
+        }
+    }
 }
 
 /// Prepares and starts a request in one go (benchmarks and tests that have no use for

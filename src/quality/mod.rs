@@ -31,6 +31,10 @@ pub struct Quality {
     pub min_logprob: Option<f64>,
     /// Share of tokens less likely than `quality.low_confidence_prob`.
     pub low_confidence_share: Option<f64>,
+    /// What the repetition rate's token ids are: the engine's own, or for an upstream
+    /// what stood in for them.
+    #[serde(skip_serializing_if = "RepetitionBasis::is_token_ids")]
+    pub repetition_basis: RepetitionBasis,
 }
 
 /// Settings of the degeneration guard; off unless configured.
@@ -44,7 +48,7 @@ pub struct GuardConfig {
 
 use std::sync::Arc;
 
-use crate::engine::TokenLogprob;
+use crate::engine::{RepetitionBasis, TokenLogprob};
 use intent::IntentClassifier;
 use refusal::RefusalDetector;
 use repetition::RepetitionTracker;
@@ -191,6 +195,7 @@ impl QualityTracker {
             mean_logprob,
             min_logprob,
             low_confidence_share,
+            repetition_basis: RepetitionBasis::TokenIds,
         }
     }
 }

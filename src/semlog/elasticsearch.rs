@@ -182,11 +182,13 @@ pub fn component_template_body() -> Value {
                         "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
                         "stream": {"type": "boolean"},
                         "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
+                        "upstream_ttft_ms": double(),
                         "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
                         "itl": {"properties": {
                             "p50_ms": double(), "p95_ms": double(), "max_ms": double()
                         }},
                         "tokens_per_second": double(), "repetition_rate": double(),
+                        "repetition_basis": keyword(),
                         "mean_logprob": double(), "min_logprob": double(),
                         "low_confidence_share": double(),
                         "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
@@ -195,7 +197,12 @@ pub fn component_template_body() -> Value {
         "model": {"properties": {
             "sha256": keyword(), "quant": keyword(), "device": keyword(),
             "context_length": {"type": "integer"},
-            "gpu": keyword(), "driver": keyword(), "cuda": keyword()
+            "gpu": keyword(), "driver": keyword(), "cuda": keyword(),
+            "upstream_url": keyword(), "upstream_model": keyword()
+        }},
+        "upstream": {"properties": {
+            "model": keyword(), "system_fingerprint": keyword(),
+            "usage_estimated": {"type": "boolean"}
         }},
         "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
                         "prompt_excerpt": {"type": "text"},

@@ -49,8 +49,10 @@ pub struct RunInfo {
     pub prompt: String,
     /// The client's `user` field, for the semantic log's keyed hash.
     pub user: Option<String>,
-    /// The request's stop sequences.
+    /// The stop sequences the gateway screens (none when the engine applies them).
     pub stop: Vec<String>,
+    /// What an upstream says of its answer as it streams; `None` in this process.
+    pub reported: Option<Arc<crate::engine::Reported>>,
 }
 
 /// One admitted request on its way through the engine. If it is dropped before
@@ -192,9 +194,13 @@ impl Run {
             Ending::Finished { usage, .. } => usage.completion_tokens,
             Ending::Degenerated | Ending::Failed { .. } => self.usage_so_far().completion_tokens,
         };
+        let mut quality = self.quality.finish();
+        if let Some(basis) = self.info.reported.as_ref().and_then(|r| r.basis.get()) {
+            quality.repetition_basis = *basis;
+        }
         Report {
             timings: self.timer.finish(self.clock.now(), tokens),
-            quality: self.quality.finish(),
+            quality,
         }
     }
 
@@ -270,6 +276,14 @@ impl Run {
             user: info.user.take(),
             prompt: Some(std::mem::take(&mut info.prompt)),
             response: Some(self.quality.text().to_owned()),
+            upstream: info
+                .reported
+                .as_ref()
+                .map(|r| crate::record::UpstreamRecord {
+                    model: r.model.get().cloned(),
+                    system_fingerprint: r.system_fingerprint.get().cloned(),
+                    usage_estimated: r.usage_estimated.get().copied().unwrap_or(false),
+                }),
         };
         self.telemetry
             .request_ended(&record, trace, self.clock.as_ref());

@@ -5,6 +5,7 @@
 pub mod es;
 pub mod logs;
 pub mod otlp;
+pub mod upstream;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use actix_web::web;
 use llmgate::clock::{ManualClock, MonotonicClock, SharedClock};
 use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::scripted::{Script, ScriptedEngine};
+use llmgate::engine::served::ServedModels;
 use llmgate::engine::{Engine, ModelInfo};
 use llmgate::record::{CollectingObserver, FanOut, LogObserver, RequestObserver};
 use llmgate::semlog::indexer::Pacing;
@@ -190,6 +192,37 @@ async fn start_guarded_with(
     let telemetry = Arc::new(telemetry);
     let mut state = AppState::new(config, engine, clock, Arc::clone(&telemetry));
     state.guard = guard;
+    listen(state, observer, telemetry)
+}
+
+/// Starts the server on several models (their ids are the metric labels), with the
+/// request log line beside the collecting observer.
+pub async fn start_models(models: ServedModels, upstreams: &[&str], config: &Config) -> TestServer {
+    let observer = Arc::new(CollectingObserver::default());
+    let observers: Vec<Arc<dyn RequestObserver>> = vec![observer.clone(), Arc::new(LogObserver)];
+    let ids: Vec<String> = models.iter().map(|m| m.id().to_owned()).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let metrics = Arc::new(Metrics::for_models(&ids, upstreams));
+    let telemetry = Arc::new(Telemetry::new(
+        metrics,
+        None,
+        TraceSettings::from(&config.telemetry).policy,
+        Arc::new(FanOut(observers)),
+    ));
+    let state = AppState::with_models(
+        config,
+        models,
+        Arc::new(MonotonicClock::new()),
+        Arc::clone(&telemetry),
+    );
+    listen(state, observer, telemetry)
+}
+
+fn listen(
+    state: AppState,
+    observer: Arc<CollectingObserver>,
+    telemetry: Arc<Telemetry>,
+) -> TestServer {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let state = web::Data::new(state);

@@ -141,6 +141,23 @@ struct ModelFacts {
     driver: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     cuda: String,
+    /// An upstream model's server and the name sent to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_model: Option<String>,
+}
+
+/// What an upstream said of its answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Upstream {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<String>,
+    /// It sent no usage: `gen_ai.usage.*` are the gateway's counts.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    usage_estimated: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -162,6 +179,8 @@ struct Llm {
     engine_ttft_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tpot_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_ttft_ms: Option<f64>,
     e2e_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_ms: Option<f64>,
@@ -173,6 +192,8 @@ struct Llm {
     tokens_per_second: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     repetition_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repetition_basis: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mean_logprob: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,6 +216,8 @@ struct Llm {
     system_fingerprint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<ModelFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream: Option<Upstream>,
     build: BuildFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_excerpt: Option<Redacted>,
@@ -304,7 +327,7 @@ impl RedactedLog {
                 },
                 response: answered.then(|| GenAiResponse {
                     id: r.response_id.clone().unwrap_or_default(),
-                    model: r.model.clone(),
+                    model: r.response_model().to_owned(),
                     finish_reasons: r.finish_reason.iter().map(|f| f.as_str()).collect(),
                 }),
                 usage: Usage {
@@ -320,6 +343,7 @@ impl RedactedLog {
                 ttft_ms: t.ttft_ms,
                 engine_ttft_ms: t.engine_ttft_ms,
                 tpot_ms: t.tpot_ms,
+                upstream_ttft_ms: t.upstream_ttft_ms,
                 e2e_ms: t.e2e_ms,
                 queue_ms: t.queue_ms,
                 client_wait_ms: t.client_wait_ms,
@@ -330,6 +354,12 @@ impl RedactedLog {
                 }),
                 tokens_per_second: t.tokens_per_second,
                 repetition_rate: r.quality.as_ref().map(|q| q.repetition_rate),
+                // Said only where it is not the engine's own ids (an upstream).
+                repetition_basis: r
+                    .quality
+                    .as_ref()
+                    .filter(|q| !q.repetition_basis.is_token_ids())
+                    .map(|q| q.repetition_basis.as_str()),
                 mean_logprob: r.quality.as_ref().and_then(|q| q.mean_logprob),
                 min_logprob: r.quality.as_ref().and_then(|q| q.min_logprob),
                 low_confidence_share: r.quality.as_ref().and_then(|q| q.low_confidence_share),
@@ -348,6 +378,13 @@ impl RedactedLog {
                     gpu: m.accelerator.gpu.clone(),
                     driver: m.accelerator.driver.clone(),
                     cuda: m.accelerator.cuda.clone(),
+                    upstream_url: m.upstream.as_ref().map(|u| u.url.clone()),
+                    upstream_model: m.upstream.as_ref().map(|u| u.model.clone()),
+                }),
+                upstream: r.upstream.as_ref().map(|u| Upstream {
+                    model: u.model.clone(),
+                    system_fingerprint: u.system_fingerprint.clone(),
+                    usage_estimated: u.usage_estimated,
                 }),
                 build: BuildFacts {
                     commit: BUILD.commit,

@@ -39,6 +39,7 @@ fn record() -> RequestRecord {
             tokens_per_second: Some(17.595),
             output_tokens: 3,
             client_wait_ms: Some(0.25),
+            upstream_ttft_ms: None,
         },
         quality: Some(Quality {
             repetition_rate: 0.0,
@@ -49,6 +50,7 @@ fn record() -> RequestRecord {
             mean_logprob: Some(-0.42),
             min_logprob: Some(-2.5),
             low_confidence_share: Some(0.0),
+            repetition_basis: Default::default(),
         }),
         input_hash: Some("in".into()),
         output_hash: Some("out".into()),
@@ -61,6 +63,7 @@ fn record() -> RequestRecord {
             quant: "Q8_0".into(),
             device: "cpu/quantized".into(),
             accelerator: Default::default(),
+            upstream: None,
         })),
         params: RequestParams {
             max_tokens: Some(3),
@@ -77,6 +80,7 @@ fn record() -> RequestRecord {
         user: Some("jane@example.com".into()),
         prompt: Some("Mail me at jane@example.com".into()),
         response: Some("Sure.".into()),
+        upstream: None,
     }
 }
 

@@ -1,0 +1,394 @@
+//! A scripted OpenAI-compatible server: the zero-model-time upstream of the proxy
+//! benchmark (`llmgate scripted-upstream`) and the faulty one of the upstream tests.
+//!
+//! It streams `tokens` one-token chunks at `interval` (chat or legacy shape, with
+//! log-probabilities when asked, a usage chunk and `[DONE]`), answers `GET /v1/models`,
+//! and keeps every request it was sent (headers and body) for tests to check what the
+//! gateway forwarded. A request whose last message (or prompt) is `fault:<name>` gets
+//! that fault instead (see [`Fault`]), so one server plays every failure.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+/// How the scripted upstream answers.
+#[derive(Debug, Clone)]
+pub struct UpstreamScript {
+    /// The `model` its chunks name.
+    pub model: String,
+    /// Content chunks per answer (one token each), unless `max_tokens` is fewer.
+    pub tokens: u32,
+    /// Between two chunks (zero: as fast as the socket takes them).
+    pub interval: Duration,
+    /// Before the first chunk (a prefill's time).
+    pub first_delay: Duration,
+    /// Keep every request received (tests); off for long benchmark runs.
+    pub record: bool,
+}
+
+impl Default for UpstreamScript {
+    fn default() -> Self {
+        Self {
+            model: "scripted".into(),
+            tokens: 8,
+            interval: Duration::ZERO,
+            first_delay: Duration::ZERO,
+            record: true,
+        }
+    }
+}
+
+/// A request the scripted upstream received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What tests ask the scripted upstream to do instead of answering, by sending
+/// `fault:<name>` as the last message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 401 with a message that echoes a key.
+    Unauthorized,
+    /// 429 with `Retry-After: 7`.
+    RateLimited,
+    /// 500.
+    ServerError,
+    /// 400 naming `top_k`.
+    BadRequest,
+    /// Headers only after 30 s.
+    NoFirstByte,
+    /// Two chunks, then silence.
+    Idle,
+    /// Two chunks, then the body ends (no finish, no `[DONE]`).
+    Cut,
+    /// A data line that is not JSON.
+    BadJson,
+    /// Bytes that are not UTF-8.
+    BadSse,
+    /// Chunks that name another model.
+    OtherModel,
+    /// No usage chunk.
+    NoUsage,
+    /// An error object mid-stream.
+    ErrorEvent,
+    /// A JSON body instead of an event stream.
+    NotAStream,
+    /// 400 when log-probabilities are asked for, else a normal answer.
+    NoLogprobs,
+}
+
+impl Fault {
+    fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "401" => Fault::Unauthorized,
+            "429" => Fault::RateLimited,
+            "500" => Fault::ServerError,
+            "400" => Fault::BadRequest,
+            "no-first-byte" => Fault::NoFirstByte,
+            "idle" => Fault::Idle,
+            "cut" => Fault::Cut,
+            "bad-json" => Fault::BadJson,
+            "bad-sse" => Fault::BadSse,
+            "other-model" => Fault::OtherModel,
+            "no-usage" => Fault::NoUsage,
+            "error-event" => Fault::ErrorEvent,
+            "not-a-stream" => Fault::NotAStream,
+            "no-logprobs" => Fault::NoLogprobs,
+            _ => return None,
+        })
+    }
+}
+
+struct State {
+    script: UpstreamScript,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+/// A running scripted upstream.
+pub struct ScriptedUpstream {
+    pub server: Server,
+    /// Every request it got, in order.
+    pub received: Arc<Mutex<Vec<Received>>>,
+}
+
+/// Serves `script` on `listener` with `workers` threads (0: one per core). Await
+/// `server` to run it.
+pub fn serve(
+    listener: TcpListener,
+    script: UpstreamScript,
+    workers: usize,
+) -> std::io::Result<ScriptedUpstream> {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let state = web::Data::new(State {
+        script,
+        received: Arc::clone(&received),
+    });
+    let mut server = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(state.clone())
+            .app_data(web::JsonConfig::default().limit(8 << 20))
+            .route("/v1/models", web::get().to(models))
+            .route("/v1/chat/completions", web::post().to(chat))
+            .route("/v1/completions", web::post().to(completions))
+    })
+    .disable_signals()
+    .tcp_nodelay(true)
+    .shutdown_timeout(1)
+    .listen(listener)?;
+    if workers > 0 {
+        server = server.workers(workers);
+    }
+    Ok(ScriptedUpstream {
+        server: server.run(),
+        received,
+    })
+}
+
+async fn models(state: web::Data<State>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": [{"id": state.script.model, "object": "model", "owned_by": "scripted"}],
+    }))
+}
+
+async fn chat(req: HttpRequest, body: web::Json<Value>, state: web::Data<State>) -> HttpResponse {
+    answer(req, body.into_inner(), state, Shape::Chat).await
+}
+
+async fn completions(
+    req: HttpRequest,
+    body: web::Json<Value>,
+    state: web::Data<State>,
+) -> HttpResponse {
+    answer(req, body.into_inner(), state, Shape::Text).await
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Chat,
+    Text,
+}
+
+/// The text the answer is about: the last message, or the prompt.
+fn prompt_of(body: &Value) -> &str {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .or_else(|| body["prompt"].as_str())
+        .unwrap_or_default()
+}
+
+async fn answer(
+    req: HttpRequest,
+    body: Value,
+    state: web::Data<State>,
+    shape: Shape,
+) -> HttpResponse {
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    if let Some(mut received) = state
+        .script
+        .record
+        .then(|| state.received.lock().ok())
+        .flatten()
+    {
+        received.push(Received {
+            path: req.path().to_owned(),
+            headers,
+            body: body.clone(),
+        });
+    }
+    let fault = prompt_of(&body)
+        .strip_prefix("fault:")
+        .and_then(|name| Fault::named(name.trim()));
+    let logprobs = match shape {
+        Shape::Chat => body["logprobs"].as_bool().unwrap_or(false),
+        Shape::Text => body["logprobs"].as_u64().is_some(),
+    };
+    let error = |status: u16, message: &str, param: Value| {
+        HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap_or_default())
+            .json(json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}}))
+    };
+    match fault {
+        Some(Fault::Unauthorized) => {
+            return error(
+                401,
+                "Incorrect API key provided: sk-upstream-secret",
+                Value::Null,
+            )
+        }
+        Some(Fault::RateLimited) => {
+            return HttpResponse::TooManyRequests()
+                .insert_header(("retry-after", "7"))
+                .json(json!({"error": {"message": "Rate limit reached", "type": "requests"}}))
+        }
+        Some(Fault::ServerError) => {
+            return error(500, "internal: stack trace at 0xdead", Value::Null)
+        }
+        Some(Fault::BadRequest) => {
+            return error(400, "top_k must be a positive integer", json!("top_k"))
+        }
+        Some(Fault::NoLogprobs) if logprobs => {
+            return error(
+                400,
+                "logprobs is not supported by this server",
+                json!("logprobs"),
+            )
+        }
+        Some(Fault::NotAStream) => {
+            return HttpResponse::Ok().json(json!({"choices": [{"message": {"content": "hi"}}]}))
+        }
+        Some(Fault::NoFirstByte) => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        _ => {}
+    }
+    let max_tokens = body["max_tokens"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(u32::MAX);
+    let script = state.script.clone();
+    let tokens = script.tokens.min(max_tokens);
+    let model = if fault == Some(Fault::OtherModel) {
+        "someone-else".to_owned()
+    } else {
+        script.model.clone()
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let frame = |value: Value| Bytes::from(format!("data: {value}\n\n"));
+        if !script.first_delay.is_zero() {
+            tokio::time::sleep(script.first_delay).await;
+        }
+        let mut interval = (!script.interval.is_zero()).then(|| {
+            let mut i = tokio::time::interval(script.interval);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
+        for i in 0..tokens {
+            if let Some(interval) = interval.as_mut() {
+                interval.tick().await;
+            }
+            let broken = match fault {
+                Some(Fault::BadJson) if i == 1 => Some(Bytes::from_static(b"data: {not json\n\n")),
+                Some(Fault::BadSse) if i == 1 => Some(Bytes::from_static(b"data: \xff\xfe\n\n")),
+                Some(Fault::ErrorEvent) if i == 1 => Some(frame(
+                    json!({"error": {"message": "CUDA error: out of memory", "code": 500}}),
+                )),
+                _ => None,
+            };
+            if let Some(bytes) = broken {
+                let _ = tx.send(bytes).await;
+                return;
+            }
+            if i == 2 && matches!(fault, Some(Fault::Cut)) {
+                return;
+            }
+            if i == 2 && matches!(fault, Some(Fault::Idle)) {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return;
+            }
+            let text = if i == 0 {
+                "tok0".to_owned()
+            } else {
+                format!(" tok{i}")
+            };
+            if tx
+                .send(frame(content(shape, &model, &text, logprobs, None)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let reason = if tokens < script.tokens {
+            "length"
+        } else {
+            "stop"
+        };
+        let _ = tx
+            .send(frame(content(shape, &model, "", false, Some(reason))))
+            .await;
+        if fault != Some(Fault::NoUsage) {
+            let prompt_tokens = 5;
+            let usage = json!({
+                "id": "scripted-1", "object": object(shape), "created": 0, "model": model,
+                "choices": [],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens},
+            });
+            let _ = tx.send(frame(usage)).await;
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(body)
+}
+
+fn object(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Chat => "chat.completion.chunk",
+        Shape::Text => "text_completion",
+    }
+}
+
+/// One chunk: `text` (with its log-probability, -0.5, when asked), or the finish.
+fn content(shape: Shape, model: &str, text: &str, logprobs: bool, finish: Option<&str>) -> Value {
+    let choice = match shape {
+        Shape::Chat => json!({
+            "index": 0,
+            "delta": if finish.is_some() { json!({}) } else { json!({"content": text}) },
+            "logprobs": logprobs.then(|| json!({"content": [{
+                "token": text, "logprob": -0.5, "bytes": text.as_bytes(), "top_logprobs": []
+            }]})),
+            "finish_reason": finish,
+        }),
+        Shape::Text => json!({
+            "index": 0,
+            "text": text,
+            "logprobs": logprobs.then(|| json!({
+                "tokens": [text], "token_logprobs": [-0.5], "top_logprobs": [{text: -0.5}], "text_offset": [0]
+            })),
+            "finish_reason": finish,
+        }),
+    };
+    json!({
+        "id": "scripted-1",
+        "object": object(shape),
+        "created": 0,
+        "model": model,
+        "system_fingerprint": "fp_scripted",
+        "choices": [choice],
+    })
+}

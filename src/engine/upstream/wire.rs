@@ -1,0 +1,387 @@
+//! The upstream's wire format: the request body the gateway sends (always streamed,
+//! always with usage), and the chunks it reads back, in OpenAI's chat and legacy
+//! completion shapes and the variations real servers send (vLLM's empty-choices usage
+//! chunk, LiteLLM's `delta: {}` one, llama.cpp's server's logprobs).
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::engine::{GenerationRequest, Prompt, ResponseFormat, TokenLogprob, TokenText, Usage};
+
+/// What to ask the upstream for, beyond the client's request.
+#[derive(Debug, Clone, Copy)]
+pub struct Asks {
+    /// Ask for each token's log-probability (for confidence) even when the client did not.
+    pub logprobs: bool,
+}
+
+/// The route and body for `request` against an upstream serving `model`.
+pub fn request_body(request: &GenerationRequest, model: &str, asks: Asks) -> (&'static str, Value) {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    let route = match &request.prompt {
+        Prompt::Chat(messages) => {
+            let messages: Vec<Value> = messages
+                .iter()
+                .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
+                .collect();
+            body.insert("messages".into(), Value::Array(messages));
+            // At least one alternative: llama.cpp's server returns no log-probabilities at
+            // all for `logprobs: true` alone. The gateway keeps only what the client asked.
+            match (request.top_logprobs, asks.logprobs) {
+                (Some(top), _) => {
+                    body.insert("logprobs".into(), json!(true));
+                    body.insert("top_logprobs".into(), json!(top.max(1)));
+                }
+                (None, true) => {
+                    body.insert("logprobs".into(), json!(true));
+                    body.insert("top_logprobs".into(), json!(1));
+                }
+                (None, false) => {}
+            }
+            "/chat/completions"
+        }
+        Prompt::Text(text) => {
+            body.insert("prompt".into(), json!(text));
+            // Legacy completions take the count of alternatives; 1 is the cheapest ask
+            // that every server answers with the picked token's log-probability.
+            match (request.top_logprobs, asks.logprobs) {
+                (Some(top), _) => {
+                    body.insert("logprobs".into(), json!(top.max(1)));
+                }
+                (None, true) => {
+                    body.insert("logprobs".into(), json!(1));
+                }
+                (None, false) => {}
+            }
+            "/completions"
+        }
+    };
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    if request.max_tokens_set {
+        // `max_tokens`, not `max_completion_tokens`: llama.cpp's server reads only this.
+        body.insert("max_tokens".into(), json!(request.max_tokens));
+    }
+    let s = &request.sampling;
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            body.insert(key.to_owned(), value);
+        }
+    };
+    put("temperature", s.temperature.map(|v| json!(v)));
+    put("top_p", s.top_p.map(|v| json!(v)));
+    put("seed", s.seed.map(|v| json!(v as i64)));
+    put("presence_penalty", s.presence_penalty.map(|v| json!(v)));
+    put("frequency_penalty", s.frequency_penalty.map(|v| json!(v)));
+    put("top_k", s.top_k.map(|v| json!(v)));
+    put("min_p", s.min_p.map(|v| json!(v)));
+    put("repetition_penalty", s.repetition_penalty.map(|v| json!(v)));
+    put("stop", (!s.stop.is_empty()).then(|| json!(s.stop)));
+    put("ignore_eos", s.ignore_eos.then(|| json!(true)));
+    put(
+        "min_tokens",
+        (s.min_tokens > 0).then(|| json!(s.min_tokens)),
+    );
+    put(
+        "stop_token_ids",
+        (!s.stop_token_ids.is_empty()).then(|| json!(s.stop_token_ids)),
+    );
+    put(
+        "response_format",
+        match &request.response_format {
+            ResponseFormat::Text => None,
+            ResponseFormat::JsonObject => Some(json!({"type": "json_object"})),
+            ResponseFormat::JsonSchema(schema) => Some(json!({
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": schema},
+            })),
+        },
+    );
+    (route, Value::Object(body))
+}
+
+/// One streamed chunk, chat or legacy.
+#[derive(Debug, Deserialize)]
+pub struct Chunk {
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub system_fingerprint: Option<String>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    /// vLLM and others put an error object in a chunk when generation fails.
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    object: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    /// Legacy completions.
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u32,
+    #[serde(default)]
+    completion_tokens: u32,
+}
+
+/// What one chunk carries for the answer.
+#[derive(Debug, Default, PartialEq)]
+pub struct Piece {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    /// An error reported in the stream.
+    pub error: Option<String>,
+}
+
+impl Chunk {
+    pub fn parse(data: &str) -> Result<Self, String> {
+        serde_json::from_str(data).map_err(|e| {
+            let shown: String = data.chars().take(120).collect();
+            format!("a data line that is not a chunk ({e}): {shown}")
+        })
+    }
+
+    /// The answer's part in this chunk (choice 0; the gateway asks for one).
+    pub fn piece(self) -> Piece {
+        let error = match (&self.error, self.object.as_deref()) {
+            (Some(error), _) => Some(
+                error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| error.to_string(), str::to_owned),
+            ),
+            (None, Some("error")) => Some(self.message.clone().unwrap_or_default()),
+            _ => None,
+        };
+        let usage = self.usage.map(|u| Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+        });
+        let Some(choice) = self.choices.into_iter().next() else {
+            return Piece {
+                usage,
+                error,
+                ..Piece::default()
+            };
+        };
+        let text = choice
+            .delta
+            .and_then(|d| d.content)
+            .or(choice.text)
+            .unwrap_or_default();
+        Piece {
+            text,
+            logprobs: choice
+                .logprobs
+                .as_ref()
+                .map(logprobs_of)
+                .unwrap_or_default(),
+            finish_reason: choice.finish_reason,
+            usage,
+            error,
+        }
+    }
+}
+
+/// Log-probabilities in either shape: chat's `{"content": [{token, logprob, bytes,
+/// top_logprobs}]}` or legacy's `{"tokens", "token_logprobs", "top_logprobs"}`.
+fn logprobs_of(value: &Value) -> Vec<TokenLogprob> {
+    if let Some(content) = value.get("content").and_then(Value::as_array) {
+        return content.iter().filter_map(chat_logprob).collect();
+    }
+    let (Some(tokens), Some(logprobs)) = (
+        value.get("tokens").and_then(Value::as_array),
+        value.get("token_logprobs").and_then(Value::as_array),
+    ) else {
+        return Vec::new();
+    };
+    let tops = value.get("top_logprobs").and_then(Value::as_array);
+    tokens
+        .iter()
+        .zip(logprobs)
+        .enumerate()
+        .filter_map(|(i, (token, logprob))| {
+            let text = token.as_str()?;
+            let mut top: Vec<(TokenText, f32)> = tops
+                .and_then(|t| t.get(i))
+                .and_then(Value::as_object)
+                .map(|alternatives| {
+                    alternatives
+                        .iter()
+                        .filter_map(|(t, lp)| Some((spelled(t, None), lp.as_f64()? as f32)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            top.sort_by(|a, b| b.1.total_cmp(&a.1));
+            Some(TokenLogprob {
+                token: spelled(text, None),
+                logprob: logprob.as_f64().unwrap_or(f64::NEG_INFINITY) as f32,
+                top,
+            })
+        })
+        .collect()
+}
+
+fn chat_logprob(entry: &Value) -> Option<TokenLogprob> {
+    let token = entry.get("token")?.as_str()?;
+    let logprob = entry.get("logprob")?.as_f64()? as f32;
+    let top = entry
+        .get("top_logprobs")
+        .and_then(Value::as_array)
+        .map(|alternatives| {
+            alternatives
+                .iter()
+                .filter_map(|a| {
+                    let text = a.get("token")?.as_str()?;
+                    Some((
+                        spelled(text, a.get("bytes")),
+                        a.get("logprob")?.as_f64()? as f32,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(TokenLogprob {
+        token: spelled(token, entry.get("bytes")),
+        logprob,
+        top,
+    })
+}
+
+/// A token's text and bytes: the `bytes` array when the upstream sends one (a token that
+/// is part of a character), else the text's own.
+fn spelled(text: &str, bytes: Option<&Value>) -> TokenText {
+    let bytes = bytes
+        .and_then(Value::as_array)
+        .and_then(|b| {
+            b.iter()
+                .map(|v| v.as_u64().and_then(|n| u8::try_from(n).ok()))
+                .collect::<Option<Vec<u8>>>()
+        })
+        .unwrap_or_else(|| text.as_bytes().to_vec());
+    TokenText {
+        text: text.to_owned(),
+        bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{ChatMessage, Role, Sampling};
+
+    #[test]
+    fn the_body_streams_with_usage_and_forwards_what_was_set() {
+        let request = GenerationRequest {
+            prompt: Prompt::Chat(vec![ChatMessage {
+                role: Role::User,
+                content: "hi".into(),
+            }]),
+            max_tokens: 16,
+            max_tokens_set: true,
+            sampling: Sampling {
+                temperature: Some(0.0),
+                seed: Some(7),
+                stop: vec!["\n".into()],
+                ignore_eos: true,
+                ..Sampling::default()
+            },
+            ..GenerationRequest::default()
+        };
+        let (route, body) = request_body(&request, "up", Asks { logprobs: true });
+        assert_eq!(route, "/chat/completions");
+        assert_eq!(
+            body,
+            json!({
+                "model": "up",
+                "messages": [{"role": "user", "content": "hi"}],
+                "logprobs": true,
+                "top_logprobs": 1,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "max_tokens": 16,
+                "temperature": 0.0,
+                "seed": 7,
+                "stop": ["\n"],
+                "ignore_eos": true,
+            })
+        );
+        let unset = GenerationRequest {
+            prompt: Prompt::Text("Once".into()),
+            max_tokens: 2048,
+            top_logprobs: Some(3),
+            ..GenerationRequest::default()
+        };
+        let (route, body) = request_body(&unset, "up", Asks { logprobs: false });
+        assert_eq!(route, "/completions");
+        assert_eq!(body["logprobs"], 3);
+        assert!(body.get("max_tokens").is_none(), "the upstream's default");
+    }
+
+    #[test]
+    fn chunks_of_each_shape_give_their_piece() {
+        let chat = Chunk::parse(r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" Paris"},"logprobs":{"content":[{"token":" Paris","logprob":-0.25,"bytes":[32,80,97,114,105,115],"top_logprobs":[]}]},"finish_reason":null}]}"#).expect("chunk");
+        assert_eq!(chat.model.as_deref(), Some("m"));
+        let piece = chat.piece();
+        assert_eq!(piece.text, " Paris");
+        assert_eq!(piece.logprobs.len(), 1);
+        assert_eq!(piece.logprobs[0].logprob, -0.25);
+
+        let usage = Chunk::parse(
+            r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}"#,
+        )
+        .expect("chunk")
+        .piece();
+        assert_eq!(
+            usage.usage,
+            Some(Usage {
+                prompt_tokens: 9,
+                completion_tokens: 3
+            })
+        );
+        let litellm = Chunk::parse(r#"{"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":9,"completion_tokens":3}}"#)
+            .expect("chunk")
+            .piece();
+        assert_eq!(litellm.text, "");
+        assert!(litellm.usage.is_some());
+
+        let legacy = Chunk::parse(r#"{"choices":[{"text":" is","index":0,"logprobs":{"tokens":[" is"],"token_logprobs":[-1.5],"top_logprobs":[{" is":-1.5," was":-2.0}],"text_offset":[0]},"finish_reason":"length"}]}"#)
+            .expect("chunk")
+            .piece();
+        assert_eq!(legacy.text, " is");
+        assert_eq!(legacy.finish_reason.as_deref(), Some("length"));
+        assert_eq!(legacy.logprobs[0].top[0].0.text, " is", "likeliest first");
+
+        let error = Chunk::parse(r#"{"error":{"message":"CUDA out of memory","code":500}}"#)
+            .expect("chunk")
+            .piece();
+        assert_eq!(error.error.as_deref(), Some("CUDA out of memory"));
+        assert!(Chunk::parse("not json").is_err());
+    }
+}

@@ -1,0 +1,95 @@
+//! A scripted upstream server for the tests, and the gateway in front of it.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use llmgate::api::request::ModelLimits;
+use llmgate::bench::upstream::{self, Received, UpstreamScript};
+use llmgate::config::UpstreamConfig;
+use llmgate::engine::served::{ServedModel, ServedModels};
+use llmgate::engine::upstream::UpstreamEngine;
+
+use super::{start_models, test_config, TestServer, MODEL};
+
+/// The model name the scripted upstream answers as.
+pub const UPSTREAM_MODEL: &str = "scripted";
+
+pub struct Upstream {
+    /// Base URL of its API (`http://127.0.0.1:PORT/v1`).
+    pub url: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl Upstream {
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    pub async fn stop(self) {
+        self.handle.stop(false).await;
+    }
+}
+
+/// Starts the scripted upstream on a free port.
+pub async fn start_upstream(script: UpstreamScript) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    let served = upstream::serve(listener, script, 1).expect("upstream");
+    let handle = served.server.handle();
+    tokio::spawn(served.server);
+    Upstream {
+        url,
+        received: served.received,
+        handle,
+    }
+}
+
+/// The upstream settings of the tests: short timeouts, the model checked.
+pub fn upstream_config(url: &str) -> UpstreamConfig {
+    UpstreamConfig {
+        url: url.to_owned(),
+        model: UPSTREAM_MODEL.to_owned(),
+        api_key: None,
+        tokenizer: None,
+        logprobs: true,
+        connect_timeout: Duration::from_millis(500),
+        first_byte_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(1),
+        probe_interval: Duration::from_secs(60),
+        context_length: 4096,
+        check_model: true,
+    }
+}
+
+pub fn limits(id: &str) -> ModelLimits {
+    ModelLimits {
+        id: id.to_owned(),
+        max_tokens_cap: 2048,
+        default_max_tokens: None,
+    }
+}
+
+/// The gateway serving [`MODEL`] from an upstream configured as `config` says.
+pub async fn gateway(config: UpstreamConfig) -> TestServer {
+    let engine = UpstreamEngine::start(MODEL, config).expect("engine");
+    let models = ServedModels::single(limits(MODEL), engine);
+    start_models(models, &[MODEL], &test_config("")).await
+}
+
+/// The gateway serving each `(id, engine)`.
+pub async fn gateway_of(
+    models: Vec<(&str, Arc<dyn llmgate::engine::Engine>)>,
+    upstreams: &[&str],
+) -> TestServer {
+    let models = models
+        .into_iter()
+        .map(|(id, engine)| ServedModel {
+            limits: limits(id),
+            engine,
+        })
+        .collect();
+    let models = ServedModels::new(models).expect("models");
+    start_models(models, upstreams, &test_config("")).await
+}

@@ -1,0 +1,523 @@
+//! The upstream engine against a scripted OpenAI-compatible server: what is forwarded,
+//! what comes back, every fault's outcome (status, code, the record), and several models
+//! in one gateway.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::upstream::*;
+use common::*;
+use llmgate::bench::upstream::UpstreamScript;
+use llmgate::engine::scripted::Script;
+use llmgate::engine::upstream::UpstreamEngine;
+use llmgate::engine::Engine;
+use llmgate::record::Status;
+use serde_json::{json, Value};
+
+fn script(tokens: u32) -> UpstreamScript {
+    UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens,
+        interval: Duration::from_millis(2),
+        ..UpstreamScript::default()
+    }
+}
+
+async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(server.url(path))
+        .header("x-request-id", "up1")
+        .json(body)
+        .send()
+        .await
+        .expect("request")
+}
+
+/// The `data:` payloads of an SSE body, `[DONE]` included.
+fn data_of(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
+    let upstream = start_upstream(script(6)).await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    let body = chat_body(
+        "hi",
+        json!({"stream": true, "stream_options": {"include_usage": true}, "seed": 7,
+               "temperature": 0.5, "stop": ["\n"], "max_tokens": 32, "ignore_eos": true,
+               "min_tokens": 2, "top_k": 5}),
+    );
+    const ID: &str = "6f1c4a52-8a1e-4a8b-9a41-2f0c1d3e5b77";
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .header("x-request-id", ID)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.expect("body");
+    let data = data_of(&text);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "tok0 tok1 tok2 tok3 tok4 tok5");
+    assert!(
+        chunks.iter().all(|c| c["model"] == MODEL),
+        "the served id, not the upstream's name"
+    );
+    assert!(
+        chunks.iter().all(|c| c["choices"][0]["logprobs"].is_null()),
+        "the client did not ask for logprobs"
+    );
+    let last = &chunks[chunks.len() - 1];
+    assert_eq!(
+        last["usage"],
+        json!({"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11})
+    );
+    let t = &last["timings"];
+    let upstream_ttft = t["upstream_ttft_ms"].as_f64().expect("upstream_ttft_ms");
+    let ttft = t["ttft_ms"].as_f64().expect("ttft_ms");
+    assert!(upstream_ttft > 0.0 && upstream_ttft <= ttft, "{t}");
+    assert_eq!(t["repetition_basis"], "logprob_tokens");
+    assert_eq!(
+        t["mean_logprob"], -0.5,
+        "confidence from the upstream's logprobs"
+    );
+
+    // What the upstream was asked: always streamed with usage and logprobs, the
+    // client's parameters passed on, the trace and the request id continued.
+    let sent = upstream.received();
+    assert_eq!(sent.len(), 1);
+    let sent = &sent[0];
+    assert_eq!(sent.path, "/v1/chat/completions");
+    let b = &sent.body;
+    assert_eq!(b["model"], UPSTREAM_MODEL);
+    assert_eq!(b["stream"], true);
+    assert_eq!(b["stream_options"], json!({"include_usage": true}));
+    assert_eq!(b["logprobs"], true);
+    assert_eq!(
+        (
+            b["seed"].clone(),
+            b["temperature"].clone(),
+            b["max_tokens"].clone()
+        ),
+        (json!(7), json!(0.5), json!(32))
+    );
+    assert_eq!(b["stop"], json!(["\n"]));
+    assert_eq!(
+        (
+            b["ignore_eos"].clone(),
+            b["min_tokens"].clone(),
+            b["top_k"].clone()
+        ),
+        (json!(true), json!(2), json!(5))
+    );
+    assert_eq!(
+        sent.header("x-request-id"),
+        Some(ID),
+        "a UUID id is passed on"
+    );
+    let record = &server.observer.records()[0];
+    let traceparent = sent.header("traceparent").expect("traceparent");
+    assert!(
+        traceparent.starts_with(&format!(
+            "00-{}-{}-",
+            record.trace.trace_id, record.trace.span_id
+        )),
+        "{traceparent}"
+    );
+    assert_eq!(record.status, Status::Ok);
+    assert_eq!(record.usage.completion_tokens, 6);
+    assert_eq!(record.response_model(), UPSTREAM_MODEL);
+    let upstream_record = record.upstream.as_ref().expect("upstream record");
+    assert_eq!(
+        upstream_record.system_fingerprint.as_deref(),
+        Some("fp_scripted")
+    );
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
+    let upstream = start_upstream(script(3)).await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    let chat: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("hi", json!({"logprobs": true, "top_logprobs": 0})),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(chat["choices"][0]["message"]["content"], "tok0 tok1 tok2");
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chat["usage"]["completion_tokens"], 3);
+    let tokens = chat["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs");
+    assert_eq!(tokens.len(), 3);
+    assert_eq!(tokens[1]["token"], " tok1");
+    assert_eq!(tokens[1]["logprob"], -0.5);
+
+    let legacy: Value = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "Once", "max_tokens": 2, "echo": true}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(
+        legacy["choices"][0]["text"], "Oncetok0 tok1",
+        "echo by the gateway"
+    );
+    assert_eq!(legacy["choices"][0]["finish_reason"], "length");
+    let sent = upstream.received();
+    assert_eq!(
+        sent[0].header("x-request-id"),
+        None,
+        "not a UUID: llama.cpp's server refuses those"
+    );
+    assert_eq!(sent[1].path, "/v1/completions");
+    assert_eq!(sent[1].body["prompt"], "Once");
+    assert_eq!(
+        sent[1].body["logprobs"], 1,
+        "asked for the confidence figures"
+    );
+    assert!(sent[1].body.get("echo").is_none(), "echo is the gateway's");
+    server.stop().await;
+    upstream.stop().await;
+}
+
+/// What one fault gave the client and the record.
+struct Outcome {
+    status: u16,
+    code: String,
+    body: String,
+    retry_after: Option<String>,
+}
+
+async fn non_streamed(server: &TestServer, prompt: &str) -> Outcome {
+    let response = post(
+        server,
+        "/v1/chat/completions",
+        &chat_body(prompt, json!({})),
+    )
+    .await;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = response.text().await.expect("body");
+    let code = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Outcome {
+        status,
+        code,
+        body,
+        retry_after,
+    }
+}
+
+#[tokio::test]
+async fn every_fault_before_the_stream_is_an_openai_error_and_a_record() {
+    let upstream = start_upstream(script(4)).await;
+    let mut config = upstream_config(&upstream.url);
+    config.first_byte_timeout = Duration::from_secs(1);
+    let server = gateway(config).await;
+    for (prompt, status, code) in [
+        ("fault:401", 502, "upstream_auth_failed"),
+        ("fault:429", 429, "upstream_rate_limited"),
+        ("fault:500", 502, "upstream_error"),
+        ("fault:400", 400, "upstream_invalid_request"),
+        ("fault:no-first-byte", 504, "upstream_timeout"),
+        ("fault:not-a-stream", 502, "upstream_protocol_error"),
+        ("fault:cut", 502, "upstream_stream_cut"),
+        ("fault:bad-json", 502, "upstream_protocol_error"),
+        ("fault:bad-sse", 502, "upstream_protocol_error"),
+        ("fault:other-model", 502, "upstream_model_mismatch"),
+        ("fault:error-event", 502, "upstream_error"),
+        ("fault:idle", 504, "upstream_timeout"),
+    ] {
+        let outcome = non_streamed(&server, prompt).await;
+        assert_eq!(
+            (outcome.status, outcome.code.as_str()),
+            (status, code),
+            "{prompt}: {}",
+            outcome.body
+        );
+        let error: Value = serde_json::from_str(&outcome.body).expect("OpenAI shape");
+        assert!(error["error"]["message"].is_string() && error["error"]["type"].is_string());
+        assert!(
+            !outcome.body.contains("sk-upstream-secret") && !outcome.body.contains("0xdead"),
+            "{prompt}: the upstream's words stay out: {}",
+            outcome.body
+        );
+        if prompt == "fault:429" {
+            assert_eq!(outcome.retry_after.as_deref(), Some("7"));
+        }
+        if prompt == "fault:400" {
+            assert_eq!(error["error"]["param"], "top_k");
+        }
+    }
+    let records = server.observer.records();
+    assert_eq!(records.len(), 12, "one record each");
+    assert!(records.iter().all(|r| r.status == Status::Error));
+    assert_eq!(records[0].error_kind, Some("upstream_auth_failed"));
+    assert_eq!(records[11].error_kind, Some("upstream_timeout"));
+    // Still serving.
+    assert_eq!(non_streamed(&server, "hi").await.status, 200);
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"error_type="upstream_model_mismatch""#),
+        "counted by error_type"
+    );
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_fault_mid_stream_is_an_error_frame_then_done() {
+    let upstream = start_upstream(script(4)).await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    for (prompt, code) in [
+        ("fault:cut", "upstream_stream_cut"),
+        ("fault:idle", "upstream_timeout"),
+        ("fault:bad-json", "upstream_protocol_error"),
+        ("fault:other-model", "upstream_model_mismatch"),
+    ] {
+        let response = post(
+            &server,
+            "/v1/chat/completions",
+            &chat_body(prompt, json!({"stream": true})),
+        )
+        .await;
+        assert_eq!(response.status(), 200, "{prompt}");
+        let data = data_of(&response.text().await.expect("body"));
+        assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{prompt}");
+        let error: Value = serde_json::from_str(&data[data.len() - 2]).expect("error frame");
+        assert_eq!(error["error"]["code"], code, "{prompt}");
+    }
+    let records = server.observer.records();
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[1].error_kind, Some("upstream_timeout"));
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_others() {
+    let up = start_upstream(script(2)).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let closed_url = format!("http://{}/v1", closed.local_addr().expect("addr"));
+    drop(closed);
+    let tls_to_plain = up.url.replace("http://", "https://");
+    let engine = |url: &str| -> Arc<dyn Engine> {
+        UpstreamEngine::start("x", upstream_config(url)).expect("engine")
+    };
+    let server = gateway_of(
+        vec![
+            ("good", engine(&up.url)),
+            ("refused", engine(&closed_url)),
+            ("dns", engine("http://no-such-host.invalid:9/v1")),
+            ("tls", engine(&tls_to_plain)),
+        ],
+        &["good", "refused", "dns", "tls"],
+    )
+    .await;
+    for model in ["refused", "dns", "tls"] {
+        let started = std::time::Instant::now();
+        let response = post(
+            &server,
+            "/v1/chat/completions",
+            &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+        assert_eq!(response.status(), 502, "{model}");
+        let body: Value = response.json().await.expect("json");
+        assert_eq!(body["error"]["code"], "upstream_unreachable", "{model}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{model}: no hang"
+        );
+    }
+    let ok = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"model": "good", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(ok.status(), 200);
+    let ready = reqwest::get(server.url("/ready")).await.expect("ready");
+    assert_eq!(ready.status(), 200, "one model serves");
+    let ready: Value = ready.json().await.expect("json");
+    let status_of = |id: &str| {
+        ready["models"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["id"] == id))
+            .map(|m| m["status"].clone())
+    };
+    assert_eq!(status_of("good"), Some(json!("ready")));
+    assert_eq!(status_of("refused"), Some(json!("unreachable")));
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"llmgate_upstream_up{model="good"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"llmgate_upstream_up{model="refused"} 0"#));
+    server.stop().await;
+    up.stop().await;
+}
+
+#[tokio::test]
+async fn an_upstream_without_logprobs_is_asked_once_then_no_more() {
+    let upstream = start_upstream(script(3)).await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    for _ in 0..2 {
+        let outcome = non_streamed(&server, "fault:no-logprobs").await;
+        assert_eq!(outcome.status, 200, "{}", outcome.body);
+        let body: Value = serde_json::from_str(&outcome.body).expect("json");
+        assert_eq!(body["timings"]["repetition_basis"], "words");
+        assert!(body["timings"]["mean_logprob"].is_null());
+    }
+    let asked: Vec<bool> = upstream
+        .received()
+        .iter()
+        .map(|r| r.body.get("logprobs").is_some())
+        .collect();
+    assert_eq!(asked, [true, false, false]);
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
+    let upstream = start_upstream(script(2)).await;
+    let local: Arc<dyn Engine> = Arc::new(scripted(Script::tokens(&["Hel", "lo"], Duration::ZERO)));
+    let remote: Arc<dyn Engine> =
+        UpstreamEngine::start("remote", upstream_config(&upstream.url)).expect("engine");
+    let server = gateway_of(vec![("local", local), ("remote", remote)], &["remote"]).await;
+    let models: Value = reqwest::get(server.url("/v1/models"))
+        .await
+        .expect("models")
+        .json()
+        .await
+        .expect("json");
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["local", "remote"]);
+    let ask =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let local_answer: Value = post(&server, "/v1/chat/completions", &ask("local"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(local_answer["choices"][0]["message"]["content"], "Hello");
+    let remote_answer: Value = post(&server, "/v1/chat/completions", &ask("remote"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        remote_answer["choices"][0]["message"]["content"],
+        "tok0 tok1"
+    );
+    assert_eq!(remote_answer["model"], "remote");
+    let missing = post(&server, "/v1/chat/completions", &ask("nope")).await;
+    assert_eq!(missing.status(), 404);
+    let records = server.observer.records();
+    let by_model: Vec<&str> = records.iter().map(|r| r.model.as_str()).collect();
+    assert_eq!(by_model, ["local", "remote", "none"]);
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains(r#"llmgate_requests_total{model="local",status="ok""#));
+    assert!(metrics.contains(r#"llmgate_requests_total{model="remote",status="ok""#));
+    assert!(
+        metrics.contains(r#"upstream_model="scripted""#),
+        "model_info names the upstream"
+    );
+    assert!(metrics
+        .contains(r#"llmgate_repetition_basis_total{model="remote",basis="logprob_tokens"} 1"#));
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn without_logprobs_the_models_own_tokenizer_gives_the_ids() {
+    let gguf = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(llmgate::config::DEFAULT_MODEL_PATH);
+    let tokenizer = llmgate::engine::upstream::tokens::load_tokenizer(&gguf).expect("tokenizer");
+    // SmolLM2's own tokenizer: "Hello" and "Ġworld".
+    let ids = tokenizer.encode("Hello world", false).expect("encode");
+    assert_eq!(ids.get_ids(), [19556, 905]);
+    let special = tokenizer.encode("<|im_start|>user", false).expect("encode");
+    assert_eq!(special.get_ids()[0], 1, "control tokens are one token");
+
+    let upstream = start_upstream(script(4)).await;
+    let mut config = upstream_config(&upstream.url);
+    config.logprobs = false;
+    config.tokenizer = Some(gguf);
+    let server = gateway(config).await;
+    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(answer["timings"]["repetition_basis"], "tokenizer");
+    assert!(
+        answer["timings"]["mean_logprob"].is_null(),
+        "none asked for"
+    );
+    assert!(upstream.received()[0].body.get("logprobs").is_none());
+    let tokenized: Value = reqwest::Client::new()
+        .post(server.url("/tokenize"))
+        .json(&json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}))
+        .send()
+        .await
+        .expect("tokenize")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(tokenized["tokens"], json!([19556, 905]));
+    server.stop().await;
+    upstream.stop().await;
+}
