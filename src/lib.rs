@@ -99,6 +99,10 @@ pub fn serve(
     // A client that closes its side of the connection has left: actix then drops the
     // handler, which cancels the generation (the default keeps generating for nobody).
     .h1_allow_half_closed(false)
+    // Each SSE frame is a small write: with Nagle's algorithm on (actix keeps the OS
+    // default), a frame waits for the client's delayed ACK of the one before, up to
+    // 40 ms, and token times bunch up on the client's side.
+    .tcp_nodelay(true)
     // The caller owns SIGTERM and SIGINT and drains first ([`lifecycle`]); by the time
     // it stops the server, nothing is left to wait for.
     .disable_signals()
