@@ -1,0 +1,203 @@
+"""llmgate in front of a real, independently written OpenAI-compatible server:
+llama.cpp's server (PyPI llama-cpp-python, pinned in scripts/peers) on the default model
+file, with the official OpenAI client on the outside.
+
+One gateway serves three models from a [[models]] config: the upstream with the right
+key, the same upstream with a wrong key, and the default GGUF in this process. What is
+checked: streamed and non-streamed answers, usage (llama.cpp sends none: the gateway
+counts), timings with the upstream's share, log-probabilities, the repetition basis,
+the semantic log, /ready and /metrics, and an upstream refusing the gateway's key.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from conftest import ROOT, free_port, launch
+
+PEER_KEY = "sk-peer-test-key"
+UPSTREAM_ALIAS = "smollm2-llamacpp"
+MODEL_FILE = ROOT / "models" / "SmolLM2-135M-Instruct.Q8_0.gguf"
+ASK = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def peer_python() -> str:
+    python = ROOT / ".peers" / "llamacpp" / "bin" / "python"
+    assert python.exists(), f"{python} is missing: run scripts/peers (it installs llama.cpp's server)"
+    return str(python)
+
+
+@pytest.fixture(scope="module")
+def llamacpp():
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [
+            peer_python(), "-m", "llama_cpp.server", "--model", str(MODEL_FILE),
+            "--model_alias", UPSTREAM_ALIAS, "--n_threads", "1", "--n_threads_batch", "1",
+            "--interrupt_requests", "False", "--api_key", PEER_KEY, "--verbose", "False",
+            "--host", "127.0.0.1", "--port", str(port),
+        ],
+        stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
+    )
+    base = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, f"llama.cpp's server exited: {log.seek(0) or log.read()!r}"
+        try:
+            request = urllib.request.Request(f"{base}/models", headers={"authorization": f"Bearer {PEER_KEY}"})
+            with urllib.request.urlopen(request, timeout=2):
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "llama.cpp's server did not start"
+            time.sleep(0.3)
+    yield base
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def fronted(llamacpp, tmp_path_factory):
+    data = tmp_path_factory.mktemp("upstream-data")
+    config = data / "llmgate.toml"
+    config.write_text(f"""
+[[models]]
+id = "via-llamacpp"
+engine = "upstream"
+url = "{llamacpp}"
+upstream_model = "{UPSTREAM_ALIAS}"
+api_key_env = "LLMGATE_TEST_PEER_KEY"
+tokenizer = "{MODEL_FILE}"
+
+[[models]]
+id = "wrong-key"
+engine = "upstream"
+url = "{llamacpp}"
+upstream_model = "{UPSTREAM_ALIAS}"
+api_key_env = "LLMGATE_TEST_WRONG_KEY"
+
+[[models]]
+id = "local"
+engine = "mistral"
+""")
+    os.environ["LLMGATE_TEST_PEER_KEY"] = PEER_KEY
+    os.environ["LLMGATE_TEST_WRONG_KEY"] = "sk-not-the-key"
+    gateway = launch(data, "--config", str(config))
+    # /ready says 200 once any model serves; the in-process one may still be loading.
+    deadline = time.monotonic() + 180
+    while True:
+        with urllib.request.urlopen(f"{gateway.base}/ready", timeout=5) as r:
+            states = {m["id"]: m["status"] for m in json.loads(r.read())["models"]}
+        if states["local"] == "ready" and states["wrong-key"] == "unreachable":
+            break
+        assert time.monotonic() < deadline, f"not all models came up: {states}"
+        time.sleep(0.3)
+    yield gateway
+    gateway.proc.terminate()
+    gateway.proc.wait(timeout=60)
+
+
+@pytest.fixture()
+def client(fronted):
+    return openai.OpenAI(base_url=f"{fronted.base}/v1", api_key="unused", max_retries=0)
+
+
+def semlog_documents(data_dir) -> list:
+    docs = []
+    for path in sorted((data_dir / "semlog").glob("*.ndjson")):
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            if "@timestamp" in doc:
+                docs.append(doc)
+    return docs
+
+
+def test_a_stream_through_the_gateway_is_timed_and_counted(client, fronted):
+    stream = client.chat.completions.create(
+        model="via-llamacpp", messages=ASK, stream=True, stream_options={"include_usage": True},
+        max_tokens=24, temperature=0, seed=1,
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.model == "via-llamacpp" for c in chunks), "the served id"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip(), "llama.cpp's answer came through"
+    assert all(c.choices[0].logprobs is None for c in chunks if c.choices), "none asked for"
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.completion_tokens > 0
+    timings = last.model_extra["timings"]
+    assert timings["output_tokens"] == last.usage.completion_tokens
+    assert 0 < timings["upstream_ttft_ms"] <= timings["ttft_ms"]
+    assert timings["repetition_basis"] == "logprob_tokens"
+    assert timings["mean_logprob"] < 0, "confidence from llama.cpp's logprobs"
+
+
+def test_non_streamed_logprobs_and_legacy_completions(client):
+    answer = client.chat.completions.create(
+        model="via-llamacpp", messages=ASK, max_tokens=12, temperature=0,
+        logprobs=True, top_logprobs=2,
+    )
+    choice = answer.choices[0]
+    assert choice.message.content and choice.finish_reason in ("stop", "length")
+    tokens = choice.logprobs.content
+    assert len(tokens) == answer.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 2 for t in tokens)
+    assert "".join(t.token for t in tokens) == choice.message.content
+    legacy = client.completions.create(
+        model="via-llamacpp", prompt="The capital of France is", max_tokens=6, temperature=0,
+    )
+    assert legacy.choices[0].text and legacy.choices[0].finish_reason == "length"
+    assert legacy.usage.completion_tokens == 6
+
+
+def test_an_upstream_refusing_the_key_is_a_502_without_its_words(client):
+    with pytest.raises(openai.InternalServerError) as refused:
+        client.chat.completions.create(model="wrong-key", messages=ASK, max_tokens=4)
+    assert refused.value.status_code == 502
+    body = refused.value.body
+    assert body["code"] == "upstream_auth_failed"
+    assert "sk-not-the-key" not in json.dumps(body)
+
+
+def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronted):
+    local = client.chat.completions.create(model="local", messages=ASK, max_tokens=8, temperature=0)
+    assert local.choices[0].message.content
+    assert local.model_extra["timings"].get("upstream_ttft_ms") is None
+    assert [m.id for m in client.models.list().data] == ["via-llamacpp", "wrong-key", "local"]
+    with urllib.request.urlopen(f"{fronted.base}/ready", timeout=5) as r:
+        ready = json.loads(r.read())
+    states = {m["id"]: m["status"] for m in ready["models"]}
+    assert states["via-llamacpp"] == "ready" and states["local"] == "ready"
+    assert states["wrong-key"] == "unreachable", "the probe found the key refused"
+    with urllib.request.urlopen(f"{fronted.base}/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    assert 'llmgate_upstream_up{model="via-llamacpp"} 1' in metrics
+    assert 'llmgate_upstream_up{model="wrong-key"} 0' in metrics
+    assert 'llmgate_upstream_time_to_first_token_seconds_count{model="via-llamacpp"}' in metrics
+
+
+def test_the_semantic_log_names_the_upstream_and_what_it_could_not_say(client, fronted):
+    client.chat.completions.create(model="via-llamacpp", messages=ASK, max_tokens=6)
+    deadline = time.monotonic() + 10
+    while True:
+        docs = [d for d in semlog_documents(fronted.data_dir)
+                if d["gen_ai"]["request"]["model"] == "via-llamacpp"]
+        if docs or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert docs, "the requests were logged"
+    doc = docs[-1]
+    assert doc["gen_ai"]["response"]["model"] == UPSTREAM_ALIAS, "what the upstream said"
+    assert doc["llm"]["upstream"]["usage_estimated"] is True, "llama.cpp sends no usage"
+    assert doc["llm"]["model"]["upstream_model"] == UPSTREAM_ALIAS
+    assert doc["llm"]["upstream_ttft_ms"] > 0
+    assert doc["llm"]["repetition_basis"] == "logprob_tokens"
+    refused = [d for d in semlog_documents(fronted.data_dir)
+               if d["gen_ai"]["request"]["model"] == "wrong-key"]
+    assert refused and refused[-1]["error"]["type"] == "upstream_auth_failed"
