@@ -202,7 +202,11 @@ async fn end_rules(server: &TestServer) {
             .extend(extra.as_object().expect("object").clone());
         ask(server, SHORT, body)
     };
-    let tokens = |answer: &Value| answer["usage"]["completion_tokens"].as_u64().expect("usage");
+    let tokens = |answer: &Value| {
+        answer["usage"]["completion_tokens"]
+            .as_u64()
+            .expect("usage")
+    };
     let text = |answer: &Value| {
         answer["choices"][0]["message"]["content"]
             .as_str()
@@ -212,12 +216,18 @@ async fn end_rules(server: &TestServer) {
     let plain = greedy(json!({})).await;
     let n = tokens(&plain);
     assert_eq!(plain["choices"][0]["finish_reason"], "stop", "{plain}");
-    assert!((3..35).contains(&n), "the premise: a short answer, {n} tokens");
+    assert!(
+        (3..35).contains(&n),
+        "the premise: a short answer, {n} tokens"
+    );
 
     let ignoring = greedy(json!({"ignore_eos": true})).await;
     assert_eq!(tokens(&ignoring), 40, "{ignoring}");
     assert_eq!(ignoring["choices"][0]["finish_reason"], "length");
-    assert!(text(&ignoring).starts_with(&text(&plain)), "the same answer, then more");
+    assert!(
+        text(&ignoring).starts_with(&text(&plain)),
+        "the same answer, then more"
+    );
 
     let at_least = greedy(json!({"min_tokens": n + 5})).await;
     assert!(tokens(&at_least) >= n + 5, "{at_least}");

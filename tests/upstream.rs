@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::upstream::*;
 use common::*;
+use futures_util::StreamExt;
 use llmgate::bench::upstream::UpstreamScript;
 use llmgate::engine::scripted::Script;
 use llmgate::engine::upstream::UpstreamEngine;
@@ -518,6 +519,122 @@ async fn without_logprobs_the_models_own_tokenizer_gives_the_ids() {
         .await
         .expect("json");
     assert_eq!(tokenized["tokens"], json!([19556, 905]));
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn waits_that_end_in_time_and_streams_that_never_end() {
+    let upstream = start_upstream(script(3)).await;
+    let mut config = upstream_config(&upstream.url);
+    config.first_byte_timeout = Duration::from_secs(2);
+    // The queue timeout (1 s) is not the upstream's: its headers after 1.5 s are fine.
+    let server = gateway_with(
+        config,
+        limits(MODEL),
+        "[server]\nqueue_timeout_secs = 1\nrequest_timeout_secs = 3\n",
+    )
+    .await;
+    let late = non_streamed(&server, "fault:late-headers").await;
+    assert_eq!(late.status, 200, "{}", late.body);
+    // Headers, then nothing: the first byte never comes.
+    let silent = non_streamed(&server, "fault:silent").await;
+    assert_eq!(
+        (silent.status, silent.code.as_str()),
+        (504, "upstream_timeout")
+    );
+    // Keep-alive comments forever move the idle deadline; the request's own ends it.
+    let started = std::time::Instant::now();
+    let pings = non_streamed(&server, "fault:pings").await;
+    assert_eq!(
+        (pings.status, pings.code.as_str()),
+        (504, "request_timeout"),
+        "{}",
+        pings.body
+    );
+    assert!(started.elapsed() < Duration::from_secs(6));
+    // A line without an end is refused before it fills memory.
+    let huge = non_streamed(&server, "fault:huge-line").await;
+    assert_eq!(
+        (huge.status, huge.code.as_str()),
+        (502, "upstream_protocol_error")
+    );
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn without_usage_the_gateway_counts_and_says_so() {
+    let upstream = start_upstream(script(4)).await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    let answer: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("fault:no-usage", json!({})),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(
+        answer["usage"]["completion_tokens"], 4,
+        "counted from the logprob tokens"
+    );
+    let record = &server.observer.records()[0];
+    assert!(record.upstream.as_ref().is_some_and(|u| u.usage_estimated));
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
+    let upstream = start_upstream(script(6)).await;
+    let capped = llmgate::api::request::ModelLimits {
+        max_tokens_cap: 3,
+        ..limits(MODEL)
+    };
+    let server = gateway_with(upstream_config(&upstream.url), capped, "").await;
+    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    assert_eq!(answer["choices"][0]["message"]["content"], "tok0 tok1 tok2");
+    assert!(
+        upstream.received()[0].body.get("max_tokens").is_none(),
+        "the upstream's own default applies there"
+    );
+    server.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_closes_the_upstreams_stream() {
+    let upstream = start_upstream(UpstreamScript {
+        interval: Duration::from_millis(50),
+        ..script(200)
+    })
+    .await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    let response = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("hi", json!({"stream": true})),
+    )
+    .await;
+    let mut body = response.bytes_stream();
+    let _ = body.next().await;
+    let _ = body.next().await;
+    drop(body);
+    let abandoned = Arc::clone(&upstream.abandoned);
+    assert!(
+        eventually(|| abandoned.load(std::sync::atomic::Ordering::SeqCst) == 1).await,
+        "the upstream saw its reader go"
+    );
+    let records = server.observer.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, Status::Cancelled);
     server.stop().await;
     upstream.stop().await;
 }

@@ -431,7 +431,12 @@ async fn start_in_engine(
     request: Prepared,
     cut_off: &CancellationToken,
 ) -> Result<Generation, ApiError> {
-    let limit = state.timeouts.queue;
+    // An engine with no queue of the gateway's (an upstream) bounds its own wait.
+    let limit = if engine.waits_in_queue() {
+        state.timeouts.queue
+    } else {
+        std::time::Duration::MAX
+    };
     let started = tokio::select! {
         started = tokio::time::timeout(limit, engine.generate(request)) => started,
         () = cut_off.cancelled() => return Err(ApiError::ShuttingDown),

@@ -64,8 +64,10 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         (false, Some(_)) => "unreachable",
     };
     let mut body = json!({"status": status, "models": models});
-    // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person.
-    if let (true, Some(info)) = (ready, state.models.default_model().engine.model_info()) {
+    // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person:
+    // the default model's, while it serves.
+    let default = &state.models.default_model().engine;
+    if let (Readiness::Ready, Some(info)) = (default.readiness(), default.model_info()) {
         body["model"] = json!(info.id);
         body["context_length"] = json!(info.context_length);
         body["system_fingerprint"] = json!(info.system_fingerprint);
@@ -82,7 +84,9 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// One model in `/ready`: ready, loading or unreachable (and why).
+/// One model in `/ready`: ready, loading or unreachable (and the fault's kind). `/ready`
+/// needs no key, so an upstream's URL and its error's words (addresses, resolver, TLS)
+/// stay in `/metrics`' `llmgate_model_info` and the log.
 fn model_state(model: &ServedModel) -> serde_json::Value {
     let info = model.engine.model_info();
     let (status, reason) = match model.engine.readiness() {
@@ -96,7 +100,7 @@ fn model_state(model: &ServedModel) -> serde_json::Value {
         "reason": reason,
         "system_fingerprint": info.as_ref().map(|i| i.system_fingerprint.clone()),
         "device": info.as_ref().map(|i| i.device.clone()),
-        "upstream": info.as_ref().and_then(|i| i.upstream.clone()),
+        "upstream_model": info.as_ref().and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
     })
 }
 

@@ -8,6 +8,7 @@
 //! that fault instead (see [`Fault`]), so one server plays every failure.
 
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,6 +93,14 @@ pub enum Fault {
     NotAStream,
     /// 400 when log-probabilities are asked for, else a normal answer.
     NoLogprobs,
+    /// The stream's headers, then nothing at all.
+    Silent,
+    /// Keep-alive comments every 100 ms, never a chunk.
+    Pings,
+    /// A 300 KiB line without an end.
+    HugeLine,
+    /// Headers only after 1.5 s, then a normal answer.
+    LateHeaders,
 }
 
 impl Fault {
@@ -111,6 +120,10 @@ impl Fault {
             "error-event" => Fault::ErrorEvent,
             "not-a-stream" => Fault::NotAStream,
             "no-logprobs" => Fault::NoLogprobs,
+            "silent" => Fault::Silent,
+            "pings" => Fault::Pings,
+            "huge-line" => Fault::HugeLine,
+            "late-headers" => Fault::LateHeaders,
             _ => return None,
         })
     }
@@ -119,6 +132,7 @@ impl Fault {
 struct State {
     script: UpstreamScript,
     received: Arc<Mutex<Vec<Received>>>,
+    abandoned: Arc<AtomicUsize>,
 }
 
 /// A running scripted upstream.
@@ -126,6 +140,8 @@ pub struct ScriptedUpstream {
     pub server: Server,
     /// Every request it got, in order.
     pub received: Arc<Mutex<Vec<Received>>>,
+    /// Answers whose reader went away before the end (the gateway dropped them).
+    pub abandoned: Arc<AtomicUsize>,
 }
 
 /// Serves `script` on `listener` with `workers` threads (0: one per core). Await
@@ -136,9 +152,11 @@ pub fn serve(
     workers: usize,
 ) -> std::io::Result<ScriptedUpstream> {
     let received = Arc::new(Mutex::new(Vec::new()));
+    let abandoned = Arc::new(AtomicUsize::new(0));
     let state = web::Data::new(State {
         script,
         received: Arc::clone(&received),
+        abandoned: Arc::clone(&abandoned),
     });
     let mut server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
@@ -158,6 +176,7 @@ pub fn serve(
     Ok(ScriptedUpstream {
         server: server.run(),
         received,
+        abandoned,
     })
 }
 
@@ -267,6 +286,9 @@ async fn answer(
         Some(Fault::NoFirstByte) => {
             tokio::time::sleep(Duration::from_secs(30)).await;
         }
+        Some(Fault::LateHeaders) => {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
         _ => {}
     }
     let max_tokens = body["max_tokens"]
@@ -281,8 +303,27 @@ async fn answer(
         script.model.clone()
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let abandoned = Arc::clone(&state.abandoned);
     tokio::spawn(async move {
         let frame = |value: Value| Bytes::from(format!("data: {value}\n\n"));
+        match fault {
+            Some(Fault::Silent) => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return;
+            }
+            Some(Fault::Pings) => {
+                while tx.send(Bytes::from_static(b": ping\n\n")).await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                return;
+            }
+            Some(Fault::HugeLine) => {
+                let _ = tx.send(Bytes::from(vec![b'x'; 300 << 10])).await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return;
+            }
+            _ => {}
+        }
         if !script.first_delay.is_zero() {
             tokio::time::sleep(script.first_delay).await;
         }
@@ -324,6 +365,7 @@ async fn answer(
                 .await
                 .is_err()
             {
+                abandoned.fetch_add(1, Ordering::SeqCst);
                 return;
             }
         }

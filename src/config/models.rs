@@ -71,9 +71,11 @@ pub struct ModelTable {
     pub logprobs: Option<bool>,
     /// upstream: milliseconds to open a connection [default: 5000].
     pub connect_timeout_ms: Option<u64>,
-    /// upstream: seconds from sending a request to its first event [default: 60].
+    /// upstream: seconds from sending a request to the first byte of its stream (the
+    /// upstream's queue and prefill) [default: 60].
     pub first_byte_timeout_secs: Option<u64>,
-    /// upstream: seconds a stream may go without an event [default: 60].
+    /// upstream: seconds a stream may go without a byte (a keep-alive comment counts)
+    /// [default: 60].
     pub idle_timeout_secs: Option<u64>,
     /// upstream: seconds between reachability probes (`GET <url>/models`) [default: 10].
     pub probe_interval_secs: Option<u64>,
@@ -83,6 +85,10 @@ pub struct ModelTable {
     /// upstream: refuse an answer whose `model` is another one than `upstream_model`
     /// (or a dated version of it, `gpt-4o-2024-08-06` for `gpt-4o`) [default: true].
     pub check_model: Option<bool>,
+    /// upstream: the name the budget is sent under: `max_tokens` (llama.cpp's server
+    /// reads no other) or `max_completion_tokens` (OpenAI's reasoning models refuse
+    /// the other) [default: max_tokens].
+    pub max_tokens_param: Option<String>,
     /// Largest `max_tokens` a request may ask for [default: engine.max_tokens_cap].
     pub max_tokens_cap: Option<u32>,
     /// `max_tokens` of a request that sets none [default: engine.default_max_tokens;
@@ -103,6 +109,9 @@ pub enum EngineKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     pub id: String,
+    /// Its place in `[[models]]` (1-based), for errors; `None` for the one model of
+    /// `[engine]`.
+    pub entry: Option<usize>,
     pub max_tokens_cap: u32,
     pub default_max_tokens: Option<u32>,
     pub engine: ModelEngine,
@@ -133,6 +142,10 @@ pub struct UpstreamConfig {
     pub probe_interval: Duration,
     pub context_length: u32,
     pub check_model: bool,
+    /// `max_tokens` or `max_completion_tokens`.
+    pub max_tokens_param: String,
+    /// The model's `default_max_tokens`: sent when the client sets no budget.
+    pub default_max_tokens: Option<u32>,
 }
 
 const MISTRAL_ONLY: &[&str] = &["model_path"];
@@ -149,6 +162,7 @@ const UPSTREAM_ONLY: &[&str] = &[
     "probe_interval_secs",
     "context_length",
     "check_model",
+    "max_tokens_param",
 ];
 
 /// The served models: the file's `[[models]]`, or the single model `engine` describes.
@@ -205,7 +219,12 @@ pub(super) fn resolve(
     let models = tables
         .into_iter()
         .enumerate()
-        .map(|(i, t)| model(t, i, engine, cap))
+        .map(|(i, t)| {
+            model(t, i, engine, cap).map(|m| ModelConfig {
+                entry: Some(i + 1),
+                ..m
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     for (i, m) in models.iter().enumerate() {
         if models[..i].iter().any(|o| o.id == m.id) {
@@ -295,10 +314,15 @@ fn model(
                 .or_else(|| engine.model_path.clone())
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH)),
         },
-        EngineKind::Upstream => ModelEngine::Upstream(upstream(&t, &id, &invalid)?),
+        EngineKind::Upstream => {
+            let mut upstream = upstream(&t, &id, &invalid)?;
+            upstream.default_max_tokens = default_max_tokens;
+            ModelEngine::Upstream(upstream)
+        }
     };
     Ok(ModelConfig {
         id,
+        entry: None,
         max_tokens_cap,
         default_max_tokens,
         engine,
@@ -362,6 +386,19 @@ fn upstream(
             "must be between 1 and 600000 ms".into(),
         ));
     }
+    let max_tokens_param = t
+        .max_tokens_param
+        .clone()
+        .unwrap_or_else(|| "max_tokens".to_owned());
+    if !matches!(
+        max_tokens_param.as_str(),
+        "max_tokens" | "max_completion_tokens"
+    ) {
+        return Err(invalid(
+            "max_tokens_param",
+            format!("'{max_tokens_param}' is not max_tokens or max_completion_tokens"),
+        ));
+    }
     let model = t.upstream_model.clone().unwrap_or_else(|| id.to_owned());
     if model.trim().is_empty() {
         return Err(invalid("upstream_model", "must not be empty".into()));
@@ -378,6 +415,8 @@ fn upstream(
         probe_interval: secs(t.probe_interval_secs, 10, "probe_interval_secs")?,
         context_length: t.context_length.unwrap_or(0),
         check_model: t.check_model.unwrap_or(true),
+        max_tokens_param,
+        default_max_tokens: None,
     })
 }
 
@@ -385,6 +424,8 @@ fn upstream(
 /// a fragment.
 fn base_url(text: &str) -> Result<String, String> {
     let trimmed = text.trim().trim_end_matches('/');
+    // Errors quote the URL, which may carry a user and password.
+    let text = &crate::engine::upstream::fault::strip_credentials(text);
     let parsed = reqwest::Url::parse(trimmed)
         .map_err(|e| format!("'{text}' is not a URL ({e}); e.g. http://127.0.0.1:8000/v1"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {

@@ -508,6 +508,12 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
+    /// Whether `generate` waits in a queue of the gateway's for a slot, which the queue
+    /// timeout bounds; `false` for an upstream, whose wait (its first byte) has its own.
+    fn waits_in_queue(&self) -> bool {
+        true
+    }
+
     /// Whether requests can be served now.
     fn readiness(&self) -> Readiness {
         if self.model_info().is_some() {

@@ -19,6 +19,8 @@ pub struct Upstream {
     /// Base URL of its API (`http://127.0.0.1:PORT/v1`).
     pub url: String,
     pub received: Arc<Mutex<Vec<Received>>>,
+    /// Answers the gateway stopped reading before their end.
+    pub abandoned: Arc<std::sync::atomic::AtomicUsize>,
     handle: actix_web::dev::ServerHandle,
 }
 
@@ -42,6 +44,7 @@ pub async fn start_upstream(script: UpstreamScript) -> Upstream {
     Upstream {
         url,
         received: served.received,
+        abandoned: served.abandoned,
         handle,
     }
 }
@@ -60,6 +63,8 @@ pub fn upstream_config(url: &str) -> UpstreamConfig {
         probe_interval: Duration::from_secs(60),
         context_length: 4096,
         check_model: true,
+        max_tokens_param: "max_tokens".into(),
+        default_max_tokens: None,
     }
 }
 
@@ -73,9 +78,14 @@ pub fn limits(id: &str) -> ModelLimits {
 
 /// The gateway serving [`MODEL`] from an upstream configured as `config` says.
 pub async fn gateway(config: UpstreamConfig) -> TestServer {
+    gateway_with(config, limits(MODEL), "").await
+}
+
+/// The same, with the model's `limits` and the gateway's own config (`toml`).
+pub async fn gateway_with(config: UpstreamConfig, limits: ModelLimits, toml: &str) -> TestServer {
     let engine = UpstreamEngine::start(MODEL, config).expect("engine");
-    let models = ServedModels::single(limits(MODEL), engine);
-    start_models(models, &[MODEL], &test_config("")).await
+    let models = ServedModels::single(limits, engine);
+    start_models(models, &[MODEL], &test_config(toml)).await
 }
 
 /// The gateway serving each `(id, engine)`.

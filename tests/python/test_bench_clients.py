@@ -111,7 +111,7 @@ def test_aiperf_chat_stream_and_its_request_id(gateway):
     assert 0 < chunks[-1]["usage"]["completion_tokens"] <= 16
 
 
-def test_aiperf_non_streamed_chat_and_completions(gateway):
+def test_aiperf_non_streamed_chat_and_streamed_completions(gateway):
     body = (
         '{"messages":[{"role":"user","content":%s}],"model":"%s","stream":false,'
         '"max_completion_tokens":16}'

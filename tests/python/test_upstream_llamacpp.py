@@ -184,11 +184,15 @@ def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronte
 
 def test_the_semantic_log_names_the_upstream_and_what_it_could_not_say(client, fronted):
     client.chat.completions.create(model="via-llamacpp", messages=ASK, max_tokens=6)
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="wrong-key", messages=ASK, max_tokens=4)
     deadline = time.monotonic() + 10
     while True:
         docs = [d for d in semlog_documents(fronted.data_dir)
                 if d["gen_ai"]["request"]["model"] == "via-llamacpp"]
-        if docs or time.monotonic() > deadline:
+        refused = [d for d in semlog_documents(fronted.data_dir)
+                   if d["gen_ai"]["request"]["model"] == "wrong-key"]
+        if (docs and refused) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert docs, "the requests were logged"
@@ -198,6 +202,4 @@ def test_the_semantic_log_names_the_upstream_and_what_it_could_not_say(client, f
     assert doc["llm"]["model"]["upstream_model"] == UPSTREAM_ALIAS
     assert doc["llm"]["upstream_ttft_ms"] > 0
     assert doc["llm"]["repetition_basis"] == "logprob_tokens"
-    refused = [d for d in semlog_documents(fronted.data_dir)
-               if d["gen_ai"]["request"]["model"] == "wrong-key"]
     assert refused and refused[-1]["error"]["type"] == "upstream_auth_failed"

@@ -119,16 +119,24 @@ impl UpstreamEngine {
         Ok(engine)
     }
 
-    fn set_state(&self, state: Readiness) {
+    /// Records what the last probe or request found: `Some(fault)` when it could not
+    /// reach the upstream or had its credentials refused (the one rule for both), `None`
+    /// when the upstream answered. The reason `/ready` shows is the fault's kind; its
+    /// words (addresses, resolver and TLS detail) go to the log only.
+    fn reached(&self, fault: Option<&Fault>) {
+        let state = match fault {
+            Some(fault) => Readiness::Unreachable(fault.kind().to_owned()),
+            None => Readiness::Ready,
+        };
         if let Ok(mut current) = self.state.lock() {
             if *current != state {
-                match &state {
-                    Readiness::Unreachable(why) => tracing::warn!(
+                match fault {
+                    Some(fault) => tracing::warn!(
                         model = %self.info.id,
-                        reason = %why,
-                        "The upstream is unreachable; its model answers 502 until it is back."
+                        error = %fault,
+                        "The upstream cannot be reached; requests to its model fail until it answers again."
                     ),
-                    _ => tracing::info!(model = %self.info.id, "The upstream is reachable."),
+                    None => tracing::info!(model = %self.info.id, "The upstream is reachable."),
                 }
                 *current = state;
             }
@@ -166,7 +174,7 @@ impl UpstreamEngine {
         request: &GenerationRequest,
         asks: Asks,
     ) -> Result<(reqwest::Response, Instant), Fault> {
-        let (route, body) = wire::request_body(request, &self.config.model, asks);
+        let (route, body) = wire::request_body(request, &self.config, asks);
         let url = format!("{}{route}", self.config.url);
         let mut tried = 0;
         loop {
@@ -215,6 +223,26 @@ impl UpstreamEngine {
     }
 }
 
+/// A refusal of what the gateway added to the client's request (streaming, usage, its
+/// own ask for log-probabilities) is no mistake of the client's: it is the upstream
+/// failing the gateway, a 502, not a 400 naming a parameter the client never sent.
+fn gateways_own(fault: Fault, request: &GenerationRequest) -> Fault {
+    let Fault::Refused { param, message } = &fault else {
+        return fault;
+    };
+    let named = |p: &str| param.as_deref().is_some_and(|named| named.starts_with(p));
+    let added = named("stream")
+        || (request.top_logprobs.is_none() && (named("logprobs") || named("top_logprobs")));
+    if added {
+        return Fault::Failed {
+            status: 400,
+            retry_after: None,
+            detail: format!("it refused what the gateway asks of every request: {message}"),
+        };
+    }
+    fault
+}
+
 /// Whether a refusal is the upstream not doing log-probabilities.
 fn refuses_logprobs(fault: &Fault) -> bool {
     match fault {
@@ -227,8 +255,9 @@ fn refuses_logprobs(fault: &Fault) -> bool {
 }
 
 /// Probes the upstream every `probe_interval` until the engine is gone. Any HTTP answer
-/// but a refusal of the credentials or a server error means it is there: a server
-/// without `/models` still serves.
+/// but a refusal of the credentials means it is there: a server without `/models`
+/// still serves, and one failing with 5xx is reached (its errors are counted per
+/// request, and `LlmgateUpstreamErrors` pages on them).
 async fn probe(engine: Weak<UpstreamEngine>) {
     loop {
         let Some(this) = engine.upgrade() else {
@@ -243,21 +272,18 @@ async fn probe(engine: Weak<UpstreamEngine>) {
         if let Some(key) = &this.config.api_key {
             call = call.bearer_auth(key.expose());
         }
-        let state = match call.send().await {
-            Ok(answer) if matches!(answer.status().as_u16(), 401 | 403) => {
-                Readiness::Unreachable(format!(
-                    "the upstream refused the gateway's credentials (HTTP {})",
-                    answer.status().as_u16()
-                ))
-            }
-            Ok(answer) if answer.status().is_server_error() => Readiness::Unreachable(format!(
-                "the upstream answers HTTP {}",
-                answer.status().as_u16()
+        // The probe's own wait is bounded; a silent upstream is as unreachable as one
+        // that refuses the connection.
+        let fault = match call.send().await {
+            Ok(answer) if matches!(answer.status().as_u16(), 401 | 403) => Some(Fault::Auth {
+                status: answer.status().as_u16(),
+            }),
+            Ok(_) => None,
+            Err(error) => Some(Fault::Unreachable(
+                Fault::from_transport(&error).to_string(),
             )),
-            Ok(_) => Readiness::Ready,
-            Err(error) => Readiness::Unreachable(Fault::from_transport(&error).to_string()),
         };
-        this.set_state(state);
+        this.reached(fault.as_ref());
         drop(this);
         tokio::time::sleep(interval).await;
     }
@@ -305,29 +331,26 @@ impl Engine for UpstreamEngine {
             let (response, sent) = match self.send(&request, asks).await {
                 Ok(sent) => sent,
                 Err(fault) => {
-                    if fault.is_connect() || matches!(fault, Fault::Timeout { .. }) {
-                        self.set_state(Readiness::Unreachable(fault.to_string()));
+                    // A slow upstream is busy, not gone: only a failed connection counts.
+                    if fault.is_connect() {
+                        self.reached(Some(&fault));
                     }
                     return Err(EngineError::Upstream(fault));
                 }
             };
             if response.status().is_success() {
-                self.set_state(Readiness::Ready);
+                self.reached(None);
                 break (response, sent);
             }
             let fault = Self::refusal(response).await;
-            // As the probe sees it: refused credentials mean no request will pass.
-            match &fault {
-                Fault::Auth { .. } => self.set_state(Readiness::Unreachable(fault.to_string())),
-                _ => self.set_state(Readiness::Ready),
-            }
+            self.reached(matches!(fault, Fault::Auth { .. }).then_some(&fault));
             if asks.logprobs && request.top_logprobs.is_none() && refuses_logprobs(&fault) {
                 tracing::warn!(model = %self.info.id, error = %fault, "The upstream does not return log-probabilities; asking no more (no confidence figures for this model).");
                 self.logprobs_refused.store(true, Ordering::Relaxed);
                 asks.logprobs = false;
                 continue;
             }
-            return Err(EngineError::Upstream(fault));
+            return Err(EngineError::Upstream(gateways_own(fault, &request)));
         };
         let content_type = response
             .headers()
@@ -354,6 +377,13 @@ impl Engine for UpstreamEngine {
             tokens: TokenReader::new(self.tokenizer.clone()),
             prompt_tokens,
             top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
+            // Without a `max_tokens` sent, the upstream's default applies there and the
+            // gateway's cap here.
+            max_tokens: if wire::sends_max_tokens(&request, &self.config) {
+                u32::MAX
+            } else {
+                request.max_tokens
+            },
             tx,
             running: Counted::new(&self.running),
         };
@@ -420,6 +450,12 @@ impl Engine for UpstreamEngine {
 
     fn applies_stop_sequences(&self) -> bool {
         true
+    }
+
+    /// The wait in `generate` is the upstream's first byte, bounded by its own timeout,
+    /// not a queue of the gateway's.
+    fn waits_in_queue(&self) -> bool {
+        false
     }
 
     fn readiness(&self) -> Readiness {

@@ -29,6 +29,14 @@ pub struct Patience {
     pub idle: Duration,
 }
 
+/// Longest SSE line accepted (a chunk with 20 alternatives per token is a few KiB).
+const MAX_LINE_BYTES: usize = 256 << 10;
+/// Most bytes one answer may stream.
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// How long a finished answer's connection is read on to its `[DONE]`, so it can be
+/// reused (an unread body closes it).
+const DRAIN: Duration = Duration::from_secs(2);
+
 /// Everything the reading task needs; moved into it.
 pub(crate) struct Reading {
     pub response: reqwest::Response,
@@ -43,6 +51,8 @@ pub(crate) struct Reading {
     pub prompt_tokens: u32,
     /// Alternatives the client asked for per token (the upstream may be asked for more).
     pub top_logprobs: usize,
+    /// The answer ends here with `length` (the cap, when no `max_tokens` was sent).
+    pub max_tokens: u32,
     pub tx: mpsc::Sender<EngineEvent>,
     /// Counts this stream as running while the task lives.
     pub running: Counted,
@@ -57,6 +67,47 @@ struct Ending {
     tokens: u32,
 }
 
+/// Why the bytes could not be read.
+#[derive(Debug)]
+enum ReadError {
+    Transport(reqwest::Error),
+    Oversized(&'static str),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Transport(e) => write!(f, "{e}"),
+            ReadError::Oversized(what) => f.write_str(what),
+        }
+    }
+}
+
+/// Hands on only whole lines, so the SSE parser never re-reads a partial one (it would
+/// on every chunk, quadratic in the line's length), and bounds a line and the answer.
+#[derive(Debug, Default)]
+struct Lines {
+    partial: bytes::BytesMut,
+    total: usize,
+}
+
+impl Lines {
+    fn push(&mut self, chunk: bytes::Bytes) -> Result<bytes::Bytes, ReadError> {
+        self.total += chunk.len();
+        if self.total > MAX_ANSWER_BYTES {
+            return Err(ReadError::Oversized("the answer is over 64 MiB"));
+        }
+        self.partial.extend_from_slice(&chunk);
+        match self.partial.iter().rposition(|&b| b == b'\n') {
+            Some(end) => Ok(self.partial.split_to(end + 1).freeze()),
+            None if self.partial.len() > MAX_LINE_BYTES => {
+                Err(ReadError::Oversized("an SSE line is over 256 KiB"))
+            }
+            None => Ok(bytes::Bytes::new()),
+        }
+    }
+}
+
 /// Reads the answer to its end, sending events until the gateway stops taking them.
 pub(crate) async fn read(r: Reading) {
     let Reading {
@@ -68,34 +119,41 @@ pub(crate) async fn read(r: Reading) {
         mut tokens,
         prompt_tokens,
         top_logprobs,
+        max_tokens,
         tx,
         running: _running,
     } = r;
     // Microseconds after `sent` of the last byte received, for the idle deadline.
     let last_byte = Arc::new(AtomicU64::new(0));
     let stamp = Arc::clone(&last_byte);
-    let bytes = response.bytes_stream().inspect(move |_| {
+    let mut lines = Lines::default();
+    let bytes = response.bytes_stream().map(move |chunk| {
         let micros = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
         stamp.store(micros.max(1), Ordering::Relaxed);
+        lines.push(chunk.map_err(ReadError::Transport)?)
     });
     let mut events = bytes.eventsource();
     let mut ending = Ending::default();
+    // Whether the stream was read to its end (then the connection can be reused).
+    let mut read_to_end = true;
     let outcome = loop {
-        let event = match next_in_time(&mut events, &last_byte, sent, patience).await {
-            Ok(Some(Ok(event))) => event,
-            Ok(Some(Err(error))) => {
+        let event = match next_in_time(&mut events, &last_byte, sent, patience, &tx).await {
+            Next::Event(Ok(event)) => event,
+            Next::Event(Err(error)) => {
                 break Err(match error {
-                    eventsource_stream::EventStreamError::Transport(e) => {
+                    eventsource_stream::EventStreamError::Transport(ReadError::Transport(e)) => {
                         Fault::Cut(format!("the connection failed: {e}"))
                     }
                     other => Fault::Protocol(other.to_string()),
                 })
             }
-            Ok(None) => break end_of_stream(&ending),
-            Err(fault) => break Err(fault),
+            Next::End => break end_of_stream(&ending),
+            Next::Late(fault) => break Err(fault),
+            // The gateway dropped the answer: dropping the response tells the upstream.
+            Next::Gone => return,
         };
         if event.event == "error" {
-            break Err(Fault::Stream(event.data.chars().take(200).collect()));
+            break Err(Fault::Stream(clipped(&event.data)));
         }
         let data = event.data.trim();
         if data == "[DONE]" {
@@ -114,7 +172,7 @@ pub(crate) async fn read(r: Reading) {
             lp.top.truncate(top_logprobs);
         }
         if let Some(message) = piece.error {
-            break Err(Fault::Stream(message));
+            break Err(Fault::Stream(clipped(&message)));
         }
         if let Some(usage) = piece.usage {
             ending.usage = Some(usage);
@@ -141,7 +199,18 @@ pub(crate) async fn read(r: Reading) {
             ending.finish = Some(finish_reason(&reason));
         }
         if ending.finish.is_some() && ending.usage.is_some() {
-            // Everything the answer needs is here; [DONE] would add nothing but time.
+            // Everything the answer needs is here: finish now, read [DONE] after.
+            read_to_end = false;
+            break end_of_stream(&ending);
+        }
+        if ending.finish.is_none() && ending.tokens >= max_tokens {
+            // The gateway's cap, where the upstream was sent none (its own default
+            // applies there): the answer ends, and the connection with it.
+            tracing::debug!(
+                max_tokens,
+                "The upstream's answer reached the cap; stopped."
+            );
+            ending.finish = Some(FinishReason::Length);
             break end_of_stream(&ending);
         }
     };
@@ -178,42 +247,72 @@ pub(crate) async fn read(r: Reading) {
             }
         }
         Err(fault) => {
+            read_to_end = true;
             tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
             EngineEvent::Failed(EngineError::Upstream(fault))
         }
     };
     let _ = tx.send(last).await;
+    drop(tx);
+    if !read_to_end {
+        let drained = async { while events.next().await.is_some() {} };
+        let _ = tokio::time::timeout(DRAIN, drained).await;
+    }
 }
 
-/// The next SSE event, or the fault of waiting too long for bytes.
+/// What waiting for the next event gave.
+enum Next<E> {
+    Event(E),
+    /// The body ended.
+    End,
+    /// Nothing arrived in time.
+    Late(Fault),
+    /// The gateway stopped taking events (the client left, the answer was ended).
+    Gone,
+}
+
+/// The next SSE event, or why there is none: the end, too long a wait for bytes, or the
+/// gateway no longer listening. The idle deadline counts from the last byte or from
+/// this call, whichever is later: time spent waiting for the gateway to take an event
+/// is not the upstream's silence.
 async fn next_in_time<S>(
     events: &mut S,
     last_byte: &AtomicU64,
     sent: Instant,
     patience: Patience,
-) -> Result<Option<S::Item>, Fault>
+    tx: &mpsc::Sender<EngineEvent>,
+) -> Next<S::Item>
 where
     S: futures_util::Stream + Unpin,
 {
+    let called = sent.elapsed();
     loop {
         let last = last_byte.load(Ordering::Relaxed);
         let (deadline, first_byte) = if last == 0 {
             (sent + patience.first_byte, true)
         } else {
-            (sent + Duration::from_micros(last) + patience.idle, false)
+            let since = Duration::from_micros(last).max(called);
+            (sent + since + patience.idle, false)
         };
         tokio::select! {
-            event = events.next() => return Ok(event),
+            biased;
+            event = events.next() => return event.map_or(Next::End, Next::Event),
+            () = tx.closed() => return Next::Gone,
             () = tokio::time::sleep_until(deadline.into()) => {
-                // Bytes that did not complete an event (a keep-alive comment) move the
+                // Bytes that completed no event (a keep-alive comment) move the
                 // deadline; none at all is the fault.
                 if last_byte.load(Ordering::Relaxed) == last {
                     let waited = if first_byte { patience.first_byte } else { patience.idle };
-                    return Err(Fault::Timeout { waited, first_byte });
+                    return Next::Late(Fault::Timeout { waited, first_byte });
                 }
             }
         }
     }
+}
+
+/// An upstream's own text, cut to a length fit for a log line or a document.
+fn clipped(text: &str) -> String {
+    text.chars().take(200).collect()
 }
 
 /// The stream is over (`[DONE]`, the end of the body, or a finish with its usage).
@@ -240,27 +339,41 @@ fn end_of_stream(ending: &Ending) -> Result<Ending, Fault> {
 /// one asked for ends it.
 fn check_model(chunk: &Chunk, expected: Option<&str>, reported: &Reported) -> Option<Fault> {
     if let Some(fingerprint) = &chunk.system_fingerprint {
-        let _ = reported.system_fingerprint.set(fingerprint.clone());
+        let _ = reported.system_fingerprint.set(clipped(fingerprint));
     }
     let got = chunk.model.as_deref().filter(|m| !m.is_empty())?;
-    let _ = reported.model.set(got.to_owned());
+    let _ = reported.model.set(clipped(got));
     let expected = expected?;
     if same_model(expected, got) {
         return None;
     }
     Some(Fault::ModelMismatch {
         expected: expected.to_owned(),
-        got: got.chars().take(200).collect(),
+        got: clipped(got),
     })
 }
 
-/// `got` is `expected`, or a dated or versioned name of it (`gpt-4o-2024-08-06` for
-/// `gpt-4o`), as hosted APIs answer.
+/// `got` is `expected`, or a dated or numbered snapshot of it as hosted APIs answer:
+/// `gpt-4o-2024-08-06` or `gpt-4-0613` for `gpt-4`, `claude-3-5-sonnet-20241022`,
+/// `gemini-1.5-pro-002`, `model@20240229`. Another model with a longer name
+/// (`gpt-4o-mini` for `gpt-4o`) is not.
 pub fn same_model(expected: &str, got: &str) -> bool {
-    got == expected
-        || got
-            .strip_prefix(expected)
-            .is_some_and(|rest| rest.starts_with('-') || rest.starts_with('@'))
+    if got == expected {
+        return true;
+    }
+    let Some(rest) = got.strip_prefix(expected) else {
+        return false;
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    match rest.split_at_checked(1) {
+        Some(("-", date)) if date.len() == 10 => {
+            let parts: Vec<&str> = date.split('-').collect();
+            matches!(parts.as_slice(), [y, m, d] if digits(y, 4) && digits(m, 2) && digits(d, 2))
+        }
+        Some(("-", number)) => digits(number, 3) || digits(number, 4) || digits(number, 8),
+        Some(("@", number)) => digits(number, 3) || digits(number, 8),
+        _ => false,
+    }
 }
 
 /// OpenAI's finish reasons and the others servers send; anything but a length limit is
@@ -281,12 +394,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dated_names_are_the_same_model() {
+    fn dated_names_are_the_same_model_and_longer_names_are_not() {
         assert!(same_model("gpt-4o", "gpt-4o"));
         assert!(same_model("gpt-4o", "gpt-4o-2024-08-06"));
+        assert!(same_model("gpt-4", "gpt-4-0613"));
+        assert!(same_model(
+            "claude-3-5-sonnet",
+            "claude-3-5-sonnet-20241022"
+        ));
+        assert!(same_model("gemini-1.5-pro", "gemini-1.5-pro-002"));
         assert!(same_model("claude", "claude@20250101"));
+        assert!(!same_model("gpt-4o", "gpt-4o-mini"));
+        assert!(!same_model("llama-3.1-8b", "llama-3.1-8b-instruct"));
         assert!(!same_model("gpt-4o", "gpt-4o2"));
+        assert!(!same_model("gpt-4o", "gpt-4o-2024-8-6"));
         assert!(!same_model("smollm2", "llama"));
+    }
+
+    #[test]
+    fn only_whole_lines_reach_the_parser_and_both_sizes_are_bounded() {
+        let mut lines = Lines::default();
+        let a = lines
+            .push(bytes::Bytes::from_static(b"data: {\"a\""))
+            .expect("bounded");
+        assert!(a.is_empty(), "half a line waits");
+        let b = lines
+            .push(bytes::Bytes::from_static(b":1}\n\ndata: x"))
+            .expect("bounded");
+        assert_eq!(&b[..], b"data: {\"a\":1}\n\n");
+        let long = bytes::Bytes::from(vec![b'x'; MAX_LINE_BYTES + 1]);
+        assert!(matches!(lines.push(long), Err(ReadError::Oversized(_))));
+        let mut total = Lines::default();
+        let chunk = bytes::Bytes::from(vec![b'\n'; 1 << 20]);
+        let pushed = (0..70)
+            .map(|_| total.push(chunk.clone()).is_ok())
+            .filter(|ok| *ok)
+            .count();
+        assert_eq!(pushed, 64, "64 MiB and no more");
     }
 
     #[test]

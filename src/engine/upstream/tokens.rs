@@ -32,6 +32,9 @@ pub fn load_tokenizer(path: &Path) -> anyhow::Result<Tokenizer> {
     Tokenizer::from_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// Text without whitespace held back at most, waiting for the end of its word.
+const MAX_PENDING_BYTES: usize = 64;
+
 /// Turns one answer's chunks into ids; one per request.
 #[derive(Debug)]
 pub struct TokenReader {
@@ -60,14 +63,21 @@ impl TokenReader {
                 RepetitionBasis::LogprobTokens,
             );
         }
+        // What is pending has no whitespace: only the new text can end a word.
+        let before = self.pending.len();
         self.pending.push_str(text);
-        // Everything up to the last whitespace is whole words; the rest may go on.
-        let split = self
-            .pending
+        let split = self.pending[before..]
             .char_indices()
             .rev()
             .find(|(_, c)| c.is_whitespace())
-            .map_or(0, |(i, _)| i);
+            .map(|(i, _)| before + i);
+        let split = match split {
+            Some(split) => split,
+            // A run without spaces (Chinese, a loop of "!!!") is taken in pieces, so its
+            // ids arrive as it streams and no word costs more than a bounded encode.
+            None if self.pending.len() >= MAX_PENDING_BYTES => self.pending.len(),
+            None => 0,
+        };
         let done: String = self.pending.drain(..split).collect();
         (self.encode(&done), self.basis())
     }
@@ -222,6 +232,17 @@ mod tests {
         assert_eq!(rest.len(), 1);
         assert_eq!(first[0], rest[0], "la = la");
         assert_eq!(second[0], spelling_id(b"France"), "not 'Fr' + 'ance'");
+    }
+
+    #[test]
+    fn text_without_spaces_is_taken_in_bounded_pieces() {
+        let mut reader = TokenReader::new(None);
+        let mut ids = 0;
+        for _ in 0..100 {
+            ids += reader.ids("巴黎", &[]).0.len();
+        }
+        assert!(ids >= 5, "ids as it streams, not all at the end: {ids}");
+        assert!(reader.pending.len() < MAX_PENDING_BYTES);
     }
 
     #[test]

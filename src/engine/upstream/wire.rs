@@ -6,6 +6,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::config::UpstreamConfig;
 use crate::engine::{GenerationRequest, Prompt, ResponseFormat, TokenLogprob, TokenText, Usage};
 
 /// What to ask the upstream for, beyond the client's request.
@@ -15,10 +16,21 @@ pub struct Asks {
     pub logprobs: bool,
 }
 
-/// The route and body for `request` against an upstream serving `model`.
-pub fn request_body(request: &GenerationRequest, model: &str, asks: Asks) -> (&'static str, Value) {
+/// Whether the budget goes upstream: the client chose it, or the model has a default.
+/// Otherwise the upstream's own default applies (it knows its context, the gateway may
+/// not), and the gateway ends the answer at its cap as it streams.
+pub fn sends_max_tokens(request: &GenerationRequest, config: &UpstreamConfig) -> bool {
+    request.max_tokens_set || config.default_max_tokens.is_some()
+}
+
+/// The route and body for `request` against the upstream `config` describes.
+pub fn request_body(
+    request: &GenerationRequest,
+    config: &UpstreamConfig,
+    asks: Asks,
+) -> (&'static str, Value) {
     let mut body = Map::new();
-    body.insert("model".into(), json!(model));
+    body.insert("model".into(), json!(config.model));
     let route = match &request.prompt {
         Prompt::Chat(messages) => {
             let messages: Vec<Value> = messages
@@ -59,9 +71,10 @@ pub fn request_body(request: &GenerationRequest, model: &str, asks: Asks) -> (&'
     };
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    if request.max_tokens_set {
-        // `max_tokens`, not `max_completion_tokens`: llama.cpp's server reads only this.
-        body.insert("max_tokens".into(), json!(request.max_tokens));
+    if sends_max_tokens(request, config) {
+        // `max_tokens` by default: llama.cpp's server reads only this; OpenAI's reasoning
+        // models only `max_completion_tokens` (`max_tokens_param`).
+        body.insert(config.max_tokens_param.clone(), json!(request.max_tokens));
     }
     let s = &request.sampling;
     let mut put = |key: &str, value: Option<Value>| {
@@ -314,7 +327,8 @@ mod tests {
             },
             ..GenerationRequest::default()
         };
-        let (route, body) = request_body(&request, "up", Asks { logprobs: true });
+        let config = test_config();
+        let (route, body) = request_body(&request, &config, Asks { logprobs: true });
         assert_eq!(route, "/chat/completions");
         assert_eq!(
             body,
@@ -338,10 +352,39 @@ mod tests {
             top_logprobs: Some(3),
             ..GenerationRequest::default()
         };
-        let (route, body) = request_body(&unset, "up", Asks { logprobs: false });
+        let (route, body) = request_body(&unset, &config, Asks { logprobs: false });
         assert_eq!(route, "/completions");
         assert_eq!(body["logprobs"], 3);
         assert!(body.get("max_tokens").is_none(), "the upstream's default");
+        let reasoning = UpstreamConfig {
+            max_tokens_param: "max_completion_tokens".into(),
+            default_max_tokens: Some(512),
+            ..test_config()
+        };
+        let (_, body) = request_body(&unset, &reasoning, Asks { logprobs: false });
+        assert_eq!(
+            body["max_completion_tokens"], 2048,
+            "the model's default is sent"
+        );
+        assert!(body.get("max_tokens").is_none());
+    }
+
+    fn test_config() -> UpstreamConfig {
+        UpstreamConfig {
+            url: "http://up/v1".into(),
+            model: "up".into(),
+            api_key: None,
+            tokenizer: None,
+            logprobs: true,
+            connect_timeout: std::time::Duration::from_secs(1),
+            first_byte_timeout: std::time::Duration::from_secs(1),
+            idle_timeout: std::time::Duration::from_secs(1),
+            probe_interval: std::time::Duration::from_secs(10),
+            context_length: 0,
+            check_model: true,
+            max_tokens_param: "max_tokens".into(),
+            default_max_tokens: None,
+        }
     }
 
     #[test]
