@@ -464,6 +464,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         Arc::clone(&telemetry),
     );
     state.guard = guard(&config)?;
+    state.semlog = semlog.status();
     for model in &config.models {
         match &model.engine {
             ModelEngine::Mistral { model_path } => tracing::info!(

@@ -63,7 +63,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         (false, None) => "loading",
         (false, Some(_)) => "unreachable",
     };
-    let mut body = json!({"status": status, "models": models});
+    let mut body = json!({"status": status, "models": models, "semlog": state.semlog.to_json()});
     // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person:
     // the default model's, while it serves.
     let default = &state.models.default_model().engine;

@@ -67,6 +67,8 @@ pub struct AppState {
     pub cors_origins: Vec<String>,
     /// Whether the API listener serves `/metrics` (not when it has a listener of its own).
     pub metrics_on_api: bool,
+    /// Where semantic logs go and what the cluster's set-up found, for `/ready`.
+    pub semlog: crate::semlog::Status,
 }
 
 impl AppState {
@@ -125,6 +127,7 @@ impl AppState {
             guard: crate::auth::Guard::default(),
             cors_origins: config.server.cors_origins.clone(),
             metrics_on_api: config.server.metrics_listen.is_none(),
+            semlog: crate::semlog::Status::default(),
         }
     }
 }

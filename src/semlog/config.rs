@@ -44,6 +44,15 @@ pub struct SemlogTable {
     /// Days the lifecycle policy keeps documents [default: 30].
     #[arg(skip)]
     pub retention_days: Option<u32>,
+    /// How old documents are deleted: auto (what the cluster has: ILM on Elasticsearch,
+    /// the data stream lifecycle on Serverless, ISM on OpenSearch), ilm, data_stream,
+    /// ism or none [default: auto].
+    #[arg(
+        long = "semlog-lifecycle",
+        env = "LLMGATE_SEMLOG_LIFECYCLE",
+        value_enum
+    )]
+    pub lifecycle: Option<super::target::Lifecycle>,
     /// Key of the keyed-hash redaction mode (equal values get equal tokens); off if unset.
     #[arg(long, env = "LLMGATE_REDACTION_KEY", hide_env_values = true)]
     pub redaction_key: Option<String>,
@@ -87,6 +96,8 @@ pub struct SemlogConfig {
     /// `None`: documents go to rotating NDJSON files under `data_dir`.
     pub elasticsearch: Option<EsConfig>,
     pub namespace: String,
+    /// The retention asked for (`auto`: what the cluster offers).
+    pub lifecycle: super::target::Lifecycle,
     /// Keyed-hash redaction when set.
     pub redaction_key: Option<String>,
     /// Characters of prompt and response kept in a document, after redaction.
@@ -155,6 +166,7 @@ impl SemlogConfig {
             es_timeout_secs,
             namespace,
             retention_days,
+            lifecycle,
             redaction_key,
             excerpt_chars,
             stats_only,
@@ -203,6 +215,7 @@ impl SemlogConfig {
             data_dir: data_dir.unwrap_or_else(|| PathBuf::from("data")),
             elasticsearch,
             namespace: namespace.unwrap_or_else(|| "default".to_owned()),
+            lifecycle: lifecycle.unwrap_or_default(),
             redaction_key,
             excerpt_chars: excerpt_chars.unwrap_or(512),
             stats_only: stats_only.unwrap_or(false),

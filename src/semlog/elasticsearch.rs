@@ -1,12 +1,13 @@
-//! Elasticsearch, through the official `elasticsearch` crate (rustls, gzip bodies):
-//! the idempotent start-up set-up (lifecycle policy, component template with explicit
-//! mappings, index template above the built-in `logs` one) and `_bulk` with `create`.
+//! Elasticsearch and OpenSearch, through the official `elasticsearch` crate (rustls, gzip
+//! bodies, plain `application/json`, which both accept): the calls of the start-up
+//! set-up (`setup`) and `_bulk` with `create`.
 //!
 //! [`parse_bulk`] turns a bulk answer into data, per item: indexed (2xx), duplicate (409:
 //! already indexed, not retried), retry (429, 5xx), rejected (any other 4xx: dead
 //! letter); or, for the whole request: retry it (429, 5xx, no answer), split it (413) or
 //! reject it (400). The indexer acts on that data; it is unit-tested on canned answers.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,18 +18,10 @@ use elasticsearch::http::transport::{
 };
 use elasticsearch::http::Method;
 use elasticsearch::{BulkParts, Elasticsearch};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::config::{EsAuth, EsConfig};
-use super::document::{Encoded, DATASET};
-use super::redact::Kind;
-
-/// The names of what the set-up creates.
-pub const POLICY: &str = "llmgate-requests";
-pub const COMPONENT_TEMPLATE: &str = "llmgate-requests@mappings";
-pub const INDEX_TEMPLATE: &str = "logs-llmgate.requests";
-/// Above the built-in `logs` template (priority 100), so ours applies to our data stream.
-pub const TEMPLATE_PRIORITY: u32 = 200;
+use super::document::Encoded;
 
 /// The answer to one bulk attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,128 +140,6 @@ fn item(entry: &Value) -> Item {
     }
 }
 
-/// The lifecycle policy: roll over daily or at 50 GB per primary shard, delete after
-/// `retention_days`.
-pub fn policy_body(retention_days: u32) -> Value {
-    json!({
-        "policy": {
-            "_meta": {"managed_by": "llmgate"},
-            "phases": {
-                "hot": {
-                    "actions": {
-                        "rollover": {"max_age": "1d", "max_primary_shard_size": "50gb"}
-                    }
-                },
-                "delete": {
-                    "min_age": format!("{retention_days}d"),
-                    "actions": {"delete": {}}
-                }
-            }
-        }
-    })
-}
-
-/// Explicit mappings of every field the documents have (`dynamic: false`: a field added
-/// by a newer gateway is kept in `_source` but not indexed until the template says so).
-pub fn component_template_body() -> Value {
-    let keyword = || json!({"type": "keyword"});
-    let double = || json!({"type": "double"});
-    let redactions: serde_json::Map<String, Value> = Kind::ALL
-        .iter()
-        .map(|k| (k.as_str().to_owned(), json!({"type": "integer"})))
-        .collect();
-    // Built apart: one json! this deep would pass the macro's recursion limit.
-    let llm = json!({
-                        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
-                        "stream": {"type": "boolean"},
-                        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
-                        "upstream_ttft_ms": double(),
-                        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
-                        "itl": {"properties": {
-                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
-                        }},
-                        "tokens_per_second": double(), "repetition_rate": double(),
-                        "repetition_basis": keyword(),
-                        "mean_logprob": double(), "min_logprob": double(),
-                        "low_confidence_share": double(),
-                        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
-                        "intent": keyword(), "language": keyword(), "input_hash": keyword(), "output_hash": keyword(),
-                        "system_fingerprint": keyword(),
-        "model": {"properties": {
-            "sha256": keyword(), "quant": keyword(), "device": keyword(),
-            "context_length": {"type": "integer"},
-            "gpu": keyword(), "driver": keyword(), "cuda": keyword(),
-            "upstream_url": keyword(), "upstream_model": keyword()
-        }},
-        "upstream": {"properties": {
-            "model": keyword(), "system_fingerprint": keyword(),
-            "usage_estimated": {"type": "boolean"}
-        }},
-        "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
-                        "prompt_excerpt": {"type": "text"},
-                        "response_excerpt": {"type": "text"},
-                        "redactions": {"properties": redactions},
-                        "redactions_total": {"type": "integer"}
-
-    });
-    json!({
-        "_meta": {"managed_by": "llmgate"},
-        "template": {
-            "mappings": {
-                "dynamic": false,
-                "properties": {
-                    "@timestamp": {"type": "date"},
-                    "event": {"properties": {
-                        "id": keyword(), "kind": keyword(), "category": keyword(),
-                        "type": keyword(), "dataset": keyword(), "outcome": keyword(),
-                        "duration": {"type": "long"}
-                    }},
-                    "service": {"properties": {"name": keyword(), "version": keyword()}},
-                    "trace": {"properties": {"id": keyword()}},
-                    "user": {"properties": {"hash": keyword()}},
-                    "span": {"properties": {"id": keyword()}},
-                    "error": {"properties": {"type": keyword()}},
-                    "gen_ai": {"properties": {
-                        "operation": {"properties": {"name": keyword()}},
-                        "provider": {"properties": {"name": keyword()}},
-                        "request": {"properties": {
-                            "model": keyword(), "max_tokens": {"type": "integer"},
-                            "temperature": double(), "top_p": double(),
-                            "seed": {"type": "unsigned_long"}
-                        }},
-                        "response": {"properties": {
-                            "id": keyword(), "model": keyword(), "finish_reasons": keyword()
-                        }},
-                        "usage": {"properties": {
-                            "input_tokens": {"type": "long"}, "output_tokens": {"type": "long"}
-                        }}
-                    }},
-                    "llm": {"properties": llm},
-                    "data_stream": {"properties": {
-                        "type": {"type": "constant_keyword"},
-                        "dataset": {"type": "constant_keyword"},
-                        "namespace": {"type": "constant_keyword"}
-                    }}
-                }
-            }
-        }
-    })
-}
-
-/// The index template of the data stream `logs-llmgate.requests-*`.
-pub fn index_template_body() -> Value {
-    json!({
-        "_meta": {"managed_by": "llmgate"},
-        "index_patterns": [format!("logs-{DATASET}-*")],
-        "data_stream": {},
-        "priority": TEMPLATE_PRIORITY,
-        "composed_of": [COMPONENT_TEMPLATE],
-        "template": {
-            "settings": {"index.lifecycle.name": POLICY}
-        }
-    })
-}
-
 /// `url` without the user and password it may carry, for log lines.
 pub fn display_url(url: &str) -> String {
     match elasticsearch::http::Url::parse(url) {
@@ -285,7 +156,8 @@ pub fn display_url(url: &str) -> String {
 pub struct Cluster {
     client: Elasticsearch,
     data_stream: String,
-    retention_days: u32,
+    /// Send `include_source_on_error=false` with `_bulk` (set by the set-up).
+    include_source_on_error: AtomicBool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -338,59 +210,78 @@ impl Cluster {
         Ok(Self {
             client: Elasticsearch::new(transport),
             data_stream,
-            retention_days: config.retention_days,
+            include_source_on_error: AtomicBool::new(false),
         })
     }
 
-    /// Creates (or updates) the policy and both templates. Idempotent.
-    pub async fn set_up(&self) -> Result<(), String> {
-        let puts = [
-            (
-                format!("/_ilm/policy/{POLICY}"),
-                policy_body(self.retention_days),
-            ),
-            (
-                format!("/_component_template/{COMPONENT_TEMPLATE}"),
-                component_template_body(),
-            ),
-            (
-                format!("/_index_template/{INDEX_TEMPLATE}"),
-                index_template_body(),
-            ),
-        ];
-        for (path, body) in puts {
-            let body = Bytes::from(body.to_string());
-            let response = self
-                .client
-                .send(
-                    Method::Put,
-                    &path,
-                    elasticsearch::http::headers::HeaderMap::new(),
-                    Option::<&()>::None,
-                    Some(body),
-                    None,
-                )
-                .await
-                .map_err(|e| format!("PUT {path}: {e}"))?;
-            let status = response.status_code();
-            if !status.is_success() {
-                let text = response.text().await.unwrap_or_default();
-                return Err(format!("PUT {path}: {status}: {text}"));
-            }
-        }
-        Ok(())
+    /// The data stream (or index) the documents go to.
+    pub fn data_stream(&self) -> &str {
+        &self.data_stream
     }
 
-    /// One `_bulk` request with `create` for each document.
-    pub async fn bulk(&self, docs: &[Encoded]) -> BulkResult {
-        let body: Vec<Bytes> = docs.iter().map(|d| d.lines.clone()).collect();
+    /// Whether `_bulk` sends `include_source_on_error=false` (only clusters that know it:
+    /// any other parameter is refused by OpenSearch and older Elasticsearch).
+    pub fn set_include_source_on_error(&self, on: bool) {
+        self.include_source_on_error.store(on, Ordering::Relaxed);
+    }
+
+    /// One set-up call: the status and body of the answer, or why none came.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, String), String> {
+        let method = match method {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            _ => Method::Put,
+        };
+        let body = body.map(|b| Bytes::from(b.to_string()));
         let response = self
             .client
-            .bulk(BulkParts::Index(&self.data_stream))
-            .include_source_on_error(false)
-            .body(body)
-            .send()
-            .await;
+            .send(
+                method,
+                path,
+                elasticsearch::http::headers::HeaderMap::new(),
+                Option::<&()>::None,
+                body,
+                None,
+            )
+            .await
+            .map_err(|e| format!("{path}: {e}"))?;
+        let status = response.status_code().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        Ok((status, text))
+    }
+
+    /// One `_bulk` request with `create` for each document. A cluster that refuses
+    /// `include_source_on_error` (it did not say its version) is asked once more without.
+    pub async fn bulk(&self, docs: &[Encoded]) -> BulkResult {
+        let result = self.bulk_once(docs).await;
+        let refused_parameter = matches!(&result, BulkResult::RejectAll { reason, .. }
+            if reason.contains("include_source_on_error"));
+        if refused_parameter && self.include_source_on_error.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                "The cluster does not know include_source_on_error; bulk requests go without it."
+            );
+            return self.bulk_once(docs).await;
+        }
+        result
+    }
+
+    async fn bulk_once(&self, docs: &[Encoded]) -> BulkResult {
+        let body: Vec<Bytes> = docs.iter().map(|d| d.lines.clone()).collect();
+        let request = self.client.bulk(BulkParts::Index(&self.data_stream));
+        let response = if self.include_source_on_error.load(Ordering::Relaxed) {
+            request
+                .include_source_on_error(false)
+                .body(body)
+                .send()
+                .await
+        } else {
+            request.body(body).send().await
+        };
         let response = match response {
             Ok(response) => response,
             Err(error) => {
@@ -486,28 +377,5 @@ mod tests {
             parse_bulk(200, None, br#"{"errors":false,"items":[]}"#, 2),
             BulkResult::RetryAll { .. }
         ));
-    }
-
-    /// `UPDATE_GOLDEN=1 cargo test --lib golden` rewrites the files after a deliberate
-    /// change; review the diff like code.
-    #[test]
-    fn set_up_bodies_match_the_golden_files() {
-        let golden = |name: &str| -> Value {
-            let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
-            if std::env::var_os("UPDATE_GOLDEN").is_some() {
-                let body = match name {
-                    "ilm_policy.json" => policy_body(30),
-                    "component_template.json" => component_template_body(),
-                    _ => index_template_body(),
-                };
-                let text = serde_json::to_string_pretty(&body).expect("json") + "\n";
-                std::fs::write(&path, text).expect("write golden file");
-            }
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-        };
-        assert_eq!(policy_body(30), golden("ilm_policy.json"));
-        assert_eq!(component_template_body(), golden("component_template.json"));
-        assert_eq!(index_template_body(), golden("index_template.json"));
     }
 }

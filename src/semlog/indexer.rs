@@ -30,7 +30,9 @@ use tokio_util::sync::CancellationToken;
 use super::document::Encoded;
 use super::elasticsearch::{BulkResult, Cluster, Item};
 use super::files::{dead_letter_line, RotatingFile};
+use super::setup;
 use super::spool::Spool;
+use super::target::Lifecycle;
 use crate::telemetry::metrics::{Metrics, SemlogEvent};
 
 /// Where batches go.
@@ -65,6 +67,11 @@ pub struct Indexer {
     /// The Elasticsearch set-up succeeded (always true for files): until then nothing
     /// is sent, or the data stream would be created from the built-in template.
     pub ready: bool,
+    /// The retention `semlog.lifecycle` asks for, and how long.
+    pub lifecycle: Lifecycle,
+    pub retention_days: u32,
+    /// Where the set-up's report goes, for `/ready`.
+    pub status: super::Status,
 }
 
 /// How a delivery attempt ended.
@@ -173,8 +180,11 @@ impl Indexer {
         }
     }
 
-    /// Creates the Elasticsearch policy and templates, retrying until it works (or the
-    /// gateway stops); meanwhile documents wait in the spool.
+    /// Sets the cluster up for the semantic log (see [`setup`]), trying again while it
+    /// cannot be reached or asks to wait (or until the gateway stops); meanwhile documents
+    /// wait in the spool. What no retry fixes is named once and counted, and documents
+    /// then go anyway: a retention policy or a template is never the reason no log is
+    /// indexed.
     async fn set_up(&mut self, rng: &mut rand_chacha::ChaCha8Rng) {
         let Destination::Elasticsearch(cluster) = &self.destination else {
             self.ready = true;
@@ -185,19 +195,43 @@ impl Indexer {
         let mut attempt = 0;
         loop {
             let result = tokio::select! {
-                r = cluster.set_up() => r,
+                r = setup::run(&cluster, self.lifecycle, self.retention_days) => r,
                 () = self.shutdown.cancelled() => return,
             };
             match result {
-                Ok(()) => {
-                    tracing::info!("Elasticsearch is set up for the semantic log.");
+                Ok(report) => {
+                    tracing::info!(
+                        product = report.target.product.as_str(),
+                        version = %report.target.version,
+                        serverless = report.target.serverless,
+                        lifecycle = report.lifecycle.as_str(),
+                        data_stream = report.data_stream,
+                        "{}",
+                        report.describe(cluster.data_stream(), self.retention_days)
+                    );
+                    for problem in &report.problems {
+                        tracing::error!(
+                            step = problem.step,
+                            reason = %problem.reason,
+                            fix = %problem.fix,
+                            "The cluster refused a step of the semantic log's set-up; documents are indexed anyway."
+                        );
+                        self.metrics.semlog_setup_problem(problem.step);
+                    }
+                    if report.lifecycle == Lifecycle::None {
+                        tracing::warn!(
+                            "The semantic log has no retention policy on this cluster: nothing is ever deleted (semlog.lifecycle)."
+                        );
+                    }
+                    self.metrics.semlog_target(&report);
+                    self.status.set(report);
                     self.ready = true;
                     self.metrics.semlog_ready(true);
                     return;
                 }
                 Err(error) => {
                     attempt += 1;
-                    tracing::warn!(error = %error, attempt, "Could not set up Elasticsearch; documents wait in the spool.");
+                    tracing::warn!(error = %error, attempt, "Could not set up the cluster; documents wait in the spool.");
                     let wait = backoff(&self.pacing, attempt, None, rng);
                     if !self.pause(wait).await {
                         return;

@@ -15,7 +15,9 @@
 //!
 //! - [`redact`]: what counts as personal data or a secret, and the `Redacted` text type.
 //! - [`document`]: the ECS document and its byte-exact bulk encoding.
-//! - [`elasticsearch`]: set-up, `_bulk`, and bulk answers as data.
+//! - [`target`]: what kind of cluster it is (Elasticsearch 8/9, Serverless, OpenSearch)
+//!   and what it accepts; [`setup`]: the set-up that fits it (retention, mappings, the
+//!   data stream); [`elasticsearch`]: the client, `_bulk`, and bulk answers as data.
 //! - [`indexer`]: batching, retries, dead letters.
 //! - [`spool`], [`files`]: the on-disk parts.
 //! - [`config`]: the `[semlog]` settings.
@@ -29,7 +31,9 @@ pub mod elasticsearch;
 pub mod files;
 pub mod indexer;
 pub mod redact;
+pub mod setup;
 pub mod spool;
+pub mod target;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +50,53 @@ use indexer::{Destination, Indexer, Pacing};
 use redact::{Mode, Redactor};
 use spool::Spool;
 
+/// Where the semantic log goes, for `/ready`: files, or a cluster and what its set-up
+/// found (once it has run).
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    /// Documents go to a cluster (else to files).
+    cluster: bool,
+    /// Its set-up's report, once the set-up has run.
+    report: Arc<Mutex<Option<setup::Report>>>,
+}
+
+impl Status {
+    /// Files, or a cluster whose set-up is yet to run.
+    fn new(cluster: bool) -> Self {
+        Self {
+            cluster,
+            report: Arc::default(),
+        }
+    }
+
+    pub(crate) fn set(&self, report: setup::Report) {
+        if let Ok(mut slot) = self.report.lock() {
+            *slot = Some(report);
+        }
+    }
+
+    /// `{"sink": "files"}`, or the cluster's kind, retention and set-up problems (each
+    /// step and what to change; the cluster's own words stay in the log).
+    pub fn to_json(&self) -> serde_json::Value {
+        if !self.cluster {
+            return serde_json::json!({"sink": "files"});
+        }
+        let report = self.report.lock().ok().and_then(|r| r.clone());
+        match report {
+            None => serde_json::json!({"sink": "elasticsearch", "set_up": false}),
+            Some(r) => serde_json::json!({
+                "sink": r.target.product.as_str(),
+                "set_up": true,
+                "version": r.target.version,
+                "serverless": r.target.serverless,
+                "lifecycle": r.lifecycle.as_str(),
+                "data_stream": r.data_stream,
+                "problems": r.problems.iter().map(|p| serde_json::json!({"step": p.step, "fix": p.fix})).collect::<Vec<_>>(),
+            }),
+        }
+    }
+}
+
 /// The semantic-log pipeline: the request path's end of it (an observer that never
 /// blocks) and the indexer task behind it.
 pub struct Semlog {
@@ -57,6 +108,7 @@ pub struct Semlog {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
+    status: Status,
 }
 
 impl std::fmt::Debug for Semlog {
@@ -132,6 +184,7 @@ impl Semlog {
         .map_err(|e| format!("could not open the dead-letter file: {e}"))?;
         let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
+        let status = Status::new(config.elasticsearch.is_some());
         let indexer = Indexer {
             spool: Arc::clone(&spool),
             arrived: Arc::clone(&arrived),
@@ -146,6 +199,12 @@ impl Semlog {
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.clone(),
             ready: false,
+            lifecycle: config.lifecycle,
+            retention_days: config
+                .elasticsearch
+                .as_ref()
+                .map_or(30, |es| es.retention_days),
+            status: status.clone(),
         };
         let task = tokio::spawn(indexer.run());
         if !config.fsync.is_zero() {
@@ -167,7 +226,13 @@ impl Semlog {
             metrics,
             shutdown,
             task: Mutex::new(Some(task)),
+            status,
         })
+    }
+
+    /// Where documents go and what the set-up found, for `/ready`.
+    pub fn status(&self) -> Status {
+        self.status.clone()
     }
 
     /// Stops the indexer after it has flushed the spool and delivered what it could

@@ -46,6 +46,11 @@ pub const SEMLOG_FILES_DELETED: &str = "semlog_files_deleted";
 pub const SEMLOG_BULK_LATENCY: &str = "semlog_bulk_latency_seconds";
 pub const SEMLOG_QUEUE_DEPTH: &str = "semlog_queue_depth";
 pub const SEMLOG_READY: &str = "semlog_ready";
+/// Set-up steps the cluster refused for good, by `step` (the documents go anyway).
+pub const SEMLOG_SETUP_PROBLEMS: &str = "semlog_setup_problems";
+/// Info (value 1): the cluster's product and version, the retention applied
+/// (`lifecycle`, `none` when there is none) and whether documents go to a data stream.
+pub const SEMLOG_TARGET_INFO: &str = "semlog_target_info";
 // Registered with the unit `bytes`, so exported as `..._bytes`.
 pub const SEMLOG_SPOOLED_BYTES: &str = "semlog_spool";
 

@@ -1,6 +1,11 @@
-//! An in-test Elasticsearch that speaks the parts of the real protocol llmgate uses,
-//! modelled on the official API specification:
+//! An in-test Elasticsearch (or OpenSearch) that speaks the parts of the real protocol
+//! llmgate uses, modelled on the official API specifications (Elasticsearch's
+//! `elasticsearch-specification`, OpenSearch's `opensearch-api-specification`), one
+//! [`Flavor`] per kind of cluster: what each accepts, refuses and answers.
 //!
+//! - `GET /`: the flavor's root (`version.number`, `build_flavor`, `distribution`).
+//! - `PUT /_data_stream/{name}`: created, then 400 `resource_already_exists_exception`;
+//!   a flavor without data streams has no handler for it.
 //! - `PUT /_ilm/policy/{name}`, `PUT /_component_template/{name}`,
 //!   `PUT /_index_template/{name}`: kept, answered `{"acknowledged":true}`.
 //! - `POST /{target}/_bulk`: NDJSON (gzip decoded by actix-web), action/source pairs. Each
@@ -19,8 +24,56 @@ use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::{json, Value};
 
+/// Which kind of cluster the stand-in plays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Flavor {
+    /// Elasticsearch 9.1 (self-managed or hosted): ILM, the data stream lifecycle,
+    /// `include_source_on_error` (since 8.18).
+    #[default]
+    Elasticsearch9,
+    /// Elasticsearch 8.15: as 9, but `_bulk` refuses `include_source_on_error` (unknown
+    /// parameters are refused: "contains unrecognized parameter").
+    Elasticsearch815,
+    /// Elastic Cloud Serverless (`build_flavor: serverless`): no ILM (410
+    /// `api_not_available_exception`), no `index.lifecycle.name` setting; the data stream
+    /// lifecycle.
+    Serverless,
+    /// OpenSearch 2.11: ISM (`_plugins/_ism`), data streams, no ILM, no data stream
+    /// lifecycle, no `constant_keyword` (2.14+); every unknown parameter refused.
+    OpenSearch2,
+    /// A minimal Elasticsearch look-alike (as noida-db): templates and `_bulk`, no
+    /// lifecycle API at all, no data stream API (a `create` makes a plain index).
+    Minimal,
+}
+
+impl Flavor {
+    fn root(self) -> Value {
+        match self {
+            Flavor::Elasticsearch9 => {
+                json!({"name": "es", "cluster_name": "test", "version": {"number": "9.1.0", "build_flavor": "default"}, "tagline": "You Know, for Search"})
+            }
+            Flavor::Elasticsearch815 | Flavor::Minimal => {
+                json!({"name": "es", "cluster_name": "test", "version": {"number": "8.15.3", "build_flavor": "default"}, "tagline": "You Know, for Search"})
+            }
+            Flavor::Serverless => {
+                json!({"name": "serverless", "cluster_name": "project", "version": {"number": "8.11.0", "build_flavor": "serverless"}, "tagline": "You Know, for Search"})
+            }
+            Flavor::OpenSearch2 => {
+                json!({"name": "os", "cluster_name": "test", "version": {"distribution": "opensearch", "number": "2.11.1"}, "tagline": "The OpenSearch Project: https://opensearch.org/"})
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct EsState {
+    pub flavor: Flavor,
+    /// Answer every set-up PUT 403, as for an API key that may only index.
+    pub deny_setup: bool,
+    /// Every set-up call, `METHOD path`, in order, answered or refused.
+    pub calls: Vec<String>,
+    /// Data streams created.
+    pub data_streams: Vec<String>,
     /// Documents kept, by `_id`.
     pub docs: HashMap<String, Value>,
     /// Bodies of the set-up PUTs, by path.
@@ -50,15 +103,30 @@ pub struct FakeEs {
 
 impl FakeEs {
     pub async fn start() -> Self {
+        Self::start_as(Flavor::default()).await
+    }
+
+    /// The stand-in playing `flavor`.
+    pub async fn start_as(flavor: Flavor) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let es = FakeEs {
             url: format!("http://127.0.0.1:{port}"),
             port,
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(EsState {
+                flavor,
+                ..EsState::default()
+            })),
             handle: Mutex::new(None),
         };
         es.serve(listener);
+        es
+    }
+
+    /// A `flavor` at a URL where nothing listens yet; `come_back` starts it there.
+    pub fn not_yet_as(flavor: Flavor) -> Self {
+        let es = Self::not_yet();
+        es.state.lock().expect("lock").flavor = flavor;
         es
     }
 
@@ -83,9 +151,12 @@ impl FakeEs {
             App::new()
                 .app_data(state.clone())
                 .app_data(web::PayloadConfig::new(64 << 20))
+                .route("/", web::get().to(root))
                 .route("/_ilm/policy/{name}", web::put().to(setup))
+                .route("/_plugins/_ism/policies/{name}", web::put().to(setup))
                 .route("/_component_template/{name}", web::put().to(setup))
                 .route("/_index_template/{name}", web::put().to(setup))
+                .route("/_data_stream/{name}", web::put().to(create_data_stream))
                 .route("/{target}/_bulk", web::post().to(bulk))
         })
         .workers(1)
@@ -147,20 +218,91 @@ impl FakeEs {
     }
 }
 
+async fn root(state: web::Data<Mutex<EsState>>) -> HttpResponse {
+    let mut s = state.lock().expect("lock");
+    s.calls.push("GET /".into());
+    HttpResponse::Ok().json(s.flavor.root())
+}
+
+/// Elasticsearch's (and OpenSearch's) answer to a route it does not have.
+fn no_handler(req: &HttpRequest) -> HttpResponse {
+    HttpResponse::BadRequest().json(json!({"error": format!("no handler found for uri [{}] and method [{}]", req.path(), req.method())}))
+}
+
 async fn setup(
     req: HttpRequest,
     body: web::Bytes,
     state: web::Data<Mutex<EsState>>,
 ) -> HttpResponse {
+    let mut s = state.lock().expect("lock");
+    let path = req.path().to_owned();
+    s.calls.push(format!("PUT {path}"));
     let value: Value = match serde_json::from_slice(&body) {
         Ok(value) => value,
         Err(e) => return error(400, "parse_exception", &e.to_string()),
     };
-    state
-        .lock()
-        .expect("lock")
-        .setup
-        .push((req.path().to_owned(), value));
+    if s.deny_setup {
+        return error(403, "security_exception", "action [cluster:admin/settings/update] is unauthorized for API key id [k1] of user [llmgate]");
+    }
+    let flavor = s.flavor;
+    let ilm = path.starts_with("/_ilm/");
+    let ism = path.starts_with("/_plugins/_ism/");
+    match flavor {
+        Flavor::Serverless if ilm => {
+            let reason = format!("Request for uri [{path}] with method [PUT] exists but is not available when running in serverless mode");
+            return error(410, "api_not_available_exception", &reason);
+        }
+        Flavor::OpenSearch2 | Flavor::Minimal if ilm => return no_handler(&req),
+        f if ism && f != Flavor::OpenSearch2 => return no_handler(&req),
+        _ => {}
+    }
+    let template = &value["template"];
+    let lifecycle_setting = !template["settings"]["index.lifecycle.name"].is_null();
+    if lifecycle_setting && matches!(flavor, Flavor::Serverless | Flavor::OpenSearch2) {
+        return error(400, "settings_exception", "unknown setting [index.lifecycle.name] please check that any required plugins are installed, or check the breaking changes documentation for removed settings");
+    }
+    if !template["lifecycle"].is_null() && flavor == Flavor::OpenSearch2 {
+        return error(
+            400,
+            "x_content_parse_exception",
+            "[1:120] [template] unknown field [lifecycle]",
+        );
+    }
+    if flavor == Flavor::OpenSearch2 && value.to_string().contains("constant_keyword") {
+        return error(
+            400,
+            "mapper_parsing_exception",
+            "No handler for type [constant_keyword] declared on field [type]",
+        );
+    }
+    if ism && s.setup.iter().any(|(p, _)| *p == path) {
+        // ISM updates need the policy's sequence number.
+        return error(
+            409,
+            "version_conflict_engine_exception",
+            "[llmgate-requests]: version conflict, document already exists (current version [1])",
+        );
+    }
+    s.setup.push((path, value));
+    HttpResponse::Ok().json(json!({"acknowledged": true}))
+}
+
+async fn create_data_stream(
+    req: HttpRequest,
+    name: web::Path<String>,
+    state: web::Data<Mutex<EsState>>,
+) -> HttpResponse {
+    let mut s = state.lock().expect("lock");
+    s.calls.push(format!("PUT {}", req.path()));
+    if s.flavor == Flavor::Minimal {
+        return no_handler(&req);
+    }
+    let name = name.into_inner();
+    if s.data_streams.contains(&name) {
+        let reason = format!("data_stream [{name}] already exists");
+        return error(400, "resource_already_exists_exception", &reason);
+    }
+    s.data_streams.push(name);
     HttpResponse::Ok().json(json!({"acknowledged": true}))
 }
 
@@ -197,6 +339,15 @@ async fn bulk(
             .map(str::to_owned),
         ids: ids.clone(),
     });
+    // Both refuse query parameters they do not know; include_source_on_error is 8.18's.
+    let refuses_source_flag = matches!(s.flavor, Flavor::Elasticsearch815 | Flavor::OpenSearch2);
+    if refuses_source_flag && req.query_string().contains("include_source_on_error") {
+        let reason = format!(
+            "request [{}] contains unrecognized parameter: [include_source_on_error]",
+            req.path()
+        );
+        return error(400, "illegal_argument_exception", &reason);
+    }
     if let Some(status) = s.request_script.pop_front() {
         return match status {
             429 => HttpResponse::TooManyRequests()

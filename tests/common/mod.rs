@@ -145,14 +145,22 @@ pub async fn start_with(
     if let Some(semlog) = &semlog {
         observers.push(semlog.clone());
     }
-    let telemetry = Telemetry::new(
+    let telemetry = Arc::new(Telemetry::new(
         metrics,
         tracing,
         settings.policy,
         Arc::new(FanOut(observers)),
+    ));
+    let mut state = AppState::new(
+        config,
+        engine,
+        Arc::new(MonotonicClock::new()),
+        Arc::clone(&telemetry),
     );
-    let clock = Arc::new(MonotonicClock::new());
-    let mut server = start_with_telemetry(engine, config, clock, observer, telemetry).await;
+    if let Some(semlog) = &semlog {
+        state.semlog = semlog.status();
+    }
+    let mut server = listen(state, observer, telemetry);
     server.semlog = semlog;
     server
 }

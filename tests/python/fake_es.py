@@ -1,5 +1,5 @@
-"""An in-test Elasticsearch for tests that run the real binary: the set-up PUTs and
-`_bulk` with `create` actions, as the official API specification describes them. A
+"""An in-test Elasticsearch 9 for tests that run the real binary: `GET /`, the set-up
+PUTs and `_bulk` with `create` actions, as the official API specification describes them. A
 document is kept by `_id`; sending the same `_id` again is answered 409
 `version_conflict_engine_exception`, so a test can count what was indexed exactly once.
 It can go away (connections refused) and come back on the same port.
@@ -61,8 +61,17 @@ class FakeEs:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_GET(self):
+                if self.path != "/":
+                    self._answer(404, {"error": {"type": "not_found"}, "status": 404})
+                    return
+                self._answer(200, {"version": {"number": "9.1.0", "build_flavor": "default"},
+                                   "tagline": "You Know, for Search"})
+
             def do_PUT(self):
-                json.loads(self._body())
+                body = self._body()
+                if body:
+                    json.loads(body)
                 self._answer(200, {"acknowledged": True})
 
             def do_POST(self):

@@ -27,8 +27,9 @@ GRAFANA = ROOT / "grafana"
 KIBANA = ROOT / "kibana"
 # Exported only by builds with the gpu-metrics (or cuda) feature; the CI build has neither.
 GPU_ONLY = {"llmgate_gpu_memory_used_bytes", "llmgate_gpu_memory_total_bytes"}
-# Series only a gateway with an upstream model has (test_upstream_llamacpp.py scrapes them).
-UPSTREAM_ONLY = {"llmgate_upstream_up"}
+# Series only a gateway with an upstream model has (test_upstream_llamacpp.py scrapes
+# them), or with a cluster for its semantic log (test_semlog_peers.py).
+UPSTREAM_ONLY = {"llmgate_upstream_up", "llmgate_semlog_target_info"}
 
 
 def dashboard_exprs():
@@ -44,7 +45,9 @@ def alert_exprs():
 
 
 def readme_blocks(language):
-    text = (ROOT / "README.md").read_text()
+    """The code blocks in `language` of the README and of every page in docs/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    text = "\n".join(p.read_text() for p in pages)
     return [b.strip() for b in re.findall(rf"```{language}\n(.*?)```", text, re.S)]
 
 

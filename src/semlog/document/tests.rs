@@ -211,3 +211,64 @@ fn failed_requests_carry_their_error_type_and_no_response() {
     assert_eq!(value["llm"]["prompt_excerpt"], "Mail me…");
     assert_eq!(value["llm"]["redactions"]["email"], 1);
 }
+
+#[test]
+fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
+    let mut r = record();
+    r.model = "llama".into();
+    r.timings.upstream_ttft_ms = Some(95.5);
+    if let Some(q) = r.quality.as_mut() {
+        q.repetition_basis = crate::engine::RepetitionBasis::Tokenizer;
+    }
+    r.served = Some(std::sync::Arc::new(crate::engine::ModelInfo {
+        id: "llama".into(),
+        device: "upstream".into(),
+        upstream: Some(crate::engine::UpstreamFacts {
+            url: "http://vllm:8000/v1".into(),
+            model: "meta-llama/Llama-3.1-8B-Instruct".into(),
+        }),
+        ..crate::engine::ModelInfo::default()
+    }));
+    r.upstream = Some(crate::record::UpstreamRecord {
+        model: Some("meta-llama/Llama-3.1-8B-Instruct".into()),
+        system_fingerprint: Some("fp_vllm".into()),
+        usage_estimated: true,
+    });
+    let settings = DocumentSettings {
+        namespace: "default".into(),
+        excerpt_chars: 512,
+        stats_only: false,
+    };
+    let doc = RedactedLog::build(
+        &r,
+        "id".into(),
+        r.received_at,
+        &Redactor::default(),
+        &settings,
+    );
+    let json = serde_json::to_value(&doc).expect("json");
+    assert_eq!(json["gen_ai"]["request"]["model"], "llama", "the served id");
+    assert_eq!(
+        json["gen_ai"]["response"]["model"], "meta-llama/Llama-3.1-8B-Instruct",
+        "what the upstream said"
+    );
+    assert_eq!(json["llm"]["upstream_ttft_ms"], 95.5);
+    assert_eq!(json["llm"]["repetition_basis"], "tokenizer");
+    assert_eq!(json["llm"]["model"]["upstream_url"], "http://vllm:8000/v1");
+    assert_eq!(
+        json["llm"]["upstream"],
+        serde_json::json!({"model": "meta-llama/Llama-3.1-8B-Instruct", "system_fingerprint": "fp_vllm", "usage_estimated": true})
+    );
+    // The in-process record above says none of it.
+    let local = serde_json::to_value(RedactedLog::build(
+        &record(),
+        "id".into(),
+        record().received_at,
+        &Redactor::default(),
+        &settings,
+    ))
+    .expect("json");
+    assert!(
+        local["llm"].get("repetition_basis").is_none() && local["llm"].get("upstream").is_none()
+    );
+}

@@ -51,6 +51,19 @@ pub(super) struct BasisLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct StepLabel {
+    pub(super) step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct TargetLabels {
+    pub(super) product: &'static str,
+    pub(super) version: String,
+    pub(super) lifecycle: &'static str,
+    pub(super) data_stream: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReasonLabel {
     pub(super) reason: &'static str,
 }

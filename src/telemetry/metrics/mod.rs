@@ -84,6 +84,8 @@ pub struct Metrics {
     semlog_queue_depth: Gauge,
     semlog_spooled_bytes: Gauge,
     semlog_ready: Gauge,
+    semlog_setup_problems: Family<StepLabel, Counter>,
+    semlog_target: Family<TargetLabels, Gauge>,
     running: Gauge,
     waiting: Gauge,
     in_flight: Gauge,
@@ -143,6 +145,8 @@ impl Metrics {
             semlog_queue_depth: Gauge::default(),
             semlog_spooled_bytes: Gauge::default(),
             semlog_ready: Gauge::default(),
+            semlog_setup_problems: Family::default(),
+            semlog_target: Family::default(),
             running: Gauge::default(),
             waiting: Gauge::default(),
             in_flight: Gauge::default(),
@@ -313,6 +317,16 @@ impl Metrics {
             "1 once the semantic-log sink is set up (Elasticsearch policy and templates)",
             m.semlog_ready.clone(),
         );
+        r.register(
+            names::SEMLOG_SETUP_PROBLEMS,
+            "Semantic-log set-up steps the cluster refused for good, by step (documents are indexed anyway; the log says what to change)",
+            m.semlog_setup_problems.clone(),
+        );
+        r.register(
+            names::SEMLOG_TARGET_INFO,
+            "The semantic log's cluster: product, version, the retention applied (none: nothing is deleted) and whether it is a data stream (value 1)",
+            m.semlog_target.clone(),
+        );
         r.register_with_unit(
             names::SEMLOG_SPOOLED_BYTES,
             "Bytes of semantic-log documents waiting in the disk spool",
@@ -442,6 +456,12 @@ impl Metrics {
         }
         for kind in SEMLOG_FILE_KINDS {
             drop(self.semlog_files_deleted.get_or_create(&KindLabel { kind }));
+        }
+        for step in crate::semlog::setup::STEPS {
+            drop(
+                self.semlog_setup_problems
+                    .get_or_create(&StepLabel { step }),
+            );
         }
     }
 }

@@ -154,6 +154,26 @@ impl Metrics {
         }
     }
 
+    /// Counts a set-up step the cluster refused for good.
+    pub fn semlog_setup_problem(&self, step: &'static str) {
+        self.semlog_setup_problems
+            .get_or_create(&StepLabel { step })
+            .inc();
+    }
+
+    /// The cluster the set-up found and what it applied: one series.
+    pub fn semlog_target(&self, report: &crate::semlog::setup::Report) {
+        self.semlog_target.clear();
+        self.semlog_target
+            .get_or_create(&TargetLabels {
+                product: report.target.product.as_str(),
+                version: report.target.version.chars().take(32).collect(),
+                lifecycle: report.lifecycle.as_str(),
+                data_stream: if report.data_stream { "true" } else { "false" },
+            })
+            .set(1);
+    }
+
     pub fn semlog_ready(&self, ready: bool) {
         self.semlog_ready.set(i64::from(ready));
     }
