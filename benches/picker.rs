@@ -111,7 +111,7 @@ fn main() {
     per_token("seeded, 0.8, top_k 40, min_p 0.05", top_k, None, calls);
     let model =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(llmgate::config::DEFAULT_MODEL_PATH);
-    let facts = llmgate::engine::gguf::GgufFacts::read(&model);
+    let facts = llmgate::engine::gguf::GgufFacts::read(&model).map_err(anyhow::Error::from);
     let Ok(vocabulary) = facts.and_then(|f| f.vocabulary()) else {
         println!("(no model file: the grammar cases need scripts/fetch-model)");
         return;

@@ -82,6 +82,7 @@ pub fn serve(
     listener: TcpListener,
     workers: usize,
 ) -> std::io::Result<Server> {
+    let send_buffer = state.send_buffer_bytes;
     let mut server = HttpServer::new(move || {
         let metrics = state.metrics_on_api;
         App::new()
@@ -103,6 +104,18 @@ pub fn serve(
     // default), a frame waits for the client's delayed ACK of the one before, up to
     // 40 ms, and token times bunch up on the client's side.
     .tcp_nodelay(true)
+    // A client that stops reading must fill a buffer the write timeout can watch: left
+    // to autotuning, the kernel holds megabytes and a whole answer vanishes into it.
+    .on_connect(move |conn, _| {
+        if send_buffer == 0 {
+            return;
+        }
+        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            if let Err(error) = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer) {
+                tracing::debug!(%error, "Could not bound the connection's send buffer.");
+            }
+        }
+    })
     // The caller owns SIGTERM and SIGINT and drains first ([`lifecycle`]); by the time
     // it stops the server, nothing is left to wait for.
     .disable_signals()

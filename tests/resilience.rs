@@ -139,6 +139,43 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
     server.stop().await;
 }
 
+/// The answer a loopback socket's kernel buffers would absorb whole if left to
+/// autotuning (about 900 KB, where an autotuned send buffer grows to 4 MB): the write
+/// never blocks, so the write timeout never fires and the generation runs on for a
+/// client that reads nothing. Bounded (`send_buffer_bytes`), it does.
+async fn a_quiet_non_reader(send_buffer_bytes: usize) -> (bool, u64) {
+    let block = "x".repeat(100);
+    let long = Script::tokens(&vec![block.as_str(); 3000], Duration::from_micros(300));
+    let engine = Arc::new(scripted_long(hello()).with_script("long", long));
+    let config = test_config(&format!(
+        "[server]\nstream_write_timeout_secs = 1\nsend_buffer_bytes = {send_buffer_bytes}\n[engine]\nmax_tokens_cap = 4096\n"
+    ));
+    let server = start(engine.clone(), &config).await;
+    // An ordinary client (default buffers) that sends its request and never reads.
+    let mut quiet = connect(&server, None).await;
+    let body = chat_body("long", json!({"stream": true, "max_tokens": 3000})).to_string();
+    let request = format!("{}{body}", request_head(body.len()));
+    quiet
+        .write_all(request.as_bytes())
+        .await
+        .expect("send request");
+    let cut = recorded(&server, Status::Cancelled, "client_stalled").await;
+    let produced = engine.tokens_produced();
+    drop(quiet);
+    server.stop().await;
+    (cut, produced)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_nothing_is_cut_even_when_the_kernel_could_hold_the_answer() {
+    let (cut, produced) = a_quiet_non_reader(64 << 10).await;
+    assert!(cut, "the non-reader was not cut off");
+    assert!(
+        produced < 3000,
+        "the whole answer was generated: {produced}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
     // 12 MB at full speed, read at about 12 MB/s: more than the buffers hold, so frames

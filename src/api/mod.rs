@@ -69,6 +69,8 @@ pub struct AppState {
     pub metrics_on_api: bool,
     /// Where semantic logs go and what the cluster's set-up found, for `/ready`.
     pub semlog: crate::semlog::Status,
+    /// SO_SNDBUF of client connections (0: the OS's).
+    pub send_buffer_bytes: usize,
 }
 
 impl AppState {
@@ -128,6 +130,7 @@ impl AppState {
             cors_origins: config.server.cors_origins.clone(),
             metrics_on_api: config.server.metrics_listen.is_none(),
             semlog: crate::semlog::Status::default(),
+            send_buffer_bytes: config.server.send_buffer_bytes,
         }
     }
 }

@@ -17,7 +17,6 @@ pub mod upstream;
 use report::percentiles_ms;
 pub use report::{overhead, Percentiles, Report};
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +114,8 @@ enum Target {
         url: String,
         model: String,
     },
+    /// The engine in this process (`--engine-direct`).
+    #[cfg_attr(not(feature = "mistral"), allow(dead_code))]
     Engine(Arc<dyn Engine>),
 }
 
@@ -327,7 +328,18 @@ pub async fn bench(args: &BenchArgs, direct: Option<&Config>) -> anyhow::Result<
         return Ok(reports);
     };
 
-    // The engine and the gateway over it as `llmgate serve` would run them by default.
+    engine_direct(config, args, &prompts, http).await
+}
+
+/// `--engine-direct`: the engine in this process, and the gateway over it on loopback,
+/// as `llmgate serve` would run them by default.
+#[cfg(feature = "mistral")]
+async fn engine_direct(
+    config: &Config,
+    args: &BenchArgs,
+    prompts: &[Value],
+    http: impl Fn(String) -> Target,
+) -> anyhow::Result<Vec<Report>> {
     let engine = crate::engine::mistral::MistralEngine::load_now(
         crate::engine::mistral::MistralSettings::from_config(&config.engine),
     )
@@ -345,7 +357,7 @@ pub async fn bench(args: &BenchArgs, direct: Option<&Config>) -> anyhow::Result<
         Arc::new(crate::clock::MonotonicClock::new()),
         telemetry,
     );
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let url = format!("http://{}", listener.local_addr()?);
     let server = crate::serve(actix_web::web::Data::new(state), listener, 2)?;
     let handle = server.handle();
@@ -357,11 +369,21 @@ pub async fn bench(args: &BenchArgs, direct: Option<&Config>) -> anyhow::Result<
         (&direct, "engine-direct", "in-process"),
         (&gateway, &url),
         args,
-        &prompts,
+        prompts,
     )
     .await;
     handle.stop(true).await;
     Ok(reports)
+}
+
+#[cfg(not(feature = "mistral"))]
+async fn engine_direct(
+    _: &Config,
+    _: &BenchArgs,
+    _: &[Value],
+    _: impl Fn(String) -> Target,
+) -> anyhow::Result<Vec<Report>> {
+    anyhow::bail!("--engine-direct needs the `mistral` feature")
 }
 
 /// The same prompts straight to `direct` and through `gateway` in front of it: one at a

@@ -89,6 +89,10 @@ pub struct ServerConfig {
     /// A streamed response whose client accepts no bytes for this long is cut off and its
     /// generation cancelled (recorded as cancelled, reason `client_stalled`).
     pub stream_write_timeout: Duration,
+    /// SO_SNDBUF of each client connection; 0: the OS's autotuned size. Bounded, so a
+    /// client that stops reading fills it and the write timeout can see it (on loopback
+    /// an autotuned buffer and the client's absorb a whole answer).
+    pub send_buffer_bytes: usize,
     /// Deadline for the request body to arrive (408).
     pub body_timeout: Duration,
     /// Deadline for the engine to start a request (503 with Retry-After).
@@ -288,6 +292,7 @@ impl Config {
                 stream_write_timeout: Duration::from_secs(
                     server.stream_write_timeout_secs.unwrap_or(30),
                 ),
+                send_buffer_bytes: server.send_buffer_bytes.unwrap_or(64 << 10),
                 body_timeout: Duration::from_secs(server.body_timeout_secs.unwrap_or(30)),
                 queue_timeout: Duration::from_secs(server.queue_timeout_secs.unwrap_or(60)),
                 request_timeout: Duration::from_secs(server.request_timeout_secs.unwrap_or(600)),
@@ -338,19 +343,29 @@ impl Config {
         Ok(config)
     }
 
-    /// Start-up check that every in-process model's file is there, with the fix in the
-    /// message.
+    /// Start-up check that every in-process model's file is there, is a sound GGUF and
+    /// of an architecture mistral.rs loads, with the fix in the message.
     pub fn check_model_file(&self) -> Result<(), ConfigError> {
         for model in &self.models {
             let ModelEngine::Mistral { model_path: path } = &model.engine else {
                 continue;
             };
-            if !path.is_file() {
-                let message = format!(
+            // Read before the engine sees it: mistral.rs 0.8.1 panics in its loader on
+            // an architecture it does not know, and trusts the file's counts.
+            let problem = if path.is_file() {
+                crate::engine::gguf::GgufFacts::read(path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|facts| facts.check_supported())
+                    .err()
+                    .map(|why| format!("{} (model '{}'): {why}", path.display(), model.id))
+            } else {
+                Some(format!(
                     "{} (model '{}') is not a file; run scripts/fetch-model for the default model or point it at a GGUF file",
                     path.display(),
                     model.id
-                );
+                ))
+            };
+            if let Some(message) = problem {
                 return Err(match model.entry {
                     Some(entry) => ConfigError::Entry {
                         entry,

@@ -81,6 +81,12 @@ pub struct ServerTable {
         env = "LLMGATE_STREAM_WRITE_TIMEOUT_SECS"
     )]
     pub stream_write_timeout_secs: Option<u64>,
+    /// Bytes the kernel may hold for a client before a write blocks (SO_SNDBUF; 0: the
+    /// OS's autotuned size, which grows to megabytes). Bounded, a client that stops
+    /// reading is noticed by --stream-write-timeout instead of the kernel absorbing the
+    /// whole answer [default: 65536].
+    #[arg(long, env = "LLMGATE_SEND_BUFFER_BYTES")]
+    pub send_buffer_bytes: Option<usize>,
     /// Seconds a client may take to send the request body; later is a 408 [default: 30].
     #[arg(long, env = "LLMGATE_BODY_TIMEOUT_SECS")]
     pub body_timeout_secs: Option<u64>,

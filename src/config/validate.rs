@@ -60,6 +60,12 @@ impl Config {
                 "must be at least 1024 bytes",
             ));
         }
+        if s.send_buffer_bytes != 0 && !(4096..=(64 << 20)).contains(&s.send_buffer_bytes) {
+            return Err(ConfigError::invalid(
+                "server.send_buffer_bytes",
+                "must be 0 (the OS's size) or between 4096 and 67108864",
+            ));
+        }
         if s.max_in_flight == 0 {
             return Err(ConfigError::invalid(
                 "server.max_in_flight",

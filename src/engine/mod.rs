@@ -13,6 +13,7 @@
 
 pub mod gguf;
 pub mod grammar;
+#[cfg(feature = "mistral")]
 pub mod mistral;
 pub mod sampling;
 pub mod scripted;

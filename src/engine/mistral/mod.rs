@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use either::Either;
+use futures_util::FutureExt;
 use mistralrs::{
     Constraint, Model, NormalRequest, Request, RequestLike, RequestMessage, SamplingParams,
     TextMessageRole, TextMessages,
@@ -167,7 +168,20 @@ impl MistralEngine {
         let engine = Arc::new(Self::empty(&settings));
         let loader = Arc::clone(&engine);
         tokio::spawn(async move {
-            match load(&settings).await {
+            // A panic in mistral.rs's loader would end this task and leave a server that
+            // answers model_not_ready for ever: it ends the process too, with the reason.
+            let loaded = std::panic::AssertUnwindSafe(load(&settings))
+                .catch_unwind()
+                .await;
+            let loaded = loaded.unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic without a message");
+                Err(anyhow::anyhow!("the engine's loader panicked: {why}"))
+            });
+            match loaded {
                 Ok(loaded) => {
                     if settings.verify_batching && settings.max_batch_size > 1 {
                         loader.verify_batching(&loaded, &settings).await;
