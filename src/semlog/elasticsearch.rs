@@ -67,7 +67,7 @@ pub fn parse_bulk(status: u16, retry_after: Option<&str>, body: &[u8], sent: usi
                 v["error"]["reason"]
                     .as_str()
                     .or(v["error"]["type"].as_str())
-                    .map(str::to_owned)
+                    .map(clipped)
             })
             .unwrap_or_else(|| format!("status {status}"))
     };
@@ -128,15 +128,24 @@ fn item(entry: &Value) -> Item {
         429 | 500..=599 => Item::Retry,
         _ => Item::Rejected {
             status,
-            error_type: result["error"]["type"]
-                .as_str()
-                .unwrap_or("unknown")
-                .to_owned(),
-            reason: result["error"]["reason"]
-                .as_str()
-                .unwrap_or("no reason given")
-                .to_owned(),
+            error_type: clipped(result["error"]["type"].as_str().unwrap_or("unknown")),
+            reason: clipped(
+                result["error"]["reason"]
+                    .as_str()
+                    .unwrap_or("no reason given"),
+            ),
         },
+    }
+}
+
+/// The most characters of a cluster's reason kept: it goes into log lines, dead letters
+/// and metric-adjacent logs, and a proxy may answer megabytes.
+const MAX_REASON_CHARS: usize = 512;
+
+fn clipped(reason: &str) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS - 1) {
+        Some((at, _)) => format!("{}…", &reason[..at]),
+        None => reason.to_owned(),
     }
 }
 

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::TryStreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
@@ -366,7 +367,7 @@ impl Engine for UpstreamEngine {
         let (tx, rx) = mpsc::channel(32);
         let reported = Arc::new(Reported::default());
         let reading = Reading {
-            response,
+            body: Box::pin(response.bytes_stream().map_err(|e| e.to_string())),
             sent,
             patience: Patience {
                 first_byte: self.config.first_byte_timeout,

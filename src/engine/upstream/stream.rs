@@ -37,9 +37,13 @@ const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// reused (an unread body closes it).
 const DRAIN: Duration = Duration::from_secs(2);
 
+/// An answer's bytes as they arrive.
+pub type Body = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, String>>;
+
 /// Everything the reading task needs; moved into it.
 pub(crate) struct Reading {
-    pub response: reqwest::Response,
+    /// The answer's body as it arrives (a transport error as its text).
+    pub body: Body,
     /// When the request was sent (the first-byte deadline counts from here).
     pub sent: Instant,
     pub patience: Patience,
@@ -70,7 +74,7 @@ struct Ending {
 /// Why the bytes could not be read.
 #[derive(Debug)]
 enum ReadError {
-    Transport(reqwest::Error),
+    Transport(String),
     Oversized(&'static str),
 }
 
@@ -111,7 +115,7 @@ impl Lines {
 /// Reads the answer to its end, sending events until the gateway stops taking them.
 pub(crate) async fn read(r: Reading) {
     let Reading {
-        response,
+        body,
         sent,
         patience,
         expected_model,
@@ -127,7 +131,7 @@ pub(crate) async fn read(r: Reading) {
     let last_byte = Arc::new(AtomicU64::new(0));
     let stamp = Arc::clone(&last_byte);
     let mut lines = Lines::default();
-    let bytes = response.bytes_stream().map(move |chunk| {
+    let bytes = body.map(move |chunk| {
         let micros = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
         stamp.store(micros.max(1), Ordering::Relaxed);
         lines.push(chunk.map_err(ReadError::Transport)?)
@@ -258,6 +262,37 @@ pub(crate) async fn read(r: Reading) {
         let drained = async { while events.next().await.is_some() {} };
         let _ = tokio::time::timeout(DRAIN, drained).await;
     }
+}
+
+/// The events an answer whose bytes arrive as `body` gives the gateway, read to the end
+/// with no model check, no tokenizer and minutes of patience: what the fuzz target
+/// `upstream_stream` and the parser's regression tests drive.
+pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<EngineEvent> {
+    let (tx, mut rx) = mpsc::channel(32);
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reading = Reading {
+        body,
+        sent: Instant::now(),
+        patience: Patience {
+            first_byte: Duration::from_secs(600),
+            idle: Duration::from_secs(600),
+        },
+        expected_model: None,
+        reported: Arc::new(Reported::default()),
+        tokens: TokenReader::new(None),
+        prompt_tokens: 0,
+        top_logprobs,
+        max_tokens,
+        tx,
+        running: Counted::new(&running),
+    };
+    let reader = tokio::spawn(read(reading));
+    let mut events = Vec::new();
+    while let Some(event) = rx.recv().await {
+        events.push(event);
+    }
+    let _ = reader.await;
+    events
 }
 
 /// What waiting for the next event gave.
