@@ -135,7 +135,8 @@ pub struct RequestParams {
 }
 
 /// The `timings` object of a response: latency figures and quality signals side by side.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = Timings)]
 pub struct Report {
     #[serde(flatten)]
     pub timings: Timings,

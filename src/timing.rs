@@ -58,13 +58,20 @@ pub struct RequestTimer {
 
 /// The latency figures of one finished request, in milliseconds. Serialised as the
 /// `timings` extension object of the final chunk and of non-streamed responses.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = Latency)]
 pub struct Timings {
+    /// Request received -> first content byte written (streams) or ready (non-streamed).
     pub ttft_ms: Option<f64>,
+    /// Engine started the request -> its first token.
     pub engine_ttft_ms: Option<f64>,
+    /// (last token - first token) / (output tokens - 1).
     pub tpot_ms: Option<f64>,
+    /// Request received -> response finished.
     pub e2e_ms: f64,
+    /// Waiting for an engine slot.
     pub queue_ms: Option<f64>,
+    /// Gaps between content chunks as the client got them.
     pub itl_ms: Option<ItlStats>,
     /// Output tokens per second of the whole request (`output_tokens / e2e`).
     pub tokens_per_second: Option<f64>,
@@ -74,6 +81,7 @@ pub struct Timings {
     /// Upstream models: the request was sent upstream -> its first content chunk
     /// reached the gateway (`ttft_ms` minus this is the gateway's own share).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
     pub upstream_ttft_ms: Option<f64>,
 }
 
@@ -93,7 +101,7 @@ pub struct Phases {
 }
 
 /// Summary of the inter-token gaps of one request.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ItlStats {
     pub p50: f64,
     pub p95: f64,

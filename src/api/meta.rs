@@ -3,22 +3,132 @@
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::AppState;
 use crate::engine::served::ServedModel;
 use crate::engine::Readiness;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::telemetry::metrics::ExpositionFormat;
 
-pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
-    let data: Vec<serde_json::Value> = state.models.iter().map(model_object).collect();
-    HttpResponse::Ok().json(json!({
-        "object": "list",
-        "data": data,
-    }))
+/// OpenAI's model object, with whether it serves now, its context length (0 for an
+/// upstream whose context the config does not give) and the upstream's model name.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Model)]
+pub struct ModelObject<'a> {
+    id: &'a str,
+    /// `model`.
+    object: &'static str,
+    /// 0: the gateway does not know when the model was made.
+    created: u64,
+    owned_by: &'static str,
+    ready: bool,
+    /// `null` until the model has loaded (or the upstream answered).
+    context_length: Option<u32>,
+    /// An upstream's own name for the model; `null` in process.
+    upstream: Option<String>,
 }
 
+#[derive(Serialize, ToSchema)]
+pub struct ModelList<'a> {
+    /// `list`.
+    object: &'static str,
+    data: Vec<ModelObject<'a>>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    status: &'static str,
+}
+
+/// `/ready`'s body. The model facts are the default model's, once it serves: those of
+/// `llmgate_model_info` and `llmgate_build_info`, for a probe or a person.
+#[derive(Default, Serialize, ToSchema)]
+pub struct Ready<'a> {
+    /// `ready`, `loading`, `unreachable` or `stopping`.
+    status: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    models: Vec<ModelState<'a>>,
+    /// Where semantic logs go and what the cluster's set-up found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, required = false)]
+    semlog: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = u32, required = false)]
+    context_length: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    system_fingerprint: Option<String>,
+    /// Of the model file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    quant: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    device: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, required = false)]
+    accelerator: Option<crate::fingerprint::Accelerator>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, required = false)]
+    build: Option<crate::fingerprint::Build>,
+}
+
+/// One model in `/ready`: ready, loading or unreachable (and the fault's kind). `/ready`
+/// needs no key, so an upstream's URL and its error's words (addresses, resolver, TLS)
+/// stay in `/metrics`' `llmgate_model_info` and the log.
+#[derive(Serialize, ToSchema)]
+pub struct ModelState<'a> {
+    id: &'a str,
+    /// `ready`, `loading` or `unreachable`.
+    status: &'static str,
+    /// Why it is unreachable: the fault's kind.
+    reason: Option<String>,
+    system_fingerprint: Option<String>,
+    device: Option<String>,
+    upstream_model: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "models",
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "Every served model", body = ModelList),
+        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+    ),
+)]
+pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(ModelList {
+        object: "list",
+        data: state.models.iter().map(model_object).collect(),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models/{id}",
+    tag = "models",
+    params(("id" = String, Path, description = "A served model's id")),
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The model", body = ModelObject),
+        (status = 404, description = "Not served", body = ErrorBody),
+        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+    ),
+)]
 pub async fn get_model(
     state: web::Data<AppState>,
     id: web::Path<String>,
@@ -30,52 +140,76 @@ pub async fn get_model(
     Ok(HttpResponse::Ok().json(model_object(model)))
 }
 
-/// OpenAI's model object, with whether it serves now and its context length (0 for an
-/// upstream whose context the config does not give).
-fn model_object(model: &ServedModel) -> serde_json::Value {
+fn model_object(model: &ServedModel) -> ModelObject<'_> {
     let info = model.engine.model_info();
-    json!({
-        "id": model.id(),
-        "object": "model",
-        "created": 0,
-        "owned_by": "llmgate",
-        "ready": model.engine.readiness() == Readiness::Ready,
-        "context_length": info.as_ref().map(|i| i.context_length),
-        "upstream": info.as_ref().and_then(|i| i.upstream.as_ref().map(|u| &u.model)),
-    })
+    ModelObject {
+        id: model.id(),
+        object: "model",
+        created: 0,
+        owned_by: "llmgate",
+        ready: model.engine.readiness() == Readiness::Ready,
+        context_length: info.as_ref().map(|i| i.context_length),
+        upstream: info.and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
+    }
 }
 
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "The process is up", body = Health),
+        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+    ),
+)]
 pub async fn health() -> HttpResponse {
-    HttpResponse::Ok().json(json!({"status": "ok"}))
+    HttpResponse::Ok().json(Health { status: "ok" })
 }
 
 /// 200 while any served model can take requests; each model's own state is in
 /// `models` (an upstream that cannot be reached, with why), so one down upstream leaves
 /// the gateway ready for the others. The top-level fields are the default model's.
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "A served model takes requests", body = Ready),
+        (status = 503, description = "Loading, unreachable or stopping", body = Ready),
+        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+    ),
+)]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     if state.lifecycle.is_draining() {
-        return HttpResponse::ServiceUnavailable().json(json!({"status": "stopping"}));
+        return HttpResponse::ServiceUnavailable().json(Ready {
+            status: "stopping",
+            ..Ready::default()
+        });
     }
-    let models: Vec<serde_json::Value> = state.models.iter().map(model_state).collect();
     let ready = state.models.any_ready();
-    let status = match (ready, state.models.default_model().engine.model_info()) {
+    let default = &state.models.default_model().engine;
+    let status = match (ready, default.model_info()) {
         (true, _) => "ready",
         (false, None) => "loading",
         (false, Some(_)) => "unreachable",
     };
-    let mut body = json!({"status": status, "models": models, "semlog": state.semlog.to_json()});
-    // The facts of llmgate_model_info and llmgate_build_info, for a probe or a person:
-    // the default model's, while it serves.
-    let default = &state.models.default_model().engine;
+    let mut body = Ready {
+        status,
+        models: state.models.iter().map(model_state).collect(),
+        semlog: Some(state.semlog.to_json()),
+        ..Ready::default()
+    };
     if let (Readiness::Ready, Some(info)) = (default.readiness(), default.model_info()) {
-        body["model"] = json!(info.id);
-        body["context_length"] = json!(info.context_length);
-        body["system_fingerprint"] = json!(info.system_fingerprint);
-        body["sha256"] = json!(info.sha256);
-        body["quant"] = json!(info.quant);
-        body["device"] = json!(info.device);
-        body["accelerator"] = json!(info.accelerator);
-        body["build"] = json!(crate::fingerprint::BUILD);
+        body.model = Some(info.id.clone());
+        body.context_length = Some(info.context_length);
+        body.system_fingerprint = Some(info.system_fingerprint.clone());
+        body.sha256 = Some(info.sha256.clone());
+        body.quant = Some(info.quant.clone());
+        body.device = Some(info.device.clone());
+        body.accelerator = Some(info.accelerator.clone());
+        body.build = Some(crate::fingerprint::BUILD);
     }
     if ready {
         HttpResponse::Ok().json(body)
@@ -84,28 +218,37 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// One model in `/ready`: ready, loading or unreachable (and the fault's kind). `/ready`
-/// needs no key, so an upstream's URL and its error's words (addresses, resolver, TLS)
-/// stay in `/metrics`' `llmgate_model_info` and the log.
-fn model_state(model: &ServedModel) -> serde_json::Value {
+fn model_state(model: &ServedModel) -> ModelState<'_> {
     let info = model.engine.model_info();
     let (status, reason) = match model.engine.readiness() {
         Readiness::Ready => ("ready", None),
         Readiness::Loading => ("loading", None),
         Readiness::Unreachable(why) => ("unreachable", Some(why)),
     };
-    json!({
-        "id": model.id(),
-        "status": status,
-        "reason": reason,
-        "system_fingerprint": info.as_ref().map(|i| i.system_fingerprint.clone()),
-        "device": info.as_ref().map(|i| i.device.clone()),
-        "upstream_model": info.as_ref().and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
-    })
+    ModelState {
+        id: model.id(),
+        status,
+        reason: reason.map(|r| r.to_string()),
+        system_fingerprint: info.as_ref().map(|i| i.system_fingerprint.clone()),
+        device: info.as_ref().map(|i| i.device.clone()),
+        upstream_model: info.and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
+    }
 }
 
 /// `GET /metrics`: OpenMetrics (with exemplars) when the scraper asks for it, the
 /// classic Prometheus text format otherwise.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "Prometheus text, or OpenMetrics when `Accept` asks for it", content_type = "text/plain", body = String),
+        (status = 401, description = "With `--metrics-auth`: a key is needed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+        (status = 500, description = "The metrics could not be encoded", body = ErrorBody),
+    ),
+)]
 pub async fn metrics(
     req: HttpRequest,
     state: web::Data<AppState>,

@@ -5,11 +5,13 @@
 //! - [`tokens`]: `POST /tokenize` and `POST /detokenize` (vLLM's shapes).
 //! - [`meta`]: `GET /v1/models`, `/health`, `/ready`, `/metrics`.
 //! - [`request`]: the wire request and its validation into a domain request.
+//! - [`openapi`]: `GET /openapi.json`, derived from the types above.
 //!
 //! [`configure`] is the one route table, used by the binary and the black-box tests.
 
 pub mod generation;
 pub mod meta;
+pub mod openapi;
 pub mod request;
 pub mod tokens;
 
@@ -149,7 +151,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
     .service(only(GET, "/v1/models", meta::list_models))
     .service(only(GET, "/v1/models/{id}", meta::get_model))
     .service(only(GET, "/health", meta::health))
-    .service(only(GET, "/ready", meta::ready));
+    .service(only(GET, "/ready", meta::ready))
+    .service(only(GET, "/openapi.json", openapi::openapi_json));
     if metrics {
         cfg.service(only(GET, "/metrics", meta::metrics));
     }

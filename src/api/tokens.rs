@@ -7,13 +7,33 @@
 //! time), and both answer 503 while the model loads.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::generation::{json_content_type, read_body};
-use super::request::{parse_detokenize_request, parse_tokenize_request};
+use super::request::{
+    parse_detokenize_request, parse_tokenize_request, WireDetokenize, WireTokenize,
+};
 use super::AppState;
 use crate::engine::served::ServedModel;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
+
+#[derive(Serialize, ToSchema)]
+pub struct TokenizeResponse {
+    /// The prompt's tokens: a generation's `prompt_tokens` for the same input.
+    count: usize,
+    /// The model's context length.
+    max_model_len: u32,
+    tokens: Vec<u32>,
+    /// How the vocabulary spells each token, with `return_token_strs`.
+    token_strs: Option<Vec<String>>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DetokenizeResponse {
+    /// The text of the ids.
+    prompt: String,
+}
 
 /// The served model a token request names, or the default one.
 fn model<'a>(state: &'a AppState, id: Option<&str>) -> Result<&'a ServedModel, ApiError> {
@@ -40,6 +60,27 @@ async fn body(
 }
 
 /// `{"count", "max_model_len", "tokens", "token_strs"}`.
+#[utoipa::path(
+    post,
+    path = "/tokenize",
+    tag = "tokens",
+    request_body(content = WireTokenize, content_type = "application/json"),
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The ids, as a generation counts them", body = TokenizeResponse),
+        (status = 400, description = "Invalid JSON or parameter; `param` names it", body = ErrorBody),
+        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
+        (status = 404, description = "`model` is not served", body = ErrorBody),
+        (status = 405, description = "Only POST", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
+        (status = 413, description = "The body is over `server.max_body_bytes`", body = ErrorBody),
+        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
+        (status = 500, description = "The engine failed", body = ErrorBody),
+        (status = 502, description = "The upstream failed", body = ErrorBody),
+        (status = 503, description = "The model is loading (Retry-After)", body = ErrorBody),
+        (status = 504, description = "An upstream's timeout", body = ErrorBody),
+    ),
+)]
 pub async fn tokenize(
     req: HttpRequest,
     payload: web::Payload,
@@ -60,15 +101,36 @@ pub async fn tokenize(
     } else {
         None
     };
-    Ok(HttpResponse::Ok().json(json!({
-        "count": ids.len(),
-        "max_model_len": info.context_length,
-        "tokens": ids,
-        "token_strs": token_strs,
-    })))
+    Ok(HttpResponse::Ok().json(TokenizeResponse {
+        count: ids.len(),
+        max_model_len: info.context_length,
+        tokens: ids,
+        token_strs,
+    }))
 }
 
 /// `{"prompt"}`: the text of the ids.
+#[utoipa::path(
+    post,
+    path = "/detokenize",
+    tag = "tokens",
+    request_body(content = WireDetokenize, content_type = "application/json"),
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The text of the ids", body = DetokenizeResponse),
+        (status = 400, description = "Invalid JSON or parameter; `param` names it", body = ErrorBody),
+        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
+        (status = 404, description = "`model` is not served", body = ErrorBody),
+        (status = 405, description = "Only POST", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
+        (status = 413, description = "The body is over `server.max_body_bytes`", body = ErrorBody),
+        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
+        (status = 500, description = "The engine failed", body = ErrorBody),
+        (status = 502, description = "The upstream failed", body = ErrorBody),
+        (status = 503, description = "The model is loading (Retry-After)", body = ErrorBody),
+        (status = 504, description = "An upstream's timeout", body = ErrorBody),
+    ),
+)]
 pub async fn detokenize(
     req: HttpRequest,
     payload: web::Payload,
@@ -81,5 +143,5 @@ pub async fn detokenize(
     let text = engine
         .detokenize(parsed.tokens, parsed.skip_special_tokens)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "prompt": text })))
+    Ok(HttpResponse::Ok().json(DetokenizeResponse { prompt: text }))
 }

@@ -349,7 +349,7 @@ pub struct Generation {
 }
 
 /// What the token ids behind the repetition rate are.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RepetitionBasis {
     /// The engine's own token ids (in this process).

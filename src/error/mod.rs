@@ -267,12 +267,15 @@ impl ApiError {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// OpenAI's error shape: every 4xx and 5xx answer has it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorResponse)]
 pub struct ErrorBody<'a> {
     pub error: ErrorDetail<'a>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
 pub struct ErrorDetail<'a> {
     pub message: String,
     #[serde(rename = "type")]

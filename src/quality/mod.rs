@@ -15,12 +15,16 @@ pub mod repetition;
 use serde::Serialize;
 
 /// The quality figures of one finished request.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = QualitySignals)]
 pub struct Quality {
+    /// seq-rep-n over the answer's tokens: the share of n-grams seen before.
     pub repetition_rate: f64,
     /// The degeneration guard stopped the answer early.
     pub degenerated: bool,
+    /// The answer reads as a refusal.
     pub refusal: bool,
+    /// The prompt's intent, by the configured rules.
     pub intent: String,
     /// The prompt's language, ISO 639-3 (`und`: could not tell).
     pub language: &'static str,
@@ -33,7 +37,9 @@ pub struct Quality {
     pub low_confidence_share: Option<f64>,
     /// What the repetition rate's token ids are: the engine's own, or for an upstream
     /// what stood in for them.
+    /// Left out for the engine's own token ids.
     #[serde(skip_serializing_if = "RepetitionBasis::is_token_ids")]
+    #[schema(required = false)]
     pub repetition_basis: RepetitionBasis,
 }
 

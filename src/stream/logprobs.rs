@@ -13,6 +13,8 @@ use std::borrow::Cow;
 
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
 
 use crate::engine::{TokenLogprob, TokenText};
 
@@ -22,35 +24,17 @@ pub struct ChatLogprobs<'a>(pub &'a [TokenLogprob]);
 
 impl Serialize for ChatLogprobs<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Top<'a> {
-            token: &'a str,
-            logprob: f32,
-            bytes: &'a [u8],
-        }
-        #[derive(Serialize)]
-        struct Entry<'a> {
-            token: &'a str,
-            logprob: f32,
-            bytes: &'a [u8],
-            top_logprobs: Vec<Top<'a>>,
-        }
-        #[derive(Serialize)]
-        struct Body<'a> {
-            content: Vec<Entry<'a>>,
-            refusal: Option<()>,
-        }
         let content = self
             .0
             .iter()
-            .map(|t| Entry {
+            .map(|t| ChatEntry {
                 token: &t.token.text,
                 logprob: t.logprob,
                 bytes: &t.token.bytes,
                 top_logprobs: t
                     .top
                     .iter()
-                    .map(|(token, logprob)| Top {
+                    .map(|(token, logprob)| ChatTop {
                         token: &token.text,
                         logprob: *logprob,
                         bytes: &token.bytes,
@@ -58,11 +42,55 @@ impl Serialize for ChatLogprobs<'_> {
                     .collect(),
             })
             .collect();
-        Body {
+        ChatBody {
             content,
             refusal: None,
         }
         .serialize(serializer)
+    }
+}
+
+/// What [`ChatLogprobs`] writes; its schema is the one `/openapi.json` gives.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ChatLogprobs)]
+struct ChatBody<'a> {
+    content: Vec<ChatEntry<'a>>,
+    #[schema(value_type = Option<String>)]
+    refusal: Option<()>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[schema(as = ChatTokenLogprob)]
+struct ChatEntry<'a> {
+    token: &'a str,
+    /// Natural log of the token's probability.
+    logprob: f32,
+    /// The token's UTF-8 bytes (a token may be part of a character).
+    bytes: &'a [u8],
+    top_logprobs: Vec<ChatTop<'a>>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[schema(as = ChatTopLogprob)]
+struct ChatTop<'a> {
+    token: &'a str,
+    logprob: f32,
+    bytes: &'a [u8],
+}
+
+impl PartialSchema for ChatLogprobs<'_> {
+    fn schema() -> RefOr<Schema> {
+        ChatBody::schema()
+    }
+}
+
+impl ToSchema for ChatLogprobs<'_> {
+    fn name() -> Cow<'static, str> {
+        ChatBody::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        ChatBody::schemas(schemas);
     }
 }
 
@@ -152,14 +180,7 @@ fn legacy_spelling(token: &TokenText) -> Cow<'_, str> {
 
 impl Serialize for TextLogprobs<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            tokens: Vec<Cow<'a, str>>,
-            token_logprobs: Vec<f32>,
-            top_logprobs: Vec<TopMap<'a>>,
-            text_offset: Vec<usize>,
-        }
-        Body {
+        TextBody {
             tokens: self
                 .tokens
                 .iter()
@@ -170,6 +191,35 @@ impl Serialize for TextLogprobs<'_> {
             text_offset: self.offsets().collect(),
         }
         .serialize(serializer)
+    }
+}
+
+/// What [`TextLogprobs`] writes; its schema is the one `/openapi.json` gives.
+#[derive(Serialize, ToSchema)]
+#[schema(as = TextLogprobs)]
+struct TextBody<'a> {
+    tokens: Vec<Cow<'a, str>>,
+    token_logprobs: Vec<f32>,
+    /// Per token, `{text: logprob}` of the likeliest alternatives and the picked token.
+    #[schema(value_type = Vec<std::collections::HashMap<String, f32>>)]
+    top_logprobs: Vec<TopMap<'a>>,
+    /// Where each token starts, in characters of the response text.
+    text_offset: Vec<usize>,
+}
+
+impl PartialSchema for TextLogprobs<'_> {
+    fn schema() -> RefOr<Schema> {
+        TextBody::schema()
+    }
+}
+
+impl ToSchema for TextLogprobs<'_> {
+    fn name() -> Cow<'static, str> {
+        TextBody::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        TextBody::schemas(schemas);
     }
 }
 

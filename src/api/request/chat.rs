@@ -2,6 +2,7 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use super::{
     object_of, read, refuse_unsupported, require, validate, RequestLimits, ValidatedRequest,
@@ -33,17 +34,23 @@ pub(super) const KNOWN: &[&str] = &[
     "safety_identifier",
 ];
 
-#[derive(Debug, Deserialize)]
-struct WireChat {
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = ChatParameters)]
+pub(super) struct WireChat {
+    #[schema(min_items = 1)]
     messages: Vec<WireMessage>,
     /// OpenAI's successor of `user` for abuse monitoring; kept (hashed) like `user`.
     #[serde(default)]
     safety_identifier: Option<String>,
+    /// The completion budget; wins over `max_tokens`.
     #[serde(default)]
+    #[schema(minimum = 1)]
     max_completion_tokens: Option<u32>,
     #[serde(default)]
     logprobs: Option<bool>,
+    /// Alternatives per token, with `logprobs: true`.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 20)]
     top_logprobs: Option<u32>,
 }
 
@@ -67,30 +74,39 @@ fn top_logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<Option<u8>, 
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = ChatMessage)]
 pub(super) struct WireMessage {
+    #[schema(pattern = "^(system|developer|user|assistant)$")]
     role: String,
+    /// Required but for an assistant's message.
     #[serde(default)]
+    #[schema(value_type = WireContent, required = true)]
     content: Option<WireContent>,
     #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
     tool_calls: Option<Value>,
     /// Participant name; the chat template has no place for it.
     #[serde(default)]
     name: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
+#[schema(as = ChatContent)]
 enum WireContent {
     Text(String),
     Parts(Vec<WirePart>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = ChatContentPart)]
 struct WirePart {
     #[serde(rename = "type")]
     kind: String,
+    /// Text parts only: the model reads text.
     #[serde(default)]
+    #[schema(value_type = String, required = true)]
     text: Option<String>,
 }
 

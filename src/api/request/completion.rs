@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::chat::MAX_TOP_LOGPROBS;
 use super::{
@@ -15,11 +16,19 @@ use crate::error::ApiError;
 /// Completions parameters we know beyond [`COMMON`]. Anything else is refused.
 const COMPLETION_KNOWN: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 
-#[derive(Debug, Deserialize)]
-struct WireCompletion {
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = CompletionParameters)]
+pub(super) struct WireCompletion {
+    #[schema(schema_with = prompt_schema)]
     prompt: WirePrompt,
+    /// The answer's text starts with the prompt.
     #[serde(default)]
     echo: Option<bool>,
+    /// Alternatives to list beside each picked token (read as a JSON value: the check
+    /// and its message are [`top_logprobs`]'s).
+    #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 0, maximum = 20)]
+    logprobs: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -27,6 +36,30 @@ struct WireCompletion {
 enum WirePrompt {
     One(String),
     Many(Vec<Value>),
+}
+
+/// `prompt`'s schema, written out: the derive cannot bound the strings inside an
+/// untagged enum's variants. One non-empty text, or a list of exactly one.
+fn prompt_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+    let text = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+    };
+    OneOfBuilder::new()
+        .item(text())
+        .item(
+            ArrayBuilder::new()
+                .items(text())
+                .min_items(Some(1))
+                .max_items(Some(1)),
+        )
+        .description(Some(
+            "The prompt: one text, or a list of one (one prompt per request).",
+        ))
+        .build()
+        .into()
 }
 
 /// Parses and validates a `POST /v1/completions` body (legacy text completions).
@@ -38,7 +71,6 @@ pub fn parse_completion_request(
     let object = object_of(body, &[COMMON, COMPLETION_KNOWN], limits)?;
     refuse_unsupported(&object)?;
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
-    let top_logprobs = get("logprobs").map(top_logprobs).transpose()?;
     if get("suffix").is_some_and(|v| v.as_str() != Some("")) {
         return Err(ApiError::unsupported("suffix", "insertion is not served"));
     }
@@ -51,6 +83,12 @@ pub fn parse_completion_request(
     require(&object, &["model", "prompt"])?;
     let common: WireCommon = read(&object)?;
     let completion: WireCompletion = read(&object)?;
+    let top_logprobs = completion
+        .logprobs
+        .as_ref()
+        .filter(|v| !v.is_null())
+        .map(top_logprobs)
+        .transpose()?;
     limits.model(&common.model)?;
     let text = match completion.prompt {
         WirePrompt::One(text) => text,

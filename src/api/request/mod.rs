@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 
 use crate::engine::grammar::SCHEMA_PARAM;
 use crate::engine::{GenerationRequest, Prompt, ResponseFormat, Sampling};
@@ -27,6 +28,9 @@ use crate::error::ApiError;
 /// every stop sequence with the text it holds at each token, so their length is a
 /// per-token cost a client should not choose freely.
 pub const MAX_STOP_CHARS: usize = 256;
+
+/// Most stop sequences per request, as in OpenAI's API.
+pub const MAX_STOPS: usize = 4;
 
 /// Limits a request is validated against.
 #[derive(Debug, Clone)]
@@ -202,72 +206,103 @@ pub(super) const COMMON: &[&str] = &[
     "response_format",
 ];
 
-/// What both routes share, read from the same object as the route's own fields.
-#[derive(Debug, Deserialize)]
+/// What both routes share, read from the same object as the route's own fields. The
+/// schema's bounds are the ones `validate` checks.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = GenerationParameters)]
 pub(super) struct WireCommon {
+    /// A served model's id (`GET /v1/models`).
     model: String,
     #[serde(default)]
     stream: Option<bool>,
+    /// Only with `stream: true`.
     #[serde(default)]
     stream_options: Option<WireStreamOptions>,
+    /// Completion budget; at most the server's cap, and what the context leaves.
     #[serde(default)]
+    #[schema(minimum = 1)]
     max_tokens: Option<u32>,
     #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 2.0)]
     temperature: Option<f64>,
     #[serde(default)]
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     top_p: Option<f64>,
     #[serde(default)]
+    #[schema(schema_with = stop_schema)]
     stop: Option<WireStop>,
+    /// The same seed, parameters and prompt give the same answer (see
+    /// `system_fingerprint`).
     #[serde(default)]
     seed: Option<i64>,
     #[serde(default)]
+    #[schema(minimum = -2.0, maximum = 2.0)]
     presence_penalty: Option<f32>,
     #[serde(default)]
+    #[schema(minimum = -2.0, maximum = 2.0)]
     frequency_penalty: Option<f32>,
+    /// Kept only as a keyed hash in the semantic log.
     #[serde(default)]
     user: Option<String>,
+    /// Extension: sample among the k likeliest tokens.
     #[serde(default)]
+    #[schema(minimum = 1)]
     top_k: Option<u32>,
+    /// Extension: drop tokens less likely than this share of the likeliest.
     #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0)]
     min_p: Option<f64>,
+    /// Extension: divides the logits of tokens already in the context (1: none).
     #[serde(default)]
+    #[schema(exclusive_minimum = 0.0, maximum = 10.0)]
     repetition_penalty: Option<f32>,
     #[serde(default)]
     response_format: Option<WireResponseFormat>,
+    /// vLLM's extension: generate until the budget, past the end-of-sequence token.
     #[serde(default)]
     ignore_eos: Option<bool>,
+    /// vLLM's extension: no end-of-sequence or stop before this many tokens.
     #[serde(default)]
     min_tokens: Option<u32>,
+    /// vLLM's extension: token ids that end the answer (up to 64).
     #[serde(default)]
+    #[schema(max_items = 64)]
     stop_token_ids: Option<Vec<u32>>,
 }
 
 /// Struct variants, even empty ones: serde's `deny_unknown_fields` does not reach the
 /// unit variants of an internally tagged enum, so `{"type": "text", "schema": ...}`
 /// would pass unremarked.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[schema(as = ResponseFormat)]
 enum WireResponseFormat {
     Text {},
     JsonObject {},
     JsonSchema { json_schema: WireJsonSchema },
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = JsonSchemaFormat)]
 struct WireJsonSchema {
+    #[schema(pattern = "^[a-zA-Z0-9_-]{1,64}$")]
     name: String,
     #[serde(default)]
     description: Option<String>,
+    /// A JSON Schema object the answer must match.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     schema: Option<Value>,
     #[serde(default)]
     strict: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = StreamOptions)]
 struct WireStreamOptions {
+    /// A last chunk with the usage (and `timings`).
     #[serde(default)]
     include_usage: Option<bool>,
     #[serde(default)]
@@ -282,6 +317,31 @@ struct WireStreamOptions {
 enum WireStop {
     One(String),
     Many(Vec<String>),
+}
+
+/// `stop`'s schema, written out: the derive cannot bound the strings inside an untagged
+/// enum's variants. The bounds are the ones `validate` checks.
+fn stop_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+    let sequence = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_STOP_CHARS))
+    };
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .item(sequence())
+        .item(
+            ArrayBuilder::new()
+                .items(sequence())
+                .max_items(Some(MAX_STOPS)),
+        )
+        .description(Some(format!(
+            "Up to {MAX_STOPS} sequences of 1 to {MAX_STOP_CHARS} characters; the answer ends before the first."
+        )))
+        .build()
+        .into()
 }
 
 /// The body as a JSON object whose keys are all known to the route.
@@ -410,10 +470,10 @@ pub(super) fn validate(
         Some(WireStop::One(s)) => vec![s],
         Some(WireStop::Many(v)) => v,
     };
-    if stop.len() > 4 {
+    if stop.len() > MAX_STOPS {
         return Err(ApiError::invalid(
             "stop",
-            "at most 4 stop sequences are allowed",
+            format!("at most {MAX_STOPS} stop sequences are allowed"),
         ));
     }
     if stop.iter().any(String::is_empty) {
@@ -543,11 +603,15 @@ fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Optio
 
 mod chat;
 mod completion;
+pub mod schema;
 mod tokenize;
 pub use chat::parse_chat_request;
 use chat::{message, WireMessage};
 pub use completion::parse_completion_request;
-pub use tokenize::{parse_detokenize_request, parse_tokenize_request, Detokenize, Tokenize};
+pub use tokenize::{
+    parse_detokenize_request, parse_tokenize_request, Detokenize, Tokenize, WireDetokenize,
+    WireTokenize,
+};
 
 #[cfg(test)]
 mod tests;

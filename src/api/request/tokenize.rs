@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::{message, object_of, read, RequestLimits, WireMessage};
 use crate::engine::{Prompt, TokenizeRequest};
@@ -31,8 +32,9 @@ const TOKENIZE_KNOWN: &[&str] = &[
     "chat_template_kwargs",
 ];
 
-#[derive(Debug, Deserialize)]
-struct WireTokenize {
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = TokenizeRequest)]
+pub struct WireTokenize {
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -125,8 +127,9 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
 
 const DETOKENIZE_KNOWN: &[&str] = &["model", "tokens", "skip_special_tokens"];
 
-#[derive(Debug, Deserialize)]
-struct WireDetokenize {
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = DetokenizeRequest)]
+pub struct WireDetokenize {
     #[serde(default)]
     model: Option<String>,
     tokens: Vec<u32>,

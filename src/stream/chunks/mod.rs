@@ -18,6 +18,7 @@ use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::logprobs::{ChatLogprobs, TextLogprobs};
 use crate::engine::{FinishReason, TokenLogprob, Usage};
@@ -92,24 +93,30 @@ pub struct ChunkAssembler {
     continuous_usage: Option<Usage>,
 }
 
-#[derive(Serialize)]
-struct Chunk<'a> {
+/// One `data:` frame of a stream (`chat.completion.chunk` or `text_completion`).
+#[derive(Serialize, ToSchema)]
+#[schema(as = CompletionChunk)]
+pub(crate) struct Chunk<'a> {
     id: &'a str,
     object: &'static str,
     created: u64,
     model: &'a str,
     system_fingerprint: &'a str,
+    #[schema(value_type = Vec<ChunkChoice>)]
     choices: &'a [ChunkChoice<'a>],
     /// Outer `None`: no field (usage not requested); `Some(None)`: `"usage":null`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<UsageBody>, required = false)]
     usage: Option<Option<UsageBody>>,
+    /// The last chunk's: the request's timings and quality signals.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
     timings: Option<&'a Report>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-enum ChunkChoice<'a> {
+pub(crate) enum ChunkChoice<'a> {
     Chat {
         index: u32,
         delta: Delta<'a>,
@@ -124,16 +131,19 @@ enum ChunkChoice<'a> {
     },
 }
 
-#[derive(Serialize)]
-struct Delta<'a> {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
     content: Option<&'a str>,
 }
 
 /// OpenAI's `usage` object.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+#[schema(as = Usage)]
 pub struct UsageBody {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -354,19 +364,20 @@ fn sse_json<T: Serialize>(value: &T) -> Bytes {
 }
 
 /// The non-streamed response: `chat.completion` or `text_completion`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Completion<'a> {
     pub id: &'a str,
     pub object: &'static str,
     pub created: u64,
     pub model: &'a str,
     pub system_fingerprint: &'a str,
+    #[schema(value_type = Vec<CompletionChoice>)]
     pub choices: [CompletionChoice<'a>; 1],
     pub usage: UsageBody,
     pub timings: &'a Report,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum CompletionChoice<'a> {
     Chat {
@@ -384,10 +395,12 @@ pub enum CompletionChoice<'a> {
     },
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AssistantMessage)]
 pub struct Message<'a> {
     pub role: &'static str,
     pub content: &'a str,
+    #[schema(value_type = Option<String>)]
     pub refusal: Option<()>,
 }
 

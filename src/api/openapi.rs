@@ -1,0 +1,117 @@
+//! The OpenAPI 3.1 description of this HTTP API, served at `GET /openapi.json`.
+//!
+//! Derived, not written: the request schemas are the wire structs the parsers read
+//! (`api::request`), the response schemas the structs the handlers serialise (the
+//! chunks, `timings`, the error body, the model objects), and each route's statuses
+//! sit on its handler (`#[utoipa::path]`). tests/openapi.rs keeps it honest: every
+//! route the route table serves is described, every described one is served, every
+//! reference resolves. Schemathesis (tests/python/test_openapi.py) then checks the
+//! running server against it: statuses, error shapes and response bodies.
+//!
+//! Served per gateway: `model` is an enum of the served ids, so a client generated from
+//! the description (or a fuzzer) names a real one.
+
+use actix_web::{web, HttpResponse};
+use serde_json::Value;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::request::ModelLimits;
+use super::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "llmgate",
+        description = "OpenAI-compatible LLM serving gateway that measures every request: \
+            TTFT, TPOT, inter-token latency, repetition, refusals and confidence come back \
+            in each answer's `timings` object.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    paths(
+        super::generation::chat_completions,
+        super::generation::completions,
+        super::tokens::tokenize,
+        super::tokens::detokenize,
+        super::meta::list_models,
+        super::meta::get_model,
+        super::meta::health,
+        super::meta::ready,
+        super::meta::metrics,
+        openapi_json,
+    ),
+    components(schemas(crate::stream::chunks::Chunk)),
+    modifiers(&BearerKeys),
+    tags(
+        (name = "generation", description = "OpenAI's chat and legacy completions, streamed or not"),
+        (name = "tokens", description = "vLLM's /tokenize and /detokenize"),
+        (name = "models", description = "The served models"),
+        (name = "operations", description = "Probes, metrics and this description"),
+    )
+)]
+pub struct ApiDoc;
+
+/// `Authorization: Bearer <key>` when the gateway has keys (`--api-keys-file`);
+/// without them the routes are open.
+struct BearerKeys;
+
+impl Modify for BearerKeys {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key from the gateway's keys file; routes are open when it has none.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The description as JSON for the models in `served`: `model` is one of their ids,
+/// and the completion budget at most the smallest of their caps.
+pub fn document(served: &[ModelLimits]) -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
+    let ids: Vec<Value> = served.iter().map(|m| Value::from(m.id.as_str())).collect();
+    let cap = served
+        .iter()
+        .map(|m| m.max_tokens_cap)
+        .min()
+        .unwrap_or(u32::MAX);
+    let mut set = |schema: &str, property: &str, key: &str, value: Value| {
+        let pointer = format!("/components/schemas/{schema}/properties/{property}");
+        if let Some(Value::Object(property)) = doc.pointer_mut(&pointer) {
+            property.insert(key.to_owned(), value);
+        }
+    };
+    for schema in [
+        "GenerationParameters",
+        "TokenizeRequest",
+        "DetokenizeRequest",
+    ] {
+        set(schema, "model", "enum", Value::Array(ids.clone()));
+    }
+    for (schema, budget) in [
+        ("GenerationParameters", "max_tokens"),
+        ("GenerationParameters", "min_tokens"),
+        ("ChatParameters", "max_completion_tokens"),
+    ] {
+        set(schema, budget, "maximum", Value::from(cap));
+    }
+    doc
+}
+
+/// This description.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses((status = 200, description = "OpenAPI 3.1, JSON", content_type = "application/json", body = Object)),
+)]
+pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(document(&state.limits.models))
+}

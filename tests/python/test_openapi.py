@@ -1,0 +1,110 @@
+"""Schema-driven fuzzing of the running gateway with schemathesis (pinned in scripts/peers),
+from the gateway's own /openapi.json.
+
+The gateway serves one upstream model (`llmgate scripted-upstream`, so answers take
+milliseconds) with the default GGUF as its tokenizer, so /tokenize and /detokenize work
+too. Schemathesis runs every check it has except `positive_data_acceptance` (rules that
+span fields, such as `top_logprobs` needing `logprobs: true`, are 400s the schema does
+not express): no 5xx, statuses, content types and bodies as described, schema-invalid
+bodies refused. It runs twice; the gateway must stay alive and its memory flat between
+the rounds.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import BINARY, ROOT, free_port, launch
+
+SCHEMATHESIS = ROOT / ".peers" / "schemathesis" / "bin" / "st"
+TOKENIZER = ROOT / "models" / "SmolLM2-135M-Instruct.Q8_0.gguf"
+# The same cases on every CI run; SCHEMATHESIS_SEED=random explores.
+SEED = os.environ.get("SCHEMATHESIS_SEED", "20261202")
+EXAMPLES = os.environ.get("SCHEMATHESIS_EXAMPLES", "60")
+# What a second round may add to the gateway's resident memory: allocator slack, not a
+# leak (a leak of even 1 KiB per request would be several MiB over a round).
+RSS_GROWTH_LIMIT_KIB = 8 * 1024
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    assert SCHEMATHESIS.exists(), f"{SCHEMATHESIS} is missing: run scripts/peers"
+    upstream_port = free_port()
+    upstream = subprocess.Popen(
+        [str(BINARY), "scripted-upstream", "--listen", f"127.0.0.1:{upstream_port}", "--tokens", "8",
+         "--tokens-per-second", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    config = tmp_path_factory.mktemp("config") / "llmgate.toml"
+    config.write_text(
+        "[[models]]\n"
+        'id = "scripted"\n'
+        'engine = "upstream"\n'
+        f'url = "http://127.0.0.1:{upstream_port}/v1"\n'
+        f'tokenizer = "{TOKENIZER}"\n'
+    )
+    running = launch(tmp_path_factory.mktemp("data"), "--config", str(config))
+    yield running
+    running.proc.terminate()
+    running.proc.wait(timeout=60)
+    upstream.terminate()
+    upstream.wait(timeout=10)
+
+
+def schemathesis(base: str, report: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            str(SCHEMATHESIS), "run", f"{base}/openapi.json",
+            "--checks", "all", "--exclude-checks", "positive_data_acceptance",
+            "--max-examples", EXAMPLES, "--seed", SEED, "--workers", "2",
+            "--request-timeout", "30", "--report", "junit", "--report-dir", str(report),
+        ],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def test_schemathesis_finds_nothing_and_memory_stays_flat(gateway, tmp_path):
+    first = schemathesis(gateway.base, tmp_path / "first")
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-2000:]
+    assert " passed" in first.stdout, first.stdout[-3000:]
+    after_first = rss_kib(gateway.proc.pid)
+
+    second = schemathesis(gateway.base, tmp_path / "second")
+    assert second.returncode == 0, second.stdout[-6000:] + second.stderr[-2000:]
+    after_second = rss_kib(gateway.proc.pid)
+
+    assert gateway.proc.poll() is None, gateway.log_text()[-3000:]
+    with urllib.request.urlopen(f"{gateway.base}/health", timeout=5) as r:
+        assert r.status == 200
+    growth = after_second - after_first
+    print(f"gateway RSS: {after_first} KiB after round 1, {after_second} KiB after round 2")
+    assert growth < RSS_GROWTH_LIMIT_KIB, f"RSS grew {growth} KiB over a second round"
+    assert "panicked" not in gateway.log_text()
+    for round_ in (first, second):
+        print(*(line.strip() for line in round_.stdout.splitlines() if "generated" in line))
+
+    # The cases reached the engine, not only the validation: answers were streamed and
+    # not, on both routes (each left a semantic-log record).
+    outcomes = collections.Counter()
+    for path in (gateway.data_dir / "semlog").glob("*.ndjson"):
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            if "llm" in doc:
+                outcomes[(doc["gen_ai"]["operation"]["name"], doc["llm"]["status"])] += 1
+    print(dict(outcomes))
+    assert outcomes[("chat", "ok")] > 0 and outcomes[("text_completion", "ok")] > 0, outcomes
