@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::openapi::GenerationErrors;
 use super::request::schema::{ChatCompletionRequest, CompletionRequest};
 use super::request::{
     parse_chat_request, parse_completion_request, RequestLimits, ValidatedRequest,
@@ -27,7 +28,7 @@ use super::{AppState, RequestId};
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
 use crate::engine::{Generation, Prepared};
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::quality::QualityTracker;
 use crate::record::{RequestParams, RequestRecord, Status};
 use crate::stream::chunks::{ChunkAssembler, Completion, ResponseMeta, Shape};
@@ -89,18 +90,7 @@ impl Route {
             (Completion = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "Invalid JSON, an invalid, unknown or unsupported parameter, or the prompt and budget over the context; `param` names it", body = ErrorBody),
-        (status = 401, description = "A key is needed (the gateway has keys) or the key is not valid", body = ErrorBody),
-        (status = 404, description = "`model` is not served", body = ErrorBody),
-        (status = 405, description = "Only POST", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "The body is over `server.max_body_bytes`", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight, or the key's rate limit (Retry-After)", body = ErrorBody),
-        (status = 500, description = "The engine failed; logged with the request id", body = ErrorBody),
-        (status = 502, description = "The upstream failed, refused the gateway's key or broke its stream", body = ErrorBody),
-        (status = 503, description = "The model is loading, the queue wait ran out, or the gateway is stopping (Retry-After)", body = ErrorBody),
-        (status = 504, description = "The request deadline, or an upstream's timeout", body = ErrorBody),
+        GenerationErrors,
     ),
 )]
 pub async fn chat_completions(
@@ -123,18 +113,7 @@ pub async fn chat_completions(
             (Completion = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "Invalid JSON, an invalid, unknown or unsupported parameter, or the prompt and budget over the context; `param` names it", body = ErrorBody),
-        (status = 401, description = "A key is needed (the gateway has keys) or the key is not valid", body = ErrorBody),
-        (status = 404, description = "`model` is not served", body = ErrorBody),
-        (status = 405, description = "Only POST", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "The body is over `server.max_body_bytes`", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight, or the key's rate limit (Retry-After)", body = ErrorBody),
-        (status = 500, description = "The engine failed; logged with the request id", body = ErrorBody),
-        (status = 502, description = "The upstream failed, refused the gateway's key or broke its stream", body = ErrorBody),
-        (status = 503, description = "The model is loading, the queue wait ran out, or the gateway is stopping (Retry-After)", body = ErrorBody),
-        (status = 504, description = "The request deadline, or an upstream's timeout", body = ErrorBody),
+        GenerationErrors,
     ),
 )]
 pub async fn completions(

@@ -11,13 +11,17 @@
 //! Served per gateway: `model` is an enum of the served ids, so a client generated from
 //! the description (or a fuzzer) names a real one.
 
+use std::collections::BTreeMap;
+
 use actix_web::{web, HttpResponse};
 use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::request::ModelLimits;
 use super::AppState;
+use crate::error::ErrorBody;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,7 +44,7 @@ use super::AppState;
         super::meta::metrics,
         openapi_json,
     ),
-    components(schemas(crate::stream::chunks::Chunk)),
+    components(schemas(crate::stream::chunks::Chunk, ErrorBody)),
     modifiers(&BearerKeys),
     tags(
         (name = "generation", description = "OpenAI's chat and legacy completions, streamed or not"),
@@ -70,6 +74,68 @@ impl Modify for BearerKeys {
             ),
         );
     }
+}
+
+/// The error statuses of the generation routes, each with OpenAI's error body.
+pub struct GenerationErrors;
+
+impl IntoResponses for GenerationErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        errors(&[
+            (400, "Invalid JSON, an invalid, unknown or unsupported parameter, or the prompt and budget over the context; `param` names it"),
+            (401, "A key is needed (the gateway has keys) or the key is not valid"),
+            (404, "`model` is not served"),
+            (405, "Only POST"),
+            (408, "The body did not arrive in time"),
+            (413, "The body is over `server.max_body_bytes`"),
+            (415, "The body is not `application/json`"),
+            (429, "Too many requests in flight, or the key's rate limit (Retry-After)"),
+            (500, "The engine failed; logged with the request id"),
+            (502, "The upstream failed, refused the gateway's key or broke its stream"),
+            (503, "The model is loading, the queue wait ran out, or the gateway is stopping (Retry-After)"),
+            (504, "The request deadline, or an upstream's timeout"),
+        ])
+    }
+}
+
+/// The error statuses of `/tokenize` and `/detokenize`.
+pub struct TokenErrors;
+
+impl IntoResponses for TokenErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        errors(&[
+            (400, "Invalid JSON or parameter; `param` names it"),
+            (401, "A key is needed or is not valid"),
+            (404, "`model` is not served"),
+            (405, "Only POST"),
+            (408, "The body did not arrive in time"),
+            (413, "The body is over `server.max_body_bytes`"),
+            (415, "The body is not `application/json`"),
+            (500, "The engine failed"),
+            (502, "The upstream failed"),
+            (503, "The model is loading (Retry-After)"),
+            (504, "An upstream's timeout"),
+        ])
+    }
+}
+
+/// Responses with OpenAI's error body, by status.
+fn errors(statuses: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
+    let body = || {
+        ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name(ErrorBody::name())))
+            .build()
+    };
+    statuses
+        .iter()
+        .map(|&(status, description)| {
+            let response = ResponseBuilder::new()
+                .description(description)
+                .content("application/json", body())
+                .build();
+            (status.to_string(), response.into())
+        })
+        .collect()
 }
 
 /// The description as JSON for the models in `served`: `model` is one of their ids,

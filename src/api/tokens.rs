@@ -11,12 +11,13 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::generation::{json_content_type, read_body};
+use super::openapi::TokenErrors;
 use super::request::{
     parse_detokenize_request, parse_tokenize_request, WireDetokenize, WireTokenize,
 };
 use super::AppState;
 use crate::engine::served::ServedModel;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 
 #[derive(Serialize, ToSchema)]
 pub struct TokenizeResponse {
@@ -68,17 +69,7 @@ async fn body(
     security((), ("api_key" = [])),
     responses(
         (status = 200, description = "The ids, as a generation counts them", body = TokenizeResponse),
-        (status = 400, description = "Invalid JSON or parameter; `param` names it", body = ErrorBody),
-        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
-        (status = 404, description = "`model` is not served", body = ErrorBody),
-        (status = 405, description = "Only POST", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "The body is over `server.max_body_bytes`", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 502, description = "The upstream failed", body = ErrorBody),
-        (status = 503, description = "The model is loading (Retry-After)", body = ErrorBody),
-        (status = 504, description = "An upstream's timeout", body = ErrorBody),
+        TokenErrors,
     ),
 )]
 pub async fn tokenize(
@@ -118,17 +109,7 @@ pub async fn tokenize(
     security((), ("api_key" = [])),
     responses(
         (status = 200, description = "The text of the ids", body = DetokenizeResponse),
-        (status = 400, description = "Invalid JSON or parameter; `param` names it", body = ErrorBody),
-        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
-        (status = 404, description = "`model` is not served", body = ErrorBody),
-        (status = 405, description = "Only POST", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "The body is over `server.max_body_bytes`", body = ErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-        (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 502, description = "The upstream failed", body = ErrorBody),
-        (status = 503, description = "The model is loading (Retry-After)", body = ErrorBody),
-        (status = 504, description = "An upstream's timeout", body = ErrorBody),
+        TokenErrors,
     ),
 )]
 pub async fn detokenize(
