@@ -348,6 +348,14 @@ impl Keys {
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("could not read {name}: {e}"))?;
         let table = KeyTable::parse(&text).map_err(|e| format!("{name}: {e}"))?;
+        // A file rewritten in place (truncated, then written) reads empty for a moment;
+        // taking that as "no keys" would refuse every client until the next poll, and
+        // for ever if the version after it is malformed.
+        if table.is_empty() && !self.active().table.is_empty() {
+            return Err(format!(
+                "{name} holds no key now; the keys in use stay (to rotate, write the new version beside it and rename it into place; to remove every key, restart without --api-keys-file)"
+            ));
+        }
         let active = Active::new(table, self.defaults, &self.active());
         if let Ok(mut current) = self.active.write() {
             *current = Arc::new(active);

@@ -102,6 +102,12 @@ fn a_reload_swaps_in_a_good_version_and_keeps_the_old_one_on_errors() {
         Some("bob"),
         "the old keys stay"
     );
+    // A file being rewritten in place reads empty for a moment (CI caught the poll
+    // there, and the malformed version after it kept everyone out): not "no keys".
+    std::fs::write(&file, "").expect("truncate");
+    let error = keys.reload(true).expect_err("empty");
+    assert!(error.contains("holds no key"), "{error}");
+    assert_eq!(keys.current().verify("k2"), Some("bob"), "still in use");
 }
 
 #[test]
