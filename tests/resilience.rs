@@ -63,15 +63,6 @@ async fn recorded(server: &TestServer, status: Status, kind: &str) -> bool {
     false
 }
 
-async fn metrics(server: &TestServer) -> String {
-    reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
-}
-
 /// Whether `/metrics` counts a request with this status and error type.
 fn counted(metrics: &str, status: &str, error_type: &str) -> bool {
     metrics.lines().any(|l| {

@@ -59,15 +59,6 @@ async fn semlog_status(server: &TestServer) -> Value {
     ready["semlog"].clone()
 }
 
-async fn metrics(server: &TestServer) -> String {
-    reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
-}
-
 /// What each flavor's set-up calls, in order, and what it applies.
 struct Expected {
     flavor: Flavor,

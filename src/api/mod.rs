@@ -73,6 +73,8 @@ pub struct AppState {
     pub semlog: crate::semlog::Status,
     /// SO_SNDBUF of client connections (0: the OS's).
     pub send_buffer_bytes: usize,
+    /// `/openapi.json`'s body, made on its first request (it depends only on `limits`).
+    pub openapi: std::sync::OnceLock<bytes::Bytes>,
 }
 
 impl AppState {
@@ -133,6 +135,7 @@ impl AppState {
             metrics_on_api: config.server.metrics_listen.is_none(),
             semlog: crate::semlog::Status::default(),
             send_buffer_bytes: config.server.send_buffer_bytes,
+            openapi: std::sync::OnceLock::new(),
         }
     }
 }

@@ -179,5 +179,12 @@ pub fn document(served: &[ModelLimits]) -> Value {
     responses((status = 200, description = "OpenAPI 3.1, JSON", content_type = "application/json", body = Object)),
 )]
 pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(document(&state.limits.models))
+    let body = state.openapi.get_or_init(|| {
+        serde_json::to_vec(&document(&state.limits.models))
+            .unwrap_or_default()
+            .into()
+    });
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body.clone())
 }

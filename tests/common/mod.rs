@@ -261,6 +261,16 @@ pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
 }
 
 /// Polls `cond` for up to five seconds.
+/// The server's `/metrics` text.
+pub async fn metrics(server: &TestServer) -> String {
+    reqwest::get(server.url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
 pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..500 {
         if cond() {
