@@ -128,6 +128,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     repetition_rates(&server).await;
     end_rules(&server).await;
     same_seed_same_text_whatever_the_neighbours(&server, &engine).await;
+    kv_cache_follows_the_running_sequences(&server, &engine).await;
     server.stop().await;
 
     let guarded = start(
@@ -304,6 +305,53 @@ async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer, engine
     assert_ne!(
         &other_seed["choices"][0]["message"]["content"], seeded_answers[0],
         "different seeds, same text"
+    );
+}
+
+/// The KV-cache share (the model-server protocol's KVCacheUtilization) counts the running
+/// sequences' prompt and output positions, and falls back to zero when they end.
+async fn kv_cache_follows_the_running_sequences(server: &TestServer, engine: &MistralEngine) {
+    let idle = engine
+        .kv_cache()
+        .expect("a loaded engine knows its KV cache");
+    let context = engine.model_info().expect("loaded").context_length;
+    assert_eq!(idle.used_tokens, 0, "{idle:?}");
+    assert_eq!(idle.capacity_tokens, 2 * u64::from(context), "two replicas");
+    let answer = ask(
+        server,
+        "Tell me about the sea.",
+        json!({"temperature": 0, "max_tokens": 48}),
+    );
+    let watch = async {
+        let mut most = 0;
+        for _ in 0..4000 {
+            most = most.max(engine.kv_cache().expect("loaded").used_tokens);
+            if engine.load().running == 0 && most > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        most
+    };
+    let (answer, most) = tokio::join!(answer, watch);
+    let usage = &answer["usage"];
+    let held = usage["prompt_tokens"].as_u64().expect("prompt")
+        + usage["completion_tokens"].as_u64().expect("completion");
+    assert!(
+        most > usage["prompt_tokens"].as_u64().expect("prompt") && most <= held,
+        "most held {most}, the request's tokens {held}"
+    );
+    assert_eq!(
+        engine.kv_cache().expect("loaded").used_tokens,
+        0,
+        "released"
+    );
+    let text = metrics(server).await;
+    assert!(
+        text.contains(&format!(
+            "llmgate_kv_cache_usage_ratio{{model=\"{MODEL}\"}} 0.0"
+        )),
+        "{text}"
     );
 }
 

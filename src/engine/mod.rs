@@ -453,6 +453,27 @@ pub struct EngineLoad {
     pub waiting: usize,
 }
 
+/// How much of the engine's KV cache the running sequences hold: the model-server
+/// protocol's KVCacheUtilization (`llmgate_kv_cache_usage_ratio`), for schedulers such as
+/// the Gateway API Inference Extension's endpoint picker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvCacheUse {
+    /// Token positions the running sequences hold (prompt and output so far).
+    pub used_tokens: u64,
+    /// Token positions the engine can hold at once: its sequence slots times the context.
+    pub capacity_tokens: u64,
+}
+
+impl KvCacheUse {
+    /// `used / capacity`, in 0..=1; 0 when there is no capacity.
+    pub fn ratio(&self) -> f64 {
+        if self.capacity_tokens == 0 {
+            return 0.0;
+        }
+        (self.used_tokens as f64 / self.capacity_tokens as f64).min(1.0)
+    }
+}
+
 /// Counts itself in a shared number while it lives: `load` figures that stay right
 /// whichever way a task ends (finished, failed, cancelled).
 #[derive(Debug)]
@@ -513,6 +534,12 @@ pub trait Engine: Send + Sync + 'static {
     /// timeout bounds; `false` for an upstream, whose wait (its first byte) has its own.
     fn waits_in_queue(&self) -> bool {
         true
+    }
+
+    /// The KV cache in use, where the engine knows it; `None` (no series) for an engine
+    /// whose cache is another process's, such as an upstream's.
+    fn kv_cache(&self) -> Option<KvCacheUse> {
+        None
     }
 
     /// Whether requests can be served now.

@@ -88,6 +88,14 @@ impl ServedModels {
         })
     }
 
+    /// The KV cache each model's engine reports, by model id.
+    pub fn kv_caches(&self) -> Vec<(String, super::KvCacheUse)> {
+        self.0
+            .iter()
+            .filter_map(|m| Some((m.id().to_owned(), m.engine.kv_cache()?)))
+            .collect()
+    }
+
     /// The facts of every model that is loaded.
     pub fn infos(&self) -> Vec<Arc<ModelInfo>> {
         self.0

@@ -161,6 +161,7 @@ impl Telemetry {
             gpu_memory: gpu::memory(),
             models: models.infos(),
             upstreams,
+            kv_caches: models.kv_caches(),
             log_lines_dropped: self
                 .log_drops
                 .as_ref()

@@ -58,6 +58,9 @@ pub const SEMLOG_SPOOLED_BYTES: &str = "semlog_spool";
 pub const REQUESTS_RUNNING: &str = "requests_running";
 pub const REQUESTS_WAITING: &str = "requests_waiting";
 pub const REQUESTS_IN_FLIGHT: &str = "requests_in_flight";
+/// Per model, 0..1: the KV-cache positions the running sequences hold over what the
+/// engine can hold (`engine::KvCacheUse`); absent for an upstream model.
+pub const KV_CACHE_USAGE: &str = "kv_cache_usage_ratio";
 // Registered with the unit `bytes`, so exported as `..._bytes`.
 pub const PROCESS_RESIDENT_MEMORY: &str = "process_resident_memory";
 pub const GPU_MEMORY_USED: &str = "gpu_memory_used";

@@ -260,7 +260,6 @@ pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
     body
 }
 
-/// Polls `cond` for up to five seconds.
 /// The server's `/metrics` text.
 pub async fn metrics(server: &TestServer) -> String {
     reqwest::get(server.url("/metrics"))
@@ -271,6 +270,7 @@ pub async fn metrics(server: &TestServer) -> String {
         .expect("text")
 }
 
+/// Polls `cond` for up to five seconds.
 pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..500 {
         if cond() {

@@ -50,6 +50,9 @@ pub(super) async fn forward(
                     .map(|mut picks| std::mem::take(&mut *picks))
                     .unwrap_or_default();
                 tokens.completion_tokens += to_u32(picks.len());
+                if let Some(slot) = running.as_mut() {
+                    slot.hold(picks.len());
+                }
                 let picked = Picked::new(picks, vocabulary.as_deref());
                 let events = match response {
                     Some(response) => {

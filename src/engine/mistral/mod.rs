@@ -36,7 +36,7 @@ use tracing::Instrument;
 use super::grammar::{Grammar, Vocabulary};
 use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
-    ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
+    KvCacheUse, ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
 };
 use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use load::load;
@@ -134,13 +134,29 @@ pub struct MistralEngine {
     running: Arc<Mutex<Vec<usize>>>,
     /// Requests waiting for a slot.
     waiting: Arc<AtomicUsize>,
+    /// Token positions the running sequences hold in their KV caches.
+    kv_tokens: Arc<AtomicUsize>,
+    /// Sequences that may run at once (replicas x batch size, after the canary).
+    sequences: AtomicUsize,
 }
 
-/// A running sequence's claim on its replica; frees the slot when dropped.
+/// A running sequence's claim on its replica and on KV-cache positions; frees both when
+/// dropped.
 struct Slot {
     replica: usize,
     running: Arc<Mutex<Vec<usize>>>,
+    kv_tokens: Arc<AtomicUsize>,
+    /// Positions this sequence holds: its prompt, then one more per token.
+    held: usize,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    /// Counts `tokens` more positions in this sequence's KV cache.
+    fn hold(&mut self, tokens: usize) {
+        self.held += tokens;
+        self.kv_tokens.fetch_add(tokens, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Slot {
@@ -148,6 +164,7 @@ impl Drop for Slot {
         if let Ok(mut running) = self.running.lock() {
             running[self.replica] -= 1;
         }
+        self.kv_tokens.fetch_sub(self.held, Ordering::SeqCst);
     }
 }
 
@@ -159,6 +176,8 @@ impl MistralEngine {
             slots: Arc::new(Semaphore::new(replicas * settings.max_batch_size)),
             running: Arc::new(Mutex::new(vec![0; replicas])),
             waiting: Arc::default(),
+            kv_tokens: Arc::default(),
+            sequences: AtomicUsize::new(replicas * settings.max_batch_size),
         }
     }
 
@@ -210,6 +229,8 @@ impl MistralEngine {
         let fall_back = |why: &str| {
             let extra = settings.replica_count() * (settings.max_batch_size - 1);
             self.slots.forget_permits(extra);
+            self.sequences
+                .store(settings.replica_count(), Ordering::SeqCst);
             tracing::error!(
                 max_batch_size = settings.max_batch_size,
                 reason = why,
@@ -285,6 +306,8 @@ impl MistralEngine {
         Ok(Slot {
             replica,
             running: Arc::clone(&self.running),
+            kv_tokens: Arc::clone(&self.kv_tokens),
+            held: 0,
             _permit: permit,
         })
     }
@@ -403,6 +426,19 @@ impl Engine for MistralEngine {
         }
     }
 
+    /// Without paged attention (mistral.rs 0.8.1 on CPU, and as llmgate configures it on
+    /// CUDA) each running sequence keeps its own KV cache of one position per token: the
+    /// share is the positions held over what the sequence slots could hold at the
+    /// model's full context. A prefix cache (`engine.prefix_cache`) is not counted.
+    fn kv_cache(&self) -> Option<KvCacheUse> {
+        let loaded = self.loaded.get()?;
+        Some(KvCacheUse {
+            used_tokens: self.kv_tokens.load(Ordering::SeqCst) as u64,
+            capacity_tokens: self.sequences.load(Ordering::SeqCst) as u64
+                * u64::from(loaded.info.context_length),
+        })
+    }
+
     async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let prompt_tokens = count_prompt(self.idlest(loaded), &request).await?;
@@ -503,7 +539,8 @@ impl MistralEngine {
             grammar,
         } = prepared;
         // Wait for a running slot; held by the forwarder until the sequence ends.
-        let slot = self.claim_slot(pin).await?;
+        let mut slot = self.claim_slot(pin).await?;
+        slot.hold(prompt_tokens as usize);
         let started = std::time::Instant::now();
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();

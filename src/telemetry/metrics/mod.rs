@@ -42,6 +42,8 @@ pub struct Snapshot {
     pub models: Vec<std::sync::Arc<crate::engine::ModelInfo>>,
     /// Each upstream model and whether its server is reachable.
     pub upstreams: Vec<(String, bool)>,
+    /// The KV cache in use, for each model whose engine knows it.
+    pub kv_caches: Vec<(String, crate::engine::KvCacheUse)>,
     /// Log lines the non-blocking writer dropped since start.
     pub log_lines_dropped: u64,
     /// Semantic-log documents in the spool not yet delivered.
@@ -70,6 +72,7 @@ pub struct Metrics {
     degenerations: Counters,
     repetition_basis: Family<BasisLabels, Counter>,
     upstream_up: Family<ModelLabel, Gauge>,
+    kv_cache_usage: Family<ModelLabel, Gauge<f64, AtomicU64>>,
     traces_sampled: Family<ReasonLabel, Counter>,
     traces_dropped: Family<ReasonLabel, Counter>,
     trace_spans_dropped: Family<ReasonLabel, Counter>,
@@ -132,6 +135,7 @@ impl Metrics {
             degenerations: Family::default(),
             repetition_basis: Family::default(),
             upstream_up: Family::default(),
+            kv_cache_usage: Family::default(),
             traces_sampled: Family::default(),
             traces_dropped: Family::default(),
             trace_spans_dropped: Family::default(),
@@ -347,6 +351,11 @@ impl Metrics {
             names::REQUESTS_IN_FLIGHT,
             "Admitted requests not yet finished",
             m.in_flight.clone(),
+        );
+        r.register(
+            names::KV_CACHE_USAGE,
+            "Share (0-1) of the engine's KV-cache positions the running sequences hold: prompt and output tokens over sequence slots times context length",
+            m.kv_cache_usage.clone(),
         );
         r.register_with_unit(
             names::PROCESS_RESIDENT_MEMORY,

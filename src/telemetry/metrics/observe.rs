@@ -208,6 +208,13 @@ impl Metrics {
                 self.model_info.get_or_create(l).set(1);
             }
         }
+        for (model, kv) in &s.kv_caches {
+            self.kv_cache_usage
+                .get_or_create(&ModelLabel {
+                    model: model.clone(),
+                })
+                .set(kv.ratio());
+        }
         for (model, up) in &s.upstreams {
             self.upstream_up
                 .get_or_create(&ModelLabel {
@@ -224,5 +231,34 @@ impl Metrics {
         if s.log_lines_dropped > seen {
             self.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::KvCacheUse;
+    use crate::telemetry::metrics::ExpositionFormat;
+
+    #[test]
+    fn the_kv_cache_gauge_is_the_share_of_positions_held_per_model() {
+        let metrics = Metrics::for_models(&["local", "remote"], &["remote"]);
+        let held = |used_tokens, capacity_tokens| KvCacheUse {
+            used_tokens,
+            capacity_tokens,
+        };
+        metrics.refresh(&Snapshot {
+            kv_caches: vec![("local".into(), held(512, 4096))],
+            ..Snapshot::default()
+        });
+        let text = metrics.encode(ExpositionFormat::Prometheus).expect("text");
+        assert!(
+            text.contains("llmgate_kv_cache_usage_ratio{model=\"local\"} 0.125"),
+            "{text}"
+        );
+        // An upstream's cache is another process's: no series rather than a made-up 0.
+        assert!(!text.contains("kv_cache_usage_ratio{model=\"remote\"}"));
+        assert_eq!(held(9, 8).ratio(), 1.0, "capped at 1");
+        assert_eq!(held(0, 0).ratio(), 0.0, "no capacity, nothing held");
     }
 }
