@@ -298,6 +298,23 @@ fn run_replay(args: &ReplayArgs) -> ExitCode {
 }
 
 fn run_serve(args: &ServeArgs) -> ExitCode {
+    if args.check_config {
+        return match Config::load(args) {
+            Ok(config) => {
+                let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+                println!(
+                    "llmgate: the configuration is valid; listen: {}; models: {}",
+                    config.server.listen,
+                    ids.join(", ")
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("llmgate: {error}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let config = match Config::load(args).and_then(|c| c.check_model_file().map(|()| c)) {
         Ok(config) => config,
         Err(error) => {

@@ -21,6 +21,11 @@ pub struct ServeArgs {
     /// tables, and a [[models]] list.
     #[arg(long, env = "LLMGATE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Check the configuration (file, flags and environment) and exit: 0 and the served
+    /// models when it is valid, 2 and the reason when not. Model files are not read (they
+    /// may be on a volume only the pod mounts).
+    #[arg(long)]
+    pub check_config: bool,
     #[command(flatten)]
     pub server: ServerTable,
     #[command(flatten)]
