@@ -1,0 +1,101 @@
+{{/* Names and labels. */}}
+{{- define "llmgate.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "llmgate.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "llmgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llmgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "llmgate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "llmgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "llmgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "llmgate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway image: -cpu or -cuda unless a tag is given. */}}
+{{- define "llmgate.image" -}}
+{{- $flavor := ternary "cuda" "cpu" .Values.gpu.enabled }}
+{{- $tag := default (printf "%s-%s" .Chart.AppVersion $flavor) .Values.image.tag }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+
+{{- define "llmgate.fetchImage" -}}
+{{- $tag := default (printf "%s-fetch-model" .Chart.AppVersion) .Values.model.fetch.image.tag }}
+{{- printf "%s:%s" .Values.model.fetch.image.repository $tag }}
+{{- end }}
+
+{{/* Seconds the drain takes at most: the gateway's shutdown timeout. */}}
+{{- define "llmgate.drainSeconds" -}}
+{{- $server := (include "llmgate.parsedConfig" . | fromJson).server | default dict }}
+{{- $server.shutdown_timeout_secs | default 25 | int }}
+{{- end }}
+
+{{/*
+The grace period: preStop sleep + drain + what the gateway does after the drain (2 s for
+cut-off streams to end, 5 s for the HTTP server to stop, 1 s for the metrics listener,
+5 s to write the semantic-log queue, 5 s to send traces) + margin.
+*/}}
+{{- define "llmgate.afterDrainSeconds" -}}18{{- end }}
+{{- define "llmgate.graceSeconds" -}}
+{{- add (int .Values.preStopSleepSeconds) (include "llmgate.drainSeconds" . | int) (include "llmgate.afterDrainSeconds" . | int) (int .Values.terminationGraceMarginSeconds) }}
+{{- end }}
+
+{{/* The fewest pods there are: the autoscaler's minimum, or replicaCount. */}}
+{{- define "llmgate.minPods" -}}
+{{- if .Values.keda.enabled }}{{ .Values.keda.minReplicas | int }}
+{{- else if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas | int }}
+{{- else }}{{ .Values.replicaCount | int }}
+{{- end }}
+{{- end }}
+
+{{/*
+The configuration, parsed (and so checked) from the values' TOML. The keys the chart's
+layout fixes are its own: they reach the gateway as environment variables (which win over
+the file), so the file must not set them too.
+*/}}
+{{- define "llmgate.parsedConfig" -}}
+{{- $config := fromToml .Values.config }}
+{{- if hasKey $config "Error" }}
+{{- fail (printf "config is not TOML: %s" $config.Error) }}
+{{- end }}
+{{- $owned := dict "server" (list "listen" "api_keys_file") "engine" (list "model_path") "semlog" (list "data_dir") }}
+{{- range $table, $keys := $owned }}
+{{- range $key := $keys }}
+{{- if hasKey (get $config $table | default dict) $key }}
+{{- fail (printf "config sets %s.%s, which the chart sets (port, model.file, apiKeys, the data volume)" $table $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $config }}
+{{- end }}
+
+{{/* Whole cores of a CPU quantity ("2", 2, "2500m"), at least 1. */}}
+{{- define "llmgate.cores" -}}
+{{- $cpu := toString . }}
+{{- $cores := 1 }}
+{{- if hasSuffix "m" $cpu }}
+{{- $cores = div (trimSuffix "m" $cpu | int) 1000 }}
+{{- else }}
+{{- $cores = $cpu | float64 | floor | int }}
+{{- end }}
+{{- max 1 $cores }}
+{{- end }}
