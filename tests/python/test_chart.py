@@ -294,11 +294,12 @@ def test_prometheus_rule_carries_alerts_yml_unchanged():
 
 
 def test_endpoint_picker_flags_name_exported_gauges(exported, gateway):
-    """docs/kubernetes.md's flags for the Gateway API Inference Extension's endpoint
-    picker name gauges this gateway exports, with the protocol's semantics."""
-    doc = (ROOT / "docs" / "kubernetes.md").read_text()
-    flags = dict(re.findall(r"--(total-queued-requests-metric|total-running-requests-metric|kv-cache-usage-percentage-metric)=(\S+)", doc))
+    """The flags README and docs/kubernetes.md give the Gateway API Inference Extension's
+    endpoint picker name gauges this gateway exports, the same in both."""
+    pattern = r"--(total-queued-requests-metric|total-running-requests-metric|kv-cache-usage-percentage-metric)=([a-z_]+)"
+    flags = dict(re.findall(pattern, (ROOT / "docs" / "kubernetes.md").read_text()))
     assert set(flags) == {"total-queued-requests-metric", "total-running-requests-metric", "kv-cache-usage-percentage-metric"}
+    assert dict(re.findall(pattern, (ROOT / "README.md").read_text())) == flags, "README and docs differ"
     with urllib.request.urlopen(f"{gateway}/metrics") as r:
         text = r.read().decode()
     for flag, metric in flags.items():
