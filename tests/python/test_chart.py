@@ -349,6 +349,7 @@ def test_inconsistent_values_fail_to_render():
         "replicaCount=3,podDisruptionBudget.minAvailable=100%": "between 1% and 99%",
         "inferencePool.enabled=true": "endpointPicker.name",
         "apiKeys.enabled=true": "apiKeys.existingSecret",
+        "apiKeys.existingSecret=keys": "the API would stay open",
         "replicaCount=2,data.existingClaim=spool": "one pod only",
         "keda.enabled=true,serviceMonitor.enabled=true,keda.minReplicas=0": "at least 1",
         "keda.enabled=true": "needs serviceMonitor.enabled",
