@@ -18,9 +18,9 @@ For the default values and every profile in ci/*-values.yaml:
 import json
 import re
 import subprocess
+import functools
 import tomllib
 import urllib.request
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -56,7 +56,9 @@ def values_args(profile):
     return [] if profile == "default" else ["-f", str(CHART / "ci" / f"{profile}-values.yaml")]
 
 
+@functools.cache
 def render(profile, kube_version=KUBE_VERSIONS[0]):
+    """The profile's manifests as helm renders them (once per profile and version)."""
     tools()
     out = subprocess.run(
         [str(HELM), "template", "rel", str(CHART), "--namespace", "llm",
