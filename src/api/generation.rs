@@ -335,11 +335,14 @@ async fn handle(
         .map_err(|_| ApiError::BodyTimeout { limit })??;
     let mut parsed = route.parse(&body, &state.limits, request_id)?;
     pending.model = Some(parsed.model.clone());
-    let engine = &state
+    let served = state
         .models
         .get(&parsed.model)
-        .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?
-        .engine;
+        .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?;
+    let engine = &served.engine;
+    // A request with `ignore_eos` asks for a fixed length (benchmark clients): the guard
+    // does not cut it short.
+    let guarded = served.limits.degeneration_guard && !parsed.generation.sampling.ignore_eos;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
         limit: state.admission.limit(),
         retry_after: std::time::Duration::from_secs(1),
@@ -354,7 +357,7 @@ async fn handle(
     );
 
     let prompt = parsed.generation.prompt.last_user_text();
-    let quality = QualityTracker::new(&state.quality, prompt);
+    let quality = QualityTracker::new(&state.quality, prompt, guarded);
     let prompt = prompt.to_owned();
     let echo = parsed.echo.then(|| prompt.clone());
     // Stops the engine applies itself are not screened again by the gateway.

@@ -28,6 +28,19 @@ pub struct ModelObject<'a> {
     context_length: Option<u32>,
     /// An upstream's own name for the model; `null` in process.
     upstream: Option<String>,
+    /// What a request that leaves these out gets (docs/defaults.md); `null` for one the
+    /// engine decides (an upstream's own default, or the context's room for max_tokens).
+    defaults: Defaults,
+}
+
+/// The served model's defaults.
+#[derive(Serialize, ToSchema)]
+pub struct Defaults {
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    max_tokens: Option<u32>,
+    /// The degeneration guard watches the model's answers.
+    degeneration_guard: bool,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -150,6 +163,12 @@ fn model_object(model: &ServedModel) -> ModelObject<'_> {
         ready: model.engine.readiness() == Readiness::Ready,
         context_length: info.as_ref().map(|i| i.context_length),
         upstream: info.and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
+        defaults: Defaults {
+            temperature: model.limits.default_temperature,
+            top_p: model.limits.default_top_p,
+            max_tokens: model.limits.default_max_tokens,
+            degeneration_guard: model.limits.degeneration_guard,
+        },
     }
 }
 

@@ -88,9 +88,8 @@ impl AppState {
     ) -> Self {
         let limits = config.models.first().map_or_else(
             || request::ModelLimits {
-                id: config.engine.model_id.clone(),
-                max_tokens_cap: config.engine.max_tokens_cap,
                 default_max_tokens: config.engine.default_max_tokens,
+                ..request::ModelLimits::plain(&config.engine.model_id, config.engine.max_tokens_cap)
             },
             request::ModelLimits::from,
         );

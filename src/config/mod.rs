@@ -18,6 +18,7 @@ use crate::quality::refusal::RefusalDetector;
 use crate::quality::{GuardConfig, QualitySettings};
 use crate::semlog::config::SemlogConfig;
 
+mod defaults;
 mod models;
 mod settings;
 mod validate;
@@ -281,6 +282,8 @@ impl Config {
             .transpose()?;
         let cors_origins = cors_origins(server.cors_origins.unwrap_or_default())?;
         let model_tables = file.models;
+        let quality = merged("quality", &args.quality, &file.quality)?;
+        let guard = quality.degeneration_guard;
         let engine_table = engine.clone();
         let mut config = Config {
             models: Vec::new(),
@@ -325,7 +328,7 @@ impl Config {
                 replicas: engine.replicas.unwrap_or(1),
             },
             quality: QualityConfig {
-                settings: quality_settings(merged("quality", &args.quality, &file.quality)?)?,
+                settings: quality_settings(quality)?,
             },
             logging: LoggingConfig {
                 format: logging.format.unwrap_or(LogFormat::Text),
@@ -339,7 +342,7 @@ impl Config {
                 .map_err(|(setting, message)| ConfigError::invalid(setting, message))?,
         };
         config.validate()?;
-        config.models = models::resolve(model_tables, &engine_table)?;
+        config.models = models::resolve(model_tables, &engine_table, guard)?;
         Ok(config)
     }
 
@@ -389,13 +392,11 @@ impl Config {
 }
 
 fn quality_settings(table: QualityTable) -> Result<QualitySettings, ConfigError> {
-    let guard = table
-        .degeneration_guard
-        .unwrap_or(false)
-        .then(|| GuardConfig {
-            window: table.guard_window.unwrap_or(64),
-            threshold: table.guard_threshold.unwrap_or(0.6),
-        });
+    // Whether it is on is each model's (ModelConfig::degeneration_guard).
+    let guard = GuardConfig {
+        window: table.guard_window.unwrap_or(64),
+        threshold: table.guard_threshold.unwrap_or(0.6),
+    };
     let refusal = match table.refusal_phrases {
         Some(phrases) if phrases.is_empty() => {
             return Err(ConfigError::invalid(

@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::settings::EngineTable;
-use super::{ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
+use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
 
 /// A secret read from a file or the environment at start-up. Its `Debug` prints no
 /// part of it, so a config dump or an error cannot leak it.
@@ -94,6 +94,14 @@ pub struct ModelTable {
     /// `max_tokens` of a request that sets none [default: engine.default_max_tokens;
     /// for an upstream, none: its own default].
     pub default_max_tokens: Option<u32>,
+    /// `temperature` of a request that sets none [default: engine.default_temperature;
+    /// for an upstream, none: its own default].
+    pub default_temperature: Option<f64>,
+    /// `top_p` of a request that sets none [default: engine.default_top_p; for an
+    /// upstream, none].
+    pub default_top_p: Option<f64>,
+    /// Stop this model's looping answers [default: quality.degeneration_guard].
+    pub degeneration_guard: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +122,11 @@ pub struct ModelConfig {
     pub entry: Option<usize>,
     pub max_tokens_cap: u32,
     pub default_max_tokens: Option<u32>,
+    /// Sampling of a request that sets none; `None`: the engine's own (1 for both).
+    pub default_temperature: Option<f64>,
+    pub default_top_p: Option<f64>,
+    /// Whether the degeneration guard watches this model's answers.
+    pub degeneration_guard: bool,
     pub engine: ModelEngine,
 }
 
@@ -166,9 +179,11 @@ const UPSTREAM_ONLY: &[&str] = &[
 ];
 
 /// The served models: the file's `[[models]]`, or the single model `engine` describes.
+/// `guard`: `quality.degeneration_guard` where it is set.
 pub(super) fn resolve(
     tables: Vec<ModelTable>,
     engine: &EngineTable,
+    guard: Option<bool>,
 ) -> Result<Vec<ModelConfig>, ConfigError> {
     let cap = engine.max_tokens_cap.unwrap_or(2048);
     if tables.is_empty() {
@@ -186,17 +201,21 @@ pub(super) fn resolve(
                 api_key_file: engine.upstream_api_key_file.clone(),
                 tokenizer: engine.upstream_tokenizer.clone(),
                 default_max_tokens: engine.default_max_tokens,
+                default_temperature: engine.default_temperature,
+                default_top_p: engine.default_top_p,
                 ..ModelTable::default()
             },
             None => ModelTable {
                 id: Some(id),
                 engine: Some(EngineKind::Mistral),
                 default_max_tokens: engine.default_max_tokens,
+                default_temperature: engine.default_temperature,
+                default_top_p: engine.default_top_p,
                 ..ModelTable::default()
             },
         };
         // The flags' own names in errors: there is no [[models]] entry to point at.
-        return model(table, 0, engine, cap)
+        return model(table, 0, engine, cap, guard)
             .map(|m| vec![m])
             .map_err(|error| match error {
                 ConfigError::Entry { key, message, .. } => {
@@ -220,7 +239,7 @@ pub(super) fn resolve(
         .into_iter()
         .enumerate()
         .map(|(i, t)| {
-            model(t, i, engine, cap).map(|m| ModelConfig {
+            model(t, i, engine, cap, guard).map(|m| ModelConfig {
                 entry: Some(i + 1),
                 ..m
             })
@@ -246,6 +265,8 @@ fn single_setting(key: &str) -> &'static str {
         "api_key_file" => "engine.upstream_api_key_file",
         "tokenizer" => "engine.upstream_tokenizer",
         "default_max_tokens" => "engine.default_max_tokens",
+        "default_temperature" => "engine.default_temperature",
+        "default_top_p" => "engine.default_top_p",
         "max_tokens_cap" => "engine.max_tokens_cap",
         _ => "engine.model_id",
     }
@@ -256,6 +277,7 @@ fn model(
     index: usize,
     engine: &EngineTable,
     cap: u32,
+    guard: Option<bool>,
 ) -> Result<ModelConfig, ConfigError> {
     let at = |key: &str| format!("[[models]] entry {} ({key})", index + 1);
     let invalid = |key: &'static str, message: String| ConfigError::Entry {
@@ -297,10 +319,48 @@ fn model(
     if max_tokens_cap == 0 {
         return Err(invalid("max_tokens_cap", "must be at least 1".into()));
     }
+    let model_path = t
+        .model_path
+        .clone()
+        .or_else(|| engine.model_path.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH));
+    // What the model's card recommends, for a model file we know (an upstream applies
+    // its own model's generation config).
+    let known = match kind {
+        EngineKind::Mistral => defaults::for_model_file(&model_path),
+        EngineKind::Upstream => None,
+    };
     let default_max_tokens = match kind {
         EngineKind::Mistral => t.default_max_tokens.or(engine.default_max_tokens),
         EngineKind::Upstream => t.default_max_tokens,
+    }
+    .or(known.map(|k| k.max_tokens.min(max_tokens_cap)));
+    let (default_temperature, default_top_p) = match kind {
+        EngineKind::Mistral => (
+            t.default_temperature.or(engine.default_temperature),
+            t.default_top_p.or(engine.default_top_p),
+        ),
+        EngineKind::Upstream => (t.default_temperature, t.default_top_p),
     };
+    let default_temperature = default_temperature.or(known.map(|k| k.temperature));
+    let default_top_p = default_top_p.or(known.map(|k| k.top_p));
+    if default_temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+        return Err(invalid(
+            "default_temperature",
+            "must be between 0 and 2".into(),
+        ));
+    }
+    if default_top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+        return Err(invalid(
+            "default_top_p",
+            "must be greater than 0 and at most 1".into(),
+        ));
+    }
+    let degeneration_guard = t
+        .degeneration_guard
+        .or(guard)
+        .or(known.map(|k| k.degeneration_guard))
+        .unwrap_or(false);
     if default_max_tokens.is_some_and(|n| n == 0 || n > max_tokens_cap) {
         return Err(invalid(
             "default_max_tokens",
@@ -308,12 +368,7 @@ fn model(
         ));
     }
     let engine = match kind {
-        EngineKind::Mistral => ModelEngine::Mistral {
-            model_path: t
-                .model_path
-                .or_else(|| engine.model_path.clone())
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH)),
-        },
+        EngineKind::Mistral => ModelEngine::Mistral { model_path },
         EngineKind::Upstream => {
             let mut upstream = upstream(&t, &id, &invalid)?;
             upstream.default_max_tokens = default_max_tokens;
@@ -325,6 +380,9 @@ fn model(
         entry: None,
         max_tokens_cap,
         default_max_tokens,
+        default_temperature,
+        default_top_p,
+        degeneration_guard,
         engine,
     })
 }

@@ -167,6 +167,14 @@ pub struct EngineTable {
     /// prompt, at most max_tokens_cap].
     #[arg(long, env = "LLMGATE_DEFAULT_MAX_TOKENS")]
     pub default_max_tokens: Option<u32>,
+    /// temperature of a request that sets none [default: the model card's for a known
+    /// model file (docs/defaults.md), else 1 as in OpenAI's API].
+    #[arg(long, env = "LLMGATE_DEFAULT_TEMPERATURE")]
+    pub default_temperature: Option<f64>,
+    /// top_p of a request that sets none [default: the model card's for a known model
+    /// file, else 1].
+    #[arg(long, env = "LLMGATE_DEFAULT_TOP_P")]
+    pub default_top_p: Option<f64>,
     /// Run the model on CPU even in a CUDA build.
     #[arg(long, env = "LLMGATE_FORCE_CPU")]
     pub force_cpu: Option<bool>,
@@ -208,7 +216,8 @@ pub struct QualityTable {
     /// n of the seq-rep-n repetition rate [default: 4].
     #[arg(long, env = "LLMGATE_REPETITION_N")]
     pub repetition_n: Option<usize>,
-    /// Stop answers whose recent tokens loop (see --guard-window, --guard-threshold).
+    /// Stop answers whose recent tokens loop (see --guard-window, --guard-threshold)
+    /// [default: on for a known model file that needs it (docs/defaults.md), else off].
     #[arg(long, env = "LLMGATE_DEGENERATION_GUARD")]
     pub degeneration_guard: Option<bool>,
     /// Tokens in the guard's sliding window [default: 64].

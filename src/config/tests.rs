@@ -118,8 +118,9 @@ fn quality_settings_and_their_errors() {
     let toml =
         "[quality]\ndegeneration_guard = true\nguard_window = 32\nrefusal_phrases = [\"nope\"]\n";
     let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
-    let guard = config.quality.settings.guard.expect("guard on");
+    let guard = config.quality.settings.guard;
     assert_eq!((guard.window, guard.threshold), (32, 0.6));
+    assert!(config.models[0].degeneration_guard);
     assert!(config.quality.settings.refusal.is_refusal("Nope."));
 
     let bad = "[quality]\ndegeneration_guard = true\nguard_threshold = 1.5\n";
@@ -318,4 +319,92 @@ default_max_tokens = 256
     assert!(text.contains("LLMGATE_NO_SUCH_VARIABLE"), "{text}");
     let text = refused("[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://x/v1\"\nmodel_pth = \"typo\"\n");
     assert!(text.contains("model_pth"), "{text}");
+}
+
+/// (temperature, top_p, max_tokens, guard) of the first served model.
+fn sampling_defaults(
+    args: &ServeArgs,
+    toml: &str,
+) -> (Option<f64>, Option<f64>, Option<u32>, bool) {
+    let config = Config::from_toml(args, toml).expect("valid");
+    let m = &config.models[0];
+    (
+        m.default_temperature,
+        m.default_top_p,
+        m.default_max_tokens,
+        m.degeneration_guard,
+    )
+}
+
+#[test]
+fn the_default_model_gets_its_cards_sampling_and_settings_win() {
+    let none = ServeArgs::default();
+    assert_eq!(
+        sampling_defaults(&none, ""),
+        (Some(0.7), Some(0.9), Some(512), true),
+        "the default model file is a known one"
+    );
+    assert_eq!(
+        sampling_defaults(&none, "[engine]\nmax_tokens_cap = 100\n").2,
+        Some(100),
+        "the known budget never passes the cap"
+    );
+    let flags = ServeArgs {
+        engine: EngineTable {
+            default_temperature: Some(0.0),
+            default_max_tokens: Some(64),
+            ..EngineTable::default()
+        },
+        quality: QualityTable {
+            degeneration_guard: Some(false),
+            ..QualityTable::default()
+        },
+        ..ServeArgs::default()
+    };
+    assert_eq!(
+        sampling_defaults(&flags, ""),
+        (Some(0.0), Some(0.9), Some(64), false)
+    );
+    assert_eq!(
+        sampling_defaults(&none, "[engine]\nmodel_path = \"models/other.gguf\"\n"),
+        (None, None, None, false),
+        "an unknown file has the API's defaults"
+    );
+    let listed = "[quality]\ndegeneration_guard = false\n\n[[models]]\nid = \"a\"\nengine = \"mistral\"\ndefault_top_p = 0.5\ndegeneration_guard = true\n\n[[models]]\nid = \"b\"\nengine = \"upstream\"\nurl = \"http://127.0.0.1:9/v1\"\n";
+    let config = Config::from_toml(&none, listed).expect("valid");
+    let (a, b) = (&config.models[0], &config.models[1]);
+    assert_eq!(
+        (a.default_temperature, a.default_top_p),
+        (Some(0.7), Some(0.5))
+    );
+    assert!(a.degeneration_guard, "the entry wins over [quality]");
+    assert_eq!(
+        (
+            b.default_temperature,
+            b.default_max_tokens,
+            b.degeneration_guard
+        ),
+        (None, None, false),
+        "an upstream keeps its own model's defaults"
+    );
+}
+
+#[test]
+fn bad_sampling_defaults_name_the_setting() {
+    for (toml, setting) in [
+        (
+            "[engine]\ndefault_temperature = 2.5\n",
+            "--default-temperature",
+        ),
+        ("[engine]\ndefault_top_p = 0.0\n", "LLMGATE_DEFAULT_TOP_P"),
+        (
+            "[[models]]\nid = \"a\"\nengine = \"mistral\"\ndefault_top_p = 1.5\n",
+            "default_top_p",
+        ),
+    ] {
+        let text = Config::from_toml(&ServeArgs::default(), toml)
+            .expect_err(toml)
+            .to_string();
+        assert!(text.contains(setting), "{toml}: {text}");
+    }
 }

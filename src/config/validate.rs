@@ -136,22 +136,21 @@ impl Config {
                 "must be between 1 and 16",
             ));
         }
-        if let Some(guard) = q.guard {
-            if guard.window < 2 * q.repetition_n {
-                return Err(ConfigError::invalid(
-                    "quality.guard_window",
-                    format!(
-                        "must be at least twice repetition_n ({})",
-                        2 * q.repetition_n
-                    ),
-                ));
-            }
-            if !(guard.threshold > 0.0 && guard.threshold < 1.0) {
-                return Err(ConfigError::invalid(
-                    "quality.guard_threshold",
-                    "must be between 0 and 1, exclusive",
-                ));
-            }
+        let guard = q.guard;
+        if guard.window < 2 * q.repetition_n {
+            return Err(ConfigError::invalid(
+                "quality.guard_window",
+                format!(
+                    "must be at least twice repetition_n ({})",
+                    2 * q.repetition_n
+                ),
+            ));
+        }
+        if !(guard.threshold > 0.0 && guard.threshold < 1.0) {
+            return Err(ConfigError::invalid(
+                "quality.guard_threshold",
+                "must be between 0 and 1, exclusive",
+            ));
         }
         if let Err(error) = tracing_subscriber::EnvFilter::try_new(&self.logging.filter) {
             return Err(ConfigError::invalid("logging.filter", error.to_string()));

@@ -43,7 +43,8 @@ pub struct Quality {
     pub repetition_basis: RepetitionBasis,
 }
 
-/// Settings of the degeneration guard; off unless configured.
+/// Settings of the degeneration guard; whether it watches an answer is the served
+/// model's setting (`ModelConfig::degeneration_guard`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardConfig {
     /// Tokens in the sliding window.
@@ -64,7 +65,7 @@ use repetition::RepetitionTracker;
 pub struct QualitySettings {
     /// n of seq-rep-n.
     pub repetition_n: usize,
-    pub guard: Option<GuardConfig>,
+    pub guard: GuardConfig,
     pub refusal: Arc<RefusalDetector>,
     pub intents: Arc<IntentClassifier>,
     /// A token less likely than this counts as a low-confidence one.
@@ -78,7 +79,10 @@ impl Default for QualitySettings {
     fn default() -> Self {
         Self {
             repetition_n: 4,
-            guard: None,
+            guard: GuardConfig {
+                window: 64,
+                threshold: 0.6,
+            },
             refusal: Arc::new(RefusalDetector::with_defaults()),
             intents: Arc::new(IntentClassifier::with_defaults()),
             low_confidence_prob: DEFAULT_LOW_CONFIDENCE_PROB,
@@ -145,15 +149,17 @@ pub struct QualityTracker {
 }
 
 impl QualityTracker {
-    /// Starts tracking an answer to a request whose intent is classified from `prompt`.
-    pub fn new(settings: &QualitySettings, prompt: &str) -> Self {
+    /// Starts tracking an answer to a request whose intent is classified from `prompt`;
+    /// `guarded`: the degeneration guard watches it.
+    pub fn new(settings: &QualitySettings, prompt: &str, guarded: bool) -> Self {
         let mut repetition = RepetitionTracker::new(settings.repetition_n);
-        if let Some(guard) = settings.guard {
+        let guard = guarded.then_some(settings.guard);
+        if let Some(guard) = guard {
             repetition = repetition.with_window(guard.window);
         }
         Self {
             repetition,
-            guard: settings.guard,
+            guard,
             refusal: Arc::clone(&settings.refusal),
             intent: settings.intents.classify(prompt).to_owned(),
             language: language::language_of(prompt),
@@ -213,16 +219,18 @@ mod tests {
     #[test]
     fn guard_trips_on_a_loop_and_not_on_varied_text() {
         let settings = QualitySettings {
-            guard: Some(GuardConfig {
+            guard: GuardConfig {
                 window: 16,
                 threshold: 0.5,
-            }),
+            },
             ..QualitySettings::default()
         };
-        let mut varied = QualityTracker::new(&settings, "hello");
+        let mut varied = QualityTracker::new(&settings, "hello", true);
         assert!((0..64).all(|i| !varied.push("x", &[i], &[])));
+        let mut unguarded = QualityTracker::new(&settings, "hello", false);
+        assert!((0..64u32).all(|i| !unguarded.push("ab ", &[i % 3], &[])));
 
-        let mut looping = QualityTracker::new(&settings, "hello");
+        let mut looping = QualityTracker::new(&settings, "hello", true);
         let tripped_at = (0..64u32).position(|i| looping.push("ab ", &[i % 3], &[]));
         assert_eq!(
             tripped_at,
@@ -236,7 +244,11 @@ mod tests {
 
     #[test]
     fn finish_reports_refusal_and_intent() {
-        let mut t = QualityTracker::new(&QualitySettings::default(), "Write a Python function");
+        let mut t = QualityTracker::new(
+            &QualitySettings::default(),
+            "Write a Python function",
+            false,
+        );
         t.push("I'm sorry, but I can't help with that.", &[1, 2, 3], &[]);
         let q = t.finish();
         assert!(q.refusal && !q.degenerated);
@@ -252,7 +264,7 @@ mod tests {
             logprob: p.ln(),
             top: Vec::new(),
         };
-        let mut t = QualityTracker::new(&QualitySettings::default(), "hi");
+        let mut t = QualityTracker::new(&QualitySettings::default(), "hi", false);
         t.push("a", &[1], &[lp(0.9)]);
         t.push("bc", &[2, 3], &[lp(0.5), lp(0.05)]);
         t.push("", &[4], &[lp(1.0)]);

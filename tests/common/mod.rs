@@ -58,8 +58,12 @@ impl TestServer {
     }
 }
 
+/// The config of a gateway serving [`MODEL`] from the scripted engine. Its model path
+/// names no known model file, so no model card's defaults apply (docs/defaults.md):
+/// a request gets what it asks for, and the degeneration guard is off unless a test
+/// turns it on.
 pub fn test_config(toml: &str) -> Config {
-    let base = format!("[engine]\nmodel_id = \"{MODEL}\"\n");
+    let base = format!("[engine]\nmodel_id = \"{MODEL}\"\nmodel_path = \"scripted.gguf\"\n");
     let text = if toml.contains("[engine]") {
         toml.replace("[engine]", &base)
     } else {

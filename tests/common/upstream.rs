@@ -69,11 +69,7 @@ pub fn upstream_config(url: &str) -> UpstreamConfig {
 }
 
 pub fn limits(id: &str) -> ModelLimits {
-    ModelLimits {
-        id: id.to_owned(),
-        max_tokens_cap: 2048,
-        default_max_tokens: None,
-    }
+    ModelLimits::plain(id, 2048)
 }
 
 /// The gateway serving [`MODEL`] from an upstream configured as `config` says.

@@ -32,57 +32,6 @@ pub const MAX_STOP_CHARS: usize = 256;
 /// Most stop sequences per request, as in OpenAI's API.
 pub const MAX_STOPS: usize = 4;
 
-/// Limits a request is validated against.
-#[derive(Debug, Clone)]
-pub struct RequestLimits {
-    /// The served models, the default (first) one first; any other `model` is a 404.
-    pub models: Vec<ModelLimits>,
-    /// Refuse the non-OpenAI sampling extensions (`--strict-params`).
-    pub strict_params: bool,
-}
-
-/// One served model's id and completion budget.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelLimits {
-    pub id: String,
-    pub max_tokens_cap: u32,
-    /// Completion budget of a request that sets none; `None`: what the context leaves
-    /// after the prompt (at most `max_tokens_cap`).
-    pub default_max_tokens: Option<u32>,
-}
-
-impl From<&crate::config::ModelConfig> for ModelLimits {
-    fn from(model: &crate::config::ModelConfig) -> Self {
-        Self {
-            id: model.id.clone(),
-            max_tokens_cap: model.max_tokens_cap,
-            default_max_tokens: model.default_max_tokens,
-        }
-    }
-}
-
-impl RequestLimits {
-    /// The limits of one model, with the extensions allowed (tests, benchmarks).
-    pub fn single(id: &str, max_tokens_cap: u32) -> Self {
-        Self {
-            models: vec![ModelLimits {
-                id: id.to_owned(),
-                max_tokens_cap,
-                default_max_tokens: None,
-            }],
-            strict_params: false,
-        }
-    }
-
-    /// The served model `id` names; 404 `model_not_found` otherwise.
-    pub fn model(&self, id: &str) -> Result<&ModelLimits, ApiError> {
-        self.models
-            .iter()
-            .find(|m| m.id == id)
-            .ok_or_else(|| ApiError::ModelNotFound(id.to_owned()))
-    }
-}
-
 /// Parameters vLLM and llama.cpp's server take beyond OpenAI's.
 pub(super) const EXTENSIONS: &[&str] = &[
     "top_k",
@@ -434,6 +383,9 @@ pub(super) fn validate(
     if top_p == Some(0.0) {
         return Err(ApiError::invalid("top_p", "must be greater than 0"));
     }
+    // The served model's defaults fill in only what the request left out.
+    let temperature = temperature.or(limits.default_temperature);
+    let top_p = top_p.or(limits.default_top_p);
     let presence_penalty = in_range(
         "presence_penalty",
         wire.presence_penalty.map(f64::from),
@@ -603,6 +555,8 @@ fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Optio
 
 mod chat;
 mod completion;
+mod limits;
+pub use limits::{ModelLimits, RequestLimits};
 pub mod schema;
 mod tokenize;
 pub use chat::parse_chat_request;

@@ -39,6 +39,49 @@ fn minimal_request_gets_defaults() {
 }
 
 #[test]
+fn model_defaults_fill_only_what_the_request_leaves_out() {
+    let mut limits = limits();
+    limits.models[0].default_temperature = Some(0.7);
+    limits.models[0].default_top_p = Some(0.9);
+    let parse = |extra: Value| {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        parse_chat_request(body.to_string().as_bytes(), &limits, "req-1").expect("valid")
+    };
+    let sampling = |r: &ValidatedRequest| {
+        (
+            r.generation.sampling.temperature,
+            r.generation.sampling.top_p,
+        )
+    };
+    let left_out = parse(json!({}));
+    assert_eq!(sampling(&left_out), (Some(0.7), Some(0.9)));
+    let set = parse(json!({"temperature": 0, "top_p": 1}));
+    assert_eq!(
+        sampling(&set),
+        (Some(0.0), Some(1.0)),
+        "a client's value is kept"
+    );
+    let null = parse(json!({"temperature": null}));
+    assert_eq!(sampling(&null).0, Some(0.7), "null is left out");
+    assert_ne!(
+        left_out.input_hash,
+        parse_chat_request(
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                .to_string()
+                .as_bytes(),
+            &super::tests::limits(),
+            "req-2"
+        )
+        .expect("valid")
+        .input_hash,
+        "the hash is of what the model sees, defaults applied"
+    );
+}
+
+#[test]
 fn full_request_is_carried_over() {
     let request = parse(json!({
         "model": "m", "stream": true, "stream_options": {"include_usage": true},
