@@ -60,6 +60,7 @@ pub mod engine;
 pub mod error;
 pub mod fingerprint;
 pub mod lifecycle;
+pub mod page;
 pub mod quality;
 pub mod record;
 pub mod replay;

@@ -4,6 +4,7 @@
 //!   and not.
 //! - [`tokens`]: `POST /tokenize` and `POST /detokenize` (vLLM's shapes).
 //! - [`meta`]: `GET /v1/models`, `/health`, `/ready`, `/metrics`.
+//! - [`stats`]: `GET /stats`, the live view the page shows.
 //! - [`request`]: the wire request and its validation into a domain request.
 //! - [`openapi`]: `GET /openapi.json`, derived from the types above.
 //!
@@ -13,6 +14,7 @@ pub mod generation;
 pub mod meta;
 pub mod openapi;
 pub mod request;
+pub mod stats;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -75,6 +77,8 @@ pub struct AppState {
     pub send_buffer_bytes: usize,
     /// `/openapi.json`'s body, made on its first request (it depends only on `limits`).
     pub openapi: std::sync::OnceLock<bytes::Bytes>,
+    /// Serve the built-in page at `/` (`crate::page`).
+    pub page: bool,
 }
 
 impl AppState {
@@ -135,6 +139,7 @@ impl AppState {
             semlog: crate::semlog::Status::default(),
             send_buffer_bytes: config.server.send_buffer_bytes,
             openapi: std::sync::OnceLock::new(),
+            page: config.server.page,
         }
     }
 }
@@ -154,10 +159,13 @@ pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
     .service(only(GET, "/v1/models/{id}", meta::get_model))
     .service(only(GET, "/health", meta::health))
     .service(only(GET, "/ready", meta::ready))
-    .service(only(GET, "/openapi.json", openapi::openapi_json));
+    .service(only(GET, "/openapi.json", openapi::openapi_json))
+    .service(only(GET, "/stats", stats::stats));
     if metrics {
         cfg.service(only(GET, "/metrics", meta::metrics));
     }
+    // The page (HTML and its assets, not part of the API description).
+    crate::page::configure(cfg);
     cfg.default_service(web::to(not_found));
 }
 
@@ -170,7 +178,7 @@ pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
 
 /// `path` answered by `handler` for the methods `allow` lists (as the `Allow` header
 /// writes them); any other method is 405 with that header.
-fn only<F, Args>(allow: &'static str, path: &str, handler: F) -> Resource
+pub(crate) fn only<F, Args>(allow: &'static str, path: &str, handler: F) -> Resource
 where
     F: Handler<Args>,
     Args: FromRequest + 'static,
@@ -187,7 +195,7 @@ where
 }
 
 const POST: &str = "POST";
-const GET: &str = "GET, HEAD";
+pub(crate) const GET: &str = "GET, HEAD";
 
 async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::MethodNotAllowed { allow })

@@ -42,6 +42,7 @@ use crate::error::ErrorBody;
         super::meta::health,
         super::meta::ready,
         super::meta::metrics,
+        super::stats::stats,
         openapi_json,
     ),
     components(schemas(crate::stream::chunks::Chunk, ErrorBody)),

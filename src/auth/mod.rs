@@ -404,7 +404,7 @@ impl Guard {
     fn guards(&self, path: &str) -> bool {
         path == "/v1"
             || path.starts_with("/v1/")
-            || matches!(path, "/tokenize" | "/detokenize")
+            || matches!(path, "/tokenize" | "/detokenize" | "/stats")
             || (self.metrics_need_key && path == "/metrics")
     }
 }

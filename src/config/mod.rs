@@ -117,6 +117,8 @@ pub struct ServerConfig {
     /// Refuse the sampling extensions (`top_k`, `min_p`, `repetition_penalty`) as
     /// OpenAI does.
     pub strict_params: bool,
+    /// Serve the built-in page at `/` (`page`).
+    pub page: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -310,6 +312,7 @@ impl Config {
                 },
                 cors_origins,
                 strict_params: server.strict_params.unwrap_or(false),
+                page: server.page.unwrap_or(true),
             },
             engine: EngineConfig {
                 model_path: engine

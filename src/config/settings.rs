@@ -144,6 +144,9 @@ pub struct ServerTable {
     /// repetition_penalty) as unknown parameters, as OpenAI does [default: false].
     #[arg(long, env = "LLMGATE_STRICT_PARAMS")]
     pub strict_params: Option<bool>,
+    /// Serve the built-in page (playground, timeline, live view) at / [default: true].
+    #[arg(long, env = "LLMGATE_PAGE")]
+    pub page: Option<bool>,
 }
 
 /// `[engine]`

@@ -109,7 +109,13 @@ pub struct Semlog {
     shutdown: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
     status: Status,
+    /// The last [`RECENT_DOCUMENTS`] documents and their requests' API key ids, newest
+    /// last, for the live view.
+    recent: Mutex<std::collections::VecDeque<(Option<String>, serde_json::Value)>>,
 }
+
+/// Documents the live view can show.
+pub const RECENT_DOCUMENTS: usize = 20;
 
 impl std::fmt::Debug for Semlog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,6 +233,7 @@ impl Semlog {
             shutdown,
             task: Mutex::new(Some(task)),
             status,
+            recent: Mutex::default(),
         })
     }
 
@@ -261,6 +268,13 @@ impl RequestObserver for Semlog {
             &self.settings,
         );
         self.metrics.semlog_redactions(doc.redactions());
+        if let Ok(value) = serde_json::to_value(&doc) {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == RECENT_DOCUMENTS {
+                recent.pop_front();
+            }
+            recent.push_back((record.api_key_id.clone(), value));
+        }
         let encoded = match doc.encode() {
             Ok(encoded) => encoded,
             Err(error) => {
@@ -280,6 +294,11 @@ impl RequestObserver for Semlog {
                 self.metrics.semlog_dropped("spool_error");
             }
         }
+    }
+
+    fn recent_documents(&self) -> Vec<(Option<String>, serde_json::Value)> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().rev().cloned().collect()
     }
 
     fn backlog(&self) -> Backlog {

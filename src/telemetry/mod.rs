@@ -13,6 +13,7 @@
 //! the semantic-log hand-off (timed), then the trace.
 
 pub mod gpu;
+pub mod live;
 pub mod logs;
 pub mod metrics;
 pub mod names;
@@ -58,6 +59,8 @@ pub struct Telemetry {
     semlog: Arc<dyn RequestObserver>,
     /// Log lines dropped by the non-blocking writer, when the binary installed one.
     log_drops: Option<tracing_appender::non_blocking::ErrorCounter>,
+    /// The last minutes of finished requests, for the live view (`GET /stats`).
+    pub recent: live::Recent,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -82,6 +85,7 @@ impl Telemetry {
             policy,
             semlog,
             log_drops: None,
+            recent: live::Recent::default(),
         }
     }
 
@@ -134,9 +138,16 @@ impl Telemetry {
         let trace_id = exported.then(|| trace.ids.trace_id.to_string());
         self.metrics.observe(record, trace_id.as_deref());
         let handoff_start = clock.now();
+        self.recent.observe(record, handoff_start);
         self.semlog.observe(record);
         let handoff_end = clock.now();
         trace.finish(record, (handoff_start, handoff_end));
+    }
+
+    /// The last semantic-log documents (redacted as they were sent), newest first, with
+    /// the API key id of the request each is of.
+    pub fn recent_documents(&self) -> Vec<(Option<String>, serde_json::Value)> {
+        self.semlog.recent_documents()
     }
 
     /// Copies the point-in-time readings into the gauges before a scrape.

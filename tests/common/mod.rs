@@ -135,6 +135,18 @@ pub async fn start_with(
     otlp: Option<&str>,
     semlog: Option<Pacing>,
 ) -> TestServer {
+    let open = llmgate::auth::Guard::default();
+    start_with_guard(engine, config, otlp, semlog, open).await
+}
+
+/// [`start_with`], with API keys.
+pub async fn start_with_guard(
+    engine: Arc<dyn Engine>,
+    config: &Config,
+    otlp: Option<&str>,
+    semlog: Option<Pacing>,
+    guard: llmgate::auth::Guard,
+) -> TestServer {
     let observer = Arc::new(CollectingObserver::default());
     let metrics = Arc::new(Metrics::new(MODEL));
     let settings = TraceSettings::from(&config.telemetry);
@@ -164,6 +176,7 @@ pub async fn start_with(
     if let Some(semlog) = &semlog {
         state.semlog = semlog.status();
     }
+    state.guard = guard;
     let mut server = listen(state, observer, telemetry);
     server.semlog = semlog;
     server

@@ -1,87 +1,10 @@
 use std::time::UNIX_EPOCH;
 
-use opentelemetry::trace::{SpanId, TraceId};
-
 use super::*;
-use crate::engine::{FinishReason, Usage};
-use crate::quality::Quality;
-use crate::record::RequestParams;
-use crate::record::TraceIds;
 use crate::semlog::redact::Mode;
-use crate::timing::{ItlStats, Phases, Timings};
 
 fn record() -> RequestRecord {
-    RequestRecord {
-        response_id: Some("chatcmpl-req-1".into()),
-        operation: names::OPERATION_CHAT,
-        request_id: "req-1".into(),
-        api_key_id: Some("ci-bot".into()),
-        model: "smollm2".into(),
-        stream: true,
-        status: Status::Ok,
-        error_kind: None,
-        finish_reason: Some(FinishReason::Length),
-        usage: Usage {
-            prompt_tokens: 12,
-            completion_tokens: 3,
-        },
-        timings: Timings {
-            ttft_ms: Some(120.5),
-            engine_ttft_ms: Some(118.25),
-            tpot_ms: Some(21.0),
-            e2e_ms: 170.5,
-            queue_ms: Some(1.5),
-            itl_ms: Some(ItlStats {
-                p50: 21.0,
-                p95: 22.0,
-                max: 22.0,
-            }),
-            tokens_per_second: Some(17.595),
-            output_tokens: 3,
-            client_wait_ms: Some(0.25),
-            upstream_ttft_ms: None,
-        },
-        quality: Some(Quality {
-            repetition_rate: 0.0,
-            degenerated: false,
-            refusal: false,
-            intent: "general".into(),
-            language: "eng",
-            mean_logprob: Some(-0.42),
-            min_logprob: Some(-2.5),
-            low_confidence_share: Some(0.0),
-            repetition_basis: Default::default(),
-        }),
-        input_hash: Some("in".into()),
-        output_hash: Some("out".into()),
-        seed: Some(42),
-        served: Some(std::sync::Arc::new(crate::engine::ModelInfo {
-            id: "smollm2".into(),
-            context_length: 8192,
-            system_fingerprint: "fp_1".into(),
-            sha256: "0c1d".into(),
-            quant: "Q8_0".into(),
-            device: "cpu/quantized".into(),
-            accelerator: Default::default(),
-            upstream: None,
-        })),
-        params: RequestParams {
-            max_tokens: Some(3),
-            temperature: Some(0.5),
-            top_p: None,
-        },
-        trace: TraceIds {
-            trace_id: TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736_u128),
-            span_id: SpanId::from(0x00f0_67aa_0ba9_02b7_u64),
-        },
-        phases: Phases::default(),
-        itl_gaps: Vec::new(),
-        received_at: UNIX_EPOCH + Duration::from_millis(1_764_460_800_123),
-        user: Some("jane@example.com".into()),
-        prompt: Some("Mail me at jane@example.com".into()),
-        response: Some("Sure.".into()),
-        upstream: None,
-    }
+    crate::record::sample()
 }
 
 #[test]

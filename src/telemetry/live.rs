@@ -1,0 +1,213 @@
+//! The gateway's recent past, for the live view (`GET /stats`, the page's "Live" panel):
+//! TTFT and TPOT percentiles, tokens per second and errors by type over the last
+//! minutes, computed here from the request records, so that a page or a script reads a
+//! handful of numbers instead of parsing Prometheus text or keeping histograms itself.
+//!
+//! The Prometheus histograms hold the same samples since the start; this holds only the
+//! last [`WINDOW`] of them (at most [`MAX_SAMPLES`]), so its percentiles are exact and
+//! follow what the gateway does now.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::record::{RequestRecord, Status};
+
+/// How far back the percentiles and error counts look.
+pub const WINDOW: Duration = Duration::from_secs(300);
+/// How far back `tokens_per_second` looks: throughput now, not over five minutes.
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// Most samples held: under a heavy load the window is cut to the latest ones.
+pub const MAX_SAMPLES: usize = 20_000;
+
+/// One finished request, as the live view needs it.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// When it ended, on the gateway's clock.
+    at: Duration,
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    completion_tokens: u32,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Ok,
+    Error(&'static str),
+    Cancelled,
+}
+
+/// The last minutes of finished requests.
+#[derive(Debug, Default)]
+pub struct Recent {
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+/// p50 and p95 of one figure, nearest-rank, over the requests that have it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+pub struct Percentiles {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    /// Requests the figures are over.
+    pub count: usize,
+}
+
+/// What [`Recent`] says of the last minutes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct RecentFigures {
+    /// Seconds the figures look back (300).
+    pub window_secs: u64,
+    /// Requests that ended in the window, answered or not.
+    pub requests: usize,
+    pub ttft_ms: Percentiles,
+    pub tpot_ms: Percentiles,
+    /// Completion tokens of the requests that ended in the last 60 s, per second.
+    pub tokens_per_second: f64,
+    /// Failed requests in the window by the error's kind (`invalid_value`, ...),
+    /// and `cancelled` for those the client left.
+    pub errors: BTreeMap<String, usize>,
+}
+
+impl Recent {
+    /// Adds the record of a request that ended at `now`.
+    pub fn observe(&self, record: &RequestRecord, now: Duration) {
+        let outcome = match record.status {
+            Status::Ok => Outcome::Ok,
+            Status::Error => Outcome::Error(record.error_kind.unwrap_or("error")),
+            Status::Cancelled => Outcome::Cancelled,
+        };
+        let sample = Sample {
+            at: now,
+            ttft_ms: record.timings.ttft_ms,
+            tpot_ms: record.timings.tpot_ms,
+            completion_tokens: record.usage.completion_tokens,
+            outcome,
+        };
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        samples.push_back(sample);
+        while samples.len() > MAX_SAMPLES {
+            samples.pop_front();
+        }
+        forget_before(&mut samples, now.saturating_sub(WINDOW));
+    }
+
+    /// The figures as of `now`.
+    pub fn figures(&self, now: Duration) -> RecentFigures {
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        forget_before(&mut samples, now.saturating_sub(WINDOW));
+        let rate_from = now.saturating_sub(RATE_WINDOW);
+        let recent_tokens: u64 = samples
+            .iter()
+            .filter(|s| s.at >= rate_from)
+            .map(|s| u64::from(s.completion_tokens))
+            .sum();
+        // Until the gateway has run a minute, the rate is over the time it has run.
+        let rate_secs = RATE_WINDOW.min(now).as_secs_f64().max(1.0);
+        let mut errors = BTreeMap::new();
+        for sample in samples.iter() {
+            let kind = match sample.outcome {
+                Outcome::Ok => continue,
+                Outcome::Error(kind) => kind,
+                Outcome::Cancelled => "cancelled",
+            };
+            *errors.entry(kind.to_owned()).or_insert(0) += 1;
+        }
+        RecentFigures {
+            window_secs: WINDOW.as_secs(),
+            requests: samples.len(),
+            ttft_ms: percentiles(samples.iter().filter_map(|s| s.ttft_ms)),
+            tpot_ms: percentiles(samples.iter().filter_map(|s| s.tpot_ms)),
+            tokens_per_second: round(recent_tokens as f64 / rate_secs),
+            errors,
+        }
+    }
+}
+
+fn forget_before(samples: &mut VecDeque<Sample>, from: Duration) {
+    while samples.front().is_some_and(|s| s.at < from) {
+        samples.pop_front();
+    }
+}
+
+fn percentiles(values: impl Iterator<Item = f64>) -> Percentiles {
+    let mut values: Vec<f64> = values.filter(|v| v.is_finite()).collect();
+    values.sort_by(f64::total_cmp);
+    let rank = |q: f64| {
+        // Nearest rank: the smallest value with at least q of the values at or below it.
+        let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+        round(values[index])
+    };
+    if values.is_empty() {
+        return Percentiles::default();
+    }
+    Percentiles {
+        p50: Some(rank(0.5)),
+        p95: Some(rank(0.95)),
+        count: values.len(),
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: Status, ttft_ms: Option<f64>, tokens: u32) -> RequestRecord {
+        let mut r = crate::record::sample();
+        r.status = status;
+        r.error_kind = (status == Status::Error).then_some("engine_error");
+        r.timings.ttft_ms = ttft_ms;
+        r.timings.tpot_ms = ttft_ms.map(|t| t / 10.0);
+        r.usage.completion_tokens = tokens;
+        r
+    }
+
+    #[test]
+    fn percentiles_rates_and_errors_over_the_window() {
+        let recent = Recent::default();
+        let at = |s: u64| Duration::from_secs(s);
+        for i in 1..=20 {
+            recent.observe(&record(Status::Ok, Some(f64::from(i) * 10.0), 6), at(100));
+        }
+        recent.observe(&record(Status::Error, None, 0), at(110));
+        recent.observe(&record(Status::Cancelled, Some(5.0), 3), at(110));
+        let now = recent.figures(at(120));
+        assert_eq!(now.requests, 22);
+        assert_eq!(now.ttft_ms.count, 21);
+        assert_eq!(
+            (now.ttft_ms.p50, now.ttft_ms.p95),
+            (Some(100.0), Some(190.0))
+        );
+        assert_eq!(now.tpot_ms.p50, Some(10.0));
+        assert_eq!(now.tokens_per_second, 2.05, "123 tokens in the last 60 s");
+        assert_eq!(now.errors.get("engine_error"), Some(&1));
+        assert_eq!(now.errors.get("cancelled"), Some(&1));
+
+        let later = recent.figures(at(110) + WINDOW + at(1));
+        assert_eq!(
+            later,
+            RecentFigures {
+                window_secs: 300,
+                ..RecentFigures::default()
+            },
+            "the window has moved past them"
+        );
+    }
+
+    #[test]
+    fn a_young_gateway_rates_over_the_time_it_has_run() {
+        let recent = Recent::default();
+        recent.observe(&record(Status::Ok, Some(1.0), 20), Duration::from_secs(2));
+        assert_eq!(
+            recent.figures(Duration::from_secs(4)).tokens_per_second,
+            5.0
+        );
+    }
+}
