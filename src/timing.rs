@@ -6,7 +6,7 @@
 //! client that reads slowly cannot move them) and those of the transport (a frame was
 //! handed to it). When the request ends, [`RequestTimer::finish`] turns the stamps into
 //! [`Timings`], which travel in the final chunk, the request log line, the metrics and
-//! the semantic log. Definitions, as in the README:
+//! the semantic log. Definitions, as in docs/timings.md:
 //!
 //! - TTFT: `t_recv` -> the first frame carrying non-empty content is handed to the
 //!   transport (what the client sees).

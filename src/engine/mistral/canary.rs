@@ -2,7 +2,7 @@
 //! same token count are answered one at a time, then both at once on one model instance.
 //! mistral.rs's scheduler batches sequences of equal length, so the pair is prefilled
 //! and decoded together; any difference is a batching defect like mistral.rs 0.8.1's on
-//! CPU (README, "Known engine defect"), where the first row drifts into the last row's
+//! CPU (docs/engine.md, "Known engine defect: batching on CPU"), where the first row drifts into the last row's
 //! answer after one token.
 //!
 //! The gateway runs it at start-up on CUDA before it batches there (a few hundred

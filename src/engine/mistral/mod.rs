@@ -52,8 +52,8 @@ pub struct MistralSettings {
     /// The id clients use in `model`.
     pub model_id: String,
     /// Sequences one model instance batches together at most. Keep it at 1 on CPU:
-    /// mistral.rs 0.8.1 garbles sequences that share a decode step there (see the
-    /// README, "Known engine defect").
+    /// mistral.rs 0.8.1 garbles sequences that share a decode step there (see
+    /// docs/engine.md, "Known engine defect: batching on CPU").
     pub max_batch_size: usize,
     /// Before serving, run the [`canary`] and fall back to one sequence per instance if
     /// batched answers differ from single ones.

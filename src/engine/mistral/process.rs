@@ -4,7 +4,7 @@
 //! before any thread starts, so a stray variable in the user's shell cannot change what
 //! is served (each override is reported).
 //!
-//! Why each lever matters is measured in the README ("Engine settings on CPU").
+//! Why each lever matters is measured in docs/engine.md ("Engine settings on CPU").
 
 use crate::config::{EngineConfig, Weights};
 
