@@ -274,7 +274,12 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
     assert_eq!(refused.status(), 429);
     let retry_after: u64 = header(&refused, "retry-after").parse().expect("seconds");
     assert!((1..=10).contains(&retry_after), "{retry_after}");
-    assert_eq!(header(&refused, "x-ratelimit-remaining-tokens"), "0");
+    // Refused because what is left is less than the request costs (500); a token or two
+    // may have come back since the last request on a slow machine.
+    let remaining: u32 = header(&refused, "x-ratelimit-remaining-tokens")
+        .parse()
+        .expect("tokens");
+    assert!(remaining < 500, "{remaining}");
     let body: Value = refused.json().await.expect("json");
     assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
     assert_eq!(body["error"]["type"], "tokens", "{body}");
