@@ -153,10 +153,15 @@ pub trait RequestObserver: Send + Sync + 'static {
         Backlog::default()
     }
 
-    /// The last documents it wrote, newest first, each with the API key id of its
-    /// request: what the live view shows of the last requests (the semantic log's
-    /// redacted documents; nothing from an observer that writes none).
-    fn recent_documents(&self) -> Vec<(Option<String>, serde_json::Value)> {
+    /// The last documents it wrote, newest first, at most `most` of them, of requests
+    /// whose API key id `keep` accepts: what the live view shows of the last requests
+    /// (the semantic log's redacted documents; nothing from an observer that writes
+    /// none).
+    fn recent_documents(
+        &self,
+        _keep: &dyn Fn(Option<&str>) -> bool,
+        _most: usize,
+    ) -> Vec<serde_json::Value> {
         Vec::new()
     }
 }
@@ -226,10 +231,14 @@ impl RequestObserver for FanOut {
     }
 
     /// Those of the first observer that keeps any (the semantic log).
-    fn recent_documents(&self) -> Vec<(Option<String>, serde_json::Value)> {
+    fn recent_documents(
+        &self,
+        keep: &dyn Fn(Option<&str>) -> bool,
+        most: usize,
+    ) -> Vec<serde_json::Value> {
         self.0
             .iter()
-            .map(|o| o.recent_documents())
+            .map(|o| o.recent_documents(keep, most))
             .find(|documents| !documents.is_empty())
             .unwrap_or_default()
     }

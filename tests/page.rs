@@ -170,23 +170,43 @@ async fn stats_count_requests_and_list_their_redacted_records() {
     assert!(stats["tpot_ms"]["p50"].as_f64().is_some());
     assert!(stats["tokens_per_second"].as_f64().expect("rate") > 0.0);
     assert_eq!(stats["errors"], json!({"invalid_value": 1}), "{stats}");
+    // Without keys anyone may read /stats: the records carry figures, never text.
     let records = stats["records"].as_array().expect("records");
+    assert_eq!(records[0]["error"]["type"], "invalid_value", "newest first");
+    assert_eq!(records[2]["gen_ai"]["usage"]["output_tokens"], 4);
     assert_eq!(
-        records[2]["llm"]["prompt_excerpt"], "Mail <EMAIL> the capital of France",
-        "oldest last"
+        records[2]["gen_ai"]["response"]["finish_reasons"],
+        json!(["stop"])
     );
-    assert_eq!(records[1]["llm"]["prompt_excerpt"], "And of Italy?");
-    assert!(!stats.to_string().contains("jane@example.com"));
+    assert!(records[2]["llm"]["ttft_ms"].as_f64().is_some());
+    let text = stats.to_string();
+    assert!(
+        !text.contains("France") && !text.contains("Italy") && !text.contains("Paris"),
+        "{text}"
+    );
+    assert!(
+        records[2].get("trace").is_none() && records[2]["llm"].get("build").is_none(),
+        "only what the view shows"
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = semlog_config(dir.path(), "stats_only = true\n");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
-    ask(&server, "The secret plan is in the attic", None).await;
-    let stats = stats_with(&server, 1, None).await;
+    let file = dir.path().join("keys");
+    let alice = add_key(&file, "alice").expect("add");
+    let guard = Guard {
+        keys: Some(Arc::new(
+            Keys::load(&file, Limits::default()).expect("keys"),
+        )),
+        metrics_need_key: false,
+    };
+    let config = semlog_config(&dir.path().join("data"), "stats_only = true\n");
+    let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
+    ask(&server, "The secret plan is in the attic", Some(&alice)).await;
+    // Even to the key that sent it.
+    let stats = stats_with(&server, 1, Some(&alice)).await;
     let record = &stats["records"][0]["llm"];
     assert!(
         record.get("prompt_excerpt").is_none() && record.get("response_excerpt").is_none(),
@@ -222,12 +242,17 @@ async fn with_keys_each_key_sees_its_own_records_only() {
         "the page loads without a key"
     );
 
-    ask(&server, "alice asks", Some(&alice)).await;
+    // The router decodes the path; the key check sees it as the router does.
+    for path in ["/%73tats", "/%761/models"] {
+        assert_eq!(get(&server, path, None).await.status(), 401, "{path}");
+    }
+
+    ask(&server, "alice asks jane@example.com", Some(&alice)).await;
     let seen_by_alice = stats_with(&server, 1, Some(&alice)).await;
-    assert_eq!(
-        seen_by_alice["records"][0]["llm"]["prompt_excerpt"],
-        "alice asks"
-    );
+    let own = &seen_by_alice["records"][0]["llm"];
+    assert_eq!(own["prompt_excerpt"], "alice asks <EMAIL>");
+    assert_eq!(own["response_excerpt"], "Paris it is.");
+    assert!(!seen_by_alice.to_string().contains("jane@example.com"));
     let seen_by_bob: Value = get(&server, "/stats", Some(&bob))
         .await
         .json()

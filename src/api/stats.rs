@@ -1,12 +1,16 @@
 //! `GET /stats`: the live view of the gateway, for the built-in page and for a person
 //! with curl. Requests running and waiting now, the last five minutes' TTFT and TPOT
-//! percentiles, tokens per second and errors by type (`telemetry::live`), and the last
-//! requests' semantic-log documents exactly as they were sent: redacted, with no excerpt
-//! at all under `semlog.stats_only`. With API keys on, a key sees the documents of its
-//! own requests only; the figures are the gateway's.
+//! percentiles, tokens per second and errors by kind (`telemetry::live`), and the last
+//! requests, from their semantic-log documents.
+//!
+//! The records show only what the page needs: outcome, tokens, TTFT, TPOT, finish
+//! reason. Text, the redacted prompt and response excerpts, only to the API key whose
+//! request it was: without keys anyone who reaches the port may read `/stats`, so no
+//! excerpt is shown at all, and under `semlog.stats_only` there is none to show.
 
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use serde::Serialize;
+use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::AppState;
@@ -27,10 +31,45 @@ pub struct Stats {
     pub waiting: usize,
     #[serde(flatten)]
     pub recent: RecentFigures,
-    /// The last requests' semantic-log documents, newest first (at most 20): redacted
-    /// excerpts, or none under `stats_only`; the caller's own only when keys are on.
+    /// The last requests, newest first (at most 20), in the semantic log's field names:
+    /// with keys on the caller's own, with their redacted excerpts; without keys
+    /// everyone's, without text.
     #[schema(value_type = Vec<Object>)]
-    pub records: Vec<serde_json::Value>,
+    pub records: Vec<Value>,
+}
+
+/// Records listed.
+pub const RECORDS: usize = 20;
+
+/// The fields of a semantic-log document the live view shows (see the module's docs).
+fn projected(doc: &Value, with_text: bool) -> Value {
+    let llm = &doc["llm"];
+    let gen_ai = &doc["gen_ai"];
+    let mut record = json!({
+        "@timestamp": doc["@timestamp"],
+        "gen_ai": {
+            "request": {"model": gen_ai["request"]["model"]},
+            "response": {"finish_reasons": gen_ai["response"]["finish_reasons"]},
+            "usage": gen_ai["usage"],
+        },
+        "llm": {
+            "status": llm["status"],
+            "ttft_ms": llm["ttft_ms"],
+            "tpot_ms": llm["tpot_ms"],
+            "e2e_ms": llm["e2e_ms"],
+        },
+    });
+    if let Some(kind) = doc["error"]["type"].as_str() {
+        record["error"] = json!({ "type": kind });
+    }
+    if with_text {
+        for field in ["prompt_excerpt", "response_excerpt"] {
+            if let Some(text) = llm.get(field) {
+                record["llm"][field] = text.clone();
+            }
+        }
+    }
+    record
 }
 
 #[utoipa::path(
@@ -46,14 +85,14 @@ pub struct Stats {
 )]
 pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     let now = state.clock.now();
-    let caller = req.extensions().get::<Caller>().map(|c| c.key_id.clone());
     let keys_on = state.guard.keys.is_some();
+    let caller = req.extensions().get::<Caller>().map(|c| c.key_id.clone());
+    let own = |key_id: Option<&str>| !keys_on || (caller.is_some() && key_id == caller.as_deref());
     let records = state
         .telemetry
-        .recent_documents()
-        .into_iter()
-        .filter(|(key_id, _)| !keys_on || key_id.is_some() && *key_id == caller)
-        .map(|(_, document)| document)
+        .recent_documents(&own, RECORDS)
+        .iter()
+        .map(|doc| projected(doc, keys_on))
         .collect();
     let load = state.models.load();
     HttpResponse::Ok()

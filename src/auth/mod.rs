@@ -427,7 +427,9 @@ pub async fn authenticate(
     let keys = req
         .app_data::<web::Data<crate::AppState>>()
         .map(|state| &state.guard)
-        .filter(|guard| guard.guards(req.path()))
+        // The path as the router matches it (percent-decoded): `/%761/models` is
+        // routed to `/v1/models` and must be guarded as it is.
+        .filter(|guard| guard.guards(req.match_info().as_str()))
         .and_then(|guard| guard.keys.clone());
     let Some(keys) = keys else {
         return next

@@ -110,12 +110,13 @@ pub struct Semlog {
     task: Mutex<Option<JoinHandle<()>>>,
     status: Status,
     /// The last [`RECENT_DOCUMENTS`] documents and their requests' API key ids, newest
-    /// last, for the live view.
-    recent: Mutex<std::collections::VecDeque<(Option<String>, serde_json::Value)>>,
+    /// last, for the live view (serialised only when it asks).
+    recent: Mutex<std::collections::VecDeque<(Option<String>, Arc<RedactedLog>)>>,
 }
 
-/// Documents the live view can show.
-pub const RECENT_DOCUMENTS: usize = 20;
+/// Documents held for the live view: enough that one key's last 20 are still there
+/// when other keys have sent many more.
+pub const RECENT_DOCUMENTS: usize = 500;
 
 impl std::fmt::Debug for Semlog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -268,13 +269,6 @@ impl RequestObserver for Semlog {
             &self.settings,
         );
         self.metrics.semlog_redactions(doc.redactions());
-        if let Ok(value) = serde_json::to_value(&doc) {
-            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            if recent.len() == RECENT_DOCUMENTS {
-                recent.pop_front();
-            }
-            recent.push_back((record.api_key_id.clone(), value));
-        }
         let encoded = match doc.encode() {
             Ok(encoded) => encoded,
             Err(error) => {
@@ -283,6 +277,13 @@ impl RequestObserver for Semlog {
                 return;
             }
         };
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == RECENT_DOCUMENTS {
+                recent.pop_front();
+            }
+            recent.push_back((record.api_key_id.clone(), Arc::new(doc)));
+        }
         match self.spool.append(&encoded) {
             Ok(()) => {
                 self.metrics.semlog_count(SemlogEvent::Queued, 1);
@@ -296,9 +297,25 @@ impl RequestObserver for Semlog {
         }
     }
 
-    fn recent_documents(&self) -> Vec<(Option<String>, serde_json::Value)> {
-        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        recent.iter().rev().cloned().collect()
+    fn recent_documents(
+        &self,
+        keep: &dyn Fn(Option<&str>) -> bool,
+        most: usize,
+    ) -> Vec<serde_json::Value> {
+        let chosen: Vec<Arc<RedactedLog>> = {
+            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            recent
+                .iter()
+                .rev()
+                .filter(|(key_id, _)| keep(key_id.as_deref()))
+                .take(most)
+                .map(|(_, doc)| Arc::clone(doc))
+                .collect()
+        };
+        chosen
+            .iter()
+            .filter_map(|doc| serde_json::to_value(doc.as_ref()).ok())
+            .collect()
     }
 
     fn backlog(&self) -> Backlog {

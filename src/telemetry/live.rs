@@ -37,8 +37,9 @@ struct Sample {
 #[derive(Debug, Clone, Copy)]
 enum Outcome {
     Ok,
-    Error(&'static str),
-    Cancelled,
+    /// Failed, or cancelled (`cancelled`, or the gateway's reason: `client_stalled`):
+    /// the error kind it is counted under.
+    Failed(&'static str),
 }
 
 /// The last minutes of finished requests.
@@ -68,7 +69,8 @@ pub struct RecentFigures {
     /// Completion tokens of the requests that ended in the last 60 s, per second.
     pub tokens_per_second: f64,
     /// Failed requests in the window by the error's kind (`invalid_value`, ...),
-    /// and `cancelled` for those the client left.
+    /// `cancelled` for those the client left and `client_stalled` for those the gateway
+    /// cut.
     pub errors: BTreeMap<String, usize>,
 }
 
@@ -77,8 +79,8 @@ impl Recent {
     pub fn observe(&self, record: &RequestRecord, now: Duration) {
         let outcome = match record.status {
             Status::Ok => Outcome::Ok,
-            Status::Error => Outcome::Error(record.error_kind.unwrap_or("error")),
-            Status::Cancelled => Outcome::Cancelled,
+            Status::Error => Outcome::Failed(record.error_kind.unwrap_or("error")),
+            Status::Cancelled => Outcome::Failed(record.error_kind.unwrap_or("cancelled")),
         };
         let sample = Sample {
             at: now,
@@ -97,8 +99,12 @@ impl Recent {
 
     /// The figures as of `now`.
     pub fn figures(&self, now: Duration) -> RecentFigures {
-        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
-        forget_before(&mut samples, now.saturating_sub(WINDOW));
+        // Copied out, so that requests ending now do not wait for the sorting below.
+        let samples: Vec<Sample> = {
+            let mut held = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+            forget_before(&mut held, now.saturating_sub(WINDOW));
+            held.iter().copied().collect()
+        };
         let rate_from = now.saturating_sub(RATE_WINDOW);
         let recent_tokens: u64 = samples
             .iter()
@@ -109,10 +115,8 @@ impl Recent {
         let rate_secs = RATE_WINDOW.min(now).as_secs_f64().max(1.0);
         let mut errors = BTreeMap::new();
         for sample in samples.iter() {
-            let kind = match sample.outcome {
-                Outcome::Ok => continue,
-                Outcome::Error(kind) => kind,
-                Outcome::Cancelled => "cancelled",
+            let Outcome::Failed(kind) = sample.outcome else {
+                continue;
             };
             *errors.entry(kind.to_owned()).or_insert(0) += 1;
         }

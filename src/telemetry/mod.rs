@@ -137,17 +137,21 @@ impl Telemetry {
                 .0;
         let trace_id = exported.then(|| trace.ids.trace_id.to_string());
         self.metrics.observe(record, trace_id.as_deref());
+        self.recent.observe(record, clock.now());
         let handoff_start = clock.now();
-        self.recent.observe(record, handoff_start);
         self.semlog.observe(record);
         let handoff_end = clock.now();
         trace.finish(record, (handoff_start, handoff_end));
     }
 
-    /// The last semantic-log documents (redacted as they were sent), newest first, with
-    /// the API key id of the request each is of.
-    pub fn recent_documents(&self) -> Vec<(Option<String>, serde_json::Value)> {
-        self.semlog.recent_documents()
+    /// The last semantic-log documents (redacted as they were sent), newest first, at
+    /// most `most`, of requests whose API key id `keep` accepts.
+    pub fn recent_documents(
+        &self,
+        keep: &dyn Fn(Option<&str>) -> bool,
+        most: usize,
+    ) -> Vec<serde_json::Value> {
+        self.semlog.recent_documents(keep, most)
     }
 
     /// Copies the point-in-time readings into the gauges before a scrape.
