@@ -573,6 +573,29 @@ async fn quality_signals_are_reported_and_recorded() {
 }
 
 #[tokio::test]
+async fn the_guard_leaves_a_request_for_a_length_alone() {
+    let engine = Arc::new(scripted(hello()).with_script("loop", looping(400)));
+    let config = test_config(
+        "[quality]\ndegeneration_guard = true\nguard_window = 16\nguard_threshold = 0.5\n",
+    );
+    let server = start(engine, &config).await;
+    for extra in [
+        json!({"ignore_eos": true, "max_tokens": 40}),
+        json!({"min_tokens": 30, "max_tokens": 40}),
+    ] {
+        let body: Value = post(&server, &chat_body("loop", extra.clone()))
+            .await
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(body["timings"]["degenerated"], false, "{extra}: {body}");
+        assert_eq!(body["usage"]["completion_tokens"], 40, "{extra}: {body}");
+        assert_eq!(body["choices"][0]["finish_reason"], "length", "{extra}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn degeneration_guard_stops_a_loop_early() {
     let engine = Arc::new(scripted(hello()).with_script("loop", looping(400)));
     let config = test_config(

@@ -340,9 +340,14 @@ async fn handle(
         .get(&parsed.model)
         .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?;
     let engine = &served.engine;
-    // A request with `ignore_eos` asks for a fixed length (benchmark clients): the guard
-    // does not cut it short.
-    let guarded = served.limits.degeneration_guard && !parsed.generation.sampling.ignore_eos;
+    // The guard does not cut a request that asks for a length (`ignore_eos`, as
+    // benchmark clients send, or `min_tokens`), nor JSON, whose similar array items
+    // repeat by nature: cut, it would be invalid yet end as `stop`.
+    let sampling = &parsed.generation.sampling;
+    let guarded = served.limits.degeneration_guard
+        && !sampling.ignore_eos
+        && sampling.min_tokens == 0
+        && parsed.generation.response_format == crate::engine::ResponseFormat::Text;
     let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
         limit: state.admission.limit(),
         retry_after: std::time::Duration::from_secs(1),

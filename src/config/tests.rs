@@ -116,7 +116,7 @@ fn telemetry_and_semlog_settings_and_their_errors() {
 #[test]
 fn quality_settings_and_their_errors() {
     let toml =
-        "[quality]\ndegeneration_guard = true\nguard_window = 32\nrefusal_phrases = [\"nope\"]\n";
+        "[engine]\nmodel_path = \"models/other.gguf\"\n[quality]\ndegeneration_guard = true\nguard_window = 32\nrefusal_phrases = [\"nope\"]\n";
     let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
     let guard = config.quality.settings.guard;
     assert_eq!((guard.window, guard.threshold), (32, 0.6));
