@@ -65,7 +65,7 @@ $("key-form").addEventListener("submit", (event) => {
 $("key-forget").addEventListener("click", () => {
   state.key = "";
   sessionStorage.removeItem(KEY_STORE);
-  needKey("");
+  start(); // asks again if the gateway needs a key
 });
 
 // ---- models ------------------------------------------------------------------------
@@ -132,18 +132,23 @@ async function* events(response) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    let end;
-    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
-      const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
-      if (data === "[DONE]") return;
-      if (data) yield JSON.parse(data);
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the stream ended before [DONE]");
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.search(/(\r\n|\r|\n){2}/)) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end).replace(/^(\r\n|\r|\n){2}/, "");
+        // Comments (":" keep-alives) carry no data line and are skipped.
+        const data = block.split(/\r\n|\r|\n/).filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
+        if (data === "[DONE]") return;
+        if (data) yield JSON.parse(data);
+      }
     }
+  } finally {
+    reader.cancel().catch(() => {});
   }
 }
 
@@ -235,7 +240,10 @@ function showPiece({ text, logprob }, at) {
 $("ask").addEventListener("submit", send);
 $("stop").addEventListener("click", () => state.abort && state.abort.abort());
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) send(event);
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    if (event.target.closest("#key-form") || !$("ask").reportValidity()) return;
+    send(event);
+  }
   if (event.key === "Escape" && state.abort) state.abort.abort();
 });
 
@@ -319,7 +327,9 @@ function showFigures(run) {
   const gaps = run.chunks.slice(1).map((at, i) => at - run.chunks[i]);
   const first = run.chunks[0];
   const last = run.chunks[run.chunks.length - 1];
-  const browserTpot = tokens.length > 1 ? (last - first) / (tokens.length - 1) : null;
+  // Without log-probabilities a chunk may carry several tokens: count them by usage.
+  const n = run.usage ? run.usage.completion_tokens : tokens.length;
+  const browserTpot = n > 1 && run.chunks.length > 1 ? (last - first) / (n - 1) : null;
   const itl = t.itl_ms || {};
   const rows = [
     ["TTFT", t.ttft_ms, first],
@@ -330,8 +340,8 @@ function showFigures(run) {
     ["end to end", t.e2e_ms, run.end],
     ["queue", t.queue_ms, null],
     // As the server defines it: output tokens over the whole request.
-    ["tokens/s", t.tokens_per_second, tokens.length && run.end ? (1000 * tokens.length) / run.end : null],
-    ["output tokens", t.output_tokens, tokens.length],
+    ["tokens/s", t.tokens_per_second, n && run.end ? (1000 * n) / run.end : null],
+    ["output tokens", t.output_tokens, n],
   ];
   for (const [name, server, browser] of rows) {
     const tr = document.createElement("tr");
@@ -427,7 +437,7 @@ async function refreshLive() {
       ms(llm.ttft_ms),
       llm.tpot_ms === undefined ? "–" : llm.tpot_ms.toFixed(1),
       ((gen.response || {}).finish_reasons || []).join(", "),
-      llm.prompt_excerpt === undefined ? "(not kept)" : String(llm.prompt_excerpt),
+      llm.prompt_excerpt === undefined ? "–" : String(llm.prompt_excerpt),
     ];
     for (const value of values) {
       const td = document.createElement("td");
