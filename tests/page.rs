@@ -58,6 +58,14 @@ async fn stats_with(server: &TestServer, records: usize, key: Option<&str>) -> V
     panic!("/stats never listed {records} records");
 }
 
+/// API keys from `file`, `/metrics` left open.
+fn guard(file: &std::path::Path) -> Guard {
+    Guard {
+        keys: Some(Arc::new(Keys::load(file, Limits::default()).expect("keys"))),
+        metrics_need_key: false,
+    }
+}
+
 fn semlog_config(dir: &std::path::Path, extra: &str) -> llmgate::config::Config {
     test_config(&format!(
         "[semlog]\ndata_dir = \"{}\"\nbatch_age_ms = 50\n{extra}",
@@ -196,12 +204,7 @@ async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
-    let guard = Guard {
-        keys: Some(Arc::new(
-            Keys::load(&file, Limits::default()).expect("keys"),
-        )),
-        metrics_need_key: false,
-    };
+    let guard = guard(&file);
     let config = semlog_config(&dir.path().join("data"), "stats_only = true\n");
     let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
     ask(&server, "The secret plan is in the attic", Some(&alice)).await;
@@ -223,12 +226,7 @@ async fn with_keys_each_key_sees_its_own_records_only() {
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
-    let guard = Guard {
-        keys: Some(Arc::new(
-            Keys::load(&file, Limits::default()).expect("keys"),
-        )),
-        metrics_need_key: false,
-    };
+    let guard = guard(&file);
     let config = semlog_config(&dir.path().join("data"), "");
     let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
     assert_eq!(get(&server, "/stats", None).await.status(), 401);
