@@ -15,8 +15,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llmgate::auth::limits::{Budget, Limits};
+use llmgate::auth::limits::{Budget, LimitClock, Limits};
 use llmgate::auth::{add_key, Guard, KeyTable, Keys};
+use llmgate::clock::MonotonicClock;
 
 fn median(mut times: Vec<Duration>) -> f64 {
     times.sort_unstable();
@@ -48,10 +49,13 @@ fn verify_cost(keys: usize, calls: usize) {
 
 fn charge_cost(calls: usize) {
     // Limits no bench run reaches, so every charge passes (the common case).
-    let budget = Budget::new(Limits {
-        requests_per_minute: std::num::NonZeroU32::new(u32::MAX),
-        tokens_per_minute: std::num::NonZeroU32::new(u32::MAX),
-    });
+    let budget = Budget::with_clock(
+        Limits {
+            requests_per_minute: std::num::NonZeroU32::new(u32::MAX),
+            tokens_per_minute: std::num::NonZeroU32::new(u32::MAX),
+        },
+        LimitClock(Arc::new(MonotonicClock::new())),
+    );
     let times: Vec<Duration> = (0..calls)
         .map(|_| {
             let t = Instant::now();
@@ -79,7 +83,7 @@ async fn per_request(requests: usize) {
     let open = common::start(engine(), &config).await;
     let guard = Guard {
         keys: Some(Arc::new(
-            Keys::load(&file, Limits::default()).expect("keys"),
+            Keys::load(&file, Limits::default(), Arc::new(MonotonicClock::new())).expect("keys"),
         )),
         metrics_need_key: false,
     };

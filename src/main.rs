@@ -9,7 +9,7 @@ use std::sync::Arc;
 use actix_web::web;
 use clap::{Parser, Subcommand};
 use llmgate::api::request::ModelLimits;
-use llmgate::clock::MonotonicClock;
+use llmgate::clock::{MonotonicClock, SharedClock};
 use llmgate::config::{Config, ModelEngine, ServeArgs};
 use llmgate::engine::mistral::{process, MistralEngine, MistralSettings};
 use llmgate::engine::served::{ServedModel, ServedModels};
@@ -375,7 +375,7 @@ const SEMLOG_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Reads the API keys and watches their file; without one, says loudly that the gateway
 /// is open.
-fn guard(config: &Config) -> anyhow::Result<llmgate::auth::Guard> {
+fn guard(config: &Config, clock: SharedClock) -> anyhow::Result<llmgate::auth::Guard> {
     let Some(path) = &config.server.api_keys_file else {
         tracing::warn!(
             address = %config.server.listen,
@@ -384,7 +384,7 @@ fn guard(config: &Config) -> anyhow::Result<llmgate::auth::Guard> {
         return Ok(llmgate::auth::Guard::default());
     };
     let keys = Arc::new(
-        llmgate::auth::Keys::load(path, config.server.rate_limits)
+        llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
             .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?,
     );
     if keys.current().is_empty() {
@@ -480,7 +480,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         Arc::new(MonotonicClock::new()),
         Arc::clone(&telemetry),
     );
-    state.guard = guard(&config)?;
+    state.guard = guard(&config, Arc::clone(&state.clock))?;
     state.semlog = semlog.status();
     for model in &config.models {
         match &model.engine {

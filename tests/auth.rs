@@ -12,6 +12,7 @@ use common::logs::captured_logs;
 use common::*;
 use llmgate::auth::limits::Limits;
 use llmgate::auth::{add_key, watch, Guard, Keys};
+use llmgate::clock::{ManualClock, SharedClock};
 use llmgate::engine::scripted::Script;
 use serde_json::{json, Value};
 
@@ -19,9 +20,15 @@ fn hello() -> Script {
     Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
 }
 
-/// Keys from `file`, re-read every 50 ms.
+/// Keys from `file`, re-read every 50 ms; their limits refill by a clock that stands
+/// still.
 fn guard(file: &Path, metrics_need_key: bool) -> Guard {
-    let keys = Arc::new(Keys::load(file, Limits::default()).expect("keys"));
+    guard_on(file, metrics_need_key, Arc::new(ManualClock::new()))
+}
+
+/// Keys from `file` whose limits refill by `clock`.
+fn guard_on(file: &Path, metrics_need_key: bool, clock: SharedClock) -> Guard {
+    let keys = Arc::new(Keys::load(file, Limits::default(), clock).expect("keys"));
     tokio::spawn(watch(Arc::clone(&keys), Duration::from_millis(50)));
     Guard {
         keys: Some(keys),
@@ -221,14 +228,15 @@ async fn without_keys_the_gateway_is_open_but_still_wants_json() {
 }
 
 /// A guard whose keys file gives `alice` her own limits and `bob` none.
-fn limited(dir: &Path, alice_limits: &str) -> (Guard, String, String) {
+/// Alice's key with `alice_limits`, Bob's without; the limits refill by `clock`.
+fn limited(dir: &Path, alice_limits: &str, clock: SharedClock) -> (Guard, String, String) {
     let file = dir.join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
     let text = std::fs::read_to_string(&file).expect("read");
     let text = text.replacen('\n', &format!(" {alice_limits}\n"), 1);
     std::fs::write(&file, text).expect("write");
-    (guard(&file, false), alice, bob)
+    (guard_on(&file, false, clock), alice, bob)
 }
 
 async fn chat_with(server: &TestServer, key: &str, max_tokens: u32) -> reqwest::Response {
@@ -253,8 +261,11 @@ fn header(response: &reqwest::Response, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_key_limits_refuse_with_openais_429_and_recover() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // 3,000 tokens a minute (50 a second); each request below costs 1 + 499.
-    let (guard, alice, bob) = limited(dir.path(), "rpm=100 tpm=3000");
+    // 3,000 tokens a minute (50 a second); each request below costs 1 + 499. The limits
+    // refill only when the test moves their clock, so every figure below is exact however
+    // slow the machine is.
+    let clock = Arc::new(ManualClock::new());
+    let (guard, alice, bob) = limited(dir.path(), "rpm=100 tpm=3000", clock.clone());
     let engine = llmgate::engine::scripted::ScriptedEngine::new(model_info(4096), hello());
     let config = test_config("[engine]\nmax_tokens_cap = 4000\n");
     let server = start_guarded(Arc::new(engine), &config, guard).await;
@@ -272,14 +283,10 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
     }
     let refused = chat_with(&server, &alice, 499).await;
     assert_eq!(refused.status(), 429);
-    let retry_after: u64 = header(&refused, "retry-after").parse().expect("seconds");
-    assert!((1..=10).contains(&retry_after), "{retry_after}");
-    // Refused because what is left is less than the request costs (500); a token or two
-    // may have come back since the last request on a slow machine.
-    let remaining: u32 = header(&refused, "x-ratelimit-remaining-tokens")
-        .parse()
-        .expect("tokens");
-    assert!(remaining < 500, "{remaining}");
+    // Nothing is left, and 500 tokens take 10 s to come back at 50 a second.
+    assert_eq!(header(&refused, "retry-after"), "10");
+    assert_eq!(header(&refused, "x-ratelimit-remaining-tokens"), "0");
+    assert_eq!(header(&refused, "x-ratelimit-reset-tokens"), "1m0s");
     let body: Value = refused.json().await.expect("json");
     assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
     assert_eq!(body["error"]["type"], "tokens", "{body}");
@@ -295,16 +302,16 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
     assert_eq!(other.status(), 200);
     assert!(!other.headers().contains_key("x-ratelimit-limit-tokens"));
 
-    // A small request fits again after a moment: 50 tokens come back every second.
-    let mut recovered = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if chat_with(&server, &alice, 9).await.status() == 200 {
-            recovered = true;
-            break;
-        }
-    }
-    assert!(recovered, "the token limit recovers at its rate");
+    // 50 tokens come back every second: after 180 ms, 9 of them; a request of 1 + 9
+    // needs one more, which 20 ms later is there.
+    clock.advance(Duration::from_millis(180));
+    let short = chat_with(&server, &alice, 9).await;
+    assert_eq!(short.status(), 429);
+    assert_eq!(header(&short, "x-ratelimit-remaining-tokens"), "9");
+    clock.advance(Duration::from_millis(20));
+    let fits = chat_with(&server, &alice, 9).await;
+    assert_eq!(fits.status(), 200, "the token limit recovers at its rate");
+    assert_eq!(header(&fits, "x-ratelimit-remaining-tokens"), "0");
 
     // A request that could never fit says so, without a Retry-After.
     let too_large = chat_with(&server, &alice, 3500).await;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::*;
 use llmgate::auth::limits::Limits;
 use llmgate::auth::{add_key, Guard, Keys};
+use llmgate::clock::ManualClock;
 use llmgate::engine::scripted::Script;
 use serde_json::{json, Value};
 
@@ -61,7 +62,9 @@ async fn stats_with(server: &TestServer, records: usize, key: Option<&str>) -> V
 /// API keys from `file`, `/metrics` left open.
 fn guard(file: &std::path::Path) -> Guard {
     Guard {
-        keys: Some(Arc::new(Keys::load(file, Limits::default()).expect("keys"))),
+        keys: Some(Arc::new(
+            Keys::load(file, Limits::default(), Arc::new(ManualClock::new())).expect("keys"),
+        )),
         metrics_need_key: false,
     }
 }

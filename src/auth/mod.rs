@@ -32,8 +32,9 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::clock::SharedClock;
 use crate::error::ApiError;
-use limits::{Budget, Limits};
+use limits::{Budget, LimitClock, Limits};
 
 /// Every key starts with this, so a leaked one is recognisable (secret scanners, logs).
 pub const KEY_PREFIX: &str = "llmgate-";
@@ -216,7 +217,7 @@ struct Active {
 impl Active {
     /// `table` with budgets: a key whose limits did not change keeps what it has used,
     /// so editing the file is not a way to reset a limit.
-    fn new(table: KeyTable, defaults: Limits, previous: &Active) -> Self {
+    fn new(table: KeyTable, defaults: Limits, clock: &SharedClock, previous: &Active) -> Self {
         let budgets = table
             .entries
             .iter()
@@ -224,7 +225,7 @@ impl Active {
                 let limits = entry.limits(defaults);
                 let budget = match previous.budgets.get(&entry.id) {
                     Some(kept) if kept.limits() == limits => Arc::clone(kept),
-                    _ => Arc::new(Budget::new(limits)),
+                    _ => Arc::new(Budget::with_clock(limits, LimitClock(Arc::clone(clock)))),
                 };
                 (entry.id.clone(), budget)
             })
@@ -283,22 +284,34 @@ pub fn add_key(file: &Path, id: &str) -> Result<String, String> {
 }
 
 /// The table in use, read from `path` and re-read when it changes.
-#[derive(Debug)]
 pub struct Keys {
     path: PathBuf,
     /// Limits of keys whose line sets none (`server.rate_limit_rpm` / `_tpm`).
     defaults: Limits,
+    /// The time the limits refill by: the server's clock.
+    clock: SharedClock,
     active: RwLock<Arc<Active>>,
     /// Modification time and length of the version in use.
     seen: Mutex<Option<(SystemTime, u64)>>,
 }
 
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("path", &self.path)
+            .field("defaults", &self.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Keys {
-    /// Reads the file; an error (unreadable, malformed) stops start-up.
-    pub fn load(path: &Path, defaults: Limits) -> Result<Self, String> {
+    /// Reads the file; an error (unreadable, malformed) stops start-up. The keys' limits
+    /// refill by `clock`.
+    pub fn load(path: &Path, defaults: Limits, clock: SharedClock) -> Result<Self, String> {
         let keys = Self {
             path: path.to_owned(),
             defaults,
+            clock,
             active: RwLock::default(),
             seen: Mutex::default(),
         };
@@ -356,7 +369,7 @@ impl Keys {
                 "{name} holds no key now; the keys in use stay (to rotate, write the new version beside it and rename it into place; to remove every key, restart without --api-keys-file)"
             ));
         }
-        let active = Active::new(table, self.defaults, &self.active());
+        let active = Active::new(table, self.defaults, &self.clock, &self.active());
         if let Ok(mut current) = self.active.write() {
             *current = Arc::new(active);
         }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::clock::ManualClock;
 
 fn line(id: &str, key: &str) -> String {
     format!("{id} {}\n", hex::encode(sha256(key)))
@@ -85,7 +86,7 @@ fn a_reload_swaps_in_a_good_version_and_keeps_the_old_one_on_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     std::fs::write(&file, line("alice", "k1")).expect("write");
-    let keys = Keys::load(&file, Limits::default()).expect("load");
+    let keys = Keys::load(&file, Limits::default(), Arc::new(ManualClock::new())).expect("load");
     assert_eq!(keys.reload(false), Ok(false), "unchanged");
     std::fs::write(
         &file,
@@ -164,7 +165,7 @@ fn a_reload_keeps_what_a_key_has_used_unless_its_limits_change() {
     let file = dir.path().join("keys");
     let alice = format!("{} rpm=2\n", line("alice", "k1").trim_end());
     std::fs::write(&file, &alice).expect("write");
-    let keys = Keys::load(&file, Limits::default()).expect("load");
+    let keys = Keys::load(&file, Limits::default(), Arc::new(ManualClock::new())).expect("load");
     let spend = || keys.caller("k1").expect("known").budget.charge(1);
     assert!(spend().is_ok() && spend().is_ok());
     assert!(spend().is_err(), "two requests a minute");

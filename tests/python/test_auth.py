@@ -4,6 +4,7 @@ and none the way the SDK understands (AuthenticationError), and never logs the k
 """
 
 import json
+import math
 import subprocess
 import time
 import urllib.error
@@ -63,7 +64,13 @@ def test_the_openai_client_with_a_right_key_a_wrong_one_and_none(tmp_path):
 
 
 def test_a_key_over_its_token_limit_gets_rate_limit_error_and_recovers(tmp_path):
-    """tpm=1200 (20 tokens a second), counted as the prompt's tokens plus max_tokens."""
+    """tpm=1200 (20 tokens a second), counted as the prompt's tokens plus max_tokens.
+
+    The real binary runs on the real clock, so nothing here depends on how fast the
+    machine is: the refused request costs nearly the whole limit, which only a minute
+    between two requests would refill, and the wait for recovery is worked out from what
+    the refusal says is left (which only grows).
+    """
     keys_file = tmp_path / "api-keys"
     key = add_key(keys_file, "limited")
     keys_file.write_text(keys_file.read_text().rstrip("\n") + " tpm=1200\n")
@@ -80,20 +87,27 @@ def test_a_key_over_its_token_limit_gets_rate_limit_error_and_recovers(tmp_path)
         assert first.headers["x-ratelimit-limit-tokens"] == "1200"
         prompt_tokens = first.parse().usage.prompt_tokens
         left = int(first.headers["x-ratelimit-remaining-tokens"])
+        # Exact: nothing refills before the first charge.
         assert left == 1200 - (prompt_tokens + 1)
         # Reserve all but 10 tokens: the short greeting leaves the rest of max_tokens
         # unused, but it was counted, as OpenAI counts it.
         ask(left - prompt_tokens - 10)
+        costly = 1200 - 1  # within the limit, so not "too large": refused for now
         with pytest.raises(openai.RateLimitError) as limited:
-            ask(100)
+            ask(costly - prompt_tokens)
         assert limited.value.code == "rate_limit_exceeded"
         assert limited.value.body["type"] == "tokens"
-        wait = int(limited.value.response.headers["retry-after"])
-        assert 1 <= wait <= 10
-        time.sleep(wait)
-        again = ask(100)
+        headers = limited.value.response.headers
+        remaining = int(headers["x-ratelimit-remaining-tokens"])
+        assert remaining < costly
+        # Retry-After is when the refused request would pass, in whole seconds rounded up.
+        expected = math.ceil((costly - remaining) / 20)
+        assert abs(int(headers["retry-after"]) - expected) <= 1, (headers, expected)
+        # A small request passes once the tokens it lacks have come back.
+        small = prompt_tokens + 5
+        time.sleep(max(0, small - remaining) / 20 + 0.05)
+        again = ask(5)
         assert again.parse().choices[0].message.content
-        assert int(again.headers["x-ratelimit-remaining-tokens"]) < 100
     finally:
         gateway.proc.terminate()
         assert gateway.proc.wait(timeout=60) == 0
