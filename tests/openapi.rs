@@ -119,6 +119,24 @@ async fn every_reference_resolves_and_model_is_a_served_id() {
         let model = &doc["components"]["schemas"][schema]["properties"]["model"];
         assert_eq!(model["enum"], serde_json::json!(["test-model"]), "{schema}");
     }
+    // A streamed answer is described event by event, as OpenAPI 3.1 reads a stream's
+    // schema: an object whose `data` is a string (a chunk as JSON, or `[DONE]`), not the
+    // whole stream as one string, which every event would violate.
+    for path in ["/v1/chat/completions", "/v1/completions"] {
+        let stream =
+            &doc["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"];
+        let event = doc
+            .pointer(
+                &stream["schema"]["$ref"]
+                    .as_str()
+                    .expect(path)
+                    .replacen('#', "", 1),
+            )
+            .expect("the event schema");
+        assert_eq!(event["type"], "object", "{path}");
+        assert_eq!(event["required"], serde_json::json!(["data"]), "{path}");
+        assert_eq!(event["properties"]["data"]["type"], "string", "{path}");
+    }
     // The extensions and the error shape are described.
     let common = &doc["components"]["schemas"]["GenerationParameters"]["properties"];
     for extension in [

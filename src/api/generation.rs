@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::openapi::GenerationErrors;
+use super::openapi::{GenerationErrors, ServerSentEvent};
 use super::request::schema::{ChatCompletionRequest, CompletionRequest};
 use super::request::{
     parse_chat_request, parse_completion_request, RequestLimits, ValidatedRequest,
@@ -88,7 +88,7 @@ impl Route {
     responses(
         (status = 200, description = "The answer, with its `timings`; a stream of `CompletionChunk` frames with `stream: true`, the last one with `timings` and then `data: [DONE]`", content(
             (Completion = "application/json"),
-            (String = "text/event-stream"),
+            (ServerSentEvent = "text/event-stream"),
         )),
         GenerationErrors,
     ),
@@ -111,7 +111,7 @@ pub async fn chat_completions(
     responses(
         (status = 200, description = "The legacy `text_completion`, with its `timings`; frames of `CompletionChunk` with `stream: true`", content(
             (Completion = "application/json"),
-            (String = "text/event-stream"),
+            (ServerSentEvent = "text/event-stream"),
         )),
         GenerationErrors,
     ),

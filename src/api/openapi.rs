@@ -45,7 +45,7 @@ use crate::error::ErrorBody;
         super::stats::stats,
         openapi_json,
     ),
-    components(schemas(crate::stream::chunks::Chunk, ErrorBody)),
+    components(schemas(crate::stream::chunks::Chunk, ErrorBody, ServerSentEvent)),
     modifiers(&BearerKeys),
     tags(
         (name = "generation", description = "OpenAI's chat and legacy completions, streamed or not"),
@@ -55,6 +55,19 @@ use crate::error::ErrorBody;
     )
 )]
 pub struct ApiDoc;
+
+// OpenAPI 3.1 describes an event stream by the schema of each event, read as an object of
+// its fields (`data`, `event`, `id`, `retry`); schemathesis checks every event against it,
+// so the stream's media type names this rather than a string. A description only:
+// crate::stream::sse writes the events.
+/// One event of a streamed answer (`text/event-stream`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ServerSentEvent {
+    /// A `CompletionChunk` as JSON (an error body for a failure mid-stream), or `[DONE]`,
+    /// the last event.
+    data: String,
+}
 
 /// `Authorization: Bearer <key>` when the gateway has keys (`--api-keys-file`);
 /// without them the routes are open.
