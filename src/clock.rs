@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic time source. Readings are offsets from an arbitrary origin fixed when the
 /// clock was made; only differences between readings of one clock are meaningful.
-pub trait Clock: Send + Sync + 'static {
+/// `Debug`, so what holds a clock can derive it.
+pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
     fn now(&self) -> Duration;
 
     /// The reading this clock had at `instant`: how moments the engine stamped itself

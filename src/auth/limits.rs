@@ -24,7 +24,7 @@ use crate::clock::SharedClock;
 /// The gateway's [`crate::clock::Clock`] as governor's clock: limits run on the time
 /// the server is given, so a test drives them with a `ManualClock` and asserts exact
 /// figures instead of racing the refill.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct LimitClock(pub SharedClock);
 
 impl Clock for LimitClock {

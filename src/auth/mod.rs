@@ -284,6 +284,7 @@ pub fn add_key(file: &Path, id: &str) -> Result<String, String> {
 }
 
 /// The table in use, read from `path` and re-read when it changes.
+#[derive(Debug)]
 pub struct Keys {
     path: PathBuf,
     /// Limits of keys whose line sets none (`server.rate_limit_rpm` / `_tpm`).
@@ -293,15 +294,6 @@ pub struct Keys {
     active: RwLock<Arc<Active>>,
     /// Modification time and length of the version in use.
     seen: Mutex<Option<(SystemTime, u64)>>,
-}
-
-impl std::fmt::Debug for Keys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys")
-            .field("path", &self.path)
-            .field("defaults", &self.defaults)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Keys {
