@@ -12,7 +12,7 @@
 //!   item is answered in `items[]` with its status: 201 and `result: created` when kept
 //!   (by `_id`), 409 `version_conflict_engine_exception` when the `_id` exists, or the
 //!   status a test scripted (429 `es_rejected_execution_exception`, 400
-//!   `document_parsing_exception`, 503 `unavailable_shards_exception`); `errors` is true
+//!   `document_parsing_exception`, OpenSearch's `mapper_parsing_exception`, 503 `unavailable_shards_exception`); `errors` is true
 //!   when any item failed. A whole request can be scripted to fail (429 with
 //!   `Retry-After`, 503, 413), and the server can go away and come back on the same port.
 
@@ -364,10 +364,21 @@ async fn bulk(
             "The bulk request must be terminated by a newline [\\n]",
         );
     }
-    let index = format!(
-        ".ds{}-2026.11.30-000001",
-        req.path().trim_end_matches("/_bulk")
-    );
+    // Backing indices and a refused document's error, as each names them: OpenSearch's
+    // have no date and its parser says mapper_parsing_exception (checked against a real
+    // OpenSearch 2.19 node, tests/python/test_semlog_opensearch.py).
+    let stream = req.path().trim_end_matches("/_bulk");
+    let opensearch = s.flavor == Flavor::OpenSearch2;
+    let index = if opensearch {
+        format!(".ds{stream}-000001")
+    } else {
+        format!(".ds{stream}-2026.11.30-000001")
+    };
+    let parse_error = if opensearch {
+        json!({"type": "mapper_parsing_exception", "reason": "failed to parse field [llm.ttft_ms] of type [double] in document with id '1'. Preview of field's value: 'x'"})
+    } else {
+        json!({"type": "document_parsing_exception", "reason": "[1:42] failed to parse field [llm.ttft_ms] of type [double]"})
+    };
     let mut items = Vec::new();
     let mut errors = false;
     for (pair, id) in lines.chunks(2).zip(ids) {
@@ -388,7 +399,7 @@ async fn bulk(
             }
             400 => {
                 errors = true;
-                json!({"_index": index, "_id": id, "status": 400, "error": {"type": "document_parsing_exception", "reason": "[1:42] failed to parse field [llm.ttft_ms] of type [double]"}})
+                json!({"_index": index, "_id": id, "status": 400, "error": parse_error.clone()})
             }
             other => {
                 errors = true;
