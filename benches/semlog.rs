@@ -9,6 +9,11 @@
 //!
 //! `cargo bench --bench semlog` runs it in full; `cargo test` runs a seconds-long smoke
 //! version (`--bench` absent).
+//!
+//! With `LLMGATE_BENCH_NODE_URL` (scripts/semlog-bench starts a real OpenSearch node and
+//! sets it) it measures instead the indexer's documents/s into that node against the
+//! node's own bulk rate from a plain client sending the same documents (see
+//! [`real_node`]).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -102,13 +107,106 @@ fn record(i: usize) -> RequestRecord {
 }
 
 fn config(es: &FakeEs, dir: &std::path::Path) -> Config {
+    config_for(&format!("es_url = \"{}\"", es.url), dir)
+}
+
+/// A configuration whose `[semlog]` table has `lines` besides its data folder.
+fn config_for(lines: &str, dir: &std::path::Path) -> Config {
     let text = format!(
-        "[engine]\nmodel_id = \"{}\"\n[semlog]\ndata_dir = \"{}\"\nes_url = \"{}\"\n",
+        "[engine]\nmodel_id = \"{}\"\n[semlog]\ndata_dir = \"{}\"\n{lines}\n",
         common::MODEL,
         dir.display(),
-        es.url
     );
     Config::from_toml(&ServeArgs::default(), &text).expect("config")
+}
+
+/// Indexer against the node's limit, on one real node at `url`, the same `N` documents
+/// each way, three times in turn (the JVM warms up on the first):
+/// - the gateway's pipeline: `N` requests observed at once into the namespace `gatewayK`,
+///   timed until the node counts them all (spool, batches of `batch_docs`, gzip, `create`
+///   with the event id, per-item outcomes);
+/// - a plain client: the very documents, as the pipeline's NDJSON sink wrote them in
+///   `_bulk` form, posted uncompressed in batches of the same size, one request at a time
+///   as the indexer sends, into the namespace `plainK`, timed until the last answer.
+async fn real_node(url: &str) {
+    const N: usize = 20_000;
+    let http = reqwest::Client::new();
+    let count = |stream: String| {
+        let http = http.clone();
+        let url = url.to_owned();
+        async move {
+            let _ = http.post(format!("{url}/{stream}/_refresh")).send().await;
+            let answer = http
+                .get(format!("{url}/{stream}/_count"))
+                .send()
+                .await
+                .ok()?;
+            let body: serde_json::Value = answer.json().await.ok()?;
+            body["count"].as_u64()
+        }
+    };
+    // The documents once, through the NDJSON sink.
+    let files = tempfile::tempdir().expect("tempdir");
+    let metrics = Arc::new(Metrics::new(common::MODEL));
+    let pacing = llmgate::semlog::DEFAULT_PACING;
+    let sink = Semlog::start(
+        &config_for("", files.path()).semlog,
+        Arc::clone(&metrics),
+        pacing,
+    )
+    .expect("semlog");
+    (0..N).for_each(|i| sink.observe(&record(i)));
+    sink.shutdown(Duration::from_secs(60)).await;
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(files.path().join("semlog")).expect("semlog files") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read");
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    assert_eq!(lines.len(), 2 * N, "an action and a source per document");
+    let batch = config_for("", files.path()).semlog.batch_docs;
+    println!("{N} documents, batches of {batch}, one bulk in flight, on {url}");
+    for round in 1..=3 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lines_cfg = format!("es_url = \"{url}\"\nnamespace = \"gateway{round}\"");
+        let semlog_cfg = config_for(&lines_cfg, dir.path()).semlog;
+        let stream = semlog_cfg.data_stream();
+        let semlog = Semlog::start(&semlog_cfg, Arc::new(Metrics::new(common::MODEL)), pacing)
+            .expect("semlog");
+        // One document first: the set-up has run and the stream exists when the clock starts.
+        semlog.observe(&record(N));
+        while count(stream.clone()).await != Some(1) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let started = Instant::now();
+        (0..N).for_each(|i| semlog.observe(&record(i)));
+        while count(stream.clone()).await.unwrap_or(0) < N as u64 + 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let gateway = N as f64 / started.elapsed().as_secs_f64();
+        semlog.shutdown(Duration::from_secs(10)).await;
+
+        let plain_stream = stream.replace("gateway", "plain");
+        let started = Instant::now();
+        for chunk in lines.chunks(2 * batch) {
+            let body = chunk.join("\n") + "\n";
+            let answer = http
+                .post(format!("{url}/{plain_stream}/_bulk"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("bulk");
+            let items: serde_json::Value = answer.json().await.expect("bulk answer");
+            assert_eq!(items["errors"], false, "plain bulk refused: {items}");
+        }
+        let plain = N as f64 / started.elapsed().as_secs_f64();
+        assert_eq!(count(plain_stream).await, Some(N as u64));
+        println!(
+            "round {round}: gateway {gateway:>7.0} documents/s, plain client {plain:>7.0} documents/s, \
+             gateway at {:.0}% of the plain client",
+            100.0 * gateway / plain
+        );
+    }
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -117,6 +215,9 @@ fn mib(bytes: u64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if let Ok(url) = std::env::var("LLMGATE_BENCH_NODE_URL") {
+        return real_node(&url).await;
+    }
     let full = std::env::args().any(|a| a == "--bench");
     let (outage, rate) = if full {
         (Duration::from_secs(60), 1000u32)
