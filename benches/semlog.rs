@@ -147,14 +147,10 @@ async fn real_node(url: &str) {
     };
     // The documents once, through the NDJSON sink.
     let files = tempfile::tempdir().expect("tempdir");
-    let metrics = Arc::new(Metrics::new(common::MODEL));
+    let files_cfg = config_for("", files.path()).semlog;
     let pacing = llmgate::semlog::DEFAULT_PACING;
-    let sink = Semlog::start(
-        &config_for("", files.path()).semlog,
-        Arc::clone(&metrics),
-        pacing,
-    )
-    .expect("semlog");
+    let sink =
+        Semlog::start(&files_cfg, Arc::new(Metrics::new(common::MODEL)), pacing).expect("semlog");
     (0..N).for_each(|i| sink.observe(&record(i)));
     sink.shutdown(Duration::from_secs(60)).await;
     let mut lines = Vec::new();
@@ -163,7 +159,7 @@ async fn real_node(url: &str) {
         lines.extend(text.lines().map(str::to_owned));
     }
     assert_eq!(lines.len(), 2 * N, "an action and a source per document");
-    let batch = config_for("", files.path()).semlog.batch_docs;
+    let batch = files_cfg.batch_docs;
     println!("{N} documents, batches of {batch}, one bulk in flight, on {url}");
     for round in 1..=3 {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -1,5 +1,6 @@
 """Shared fixtures: the debug binary on the default model, on a free loopback port."""
 
+import json
 import os
 import socket
 import subprocess
@@ -60,6 +61,30 @@ def launch(data_dir: Path, *extra: str) -> Gateway:
             pass
         assert time.monotonic() < deadline, "the gateway did not become ready"
         time.sleep(0.5)
+
+
+def eventually(check, seconds=30):
+    """Waits until `check()` is true; fails after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.25)
+
+
+def launch_with_semlog(es_url: str, data_dir: Path, *extra: str) -> Gateway:
+    """A gateway whose semantic logs go to `es_url`, each document synced to the spool."""
+    return launch(data_dir, "--es-url", es_url, "--semlog-fsync-ms", "0", *extra)
+
+
+def stop_gateway(gw: Gateway):
+    gw.proc.terminate()
+    gw.proc.wait(timeout=60)
+
+
+def ready_semlog(gw: Gateway) -> dict:
+    """What /ready says of the semantic-log pipeline."""
+    with urllib.request.urlopen(f"{gw.base}/ready", timeout=5) as answer:
+        return json.loads(answer.read())["semlog"]
 
 
 @pytest.fixture(scope="session")

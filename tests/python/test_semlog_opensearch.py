@@ -9,7 +9,6 @@ retention API there, says so, and indexes anyway, which is checked too.
 """
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, MODEL_ID, free_port, launch
+from conftest import ROOT, MODEL_ID, eventually, free_port, launch_with_semlog, ready_semlog, stop_gateway
 
 STREAM = "logs-llmgate.requests-default"
 SCRIPT = ROOT / "scripts" / "search-node"
@@ -84,18 +83,6 @@ def chat(base, content, **extra):
         return error.code
 
 
-def eventually(check, seconds=30):
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.25)
-
-
-def ready_semlog(gw):
-    with urllib.request.urlopen(f"{gw.base}/ready", timeout=5) as answer:
-        return json.loads(answer.read())["semlog"]
-
-
 def metric(gw, name):
     with urllib.request.urlopen(f"{gw.base}/metrics", timeout=5) as answer:
         text = answer.read().decode()
@@ -103,17 +90,8 @@ def metric(gw, name):
     return sum(float(value) for value in found)
 
 
-def gateway(node, data_dir, *extra):
-    return launch(data_dir, "--es-url", node.url, "--semlog-fsync-ms", "0", *extra)
-
-
-def stop(gw):
-    gw.proc.terminate()
-    gw.proc.wait(timeout=60)
-
-
 def test_set_up_is_what_the_node_reports_and_repeating_it_changes_nothing(node, tmp_path):
-    gw = gateway(node, tmp_path / "gw")
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
     try:
         eventually(lambda: ready_semlog(gw).get("set_up") is True)
         status = ready_semlog(gw)
@@ -124,7 +102,7 @@ def test_set_up_is_what_the_node_reports_and_repeating_it_changes_nothing(node, 
         assert chat(gw.base, "hello") == 200
         eventually(lambda: node.count({"match_all": {}}) == 1)
     finally:
-        stop(gw)
+        stop_gateway(gw)
     _, template = node.call("GET", "/_index_template/logs-llmgate.requests")
     _, component = node.call("GET", "/_component_template/llmgate-requests@mappings")
     _, stream = node.call("GET", f"/_data_stream/{STREAM}")
@@ -135,14 +113,14 @@ def test_set_up_is_what_the_node_reports_and_repeating_it_changes_nothing(node, 
     assert len(backing) == 1
 
     # The same set-up again on a cluster that has it: nothing refused, nothing duplicated.
-    gw = gateway(node, tmp_path / "gw")
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
     try:
         eventually(lambda: ready_semlog(gw).get("set_up") is True)
         assert ready_semlog(gw)["problems"] == []
         assert chat(gw.base, "hello again") == 200
         eventually(lambda: node.count({"match_all": {}}) == 2)
     finally:
-        stop(gw)
+        stop_gateway(gw)
     _, again = node.call("GET", "/_index_template/logs-llmgate.requests")
     assert again == template
     _, stream = node.call("GET", f"/_data_stream/{STREAM}")
@@ -151,7 +129,7 @@ def test_set_up_is_what_the_node_reports_and_repeating_it_changes_nothing(node, 
 
 def test_every_document_once_through_a_stopped_node_a_restart_and_a_kill(node, tmp_path):
     data_dir = tmp_path / "gw"
-    gw = gateway(node, data_dir)
+    gw = launch_with_semlog(node.url, data_dir)
     sent = 0
     try:
         for i in range(3):
@@ -175,20 +153,20 @@ def test_every_document_once_through_a_stopped_node_a_restart_and_a_kill(node, t
         gw.proc.send_signal(signal.SIGKILL)
         gw.proc.wait(timeout=10)
         node.start()
-        gw = gateway(node, data_dir)
+        gw = launch_with_semlog(node.url, data_dir)
         for i in range(2):
             assert chat(gw.base, f"after the kill {i}") == 200
         sent += 2
         eventually(lambda: node.count({"match_all": {}}) == sent, seconds=60)
         # A clean restart re-reads the spool from its cursor: nothing comes twice.
-        stop(gw)
-        gw = gateway(node, data_dir)
+        stop_gateway(gw)
+        gw = launch_with_semlog(node.url, data_dir)
         time.sleep(2)
         ids = [source["event"]["id"] for source in node.sources()]
         assert len(ids) == sent and len(set(ids)) == sent
         assert metric(gw, "llmgate_semlog_dead_lettered_total") == 0
     finally:
-        stop(gw)
+        stop_gateway(gw)
 
 
 def test_a_mapping_conflict_dead_letters_each_document_once_and_counts_it(node, tmp_path):
@@ -199,7 +177,7 @@ def test_a_mapping_conflict_dead_letters_each_document_once_and_counts_it(node, 
         "template": {"mappings": {"properties": {"llm": {"properties": {"intent": {"type": "long"}}}}}},
     })
     assert status == 200, answer
-    gw = gateway(node, tmp_path / "gw")
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
     try:
         eventually(lambda: ready_semlog(gw).get("set_up") is True)
         for i in range(3):
@@ -216,11 +194,11 @@ def test_a_mapping_conflict_dead_letters_each_document_once_and_counts_it(node, 
         assert any("mapper_parsing_exception" in line or "document_parsing_exception" in line
                    for line in letters), letters[:2]
     finally:
-        stop(gw)
+        stop_gateway(gw)
 
 
 def test_stored_documents_hold_no_planted_secret_and_answer_the_operators_queries(node, tmp_path):
-    gw = gateway(node, tmp_path / "gw")
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
     planted = [
         f"Mail me at {EMAIL} please",
         f"My card is {CARD}, is it valid?",
@@ -237,7 +215,7 @@ def test_stored_documents_hold_no_planted_secret_and_answer_the_operators_querie
         total = len(planted) + 3
         eventually(lambda: node.count({"match_all": {}}) == total)
     finally:
-        stop(gw)
+        stop_gateway(gw)
     sources = node.sources()
     stored = json.dumps(sources)
     for secret in (EMAIL, CARD, "4111111111111111", PHONE, SECRET_KEY):
@@ -281,7 +259,6 @@ def test_stored_documents_hold_no_planted_secret_and_answer_the_operators_querie
     assert aggregations["ttft_max"]["value"] == pytest.approx(ttfts[-1], rel=1e-6)
     # A t-digest over six values: the median lies between the two middle values.
     p50 = aggregations["ttft"]["values"]["50.0"]
-    assert ttfts[0] <= p50 <= ttfts[-1]
     assert ttfts[(len(ttfts) - 1) // 2] - 1e-6 <= p50 <= ttfts[len(ttfts) // 2] + 1e-6
     tpots = sorted(llm(s)["tpot_ms"] for s in sources if llm(s).get("tpot_ms") is not None)
     assert tpots and tpots[0] <= aggregations["tpot"]["values"]["50.0"] <= tpots[-1]

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, MODEL_ID, free_port, launch
+from conftest import ROOT, MODEL_ID, eventually, free_port, launch_with_semlog, ready_semlog, stop_gateway
 
 INDEX = "logs-llmgate.requests-default"
 NOIDA = ROOT / ".peers" / "noida" / "lib" / "python3.11" / "site-packages" / "noida_db" / "noida-db"
@@ -88,32 +88,11 @@ def ask(base, n):
             assert answer.status == 200
 
 
-def eventually(check, seconds=20):
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.2)
-
-
-def gateway(peer, data_dir):
-    return launch(data_dir, "--es-url", peer.url, "--semlog-fsync-ms", "0")
-
-
-def stop(gw):
-    gw.proc.terminate()
-    gw.proc.wait(timeout=60)
-
-
-def ready_semlog(gw):
-    with urllib.request.urlopen(f"{gw.base}/ready", timeout=5) as answer:
-        return json.loads(answer.read())["semlog"]
-
-
 @pytest.mark.parametrize("kind", ["noida", "osmem"])
 def test_each_peer_is_detected_and_every_document_is_indexed_once(kind, tmp_path):
     peer = Peer(kind, tmp_path / "peer")
     peer.start()
-    gw = gateway(peer, tmp_path / "gw")
+    gw = launch_with_semlog(peer.url, tmp_path / "gw")
     try:
         eventually(lambda: ready_semlog(gw).get("set_up") is True)
         status = ready_semlog(gw)
@@ -149,7 +128,7 @@ def test_each_peer_is_detected_and_every_document_is_indexed_once(kind, tmp_path
             metrics = answer.read().decode()
         assert 'lifecycle="none"' in metrics and "llmgate_semlog_target_info{" in metrics
     finally:
-        stop(gw)
+        stop_gateway(gw)
         peer.stop()
 
 
@@ -157,14 +136,14 @@ def test_a_gateway_restart_replays_its_spool_into_a_server_that_was_down(tmp_pat
     peer = Peer("osmem", tmp_path / "peer")
     gw_dir = tmp_path / "gw"
     # The server is not up yet: documents wait in the spool across a gateway restart.
-    gw = gateway(peer, gw_dir)
+    gw = launch_with_semlog(peer.url, gw_dir)
     ask(gw.base, 5)
-    stop(gw)
+    stop_gateway(gw)
     peer.start()
-    gw = gateway(peer, gw_dir)
+    gw = launch_with_semlog(peer.url, gw_dir)
     try:
         eventually(lambda: len(peer.event_ids()) == 5)
         assert len(set(peer.event_ids())) == 5
     finally:
-        stop(gw)
+        stop_gateway(gw)
         peer.stop()
