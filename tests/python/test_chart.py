@@ -315,8 +315,21 @@ def test_endpoint_picker_flags_name_exported_gauges(exported, gateway):
     assert kv and all(0.0 <= v <= 1.0 for v in kv), kv
 
 
+# What a Secret would hold, for the check: 16 characters at least (a redaction key's
+# minimum), so that any secret the pod takes from a Secret passes.
+SECRET_STAND_IN = "a-value-from-a-kubernetes-secret"
+
+
 def pod_env(container):
-    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    """The container's environment as the kubelet makes it: literal values, and a stand-in
+    for each variable from a Secret that must exist (an optional one may be absent)."""
+    env = {}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif not e["valueFrom"].get("secretKeyRef", {}).get("optional", False):
+            env[e["name"]] = SECRET_STAND_IN
+    return env
 
 
 @pytest.mark.parametrize("profile", PROFILES + ["port-9000"])
@@ -362,11 +375,44 @@ def test_inconsistent_values_fail_to_render():
         "model.file=other.gguf": "needs model.existingClaim",
         "config=[server]\nlisten = \"0.0.0.0:1\"": "config sets server.listen",
         "config=[server": "config is not TOML",
+        # Secrets have Secret paths; in the ConfigMap anyone who may read it reads them.
+        "config=[semlog]\nes_password = \"p\"": "config sets semlog.es_password, a secret",
+        "config=[semlog]\nes_api_key = \"k\"": "config sets semlog.es_api_key, a secret",
+        "config=[semlog]\nredaction_key = \"0123456789abcdef\"": "config sets semlog.redaction_key, a secret",
+        "config=[semlog]\nes_url = \"https://elastic:p@es:9200\"": "semlog.es_url holds a password",
+        "config=[engine]\nupstream_url = \"http://u:p@vllm/v1\"": "engine.upstream_url holds a password",
+        "config=[engine]\nupstream_api_key = \"sk\"": "config sets engine.upstream_api_key, a secret",
+        "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://vllm/v1\"\napi_key = \"sk\"": "config sets models[0].api_key, a secret",
+        "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://u:p@vllm/v1\"": "models[0].url holds a password",
     }
     for values, message in cases.items():
         out = subprocess.run([str(HELM), "template", "rel", str(CHART), "--set-string" if values.startswith("config=") else "--set", values],
                              capture_output=True, text=True, check=False)
         assert out.returncode != 0 and message in out.stderr, (values, out.stderr)
+
+
+def test_secrets_reach_the_pod_from_secrets_only():
+    """The redaction key comes from a Secret (and the pod waits for it rather than write
+    unredacted documents); the vLLM profile's upstream key too, named by api_key_env; no
+    profile's ConfigMap holds a secret-valued key."""
+    tools()
+    out = subprocess.run([str(HELM), "template", "rel", str(CHART), "--set", "redaction.existingSecret=red"],
+                         capture_output=True, text=True, check=True)
+    _, pod = pod_of([o for o in yaml.safe_load_all(out.stdout) if o])
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["LLMGATE_REDACTION_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "red", "key": "redaction_key"}
+    for profile in PROFILES:
+        objs = objects(profile)
+        config = config_of(objs)
+        assert not {"es_password", "es_api_key", "redaction_key"} & set(config.get("semlog", {})), profile
+        _, pod = pod_of(objs)
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        for model in config.get("models", []):
+            assert "api_key" not in model, profile
+            if "api_key_env" in model:
+                assert "secretKeyRef" in env[model["api_key_env"]]["valueFrom"], (profile, model)
+    upstream = config_of(objects("vllm-upstream"))["models"][0]
+    assert upstream["api_key_env"] == "VLLM_API_KEY"
 
 
 def test_values_that_must_render_as_meant():

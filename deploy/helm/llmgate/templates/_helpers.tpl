@@ -85,6 +85,34 @@ the file), so the file must not set them too.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /*
+Secrets stay out of the ConfigMap, which anyone who may read the namespace's ConfigMaps
+reads (and `kubectl describe` prints); each has a Secret path instead.
+*/}}
+{{- $semlog := get $config "semlog" | default dict }}
+{{- $secretPaths := dict "es_password" "elasticsearch.existingSecret (its `password`)" "es_api_key" "elasticsearch.existingSecret (its `api_key`)" "redaction_key" "redaction.existingSecret" }}
+{{- range $key, $path := $secretPaths }}
+{{- if hasKey $semlog $key }}
+{{- fail (printf "config sets semlog.%s, a secret, which would land in the ConfigMap: give it from a Secret with %s" $key $path) }}
+{{- end }}
+{{- end }}
+{{- $engine := get $config "engine" | default dict }}
+{{- $upstreamKey := "give it from a Secret: api_key_env with extraEnv from a secretKeyRef, or api_key_file on a mounted Secret (docs/kubernetes.md)" }}
+{{- if hasKey $engine "upstream_api_key" }}
+{{- fail (printf "config sets engine.upstream_api_key, a secret, which would land in the ConfigMap: %s" $upstreamKey) }}
+{{- end }}
+{{- $urls := dict "semlog.es_url" ($semlog.es_url | default "") "engine.upstream_url" ($engine.upstream_url | default "") }}
+{{- range $i, $model := get $config "models" | default list }}
+{{- if hasKey $model "api_key" }}
+{{- fail (printf "config sets models[%d].api_key, a secret, which would land in the ConfigMap: %s" $i $upstreamKey) }}
+{{- end }}
+{{- $_ := set $urls (printf "models[%d].url" $i) ($model.url | default "") }}
+{{- end }}
+{{- range $key, $url := $urls }}
+{{- if regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://[^/?#@]*:[^/?#@]*@" (toString $url) }}
+{{- fail (printf "config's %s holds a password (user:password@), which would land in the ConfigMap: give credentials from a Secret (elasticsearch.existingSecret; an upstream's api_key_env)" $key) }}
+{{- end }}
+{{- end }}
 {{- toJson $config }}
 {{- end }}
 
