@@ -45,6 +45,7 @@
 //!   log) on one prompt set: agreement and the deltas of latency and quality.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
 //! - [`fingerprint`]: the `system_fingerprint` of a response.
+//! - [`secret`]: secrets (keys, passwords) read from files, never printed.
 //!
 //! [`serve`] builds the HTTP server on a listener the caller binds, so tests bind
 //! `127.0.0.1:0` and drive the real server.
@@ -64,6 +65,7 @@ pub mod page;
 pub mod quality;
 pub mod record;
 pub mod replay;
+pub mod secret;
 pub mod semlog;
 pub mod stream;
 pub mod telemetry;

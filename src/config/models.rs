@@ -24,27 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::settings::EngineTable;
 use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
-
-/// A secret read from a file or the environment at start-up. Its `Debug` prints no
-/// part of it, so a config dump or an error cannot leak it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+pub use crate::secret::Secret;
 
 /// One `[[models]]` entry as the file spells it. Which keys apply depends on `engine`;
 /// a key of the other kind is refused, so a typo'd entry cannot pass unnoticed.
@@ -406,18 +386,9 @@ fn upstream(
                 "set api_key_file or api_key_env, not both".into(),
             ))
         }
-        (Some(path), None) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| invalid("api_key_file", format!("{}: {e}", path.display())))?;
-            let key = text.trim();
-            if key.is_empty() {
-                return Err(invalid(
-                    "api_key_file",
-                    format!("{} is empty", path.display()),
-                ));
-            }
-            Some(Secret::new(key))
-        }
+        (Some(path), None) => Some(Secret::new(
+            crate::secret::read_file(path).map_err(|m| invalid("api_key_file", m))?,
+        )),
         (None, Some(variable)) => match std::env::var(variable) {
             Ok(key) if !key.trim().is_empty() => Some(Secret::new(key.trim())),
             _ => {

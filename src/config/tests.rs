@@ -114,6 +114,72 @@ fn telemetry_and_semlog_settings_and_their_errors() {
 }
 
 #[test]
+fn semlog_secrets_come_from_files_as_mounted_secrets_give_them() {
+    let dir = tempfile::tempdir().expect("dir");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.display().to_string()
+    };
+    let password = write("password", "s3cret-pass\n");
+    let key = write("redaction", "  a-redaction-key-of-32-characters\n");
+    let toml = format!(
+        "[semlog]\nes_url = \"http://es:9200\"\nes_username = \"llmgate\"\nes_password_file = \"{password}\"\nredaction_key_file = \"{key}\"\n"
+    );
+    let config = Config::from_toml(&ServeArgs::default(), &toml).expect("valid");
+    let es = config.semlog.elasticsearch.expect("elasticsearch");
+    assert_eq!(
+        es.auth,
+        crate::semlog::config::EsAuth::Basic {
+            username: "llmgate".into(),
+            password: "s3cret-pass".into()
+        }
+    );
+    assert_eq!(
+        config.semlog.redaction_key.as_deref(),
+        Some("a-redaction-key-of-32-characters")
+    );
+
+    let api_key = write("api-key", "encoded-key");
+    let config = Config::from_toml(
+        &ServeArgs::default(),
+        &format!("[semlog]\nes_url = \"http://es\"\nes_api_key_file = \"{api_key}\"\n"),
+    )
+    .expect("valid");
+    let es = config.semlog.elasticsearch.expect("elasticsearch");
+    assert_eq!(
+        es.auth,
+        crate::semlog::config::EsAuth::ApiKey("encoded-key".into())
+    );
+
+    // Both ways at once, an empty file and a missing one are refused, naming the setting
+    // (and the file, never its contents).
+    let empty = write("empty", "\n");
+    let cases = [
+        (
+            format!("es_password = \"p\"\nes_password_file = \"{password}\""),
+            "set semlog.es_password or semlog.es_password_file, not both",
+        ),
+        (format!("redaction_key_file = \"{empty}\""), "is empty"),
+        (
+            "es_api_key_file = \"/nonexistent/key\"".to_owned(),
+            "/nonexistent/key",
+        ),
+    ];
+    for (table, expected) in cases {
+        let toml = format!("[semlog]\nes_url = \"http://es\"\nes_username = \"u\"\n{table}\n");
+        let text = Config::from_toml(&ServeArgs::default(), &toml)
+            .expect_err(&toml)
+            .to_string();
+        assert!(
+            text.contains("semlog.") && text.contains(expected),
+            "{toml}: {text}"
+        );
+        assert!(!text.contains("s3cret-pass"), "{text}");
+    }
+}
+
+#[test]
 fn quality_settings_and_their_errors() {
     let toml =
         "[engine]\nmodel_path = \"models/other.gguf\"\n[quality]\ndegeneration_guard = true\nguard_window = 32\nrefusal_phrases = [\"nope\"]\n";

@@ -29,9 +29,16 @@ pub struct SemlogTable {
     /// Password for basic authentication.
     #[arg(long, env = "LLMGATE_ES_PASSWORD", hide_env_values = true)]
     pub es_password: Option<String>,
+    /// File holding the password instead (a mounted Secret; white space around it
+    /// ignored).
+    #[arg(long, env = "LLMGATE_ES_PASSWORD_FILE")]
+    pub es_password_file: Option<PathBuf>,
     /// Encoded API key (the `encoded` value Elasticsearch returns).
     #[arg(long, env = "LLMGATE_ES_API_KEY", hide_env_values = true)]
     pub es_api_key: Option<String>,
+    /// File holding the encoded API key instead.
+    #[arg(long, env = "LLMGATE_ES_API_KEY_FILE")]
+    pub es_api_key_file: Option<PathBuf>,
     /// PEM file of the CA that signed the cluster's certificate.
     #[arg(long, env = "LLMGATE_ES_CA_CERT")]
     pub es_ca_cert: Option<PathBuf>,
@@ -56,6 +63,9 @@ pub struct SemlogTable {
     /// Key of the keyed-hash redaction mode (equal values get equal tokens); off if unset.
     #[arg(long, env = "LLMGATE_REDACTION_KEY", hide_env_values = true)]
     pub redaction_key: Option<String>,
+    /// File holding the redaction key instead.
+    #[arg(long, env = "LLMGATE_REDACTION_KEY_FILE")]
+    pub redaction_key_file: Option<PathBuf>,
     /// Characters of prompt and response kept in a document [default: 512].
     #[arg(skip)]
     pub excerpt_chars: Option<usize>,
@@ -161,13 +171,16 @@ impl SemlogConfig {
             es_cloud_id: cloud_id,
             es_username: username,
             es_password: password,
+            es_password_file,
             es_api_key: api_key,
+            es_api_key_file,
             es_ca_cert,
             es_timeout_secs,
             namespace,
             retention_days,
             lifecycle,
             redaction_key,
+            redaction_key_file,
             excerpt_chars,
             stats_only,
             fsync_ms,
@@ -179,6 +192,10 @@ impl SemlogConfig {
             file_max_bytes,
             files_max_bytes,
         } = table;
+        let password = value_or_file("semlog.es_password", password, es_password_file)?;
+        let api_key = value_or_file("semlog.es_api_key", api_key, es_api_key_file)?;
+        let redaction_key =
+            value_or_file("semlog.redaction_key", redaction_key, redaction_key_file)?;
         let auth = match (username, password, api_key) {
             (None, None, None) => EsAuth::None,
             (None, None, Some(key)) => EsAuth::ApiKey(key),
@@ -282,5 +299,20 @@ impl SemlogConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// A secret given as itself or as the file that holds it (`<name>_file`), not both.
+fn value_or_file(
+    name: &'static str,
+    value: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<Option<String>, (&'static str, String)> {
+    match (value, file) {
+        (Some(_), Some(_)) => Err((name, format!("set {name} or {name}_file, not both"))),
+        (None, Some(path)) => crate::secret::read_file(&path)
+            .map(Some)
+            .map_err(|m| (name, m)),
+        (value, None) => Ok(value),
     }
 }
