@@ -371,7 +371,6 @@ async fn handle(
     } else {
         parsed.generation.sampling.stop.clone()
     };
-    let has_stops = !stop.is_empty();
     let seed = parsed.generation.sampling.seed;
     let with_logprobs = parsed.generation.top_logprobs.is_some();
 
@@ -446,7 +445,6 @@ async fn handle(
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, parsed.include_usage)
         .with_logprobs(with_logprobs)
-        .with_held_text(has_stops)
         .with_continuous_usage(parsed.continuous_usage, generation.prompt_tokens);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),

@@ -83,11 +83,8 @@ pub struct ChunkAssembler {
     /// Where the next chunk's legacy `text_offset`s count from (see
     /// [`TextLogprobs::end`]).
     text_offset: usize,
-    /// Characters of text sent so far, the echo included (counted with `held_text`).
+    /// Characters of text sent so far, the echo included (counted with `logprobs`).
     sent_chars: usize,
-    /// The text may be held back (stop sequences): a token's log-probability waits for
-    /// the frame that completes its text. Otherwise it goes with the next frame.
-    held_text: bool,
     /// vLLM's `continuous_usage_stats`: every chunk carries the usage so far (this);
     /// `None` when off.
     continuous_usage: Option<Usage>,
@@ -165,7 +162,6 @@ impl ChunkAssembler {
         Self {
             text_offset: meta.echoed_chars(),
             sent_chars: meta.echoed_chars(),
-            held_text: false,
             meta,
             include_usage,
             logprobs: false,
@@ -193,13 +189,6 @@ impl ChunkAssembler {
     /// Content chunks carry their tokens' log-probabilities.
     pub fn with_logprobs(mut self, logprobs: bool) -> Self {
         self.logprobs = logprobs;
-        self
-    }
-
-    /// The producer may hold text back (the request has stop sequences), so tokens go
-    /// with the frame that completes their text, not the next one.
-    pub fn with_held_text(mut self, held: bool) -> Self {
-        self.held_text = held;
         self
     }
 
@@ -232,9 +221,12 @@ impl ChunkAssembler {
         if text.is_empty() {
             return None;
         }
+        // A token goes with the frame that completes its text, not simply the next one:
+        // the producer holds text back for stop sequences, and an engine may hand over
+        // tokens ahead of their text (mistral.rs's sampler runs ahead of its responses).
         // Characters and offsets are counted only for a client that gets them.
         let mut complete = tokens.len();
-        if self.logprobs && self.held_text {
+        if self.logprobs {
             self.sent_chars += text.chars().count();
             complete = TextLogprobs {
                 tokens,

@@ -228,9 +228,7 @@ fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
     assert!(two.contains("\"tokens\":[\"!\"],\"token_logprobs\":[-1.0],\"top_logprobs\":[{\"!\":-1.0}],\"text_offset\":[3]"), "{two}");
 
     // With stops, text may be held back: a token waits for the frame its text is in.
-    let mut held = ChunkAssembler::new(meta, false)
-        .with_logprobs(true)
-        .with_held_text(true);
+    let mut held = ChunkAssembler::new(meta.clone(), false).with_logprobs(true);
     let mut waiting = vec![lp("The E")];
     let first = text(&held.token_frame("The ", &mut waiting).expect("frame")).to_owned();
     assert!(first.contains("\"logprobs\":null"), "{first}");
@@ -238,6 +236,22 @@ fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
     waiting.push(lp("nd"));
     let second = text(&held.token_frame("End", &mut waiting).expect("frame")).to_owned();
     assert!(second.contains("\"text_offset\":[0,5]"), "{second}");
+    assert!(waiting.is_empty());
+
+    // Tokens handed over ahead of their text go with the frames that carry it, so each
+    // chunk's tokens spell its text.
+    let mut ahead = ChunkAssembler::new(meta, false).with_logprobs(true);
+    let mut waiting = vec![lp("."), lp(" The"), lp(" sky")];
+    let first = text(&ahead.token_frame(".", &mut waiting).expect("frame")).to_owned();
+    assert!(first.contains("\"tokens\":[\".\"]"), "{first}");
+    assert_eq!(waiting.len(), 2);
+    let second = text(&ahead.token_frame(" The", &mut waiting).expect("frame")).to_owned();
+    assert!(
+        second.contains("\"tokens\":[\" The\"]") && second.contains("\"text_offset\":[1]"),
+        "{second}"
+    );
+    let third = text(&ahead.token_frame(" sky", &mut waiting).expect("frame")).to_owned();
+    assert!(third.contains("\"tokens\":[\" sky\"]"), "{third}");
     assert!(waiting.is_empty());
 }
 
