@@ -20,13 +20,14 @@ import re
 import subprocess
 import functools
 import tomllib
+import urllib.error
 import urllib.request
 
 import jsonschema
 import pytest
 import yaml
 
-from conftest import BINARY, ROOT
+from conftest import BINARY, ROOT, free_port, launch, stop_gateway
 from test_deploy import GPU_ONLY, UPSTREAM_ONLY, scraped_names
 
 CHART = ROOT / "deploy" / "helm" / "llmgate"
@@ -268,12 +269,24 @@ def test_what_schemas_miss(profile, exported, gateway):
         for rule in policy["spec"]["ingress"]:
             assert all(p["port"] in ports for p in rule["ports"]), rule
 
+    # Where the gateway serves /metrics: its own listener when the pod's environment or
+    # the file sets one, else the API port.
+    container = pod["spec"]["containers"][0]
+    listen = pod_env(container).get("LLMGATE_METRICS_LISTEN") or config.get("server", {}).get("metrics_listen")
+    scraped = int(listen.rsplit(":", 1)[1]) if listen else ports["http"]
+    scrape_ports = {name for name, number in ports.items() if number == scraped}
+    assert scrape_ports, f"no container port for /metrics on {scraped}"
+    for policy in by_kind(objs, "NetworkPolicy"):
+        admitted = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+        assert admitted & scrape_ports, "the NetworkPolicy lets no scraper reach /metrics"
+
     jobs = set()
     for monitor in by_kind(objs, "ServiceMonitor"):
         assert matches(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
-        service_ports = {p["name"] for p in service["spec"]["ports"]}
+        service_ports = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
         for endpoint in monitor["spec"]["endpoints"]:
             assert endpoint["port"] in service_ports and endpoint["path"] == "/metrics"
+            assert service_ports[endpoint["port"]] in scrape_ports, (endpoint, scraped)
             jobs |= {r["replacement"] for r in endpoint.get("relabelings", []) if r["targetLabel"] == "job"}
     for rule in by_kind(objs, "PrometheusRule"):
         exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
@@ -375,6 +388,8 @@ def test_inconsistent_values_fail_to_render():
         "model.file=other.gguf": "needs model.existingClaim",
         "config=[server]\nlisten = \"0.0.0.0:1\"": "config sets server.listen",
         "config=[server": "config is not TOML",
+        "config=[server]\nmetrics_listen = \"0.0.0.0:9464\"": "config sets server.metrics_listen",
+        "metricsPort=8080": "must differ from port",
         # Secrets have Secret paths; in the ConfigMap anyone who may read it reads them.
         "config=[semlog]\nes_password = \"p\"": "config sets semlog.es_password, a secret",
         "config=[semlog]\nes_api_key = \"k\"": "config sets semlog.es_api_key, a secret",
@@ -389,6 +404,43 @@ def test_inconsistent_values_fail_to_render():
         out = subprocess.run([str(HELM), "template", "rel", str(CHART), "--set-string" if values.startswith("config=") else "--set", values],
                              capture_output=True, text=True, check=False)
         assert out.returncode != 0 and message in out.stderr, (values, out.stderr)
+
+
+def test_a_metrics_port_is_what_the_scrapers_and_probes_reach(tmp_path):
+    """With metricsPort the gateway serves /metrics only on its own listener: the
+    ServiceMonitor, the Service and the NetworkPolicy's scrapers (vllm-upstream's
+    monitoring namespace) are on it, the API's callers and the probes are not, and a real
+    gateway started with the pod's LLMGATE_METRICS_LISTEN answers each where the chart
+    says."""
+    objs = objects("vllm-upstream")
+    _, pod = pod_of(objs)
+    container = pod["spec"]["containers"][0]
+    ports = container_ports(pod)
+    assert pod_env(container)["LLMGATE_METRICS_LISTEN"] == f"0.0.0.0:{ports['metrics']}"
+    service = {p["name"]: p["targetPort"] for p in one(objs, "Service")["spec"]["ports"]}
+    assert service == {"http": "http", "metrics": "metrics"}
+    assert [e["port"] for e in one(objs, "ServiceMonitor")["spec"]["endpoints"]] == ["metrics"]
+    ingress = one(objs, "NetworkPolicy")["spec"]["ingress"]
+    by_peer = {json.dumps(r.get("from"), sort_keys=True): {p["port"] for p in r["ports"]} for r in ingress}
+    values = yaml.safe_load((CHART / "ci" / "vllm-upstream-values.yaml").read_text())["networkPolicy"]
+    assert by_peer[json.dumps(values["ingressFrom"], sort_keys=True)] == {"http"}
+    assert by_peer[json.dumps(values["metricsFrom"], sort_keys=True)] == {"metrics"}
+
+    metrics = free_port()
+    gw = launch(tmp_path, "--metrics-listen", f"127.0.0.1:{metrics}")
+    try:
+        on = {"http": gw.base, "metrics": f"http://127.0.0.1:{metrics}"}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            get = container[probe]["httpGet"]
+            with urllib.request.urlopen(f"{on[get['port']]}{get['path']}") as r:
+                assert r.status == 200, (probe, get)
+        with urllib.request.urlopen(f"{on['metrics']}/metrics") as r:
+            assert r.status == 200 and b"llmgate_requests_in_flight" in r.read()
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"{on['http']}/metrics")
+        assert answer.value.code == 404
+    finally:
+        stop_gateway(gw)
 
 
 def test_secrets_reach_the_pod_from_secrets_only():

@@ -77,11 +77,11 @@ the file), so the file must not set them too.
 {{- if hasKey $config "Error" }}
 {{- fail (printf "config is not TOML: %s" $config.Error) }}
 {{- end }}
-{{- $owned := dict "server" (list "listen" "api_keys_file") "engine" (list "model_path") "semlog" (list "data_dir") }}
+{{- $owned := dict "server" (list "listen" "metrics_listen" "api_keys_file") "engine" (list "model_path") "semlog" (list "data_dir") }}
 {{- range $table, $keys := $owned }}
 {{- range $key := $keys }}
 {{- if hasKey (get $config $table | default dict) $key }}
-{{- fail (printf "config sets %s.%s, which the chart sets (port, model.file, apiKeys, the data volume)" $table $key) }}
+{{- fail (printf "config sets %s.%s, which the chart sets (port, metricsPort, model.file, apiKeys, the data volume)" $table $key) }}
 {{- end }}
 {{- end }}
 {{- end }}
