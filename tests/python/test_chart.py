@@ -229,6 +229,10 @@ def test_what_schemas_miss(profile, exported, gateway):
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             get = container[probe]["httpGet"]
             assert get["port"] in ports, (probe, get)
+            # A busy pod's answer may be late: not Kubernetes' 1 s default, and never
+            # one late answer that counts as a failure.
+            assert container[probe].get("timeoutSeconds", 1) >= 3, (probe, container[probe])
+            assert container[probe].get("failureThreshold", 3) >= 3, (probe, container[probe])
             with urllib.request.urlopen(f"{gateway}{get['path']}") as r:
                 assert r.status == 200, (probe, get)
         resources = container["resources"]
