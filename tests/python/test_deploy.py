@@ -279,10 +279,6 @@ def test_compose_matches_the_gateway_and_the_files_shipped():
     port = env["LLMGATE_LISTEN"].rsplit(":", 1)[1]
     assert any(p.endswith(f":{port}") for p in gateway["ports"])
     assert f":{port}/ready" in " ".join(gateway["healthcheck"]["test"])
-    # Docker's grace covers the drain: the shutdown timeout (25 s unless the compose file
-    # sets LLMGATE_SHUTDOWN_TIMEOUT_SECS), 2 s to end the rest, 5 s for the semantic log.
-    shutdown = int(env.get("LLMGATE_SHUTDOWN_TIMEOUT_SECS", 25))
-    assert int(gateway["stop_grace_period"].rstrip("s")) >= shutdown + 2 + 5
     # The gateway reaches the other services by their compose names.
     assert env["LLMGATE_ES_URL"].split("//")[1].split(":")[0] in services
     otlp_host, otlp_port = env["OTEL_EXPORTER_OTLP_ENDPOINT"].split("//")[1].split(":")
@@ -301,6 +297,42 @@ def test_compose_matches_the_gateway_and_the_files_shipped():
     defined = set(re.findall(r"^#?\s*([A-Z0-9_]+)=", example, re.M))
     used = set(re.findall(r"\$\{([A-Z0-9_]+)", (DOCKER / "compose.yaml").read_text()))
     assert used <= defined, f"missing from .env.example: {sorted(used - defined)}"
+
+
+def seconds(duration):
+    """A compose duration ("48s", "1m30s", "1m") in seconds."""
+    match = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert match and duration, f"not a duration in minutes and seconds: {duration!r}"
+    return int(match[1] or 0) * 60 + int(match[2] or 0)
+
+
+def default_of(option):
+    """The `[default: N]` that `llmgate serve --help` gives an option."""
+    help_text = subprocess.run(
+        [str(BINARY), "serve", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    return int(re.search(rf"--{option} <[A-Z_]+>\n\s+[^\[]*\[default: (\d+)\]", help_text)[1])
+
+
+def test_compose_stop_grace_covers_the_drain_and_the_closing_as_the_chart_counts_it():
+    # The chart's grace period is preStop sleep + drain + what the gateway does after the
+    # drain + a margin (templates/_helpers.tpl, llmgate.graceSeconds). Compose sends
+    # SIGTERM at once (no endpoints to update, so no preStop sleep); the rest is the same
+    # binary's shutdown and is counted the same way, from the chart's own numbers.
+    chart = ROOT / "deploy" / "helm" / "llmgate"
+    helpers = (chart / "templates" / "_helpers.tpl").read_text()
+    after_drain = int(re.search(r'define "llmgate.afterDrainSeconds" -\}\}(\d+)\{\{', helpers)[1])
+    margin = yaml.safe_load((chart / "values.yaml").read_text())["terminationGraceMarginSeconds"]
+    assert re.search(r"\(include \"llmgate.drainSeconds\" \. \| int\) "
+                     r"\(include \"llmgate.afterDrainSeconds\" \. \| int\) "
+                     r"\(int \.Values\.terminationGraceMarginSeconds\)", helpers), (
+        "the chart counts its grace period differently now: count compose's the same way")
+
+    gateway = compose()["services"]["llmgate"]
+    env = gateway["environment"]
+    drain = int(env.get("LLMGATE_SHUTDOWN_TIMEOUT_SECS", default_of("shutdown-timeout-secs")))
+    assert seconds(gateway["stop_grace_period"]) == drain + after_drain + margin, (
+        gateway["stop_grace_period"], drain, after_drain, margin)
 
 
 def test_grafana_provisioning_points_at_the_files_shipped():
