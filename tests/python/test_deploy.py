@@ -359,6 +359,66 @@ def test_grafana_provisioning_points_at_the_files_shipped():
     assert dashboard["templating"]["list"][0]["name"] == "model"
 
 
+def dockerfile_stages(name):
+    """docker/<name> as {stage: [(INSTRUCTION, arguments)]}, continuation lines joined and
+    comments dropped; a stage without `AS` is named by its position."""
+    stages, current = {}, None
+    text = re.sub(r"\\\n", " ", (DOCKER / name).read_text())
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, args = line.partition(" ")
+        instruction, args = instruction.upper(), " ".join(args.split())
+        if instruction == "FROM":
+            stage = re.search(r"\bAS\s+(\S+)$", args, re.I)
+            current = stage[1] if stage else f"#{len(stages)}"
+            stages[current] = []
+        if current is not None:
+            stages[current].append((instruction, args))
+    return stages
+
+
+def gateway_image(name):
+    """The stage that is the gateway's image: the last one (a `--target` picks the others)."""
+    stages = dockerfile_stages(name)
+    return list(stages.values())[-1]
+
+
+def context_copies(instructions):
+    """What a stage copies from the build context (not from another stage or image)."""
+    return sorted(args for op, args in instructions if op == "COPY" and "--from=" not in args)
+
+
+def test_the_cuda_image_is_the_cpu_image_with_cuda():
+    cpu, cuda = dockerfile_stages("Dockerfile"), dockerfile_stages("Dockerfile.cuda")
+    # The same sources compiled: the whole context (.dockerignore trims it) in the build
+    # stage of each.
+    assert context_copies(cpu["build"]) == context_copies(cuda["build"]) == [". ."]
+    # The same files beside the binary (the prompt sets the quality report and `llmgate
+    # compare` read), the same layout and start: one runtime contract, two engines.
+    runtime_cpu, runtime_cuda = gateway_image("Dockerfile"), gateway_image("Dockerfile.cuda")
+    assert context_copies(runtime_cpu) == context_copies(runtime_cuda), (
+        context_copies(runtime_cpu), context_copies(runtime_cuda))
+    assert any("prompts" in c for c in context_copies(runtime_cpu))
+    for op in ("ENV", "USER", "WORKDIR", "EXPOSE", "VOLUME", "ENTRYPOINT", "CMD"):
+        same = [[a for o, a in stage if o == op] for stage in (runtime_cpu, runtime_cuda)]
+        assert same[0] == same[1], (op, same)
+    binary = [[a for o, a in stage if o == "COPY" and "--from=" in a] for stage in (runtime_cpu, runtime_cuda)]
+    assert [b[0].split()[-2:] for b in binary] == [["/usr/local/bin/llmgate"] * 2] * 2, binary
+    # Rust the same way: the official Rust image at one pinned tag, never a script piped
+    # from the network into a shell (nothing checks what it runs).
+    rust = [sorted(set(re.findall(r"\brust:[\w.-]+", (DOCKER / f).read_text())))
+            for f in ("Dockerfile", "Dockerfile.cuda")]
+    assert rust[0] == rust[1] and len(rust[0]) == 1, rust
+    for name in ("Dockerfile", "Dockerfile.cuda"):
+        for stage in dockerfile_stages(name).values():
+            for op, args in stage:
+                if op == "RUN":
+                    assert not re.search(r"\b(curl|wget)\b[^|;&]*\|\s*(sudo\s+)?(ba|da|z)?sh\b", args), (
+                        name, args)
+
+
 def test_images_carry_the_gateway_version():
     version = re.search(r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M)[1]
     env = (DOCKER / ".env.example").read_text()
