@@ -37,6 +37,9 @@ KUBE_VALIDATE = K8S / "venv" / "bin" / "kubernetes-validate"
 CRDS = K8S / "crds"
 # A Kubernetes still widely run and the newest kubernetes-validate bundles.
 KUBE_VERSIONS = ("1.30.0", "1.37.0")
+# Profiles that need a newer Kubernetes than the oldest above, validated against this one
+# instead (the chart refuses them on older ones): the first with the image volume source.
+OLDEST_KUBE = {"model-image": "1.31.0"}
 PROFILES = ["default", *sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))]
 # What the gateway does after its drain before it exits: 2 s for cut-off streams, 5 s for
 # the HTTP server to stop, 1 s for the metrics listener, 5 s for the semantic-log queue,
@@ -57,10 +60,18 @@ def values_args(profile):
     return [] if profile == "default" else ["-f", str(CHART / "ci" / f"{profile}-values.yaml")]
 
 
+def kube_version_of(profile, kube_version):
+    """`kube_version`, or the oldest the profile can run on where that is newer."""
+    oldest = OLDEST_KUBE.get(profile, kube_version)
+    key = lambda v: tuple(map(int, v.split(".")))
+    return max(kube_version, oldest, key=key)
+
+
 @functools.cache
 def render(profile, kube_version=KUBE_VERSIONS[0]):
     """The profile's manifests as helm renders them (once per profile and version)."""
     tools()
+    kube_version = kube_version_of(profile, kube_version)
     out = subprocess.run(
         [str(HELM), "template", "rel", str(CHART), "--namespace", "llm",
          "--kube-version", kube_version, *values_args(profile)],
@@ -101,6 +112,7 @@ def test_lint_strict(profile):
 def test_manifests_validate_strictly(profile, kube_version, tmp_path):
     rendered = tmp_path / f"{profile}.yaml"
     rendered.write_text(render(profile, kube_version))
+    kube_version = kube_version_of(profile, kube_version)
     out = subprocess.run(
         [str(KUBE_VALIDATE), "--strict", "-k", kube_version, str(rendered)],
         capture_output=True, text=True, check=False,
@@ -389,7 +401,8 @@ def test_inconsistent_values_fail_to_render():
         "replicaCount=2,data.existingClaim=spool": "one pod only",
         "keda.enabled=true,serviceMonitor.enabled=true,keda.minReplicas=0": "at least 1",
         "keda.enabled=true": "needs serviceMonitor.enabled",
-        "model.file=other.gguf": "needs model.existingClaim",
+        "model.file=other.gguf": "needs model.existingClaim or model.image",
+        "model.existingClaim=m,model.image.reference=m:1": "exclude each other",
         "config=[server]\nlisten = \"0.0.0.0:1\"": "config sets server.listen",
         "config=[server": "config is not TOML",
         "config=[server]\nmetrics_listen = \"0.0.0.0:9464\"": "config sets server.metrics_listen",
@@ -445,6 +458,28 @@ def test_a_metrics_port_is_what_the_scrapers_and_probes_reach(tmp_path):
         assert answer.value.code == 404
     finally:
         stop_gateway(gw)
+
+
+def test_the_model_comes_from_an_image_or_a_claim_without_fetching(tmp_path):
+    """An image volume or a claim holds the model: no init container, so nothing is
+    downloaded or re-quantized at a pod's start; the gateway reads model.file from it,
+    read-only. The image volume is refused where Kubernetes has no such source."""
+    for objs, source in ((objects("model-image"), "image"), (objects("gpu"), "persistentVolumeClaim")):
+        _, pod = pod_of(objs)
+        assert "initContainers" not in pod["spec"], "the model would still be fetched"
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "model")
+        assert set(volume) == {"name", source}, volume
+        container = pod["spec"]["containers"][0]
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "model")
+        assert mount["readOnly"] and pod_env(container)["LLMGATE_MODEL_PATH"].startswith(mount["mountPath"] + "/")
+    _, pod = pod_of(objects("model-image"))
+    image = next(v for v in pod["spec"]["volumes"] if v["name"] == "model")["image"]
+    assert image == {"reference": "llmgate-model:smollm2-135m-instruct-q8_0", "pullPolicy": "IfNotPresent"}
+    _, pod = pod_of(objects("default"))
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["fetch-model"]
+    out = subprocess.run([str(HELM), "template", "rel", str(CHART), "--kube-version", "1.30.0", *values_args("model-image")],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "model.image needs Kubernetes 1.31" in out.stderr, out.stderr
 
 
 def test_secrets_reach_the_pod_from_secrets_only():
