@@ -2,7 +2,8 @@
 
 For the default values and every profile in ci/*-values.yaml:
 - `helm lint --strict`, and `helm template` validated strictly by kubernetes-validate
-  against two Kubernetes versions (its bundled upstream schemas);
+  against two Kubernetes versions (its bundled upstream schemas; a profile that needs a
+  newer one, against its oldest instead);
 - the custom resources validated against their CRDs' own schemas, from registry packages
   (scripts/peers puts them in .peers/k8s): ServiceMonitor and PrometheusRule from
   prometheus-operator 0.89.0's CRDs, ScaledObject from KEDA's CRD as kubernetes-models
@@ -10,9 +11,11 @@ For the default values and every profile in ci/*-values.yaml:
   against the v1 API (docs/kubernetes.md says so);
 - what schemas miss: selectors match the pods; the Service, PDB, HPA, KEDA and
   ServiceMonitor target what exists; the PDB stays below the fewest pods; GPU limits equal
-  requests; preStop + drain + flushes fit the grace period; probe ports and paths exist;
+  requests; preStop + drain + flushes fit the grace period; probe ports and paths exist
+  and a slow answer is no failure; the scrape reaches the port that serves /metrics;
   every metric the HPA, KEDA, the alerts and the endpoint picker's flags name is one a
-  running gateway exports; the rendered configuration is one `llmgate serve` accepts.
+  running gateway exports; the rendered configuration is one `llmgate serve` accepts;
+  no secret reaches the ConfigMap or a literal in the Deployment.
 """
 
 import json
@@ -407,6 +410,7 @@ def test_inconsistent_values_fail_to_render():
         "config=[server": "config is not TOML",
         "config=[server]\nmetrics_listen = \"0.0.0.0:9464\"": "config sets server.metrics_listen",
         "metricsPort=8080": "must differ from port",
+        "extraEnv[0].name=LLMGATE_REDACTION_KEY,extraEnv[0].value=0123456789abcdef": "a secret, a literal value",
         # Secrets have Secret paths; in the ConfigMap anyone who may read it reads them.
         "config=[semlog]\nes_password = \"p\"": "config sets semlog.es_password, a secret",
         "config=[semlog]\nes_api_key = \"k\"": "config sets semlog.es_api_key, a secret",
@@ -504,6 +508,11 @@ def test_secrets_reach_the_pod_from_secrets_only():
                 assert "secretKeyRef" in env[model["api_key_env"]]["valueFrom"], (profile, model)
     upstream = config_of(objects("vllm-upstream"))["models"][0]
     assert upstream["api_key_env"] == "VLLM_API_KEY"
+    # The variable an api_key_env names, given a literal value, is refused too.
+    out = subprocess.run([str(HELM), "template", "rel", str(CHART), *values_args("vllm-upstream"),
+                          "--set", "extraEnv[0].name=VLLM_API_KEY,extraEnv[0].value=sk"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "extraEnv gives VLLM_API_KEY, a secret" in out.stderr, out.stderr
 
 
 def test_values_that_must_render_as_meant():
