@@ -10,11 +10,18 @@
   at the files shipped.
 """
 
+import base64
+import fnmatch
 import json
+import os
 import re
+import shutil
+import stat
 import subprocess
 import tempfile
+import threading
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -253,6 +260,13 @@ def serve_env_names():
     return set(re.findall(r"env: (LLMGATE_[A-Z0-9_]+)", help_text))
 
 
+def made_secrets():
+    """The secrets docker/make-secrets writes: {name: least length}."""
+    text = (DOCKER / "make-secrets").read_text()
+    block = re.search(r"^secrets=\(\n(.*?)^\)", text, re.M | re.S)[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r'^\s+"(\w+) (\d+) ', block, re.M)}
+
+
 def test_compose_matches_the_gateway_and_the_files_shipped():
     c = compose()
     services = c["services"]
@@ -265,6 +279,15 @@ def test_compose_matches_the_gateway_and_the_files_shipped():
                 assert (DOCKER / source).resolve().exists(), f"{name} mounts missing {source}"
             else:
                 assert source in c["volumes"], f"{name} uses undeclared volume {source}"
+        for secret in service.get("secrets", []):
+            assert secret in c["secrets"], f"{name} uses undeclared secret {secret}"
+    # Each secret is a file docker/make-secrets writes into docker/secrets/ (ignored by git).
+    written = made_secrets()
+    for name, secret in c["secrets"].items():
+        assert secret == {"file": f"./secrets/{name}"}, (name, secret)
+        assert name in written, f"docker/make-secrets does not write {name}"
+    assert set(written) == set(c["secrets"]), sorted(set(written) ^ set(c["secrets"]))
+    assert (DOCKER / "secrets" / ".gitignore").read_text().splitlines()[1:] == ["*", "!.gitignore"]
 
     gateway = services["llmgate"]
     env = gateway["environment"]
@@ -333,6 +356,216 @@ def test_compose_stop_grace_covers_the_drain_and_the_closing_as_the_chart_counts
     drain = int(env.get("LLMGATE_SHUTDOWN_TIMEOUT_SECS", default_of("shutdown-timeout-secs")))
     assert seconds(gateway["stop_grace_period"]) == drain + after_drain + margin, (
         gateway["stop_grace_period"], drain, after_drain, margin)
+
+
+# Names a secret goes by in an environment variable; `*_FILE` / `*__FILE` (a path to a
+# mounted secret) and the user names are not secrets.
+SECRET_NAME = re.compile(r"PASSWORD|API_KEY|REDACTION_KEY|SECRET|TOKEN")
+
+
+def interpolated(value):
+    """A compose value with each ${VAR:-default} as its default (or empty)."""
+    return re.sub(r"\$\{[A-Z0-9_]+(?::?-([^}]*))?[^}]*\}", lambda m: m[1] or "", str(value))
+
+
+def run_secrets(service, declared):
+    """The secrets a service reads: /run/secrets/<name> in its environment, command,
+    entrypoint and healthcheck, and the declared names a script it mounts reads."""
+    text = json.dumps({k: service.get(k) for k in ("environment", "command", "entrypoint", "healthcheck")})
+    names = set(re.findall(r"/run/secrets/(\w+)", text))
+    for volume in service.get("volumes", []):
+        source = DOCKER / volume.split(":")[0]
+        if volume.startswith("./") and source.suffix == ".sh":
+            names |= {n for n in declared if re.search(rf"\b{n}\b", source.read_text())}
+    return names
+
+
+def test_compose_passes_no_secret_in_plain_environment(tmp_path):
+    c = compose()
+    for name, service in c["services"].items():
+        env = service.get("environment", {})
+        for key, value in env.items():
+            if key.endswith("_FILE"):
+                # A path to a secret the service is granted.
+                assert re.fullmatch(r"/run/secrets/\w+", value), (name, key, value)
+            else:
+                assert not SECRET_NAME.search(key), f"{name}: {key} holds a secret in plain environment"
+            assert not re.search(r"\$\{\w*(PASSWORD|KEY|SECRET|TOKEN)", str(value)), (name, key, value)
+        # Every secret file it reads is one it is granted, and it is granted none it does
+        # not read.
+        assert run_secrets(service, c["secrets"]) == set(service.get("secrets", [])), name
+    # No password from docker/.env is left for compose to interpolate anywhere.
+    used = set(re.findall(r"\$\{([A-Z0-9_]+)", (DOCKER / "compose.yaml").read_text()))
+    assert not {u for u in used if SECRET_NAME.search(u)}, used
+
+    # The gateway: its own user and the redaction key from files, the _FILE settings it
+    # has (serve --help), and a configuration it accepts with those files in place.
+    gateway = c["services"]["llmgate"]
+    env = gateway["environment"]
+    assert env["LLMGATE_ES_USERNAME"] not in ("elastic", "kibana_system")
+    assert env["LLMGATE_ES_PASSWORD_FILE"] == "/run/secrets/llmgate_es_password"
+    assert env["LLMGATE_REDACTION_KEY_FILE"] == "/run/secrets/llmgate_redaction_key"
+    assert {"LLMGATE_ES_PASSWORD_FILE", "LLMGATE_REDACTION_KEY_FILE"} <= serve_env_names()
+    assert gateway["depends_on"]["es-setup"]["condition"] == "service_completed_successfully"
+    secrets = tmp_path / "secrets"
+    subprocess.run(["bash", str(DOCKER / "make-secrets"), str(secrets)], check=True, capture_output=True)
+    resolved = {k: interpolated(v).replace("/run/secrets/", f"{secrets}/") for k, v in env.items()}
+    resolved.update(LLMGATE_DATA_DIR=str(tmp_path / "data"),
+                    LLMGATE_MODEL_PATH=str(ROOT / "models" / "SmolLM2-135M-Instruct.Q8_0.gguf"))
+    check = subprocess.run([str(BINARY), "serve", "--check-config"], capture_output=True, text=True,
+                           env={"PATH": os.environ["PATH"], **resolved})
+    assert check.returncode == 0, check.stderr
+
+
+# Every call the gateway makes to Elasticsearch and the privilege that allows it
+# (Elasticsearch's cluster and index privileges; for ILM, the create-lifecycle-policy
+# API's prerequisites). Keyed as the sources name them: src/semlog/setup.rs's paths,
+# elasticsearch.rs's bulk.
+ES_CALLS = {
+    '"GET", "/"': ("cluster", "monitor"),  # what the cluster is (setup step detect)
+    "/_ilm/policy/": ("cluster", "manage_ilm"),  # PUT the retention policy
+    "/_component_template/": ("cluster", "manage_index_templates"),  # PUT the mappings
+    "/_index_template/": ("cluster", "manage_index_templates"),  # PUT the index template
+    "/_data_stream/": ("indices", "create_index"),  # PUT the data stream
+    "BulkParts::Index": ("indices", "create_doc"),  # POST <data stream>/_bulk, `create` only
+    # Not a call: ILM rolls over and deletes the backing indices as the user who last put
+    # the policy, which needs `manage` on them.
+    "ILM's own actions": ("indices", "manage"),
+}
+OPENSEARCH_ONLY = {"/_plugins/_ism/policies/"}
+
+
+def test_the_gateways_elasticsearch_role_grants_each_call_it_makes_and_nothing_more():
+    semlog = ROOT / "src" / "semlog"
+    sources = "\n".join(f.read_text() for f in sorted(semlog.rglob("*.rs")))
+    called = set(re.findall(r'"(/_[a-z_/]+/)', sources))
+    called |= {k for k in ('"GET", "/"', "BulkParts::Index") if k in sources}
+    known = set(ES_CALLS) - {"ILM's own actions"}
+    assert called - OPENSEARCH_ONLY == known, (
+        f"the gateway's calls changed: {sorted(called ^ (known | OPENSEARCH_ONLY))}; "
+        "give docker/llmgate-es-role.json what they need and update this table and docs/operations.md")
+    methods = set(re.findall(r'\.call\(\s*"([A-Z]+)"', sources))
+    assert methods <= {"GET", "PUT"}, methods
+
+    role = json.loads((DOCKER / "llmgate-es-role.json").read_text())
+    assert set(role) == {"cluster", "indices", "metadata"}
+    assert sorted(role["cluster"]) == sorted({p for kind, p in ES_CALLS.values() if kind == "cluster"})
+    (indices,) = role["indices"]
+    assert set(indices) == {"names", "privileges"}
+    assert sorted(indices["privileges"]) == sorted({p for kind, p in ES_CALLS.values() if kind == "indices"})
+    # Only the semantic log's data streams: logs-<dataset>-<namespace>, any namespace.
+    dataset = re.search(r'pub const DATASET: &str = "([^"]+)"', (semlog / "document" / "mod.rs").read_text())[1]
+    assert indices["names"] == [f"logs-{dataset}-*"]
+    namespace = interpolated(compose()["services"]["llmgate"]["environment"]["LLMGATE_SEMLOG_NAMESPACE"])
+    assert fnmatch.fnmatchcase(f"logs-{dataset}-{namespace}", indices["names"][0])
+    # The names in the sources are the ones the role's pattern covers.
+    assert f'INDEX_TEMPLATE: &str = "logs-{dataset}"' in sources
+
+
+class FakeSecurityApi(BaseHTTPRequestHandler):
+    """Elasticsearch's security API as es-setup sees it: records each request; answers
+    503 to the first (the security index not ready yet), then 200."""
+
+    seen = []
+
+    def answer(self):
+        body = self.rfile.read(int(self.headers.get("content-length") or 0)).decode()
+        user, _, password = base64.b64decode(self.headers["authorization"].split()[1]).decode().partition(":")
+        self.seen.append({"method": self.command, "path": self.path, "user": user,
+                          "password": password, "body": body})
+        status = 503 if len(self.seen) == 1 else 200
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_PUT = do_POST = answer
+
+    def log_message(self, *args):
+        pass
+
+
+def test_es_setup_makes_the_gateways_user_from_the_secret_files(tmp_path):
+    scripts = [DOCKER / "make-secrets", DOCKER / "es-setup.sh"]
+    for script in scripts:
+        subprocess.run(["bash", "-n", str(script)], check=True)
+        assert os.access(script, os.X_OK), script
+    if shutil.which("shellcheck"):
+        out = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+    secrets = tmp_path / "secrets"
+    subprocess.run(["bash", str(DOCKER / "make-secrets"), str(secrets)], check=True, capture_output=True)
+    values = {f.name: f.read_text() for f in secrets.iterdir()}
+
+    # curl, recording its command line: no secret may be on it (any user of the host
+    # can read a process's command line).
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "curl").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{tmp_path}/argv"\nexec {shutil.which("curl")} "$@"\n')
+    (shim / "curl").chmod(0o755)
+    FakeSecurityApi.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSecurityApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = subprocess.run(
+            ["bash", str(DOCKER / "es-setup.sh")], capture_output=True, text=True, timeout=60,
+            env={"PATH": f"{shim}:{os.environ['PATH']}", "ES_URL": f"http://127.0.0.1:{server.server_port}",
+                 "SECRETS": str(secrets), "ROLE_FILE": str(DOCKER / "llmgate-es-role.json"),
+                 "RETRY_SECONDS": "0"},
+        )
+    finally:
+        server.shutdown()
+    assert out.returncode == 0, out.stderr
+    seen = FakeSecurityApi.seen
+    assert all(r["user"] == "elastic" and r["password"] == values["elastic_password"] for r in seen)
+    calls = [(r["method"], r["path"]) for r in seen]
+    role = "llmgate_semlog"
+    gateway = compose()["services"]["llmgate"]["environment"]["LLMGATE_ES_USERNAME"]
+    assert calls == [("POST", "/_security/user/kibana_system/_password")] * 2 + [
+        ("PUT", f"/_security/role/{role}"), ("PUT", f"/_security/user/{gateway}")], calls
+    assert json.loads(seen[1]["body"]) == {"password": values["kibana_system_password"]}
+    assert json.loads(seen[2]["body"]) == json.loads((DOCKER / "llmgate-es-role.json").read_text())
+    user = json.loads(seen[3]["body"])
+    assert user["password"] == values["llmgate_es_password"] and user["roles"] == [role], user
+    argv = (tmp_path / "argv").read_text()
+    assert argv.count("\n") == len(seen)
+    for name, value in values.items():
+        assert value not in argv and value not in out.stdout + out.stderr, name
+
+    # A refusal no retry fixes ends it at once, saying what was refused.
+    (secrets / "llmgate_es_password").write_text("bad password with spaces")
+    out = subprocess.run(["bash", str(DOCKER / "es-setup.sh")], capture_output=True, text=True, timeout=60,
+                         env={"PATH": os.environ["PATH"], "ES_URL": "http://127.0.0.1:9", "SECRETS": str(secrets)})
+    assert out.returncode == 1 and "llmgate_es_password" in out.stderr, out.stderr
+
+
+def test_make_secrets_writes_each_secret_once(tmp_path):
+    folder = tmp_path / "secrets"
+    made = made_secrets()
+    env = {"PATH": os.environ["PATH"], "ELASTIC_PASSWORD": "kept-from-an-old-env-file"}
+    first = subprocess.run(["bash", str(DOCKER / "make-secrets"), str(folder)], env=env,
+                           capture_output=True, text=True, check=True)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    values = {}
+    for name, least in made.items():
+        path = folder / name
+        # Readable by the containers' users (not the owner's), inside a folder only the
+        # owner may enter; no newline for a reader to keep.
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, name
+        values[name] = path.read_text()
+        assert re.fullmatch(r"[A-Za-z0-9._~+-]+", values[name]) and len(values[name]) >= least, name
+    assert values["elastic_password"] == "kept-from-an-old-env-file"
+    randoms = [v for n, v in values.items() if n != "elastic_password"]
+    assert len(set(randoms)) == len(randoms) and all(len(v) == 32 for v in randoms)
+    for value in values.values():
+        assert value not in first.stdout + first.stderr
+    # Again: nothing changes.
+    subprocess.run(["bash", str(DOCKER / "make-secrets"), str(folder)], check=True, capture_output=True)
+    assert {n: (folder / n).read_text() for n in made} == values
+    # A value es-setup could not pass on as it is is refused.
+    out = subprocess.run(["bash", str(DOCKER / "make-secrets"), str(tmp_path / "other")], capture_output=True,
+                         text=True, env={"PATH": os.environ["PATH"], "KIBANA_SYSTEM_PASSWORD": 'with "quotes"'})
+    assert out.returncode == 1 and "KIBANA_SYSTEM_PASSWORD" in out.stderr, out.stderr
 
 
 def test_grafana_provisioning_points_at_the_files_shipped():
