@@ -417,6 +417,32 @@ def test_compose_passes_no_secret_in_plain_environment(tmp_path):
     assert check.returncode == 0, check.stderr
 
 
+def test_compose_runs_the_gateway_as_locked_down_as_the_chart():
+    chart = yaml.safe_load((ROOT / "deploy" / "helm" / "llmgate" / "values.yaml").read_text())
+    context = chart["securityContext"]
+    c = compose()
+    gateway = c["services"]["llmgate"]
+    # The chart's securityContext, in compose's words.
+    assert gateway["read_only"] is context["readOnlyRootFilesystem"] is True
+    assert gateway["cap_drop"] == context["capabilities"]["drop"] == ["ALL"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert "no-new-privileges:true" in gateway["security_opt"]
+    assert not gateway.get("cap_add")
+    # Every path it writes is a volume or a tmpfs: the data directory (spool, NDJSON and
+    # dead-letter files) and /tmp, as the chart mounts them; the model is read-only.
+    writable = {v.split(":")[1] for v in gateway["volumes"] if not v.endswith(":ro")}
+    writable |= {t.split(":")[0] for t in gateway.get("tmpfs", [])}
+    assert writable == {gateway["environment"]["LLMGATE_DATA_DIR"], "/tmp"}, writable
+    assert "../models:/models:ro" in gateway["volumes"]
+    # The same for every other service but the GPU exporter (which needs SYS_ADMIN).
+    for name, service in c["services"].items():
+        if name == "dcgm-exporter":
+            assert service["cap_add"] == ["SYS_ADMIN"]
+            continue
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+
+
 # Every call the gateway makes to Elasticsearch and the privilege that allows it
 # (Elasticsearch's cluster and index privileges; for ILM, the create-lifecycle-policy
 # API's prerequisites). Keyed as the sources name them: src/semlog/setup.rs's paths,

@@ -10,8 +10,10 @@ grace period, and the request's semantic-log document is on the data volume. The
 fetch-model image, the chart's init container, keeps the verified model in place.
 """
 
+import base64
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -23,6 +25,7 @@ import pytest
 import yaml
 
 from conftest import MODEL_ID, ROOT, free_port
+from fake_es import FakeEs
 from test_chart import CHART, HELM, tools
 from test_shutdown import PROMPT, Stream, documents, status_of
 
@@ -175,3 +178,81 @@ def test_the_image_serves_and_drains_inside_its_grace_period(images, tmp_path):
               f"stop with a stream running {stopped['s']:.1f} s (grace {grace} s)")
     finally:
         podman("rm", "-f", name, check=False)
+
+
+class CredentialsEs(FakeEs):
+    """FakeEs that also keeps the basic-auth user and password of every request."""
+
+    def __init__(self):
+        self.credentials = set()
+        super().__init__()
+
+    def _handler(self):
+        outer = self
+
+        class Handler(super()._handler()):
+            def parse_request(self):
+                ok = super().parse_request()
+                auth = self.headers.get("authorization") if ok else None
+                if auth:
+                    outer.credentials.add(base64.b64decode(auth.split()[1]).decode())
+                return ok
+
+        return Handler
+
+
+def test_the_image_runs_as_the_compose_file_runs_it(images, tmp_path):
+    # docker/compose.yaml's gateway service as podman flags: its read-only root, tmpfs,
+    # capabilities, no-new-privileges, secrets as files at /run/secrets and environment;
+    # only the cluster's address and the port are this test's (host network: the fake
+    # cluster listens on loopback).
+    runtime, _ = images
+    service = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]["llmgate"]
+    secrets = tmp_path / "secrets"
+    subprocess.run([str(ROOT / "docker" / "make-secrets"), str(secrets)], check=True, capture_output=True)
+    data = writable_by_the_image_user(tmp_path / "data")
+    es = CredentialsEs()
+    port = free_port()
+    env = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(v)) for k, v in service["environment"].items()}
+    env.update(LLMGATE_ES_URL=es.url, LLMGATE_LISTEN=f"127.0.0.1:{port}")
+    flags = ["--read-only"] if service["read_only"] else []
+    flags += [f for t in service["tmpfs"] for f in ("--tmpfs", t)]
+    flags += [f for c in service["cap_drop"] for f in ("--cap-drop", c)]
+    flags += [f for o in service["security_opt"] for f in ("--security-opt", o)]
+    flags += [f for n in service["secrets"] for f in ("-v", f"{secrets / n}:/run/secrets/{n}:ro")]
+    name = f"llmgate-compose-{uuid.uuid4().hex[:8]}"
+    podman("run", "-d", "--name", name, "--network=host", *flags,
+           "-v", f"{ROOT / 'models'}:/models:ro", "-v", f"{data}:{env['LLMGATE_DATA_DIR']}",
+           *(arg for k, v in env.items() for arg in ("-e", f"{k}={v}")), runtime)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        started = time.monotonic()
+        while ready_status(base) != 200:
+            running = podman("inspect", "-f", "{{.State.Running}}", name).stdout.strip()
+            assert running == "true", podman("logs", name, check=False).stderr
+            assert time.monotonic() - started < 180, "not ready in 180 s"
+            time.sleep(0.2)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Say hello."}],
+                                       max_tokens=4, temperature=0, user="alice@example.com")
+        deadline = time.monotonic() + 30
+        while not es.documents() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (doc,) = es.documents()
+        # It logged in as its own user with the password from the secret file, and read
+        # the redaction key from its file (user.hash needs it).
+        password = (secrets / "llmgate_es_password").read_text()
+        assert es.credentials == {f"{env['LLMGATE_ES_USERNAME']}:{password}"}, es.credentials
+        assert doc["user"]["hash"], doc.get("user")
+        # No secret in its environment; nothing writable but its data and /tmp; no
+        # capability; no privilege to gain.
+        inside = podman("exec", name, "sh", "-c",
+                        "env; touch /var/lib/llmgate/x 2>&1; grep -E '^(CapEff|NoNewPrivs)' /proc/1/status",
+                        check=False).stdout
+        for secret in secrets.iterdir():
+            assert secret.read_text() not in inside, secret.name
+        assert "Read-only file system" in inside and "CapEff:\t0000000000000000" in inside, inside
+        assert "NoNewPrivs:\t1" in inside, inside
+    finally:
+        podman("rm", "-f", name, check=False)
+        es.stop()
