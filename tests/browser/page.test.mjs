@@ -42,17 +42,29 @@ async function waitReady(url, proc) {
   throw new Error("the gateway did not become ready");
 }
 
+/** The gateway on the default model at `port`, ready; `extra` are more `serve` flags. */
+async function startGateway(port, data, extra = []) {
+  const proc = spawn(BINARY, [
+    "serve", "--listen", `127.0.0.1:${port}`, "--workers", "2", "--data-dir", data, ...extra,
+  ], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, LLMGATE_LOG: "error" } });
+  await waitReady(`http://127.0.0.1:${port}`, proc);
+  return proc;
+}
+
+async function stopGateway(proc, signal = "SIGTERM") {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise((r) => proc.once("exit", r));
+  proc.kill(signal);
+  await exited;
+}
+
 before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "llmgate-page-"));
   const keys = join(dataDir, "api-keys");
   key = execFileSync(BINARY, ["keys", "add", "page-test", "--file", keys], { encoding: "utf8" }).trim();
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
-  gateway = spawn(BINARY, [
-    "serve", "--listen", `127.0.0.1:${port}`, "--workers", "2",
-    "--data-dir", join(dataDir, "data"), "--api-keys-file", keys,
-  ], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, LLMGATE_LOG: "error" } });
-  await waitReady(base, gateway);
+  gateway = await startGateway(port, join(dataDir, "data"), ["--api-keys-file", keys]);
   mkdirSync(SHOTS, { recursive: true });
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -66,15 +78,12 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
-  if (gateway) {
-    gateway.kill("SIGTERM");
-    await new Promise((r) => gateway.once("exit", r));
-  }
+  if (gateway) await stopGateway(gateway);
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
 /** A page at `width`×`height` that records every request and every console error. */
-async function open(width, height, mobile = false) {
+async function open(width, height, mobile = false, at = base) {
   const context = await browser.newContext({ viewport: { width, height }, isMobile: mobile, hasTouch: mobile });
   const page = await context.newPage();
   const seen = { requests: [], errors: [] };
@@ -84,7 +93,7 @@ async function open(width, height, mobile = false) {
     if (m.type() === "error" && !/status of 401/.test(m.text())) seen.errors.push(m.text());
   });
   page.on("pageerror", (e) => seen.errors.push(String(e)));
-  const response = await page.goto(base + "/");
+  const response = await page.goto(at + "/");
   return { context, page, seen, response };
 }
 
@@ -92,8 +101,41 @@ async function liveRequests(page) {
   return Number(await page.locator("#live").getAttribute("data-requests"));
 }
 
+async function useKey(page) {
+  await page.locator("#key-form").waitFor({ state: "visible" });
+  await page.fill("#api-key", key);
+  await page.press("#api-key", "Enter");
+  await page.locator("#model option").first().waitFor({ state: "attached" });
+}
+
+/** Sends the form with the given fields (ids to values; logprobs: true or false). */
+async function ask(page, fields) {
+  for (const [id, value] of Object.entries(fields)) {
+    if (id === "logprobs") await page.setChecked("#logprobs", value);
+    else await page.fill("#" + id, String(value));
+  }
+  await page.click("#send");
+}
+
+async function answered(page) {
+  await page.locator("#answer[data-done=true]").waitFor({ timeout: 120_000 });
+}
+
+/** Every text of the timeline inside its box, drawn one unit a pixel (not stretched). */
+async function timelineTextFits(page) {
+  return page.evaluate(() => {
+    const svg = document.getElementById("timeline");
+    const box = svg.getBoundingClientRect();
+    const m = svg.getScreenCTM();
+    const outside = [...svg.querySelectorAll("text")].map((t) => [t.textContent, t.getBoundingClientRect()])
+      .filter(([, r]) => r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5)
+      .map(([text]) => text);
+    return { outside, scaleX: m.a, scaleY: m.d };
+  });
+}
+
 test("the page plays, times each token, refuses a wrong key and shows the live view", async () => {
-  const { context, page, seen, response } = await open(1280, 900);
+  const { context, page, seen, response } = await open(1366, 900);
   const csp = response.headers()["content-security-policy"];
   assert.match(csp, /default-src 'none'/);
   assert.match(csp, /script-src 'self'/);
@@ -106,12 +148,20 @@ test("the page plays, times each token, refuses a wrong key and shows the live v
   await page.press("#api-key", "Enter");
   await page.locator("#gateway-status", { hasText: "refused" }).waitFor();
   assert.equal(await page.locator("#model option").count(), 0, "no models without a valid key");
+  // Send is off and says why, instead of doing nothing.
+  assert.equal(await page.locator("#send").isDisabled(), true);
+  assert.match(await page.locator("#send-note").textContent(), /key was refused/);
+  assert.equal(await page.getAttribute("#api-key", "aria-invalid"), "true");
+  assert.equal(await page.getAttribute("#api-key", "placeholder"), "llmgate-…");
   await page.screenshot({ path: join(SHOTS, "wrong-key.png") });
 
   await page.fill("#api-key", key);
   await page.click("#key-form button[type=submit]");
   await page.locator("#model option").first().waitFor({ state: "attached" });
   await page.locator("#live[data-requests]").waitFor({ state: "attached" });
+  assert.equal(await page.locator("#send").isEnabled(), true);
+  assert.equal(await page.locator("#send-note").isHidden(), true);
+  assert.equal(await page.locator("#send kbd").first().isVisible(), true, "the shortcut, on a laptop");
   // The default model's defaults (docs/defaults.md), from /v1/models.
   assert.equal(await page.getAttribute("#temperature", "placeholder"), "default 0.7");
   assert.equal(await page.getAttribute("#max-tokens", "placeholder"), "default 512");
@@ -153,8 +203,14 @@ test("the page plays, times each token, refuses a wrong key and shows the live v
   assert.ok(ttftRow.every((v) => Number(v) > 0), `TTFT: ${ttftRow}`);
   assert.equal(await page.locator("[data-figure=finish-reason]").textContent(), api.choices[0].finish_reason);
   assert.match(await page.locator("[data-figure=repetition-rate]").textContent(), /^\d\.\d{3}$/);
-  // Tokens are coloured by their log-probability.
+  // Tokens are coloured by their log-probability, every one of them.
   assert.ok(await page.locator("#answer .tok:not(.band-none)").count() > 0);
+  assert.equal(await page.locator("#answer .tok.band-none").count(), 0);
+  // The timeline's labels keep their shape and stay inside it.
+  const fit = await timelineTextFits(page);
+  assert.deepEqual(fit.outside, [], "labels cut at the timeline's edge");
+  assert.ok(Math.abs(fit.scaleX - fit.scaleY) < 1e-6, `stretched: ${fit.scaleX} × ${fit.scaleY}`);
+  assert.match(await page.locator("#figures-note").textContent(), /chunks/);
 
   // The live view moves, and its records are redacted.
   const deadline = Date.now() + 15_000;
@@ -188,7 +244,145 @@ test("the page fits a phone's width and is usable with the keyboard", async () =
     order.push(await page.evaluate(() => document.activeElement.id));
   }
   assert.ok(order.includes("temperature") && order.includes("send"), order.join(" "));
+  // No keyboard shortcut offered on a touch screen.
+  assert.equal(await page.locator("#send kbd").first().isVisible(), false);
   await page.screenshot({ path: join(SHOTS, "phone.png"), fullPage: true });
   assert.deepEqual(seen.errors, []);
   await context.close();
+});
+
+test("a figure the server leaves out shows as – and the table keeps its rows", async () => {
+  const { context, page, seen } = await open(1366, 900);
+  await useKey(page);
+  // One token: no TPOT (it needs two), so its record says "tpot_ms": null.
+  await ask(page, { prompt: "Say hi.", "max-tokens": 1 });
+  await answered(page);
+  // The record is written as the request ends, a moment after the answer's last frame.
+  let newest;
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline; await page.waitForTimeout(200)) {
+    const stats = await fetch(base + "/stats", { headers: { authorization: `Bearer ${key}` } }).then((r) => r.json());
+    newest = stats.records[0];
+    if (newest && newest.gen_ai.usage && newest.gen_ai.usage.output_tokens === 1) break;
+  }
+  assert.equal(newest.gen_ai.usage.output_tokens, 1, JSON.stringify(newest));
+  assert.equal(newest.llm.tpot_ms, null, "the newest record has no TPOT");
+  await page.locator("#records tbody tr").first().waitFor();
+  await page.waitForTimeout(2500); // one more refresh of the live view
+  const first = await page.locator("#records tbody tr").first().locator("td").allTextContents();
+  assert.equal(first[5], "–", `TPOT of the one-token answer: ${first}`);
+  assert.equal(await page.locator("#figures tbody tr", { hasText: "TPOT" }).locator("td").first().textContent(), "–");
+  assert.deepEqual(seen.errors, []);
+  await context.close();
+});
+
+test("Stop ends an answer quietly, and the record says cancelled once", async () => {
+  const { context, page, seen } = await open(1366, 900);
+  await useKey(page);
+  await ask(page, { prompt: "Write a long story about a lighthouse keeper.", "max-tokens": 400 });
+  await page.locator("#answer .tok").nth(4).waitFor({ timeout: 120_000 });
+  assert.equal(await page.locator("#send").isDisabled(), true, "no second send while one runs");
+  await page.click("#stop");
+  await answered(page);
+  assert.equal(await page.locator("#answer-error").isHidden(), true, "stopping is not an error");
+  assert.equal(await page.locator("#send").isEnabled(), true);
+  assert.equal(await page.locator("#stop").isDisabled(), true);
+  const marks = await page.locator("#timeline .mark").count();
+  assert.ok(marks >= 5 && marks < 400, `${marks} marks`);
+  const row = page.locator("#records tbody tr", { hasText: "cancelled" }).first();
+  await row.waitFor({ timeout: 15_000 });
+  const outcome = (await row.locator("td").allTextContents())[2];
+  assert.equal(outcome, "cancelled", "the outcome says it once");
+  assert.deepEqual(seen.errors, []);
+  await context.close();
+});
+
+test("without log-probabilities a mark is a chunk; a long answer scrolls in its box", async () => {
+  const { context, page, seen } = await open(1366, 900);
+  await useKey(page);
+  await ask(page, { prompt: "Count from 1 to 200, one number per line.", "max-tokens": 400, temperature: 0, logprobs: false });
+  await answered(page);
+  assert.equal(await page.locator("#answer-error").isHidden(), true, await page.locator("#answer-error").textContent());
+  const marks = await page.locator("#timeline .mark").count();
+  const out = Number(await page.locator("#figures tbody tr", { hasText: "output tokens" }).locator("td").first().textContent());
+  assert.ok(marks > 0 && marks <= out, `${marks} chunks for ${out} tokens`);
+  assert.match(await page.getAttribute("#timeline", "aria-label"), /chunks over/);
+  assert.equal(await page.locator("#answer .tok:not(.band-none)").count(), 0, "nothing to colour by");
+  // The answer box stops growing and follows the text; the timeline stays in view below.
+  const box = await page.evaluate(() => {
+    const a = document.getElementById("answer");
+    const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
+    return { height: a.getBoundingClientRect().height, rem, scroll: a.scrollHeight, client: a.clientHeight, top: a.scrollTop };
+  });
+  assert.ok(box.height <= 23 * box.rem, `the answer is ${box.height}px high`);
+  assert.ok(box.scroll > box.client, "the answer is longer than its box (a longer answer needed)");
+  assert.ok(box.scroll - box.top - box.client < 2, "scrolled to the end of the answer");
+  await page.screenshot({ path: join(SHOTS, "long-answer.png") });
+  assert.deepEqual(seen.errors, []);
+  await context.close();
+});
+
+test("text that comes before its token is coloured when the token arrives", async () => {
+  const { context, page, seen } = await open(1366, 900);
+  await useKey(page);
+  // A stream as the server sends one with stop sequences: the text "Hel" is held for its
+  // token "Hello", which comes with the next chunk; the end-of-text token has no text.
+  const chunk = (delta, logprobs, extra = {}) => "data: " + JSON.stringify({
+    id: "x", object: "chat.completion.chunk", created: 0, model: "m",
+    choices: [{ index: 0, delta, logprobs: logprobs && { content: logprobs.map(([token, logprob]) => ({ token, logprob, bytes: [], top_logprobs: [] })) }, finish_reason: null, ...extra }],
+  }) + "\n\n";
+  const body = [
+    chunk({ role: "assistant", content: "" }, null),
+    chunk({ content: "Hel" }, []),
+    chunk({ content: "lo" }, [["Hello", -0.01]]),
+    chunk({ content: " world" }, [[" world", -2.5]]),
+    chunk({}, [["<|im_end|>", -0.1]], { finish_reason: "stop" }),
+    "data: " + JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 0, model: "m", choices: [], usage: { prompt_tokens: 3, completion_tokens: 3, total_tokens: 6 } }) + "\n\n",
+    "data: [DONE]\n\n",
+  ].join("");
+  await page.route("**/v1/chat/completions", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
+  await ask(page, { prompt: "hi" });
+  await answered(page);
+  assert.equal(await page.locator("#answer").textContent(), "Hello world");
+  assert.equal(await page.locator("#timeline .mark").count(), 3, "one mark per token, as usage counts them");
+  assert.deepEqual(await page.locator("#answer .tok").evaluateAll((ts) => ts.map((t) => [t.textContent, t.className])),
+    [["Hello", "tok band-4"], [" world", "tok band-0"]]);
+  assert.deepEqual(seen.errors, []);
+  await context.close();
+});
+
+test("a gateway that goes away mid-answer is shown unreachable, asked less often, and found again", async () => {
+  const port = await freePort();
+  const at = `http://127.0.0.1:${port}`;
+  const data = join(dataDir, "restart");
+  let proc = await startGateway(port, data);
+  const { context, page, seen } = await open(390, 844, true, at);
+  try {
+    await page.locator("#model option").first().waitFor({ state: "attached" });
+    // Keys are off: no key form, and it takes no room on a phone.
+    assert.equal(await page.locator("#key-form").isVisible(), false);
+    assert.equal(await page.evaluate(() => getComputedStyle(document.getElementById("key-form")).display), "none");
+    await ask(page, { prompt: "Write a long story about a lighthouse keeper.", "max-tokens": 400 });
+    await page.locator("#answer .tok").nth(2).waitFor({ timeout: 120_000 });
+    await stopGateway(proc, "SIGKILL");
+    await answered(page);
+    assert.match(await page.locator("#answer-error").textContent(), /broke off mid-answer/);
+    await page.locator("#gateway-status", { hasText: "unreachable" }).waitFor({ timeout: 10_000 });
+    await page.locator("#live[data-stale]").waitFor({ state: "attached" });
+    assert.equal(await page.locator("#send").isDisabled(), true);
+    // Backing off: fewer tries than one every 2 s.
+    const tries = () => seen.requests.filter((u) => u.endsWith("/stats")).length;
+    const before = tries();
+    await page.waitForTimeout(12_000);
+    const during = tries() - before;
+    assert.ok(during >= 1 && during <= 4, `${during} tries of /stats in 12 s`);
+    await page.screenshot({ path: join(SHOTS, "unreachable.png"), fullPage: true });
+    proc = await startGateway(port, data);
+    await page.locator("#gateway-status", { hasText: "1 model, 1 ready" }).waitFor({ timeout: 60_000 });
+    await page.locator("#live:not([data-stale])").waitFor({ state: "attached" });
+    assert.equal(await page.locator("#send").isEnabled(), true);
+    assert.deepEqual(seen.errors.filter((e) => !/ERR_CONNECTION_REFUSED|ERR_EMPTY_RESPONSE|Failed to load resource/.test(e)), []);
+  } finally {
+    await context.close();
+    await stopGateway(proc);
+  }
 });

@@ -4,10 +4,21 @@
 
 const KEY_STORE = "llmgate.apiKey"; // sessionStorage: gone when the tab closes
 const LIVE_EVERY_MS = 2000;
+// While the gateway cannot be reached, the live view asks again after 2, 4, 8 … 30 s.
+const RETRY_MAX_MS = 30000;
 const SVG = "http://www.w3.org/2000/svg";
 
 const $ = (id) => document.getElementById(id);
-const state = { key: sessionStorage.getItem(KEY_STORE) || "", abort: null, liveTimer: null, last: null };
+const state = {
+  key: sessionStorage.getItem(KEY_STORE) || "", abort: null, liveTimer: null, last: null,
+  // Milliseconds until the next live refresh: LIVE_EVERY_MS, longer while unreachable.
+  liveDelay: LIVE_EVERY_MS, liveLoop: null, unreachable: false, models: 0, ready: 0,
+};
+
+/** A number as text with `digits` decimals; "–" for a figure the server left out (null). */
+function fixed(value, digits = 1) {
+  return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "–";
+}
 
 // ---- requests ----------------------------------------------------------------------
 
@@ -30,8 +41,16 @@ async function errorText(response) {
   return `${response.status} ${response.statusText}`;
 }
 
+/** A failed fetch (no answer at all) as an error that says the gateway is unreachable. */
+class Unreachable extends Error {}
+
 async function getJson(path) {
-  const response = await fetch(path, { headers: headers(false), cache: "no-store" });
+  let response;
+  try {
+    response = await fetch(path, { headers: headers(false), cache: "no-store" });
+  } catch (error) {
+    throw new Unreachable(`the gateway is unreachable (${error.message})`);
+  }
   if (response.status === 401) {
     needKey(await errorText(response));
     throw new Error("unauthorised");
@@ -45,9 +64,20 @@ async function getJson(path) {
 function needKey(message) {
   const form = $("key-form");
   form.hidden = false;
-  setStatus(state.key ? "the key was refused: " + message : "this gateway needs an API key");
+  const refused = Boolean(state.key);
+  state.models = 0;
+  setStatus(refused ? "the key was refused: " + message : "this gateway needs an API key");
+  $("api-key").setAttribute("aria-invalid", String(refused));
+  setSendable(false, refused ? "The key was refused: enter a valid API key above." : "Enter an API key above to send.");
   stopLive();
   $("api-key").focus();
+}
+
+/** Send works only with a model to send to; otherwise it is off and says why. */
+function setSendable(on, why = "") {
+  $("send").disabled = !on || Boolean(state.abort);
+  $("send-note").textContent = on ? "" : why;
+  $("send-note").hidden = on;
 }
 
 function setStatus(text) {
@@ -86,6 +116,9 @@ async function loadModels() {
   select.onchange = () => showDefaults(list.data);
   const ready = list.data.filter((m) => m.ready !== false).length;
   setStatus(`${list.data.length} model${list.data.length === 1 ? "" : "s"}, ${ready} ready`);
+  state.models = list.data.length;
+  state.ready = ready;
+  setSendable(list.data.length > 0, "The gateway serves no model.");
 }
 
 /** The chosen model's defaults as the placeholders of the fields that take them. */
@@ -155,12 +188,21 @@ async function* events(response) {
 async function send(event) {
   if (event) event.preventDefault();
   if (state.abort) return;
+  if (!$("model").value) {
+    showAnswerError($("send-note").textContent || "There is no model to send to.");
+    return;
+  }
   const body = requestBody();
   const answer = $("answer");
   answer.replaceChildren();
   $("answer-error").hidden = true;
   $("summary").replaceChildren();
-  const run = { tokens: [], chunks: [], text: "", timings: null, usage: null, finish: null, sent: 0, end: 0 };
+  // With log-probabilities each token is a mark; without them the browser sees only
+  // chunks (one may carry several tokens), so a mark is a chunk.
+  const run = {
+    scored: Boolean(body.logprobs), tokens: [], chunks: [], unscored: [], timings: null,
+    usage: null, finish: null, sent: 0, end: 0,
+  };
   state.last = run;
   drawTimeline(run);
   const controller = new AbortController();
@@ -168,6 +210,7 @@ async function send(event) {
   $("send").disabled = true;
   $("stop").disabled = false;
   answer.setAttribute("aria-busy", "true");
+  let received = false;
   try {
     run.sent = performance.now();
     const response = await fetch("/v1/chat/completions", {
@@ -178,6 +221,7 @@ async function send(event) {
       if (response.status === 401) needKey(message);
       throw new Error(message);
     }
+    received = true;
     for await (const chunk of events(response)) {
       const at = performance.now() - run.sent;
       if (chunk.error) throw new Error(`${chunk.error.code || chunk.error.type}: ${chunk.error.message}`);
@@ -186,39 +230,63 @@ async function send(event) {
       const choice = chunk.choices && chunk.choices[0];
       if (!choice) continue;
       if (choice.finish_reason) run.finish = choice.finish_reason;
-      const content = choice.delta && choice.delta.content;
-      const scored = choice.logprobs && choice.logprobs.content;
-      const pieces = scored && scored.length ? scored.map((t) => ({ text: t.token, logprob: t.logprob })) : content ? [{ text: content, logprob: null }] : [];
-      for (const piece of pieces) run.tokens.push({ text: piece.text, logprob: piece.logprob, at });
-      if (content) {
-        run.text += content;
-        // The tokens' own texts, where they spell the content exactly; else the content
-        // as one piece, coloured by its least likely token.
-        const spelled = pieces.map((p) => p.text).join("") === content;
-        const least = pieces.reduce((m, p) => (p.logprob !== null && (m === null || p.logprob < m) ? p.logprob : m), null);
-        for (const piece of spelled ? pieces : [{ text: content, logprob: least }]) showPiece(piece, at);
+      const content = (choice.delta && choice.delta.content) || "";
+      const scored = (choice.logprobs && choice.logprobs.content) || [];
+      if (run.scored) {
+        for (const t of scored) run.tokens.push({ text: t.token, logprob: t.logprob, at });
+        showScored(run, content, scored, at);
+      } else if (content) {
+        run.tokens.push({ text: content, logprob: null, at });
+        showPiece({ text: content, logprob: null }, at);
       }
-      if (content || (scored && scored.length)) run.chunks.push(at);
+      if (content || scored.length) run.chunks.push(at);
       if (run.tokens.length % 8 === 0) drawTimeline(run);
     }
     run.end = performance.now() - run.sent;
   } catch (error) {
     if (error.name !== "AbortError") {
-      $("answer-error").textContent = error.message;
-      $("answer-error").hidden = false;
+      // fetch rejects with a TypeError when the connection fails or breaks off.
+      const lost = error instanceof TypeError;
+      showAnswerError(lost && received ? `The connection to the gateway broke off mid-answer (${error.message}).`
+        : lost ? `The gateway is unreachable (${error.message}).` : error.message);
     }
     run.end = performance.now() - run.sent;
   } finally {
     state.abort = null;
-    $("send").disabled = false;
     $("stop").disabled = true;
+    setSendable(state.models > 0, $("send-note").textContent);
     answer.setAttribute("aria-busy", "false");
     answer.dataset.done = "true";
     drawTimeline(run);
     showSummary(run);
     showFigures(run);
-    refreshLive();
+    if (!state.unreachable) refreshLive();
   }
+}
+
+function showAnswerError(message) {
+  $("answer-error").textContent = message;
+  $("answer-error").hidden = false;
+}
+
+/**
+ * A chunk's text with the tokens it completes. The server sends each token with the
+ * chunk that completes its text, so text may come before its token (held back for a stop
+ * sequence, or a character split across tokens): it shows uncoloured until its token
+ * arrives, then takes the token's colour.
+ */
+function showScored(run, content, scored, at) {
+  if (content) run.unscored.push(showPiece({ text: content, logprob: null, pending: true }, at));
+  if (!scored.length) return;
+  const text = run.unscored.map((span) => span.textContent).join("");
+  if (!text) return; // tokens with no text of their own (the end of the answer)
+  for (const span of run.unscored) span.remove();
+  run.unscored = [];
+  // The tokens' own texts where they spell the text exactly; else the text as one
+  // piece, coloured by its least likely token.
+  const spelled = scored.map((t) => t.token).join("") === text;
+  const least = Math.min(...scored.map((t) => t.logprob));
+  for (const t of spelled ? scored : [{ token: text, logprob: least }]) showPiece({ text: t.token, logprob: t.logprob }, at);
 }
 
 /** A band 0 (unlikely) to 4 (likely) for a log-probability. */
@@ -228,13 +296,18 @@ function band(logprob) {
   return p >= 0.9 ? 4 : p >= 0.6 ? 3 : p >= 0.3 ? 2 : p >= 0.1 ? 1 : 0;
 }
 
-function showPiece({ text, logprob }, at) {
+function showPiece({ text, logprob, pending }, at) {
   const span = document.createElement("span");
-  span.className = "tok band-" + band(logprob);
+  span.className = "tok band-" + band(logprob) + (pending ? " pending" : "");
   span.textContent = text;
   span.title = logprob === null ? `${at.toFixed(1)} ms` : `${at.toFixed(1)} ms · logprob ${logprob.toFixed(3)} (p=${Math.exp(logprob).toFixed(3)})`;
-  $("answer").append(span);
-  delete $("answer").dataset.done;
+  const answer = $("answer");
+  // Follow the answer as it grows, unless the reader has scrolled up in it.
+  const following = answer.scrollHeight - answer.scrollTop - answer.clientHeight < 24;
+  answer.append(span);
+  if (following) answer.scrollTop = answer.scrollHeight;
+  delete answer.dataset.done;
+  return span;
 }
 
 $("ask").addEventListener("submit", send);
@@ -258,7 +331,11 @@ function el(name, attrs, text) {
 
 function drawTimeline(run) {
   const svg = $("timeline");
-  const W = 800, H = 150, left = 36, right = 10, markTop = 12, markBottom = 62, itlBase = 128;
+  // Drawn at the size it is shown, one unit a pixel: text keeps its shape at any width
+  // (a stretched viewBox would widen the letters), and a resize draws it again.
+  const W = Math.max(320, Math.round(svg.getBoundingClientRect().width) || 800);
+  const H = 150, left = 50, right = 10, markTop = 12, markBottom = 62, itlBase = 128;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.replaceChildren();
   const tokens = run.tokens;
   // Before an answer, an empty second.
@@ -268,10 +345,12 @@ function drawTimeline(run) {
   const step = niceStep(span / 5);
   for (let t = 0; t <= span; t += step) {
     svg.append(el("line", { class: "grid-line", x1: x(t), x2: x(t), y1: markTop, y2: itlBase }));
-    svg.append(el("text", { x: x(t), y: H - 6, "text-anchor": "middle" }, formatMs(t)));
+    // A label near the right edge ends at its tick instead of centring on it.
+    const end = x(t) > W - right - 30;
+    svg.append(el("text", { x: end ? W - 2 : x(t), y: H - 6, "text-anchor": end ? "end" : "middle" }, formatMs(t)));
   }
   svg.append(el("line", { class: "axis", x1: left, x2: W - right, y1: itlBase, y2: itlBase }));
-  svg.append(el("text", { x: 2, y: markBottom - 20 }, "tokens"));
+  svg.append(el("text", { x: 2, y: markBottom - 20 }, run.scored === false ? "chunks" : "tokens"));
   svg.append(el("text", { x: 2, y: itlBase - 4 }, "ITL"));
   if (!tokens.length) {
     svg.setAttribute("aria-label", "No answer yet");
@@ -279,7 +358,9 @@ function drawTimeline(run) {
   }
   const ttft = tokens[0].at;
   svg.append(el("line", { class: "ttft", x1: x(ttft), x2: x(ttft), y1: 2, y2: itlBase }));
-  svg.append(el("text", { x: Math.min(x(ttft) + 4, W - 90), y: 10 }, `TTFT ${formatMs(ttft)}`));
+  // The label reads rightwards from the line, or leftwards where the line is near the end.
+  const late = x(ttft) > W - 110;
+  svg.append(el("text", { class: "ttft-label", x: late ? x(ttft) - 4 : x(ttft) + 4, y: 10, "text-anchor": late ? "end" : "start" }, `TTFT ${formatMs(ttft)}`));
   const gaps = tokens.slice(1).map((t, i) => t.at - tokens[i].at);
   const maxGap = Math.max(...gaps, 1);
   tokens.forEach((t, i) => {
@@ -287,7 +368,7 @@ function drawTimeline(run) {
       class: "mark band-" + band(t.logprob), x1: x(t.at), x2: x(t.at), y1: markTop + 4, y2: markBottom,
       "data-index": i, "data-at": t.at.toFixed(2),
     });
-    mark.append(el("title", {}, `#${i + 1} ${JSON.stringify(t.text)} at ${t.at.toFixed(1)} ms`));
+    mark.append(el("title", {}, `${run.scored === false ? "chunk" : "token"} #${i + 1} ${JSON.stringify(t.text)} at ${t.at.toFixed(1)} ms`));
     svg.append(mark);
     if (i > 0) {
       const gap = gaps[i - 1];
@@ -297,7 +378,7 @@ function drawTimeline(run) {
       svg.append(bar);
     }
   });
-  svg.setAttribute("aria-label", `${tokens.length} tokens over ${formatMs(span)}; first token at ${formatMs(ttft)}`);
+  svg.setAttribute("aria-label", `${tokens.length} ${run.scored === false ? "chunks" : "tokens"} over ${formatMs(span)}; first token at ${formatMs(ttft)}`);
 }
 
 function niceStep(raw) {
@@ -355,7 +436,7 @@ function showFigures(run) {
 
 function cell(value) {
   const td = document.createElement("td");
-  td.textContent = value === null || value === undefined ? "–" : Number.isInteger(value) ? String(value) : value.toFixed(1);
+  td.textContent = Number.isInteger(value) ? String(value) : fixed(value);
   return td;
 }
 
@@ -363,9 +444,9 @@ function showSummary(run) {
   const t = run.timings || {};
   const items = [
     ["finish reason", run.finish || "–"],
-    ["repetition rate", t.repetition_rate === undefined ? "–" : t.repetition_rate.toFixed(3)],
-    ["degenerated", t.degenerated === undefined ? "–" : String(t.degenerated)],
-    ["mean logprob", t.mean_logprob === null || t.mean_logprob === undefined ? "–" : t.mean_logprob.toFixed(3)],
+    ["repetition rate", fixed(t.repetition_rate, 3)],
+    ["degenerated", typeof t.degenerated === "boolean" ? String(t.degenerated) : "–"],
+    ["mean logprob", fixed(t.mean_logprob, 3)],
     ["tokens", run.usage ? `${run.usage.prompt_tokens} in, ${run.usage.completion_tokens} out` : String(run.tokens.length)],
   ];
   const dl = $("summary");
@@ -395,15 +476,27 @@ function card(label, value) {
   return div;
 }
 
-const ms = (v) => (v === null || v === undefined ? "–" : Math.round(v) + "");
+const ms = (v) => fixed(v, 0);
 
 async function refreshLive() {
   let stats;
   try {
     stats = await getJson("/stats");
   } catch (error) {
-    if (error.message !== "unauthorised") $("live-age").textContent = "(" + error.message + ")";
+    if (error instanceof Unreachable) unreachable(error.message);
+    else if (error.message !== "unauthorised") $("live-age").textContent = "(" + error.message + ")";
     return;
+  }
+  if (state.unreachable) {
+    state.unreachable = false;
+    state.liveDelay = LIVE_EVERY_MS;
+    delete $("live").dataset.stale;
+  }
+  // Back from a restart, or a model still loading: the list (and the header) follows.
+  if (state.ready < state.models || state.models === 0) {
+    try {
+      await loadModels();
+    } catch (_) { /* the next refresh tries again */ }
   }
   $("live-age").textContent = `(last ${stats.window_secs / 60} minutes; up ${formatMs(stats.uptime_secs * 1000)})`;
   $("live-cards").replaceChildren(
@@ -412,7 +505,7 @@ async function refreshLive() {
     card("requests", String(stats.requests)),
     card("TTFT p50 / p95 ms", `${ms(stats.ttft_ms.p50)} / ${ms(stats.ttft_ms.p95)}`),
     card("TPOT p50 / p95 ms", `${ms(stats.tpot_ms.p50)} / ${ms(stats.tpot_ms.p95)}`),
-    card("tokens/s (1 min)", stats.tokens_per_second.toFixed(1)),
+    card("tokens/s (1 min)", fixed(stats.tokens_per_second)),
   );
   $("live").dataset.requests = String(stats.requests);
   const errors = $("live-errors");
@@ -432,10 +525,11 @@ async function refreshLive() {
     const values = [
       doc["@timestamp"] ? new Date(doc["@timestamp"]).toLocaleTimeString() : "",
       (gen.request || {}).model || "",
-      llm.status + (doc.error ? " · " + doc.error.type : ""),
-      gen.usage ? String(gen.usage.output_tokens) : "",
+      // The error's type where it says more than the outcome ("cancelled" twice does not).
+      (llm.status || "–") + (doc.error && doc.error.type && doc.error.type !== llm.status ? " · " + doc.error.type : ""),
+      gen.usage ? String(gen.usage.output_tokens ?? "–") : "",
       ms(llm.ttft_ms),
-      llm.tpot_ms === undefined ? "–" : llm.tpot_ms.toFixed(1),
+      fixed(llm.tpot_ms),
       ((gen.response || {}).finish_reasons || []).join(", "),
       llm.prompt_excerpt === undefined ? "–" : String(llm.prompt_excerpt),
     ];
@@ -448,17 +542,36 @@ async function refreshLive() {
   }
 }
 
+/**
+ * The gateway did not answer: say so where the model count stood, mark the live figures
+ * as stale (they are the last ones seen) and ask less often, up to every RETRY_MAX_MS.
+ */
+function unreachable(message) {
+  if (!state.unreachable) state.liveDelay = LIVE_EVERY_MS;
+  else state.liveDelay = Math.min(2 * state.liveDelay, RETRY_MAX_MS);
+  state.unreachable = true;
+  state.models = 0;
+  $("live").dataset.stale = "true";
+  $("live-age").textContent = `(stale since ${new Date().toLocaleTimeString()})`;
+  setStatus(`${message}; trying again in ${Math.round(state.liveDelay / 1000)} s`);
+  setSendable(false, "The gateway is unreachable.");
+}
+
+/** Refreshes the live view now and then again, as long as it is started. */
 function startLive() {
   stopLive();
-  refreshLive();
-  state.liveTimer = setInterval(() => {
-    if (document.visibilityState === "visible") refreshLive();
-  }, LIVE_EVERY_MS);
+  const loop = (state.liveLoop = {}); // a later start or a stop ends this loop
+  const tick = async () => {
+    if (document.visibilityState === "visible" || state.unreachable) await refreshLive();
+    if (state.liveLoop === loop) state.liveTimer = setTimeout(tick, state.liveDelay);
+  };
+  state.liveTimer = setTimeout(tick, 0);
 }
 
 function stopLive() {
-  if (state.liveTimer) clearInterval(state.liveTimer);
+  clearTimeout(state.liveTimer);
   state.liveTimer = null;
+  state.liveLoop = null;
 }
 
 // ---- start -------------------------------------------------------------------------
@@ -467,7 +580,14 @@ async function start() {
   try {
     await loadModels();
   } catch (error) {
-    if (error.message !== "unauthorised") setStatus("could not list the models: " + error.message);
+    if (error instanceof Unreachable) {
+      // Not up yet, or gone: the live view keeps trying and lists the models once it answers.
+      unreachable(error.message);
+      $("key-form").hidden = !state.key;
+      startLive();
+    } else if (error.message !== "unauthorised") {
+      setStatus("could not list the models: " + error.message);
+    }
     return;
   }
   $("key-form").hidden = !state.key;
@@ -475,4 +595,5 @@ async function start() {
 }
 
 drawTimeline({ tokens: [], end: 0 });
+new ResizeObserver(() => drawTimeline(state.last || { tokens: [], end: 0 })).observe($("timeline"));
 start();
