@@ -309,6 +309,7 @@ pub(crate) fn sample() -> RequestRecord {
             refusal: false,
             intent: "general".into(),
             language: "eng",
+            answer_language: "eng",
             mean_logprob: Some(-0.42),
             min_logprob: Some(-2.5),
             low_confidence_share: Some(0.0),
@@ -326,6 +327,7 @@ pub(crate) fn sample() -> RequestRecord {
             device: "cpu/quantized".into(),
             accelerator: Default::default(),
             upstream: None,
+            loaded_at: 1_767_225_600,
         })),
         params: RequestParams {
             max_tokens: Some(3),

@@ -20,7 +20,8 @@ pub struct ModelObject<'a> {
     id: &'a str,
     /// `model`.
     object: &'static str,
-    /// 0: the gateway does not know when the model was made.
+    /// When this gateway loaded the model (an upstream: when it set it up), in Unix
+    /// seconds; 0 while it is still loading.
     created: u64,
     owned_by: &'static str,
     ready: bool,
@@ -158,7 +159,7 @@ fn model_object(model: &ServedModel) -> ModelObject<'_> {
     ModelObject {
         id: model.id(),
         object: "model",
-        created: 0,
+        created: info.as_ref().map_or(0, |i| i.loaded_at),
         owned_by: "llmgate",
         ready: model.engine.readiness() == Readiness::Ready,
         context_length: info.as_ref().map(|i| i.context_length),

@@ -432,6 +432,17 @@ pub struct ModelInfo {
     /// The server that answers for an upstream model; `None` in this process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<UpstreamFacts>,
+    /// When this gateway loaded the model (an upstream: when it set the model up), in
+    /// Unix seconds: `/v1/models`'s `created`. Not part of what identifies an answer.
+    #[serde(skip)]
+    pub loaded_at: u64,
+}
+
+/// Now, in Unix seconds ([`ModelInfo::loaded_at`]).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Where an upstream model is served, as the config names it (no credentials).

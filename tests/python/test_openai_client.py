@@ -4,6 +4,8 @@ Starts the debug binary on the default model on a free loopback port, waits for 
 then streams and reads chat answers the way users' applications do.
 """
 
+import time
+
 import openai
 import pytest
 
@@ -79,5 +81,10 @@ def test_errors_arrive_as_sdk_exceptions(client):
 
 
 def test_models_endpoint(client):
-    ids = [m.id for m in client.models.list()]
-    assert ids == [MODEL_ID]
+    models = list(client.models.list())
+    assert [m.id for m in models] == [MODEL_ID]
+    # When the gateway loaded it: after the gateway started (at most this session's
+    # hour ago), not in the future.
+    now = time.time()
+    assert now - 3600 < models[0].created <= now, models[0].created
+    assert client.models.retrieve(MODEL_ID).created == models[0].created

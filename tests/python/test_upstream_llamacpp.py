@@ -169,7 +169,9 @@ def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronte
     local = client.chat.completions.create(model="local", messages=ASK, max_tokens=8, temperature=0)
     assert local.choices[0].message.content
     assert local.model_extra["timings"].get("upstream_ttft_ms") is None
-    assert [m.id for m in client.models.list().data] == ["via-llamacpp", "wrong-key", "local"]
+    listed = client.models.list().data
+    assert [m.id for m in listed] == ["via-llamacpp", "wrong-key", "local"]
+    assert all(m.created > 0 for m in listed), [m.created for m in listed]
     with urllib.request.urlopen(f"{fronted.base}/ready", timeout=5) as r:
         ready = json.loads(r.read())
     states = {m["id"]: m["status"] for m in ready["models"]}

@@ -66,6 +66,7 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
         device,
         accelerator,
         upstream: None,
+        loaded_at: crate::engine::unix_now(),
     };
     Ok(Loaded {
         replicas,

@@ -106,6 +106,7 @@ impl UpstreamEngine {
                 url,
                 model: config.model.clone(),
             }),
+            loaded_at: crate::engine::unix_now(),
         };
         let engine = Arc::new(Self {
             config,
