@@ -64,6 +64,7 @@ fn record(i: usize) -> RequestRecord {
             refusal: false,
             intent: "general".into(),
             language: "eng",
+            answer_language: "eng",
             mean_logprob: Some(-0.8),
             min_logprob: Some(-4.1),
             low_confidence_share: Some(0.06),
@@ -81,6 +82,7 @@ fn record(i: usize) -> RequestRecord {
             device: "cpu/quantized".into(),
             accelerator: Default::default(),
             upstream: None,
+            loaded_at: 0,
         })),
         params: RequestParams::default(),
         trace: TraceIds {

@@ -28,6 +28,9 @@ pub struct Quality {
     pub intent: String,
     /// The prompt's language, ISO 639-3 (`und`: could not tell).
     pub language: &'static str,
+    /// The answer's language, the same way: an answer in another language than its
+    /// prompt's is a defect a user notices at once.
+    pub answer_language: &'static str,
     /// Mean natural-log probability of the answer's tokens; `None` without tokens or
     /// when the engine reports no log-probabilities.
     pub mean_logprob: Option<f64>,
@@ -204,6 +207,7 @@ impl QualityTracker {
             refusal: self.refusal.is_refusal(&self.text),
             intent: self.intent.clone(),
             language: self.language,
+            answer_language: language::language_of(&self.text),
             mean_logprob,
             min_logprob,
             low_confidence_share,
@@ -215,6 +219,27 @@ impl QualityTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prompt_and_the_answer_each_get_their_language() {
+        let settings = QualitySettings::default();
+        let mut tracker = QualityTracker::new(
+            &settings,
+            "Quelle est la capitale de la France et pourquoi est-elle célèbre ?",
+            false,
+        );
+        tracker.push(
+            "The capital of France is Paris, famous for its museums ",
+            &[],
+            &[],
+        );
+        tracker.push("and for the tower that stands by the river.", &[], &[]);
+        let quality = tracker.finish();
+        assert_eq!((quality.language, quality.answer_language), ("fra", "eng"));
+        // No answer yet: undetermined, not the prompt's.
+        let empty = QualityTracker::new(&settings, "What is the capital of France?", false);
+        assert_eq!(empty.finish().answer_language, language::UNDETERMINED);
+    }
 
     #[test]
     fn guard_trips_on_a_loop_and_not_on_varied_text() {

@@ -377,7 +377,7 @@ pub fn component_template_body(plain: bool) -> Value {
                         "mean_logprob": double(), "min_logprob": double(),
                         "low_confidence_share": double(),
                         "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
-                        "intent": keyword(), "language": keyword(), "input_hash": keyword(), "output_hash": keyword(),
+                        "intent": keyword(), "language": keyword(), "answer_language": keyword(), "input_hash": keyword(), "output_hash": keyword(),
                         "system_fingerprint": keyword(),
         "model": {"properties": {
             "sha256": keyword(), "quant": keyword(), "device": keyword(),

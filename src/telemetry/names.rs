@@ -111,6 +111,7 @@ pub const ATTR_QUEUE_MS: &str = "llm.queue_ms";
 pub const ATTR_REPETITION_RATE: &str = "llm.repetition_rate";
 pub const ATTR_MEAN_LOGPROB: &str = "llm.mean_logprob";
 pub const ATTR_LANGUAGE: &str = "llm.language";
+pub const ATTR_ANSWER_LANGUAGE: &str = "llm.answer_language";
 pub const ATTR_MIN_LOGPROB: &str = "llm.min_logprob";
 pub const ATTR_LOW_CONFIDENCE_SHARE: &str = "llm.low_confidence_share";
 pub const ATTR_DEGENERATED: &str = "llm.degenerated";

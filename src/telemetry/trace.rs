@@ -372,6 +372,7 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
         push(names::ATTR_REFUSAL, Some(q.refusal.into()));
         push(names::ATTR_INTENT, Some(q.intent.clone().into()));
         push(names::ATTR_LANGUAGE, Some(q.language.into()));
+        push(names::ATTR_ANSWER_LANGUAGE, Some(q.answer_language.into()));
         push(names::ATTR_MEAN_LOGPROB, q.mean_logprob.map(Into::into));
         push(names::ATTR_MIN_LOGPROB, q.min_logprob.map(Into::into));
         push(

@@ -209,6 +209,8 @@ struct Llm {
     #[serde(skip_serializing_if = "Option::is_none")]
     language: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    answer_language: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     input_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     output_hash: Option<String>,
@@ -367,6 +369,7 @@ impl RedactedLog {
                 refusal: r.quality.as_ref().map(|q| q.refusal),
                 intent: r.quality.as_ref().map(|q| q.intent.clone()),
                 language: r.quality.as_ref().map(|q| q.language),
+                answer_language: r.quality.as_ref().map(|q| q.answer_language),
                 input_hash: r.input_hash.clone(),
                 output_hash: r.output_hash.clone(),
                 system_fingerprint: r.system_fingerprint().map(str::to_owned),
