@@ -23,18 +23,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::es::FakeEs;
 use llmgate::config::{Config, ServeArgs};
-use llmgate::engine::{FinishReason, Usage};
 use llmgate::quality::Quality;
 use llmgate::record::TraceIds;
 use llmgate::record::{RequestObserver, RequestParams, RequestRecord, Status};
 use llmgate::semlog::Semlog;
 use llmgate::telemetry::metrics::{resident_memory_bytes, Metrics};
 use llmgate::timing::{Phases, Timings};
+use llmgate::tokens::{FinishReason, Usage};
 
 fn record(i: usize) -> RequestRecord {
     RequestRecord {
         response_id: Some(format!("chatcmpl-bench-{i}")),
-        operation: llmgate::telemetry::names::OPERATION_CHAT,
+        operation: llmgate::names::OPERATION_CHAT,
         request_id: format!("bench-{i:08}"),
         api_key_id: None,
         model: common::MODEL.into(),

@@ -19,8 +19,9 @@
 //!                 --indexer--> Elasticsearch _bulk, or NDJSON files
 //! ```
 //!
-//! - [`api`]: routes (chat and legacy completions, tokenize, models, probes, metrics),
-//!   request validation, the request-id middleware, CORS.
+//! - [`api`]: the handlers (chat and legacy completions, tokenize, models, probes,
+//!   metrics), request validation, the request-id middleware, CORS; [`routes`]: the
+//!   route table of both listeners, the page's routes with the API's.
 //! - [`auth`]: API keys (a file of hashes, re-read on change), the middleware that
 //!   checks them on `/v1/*`, and per-key rate limits.
 //! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter (with its replicas
@@ -28,6 +29,8 @@
 //!   masks from the model's vocabulary) and a scripted engine.
 //! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
 //! - [`timing`] and [`clock`]: the latency definitions and the time source.
+//! - [`tokens`]: what every layer says about generated text (tokens, log-probabilities,
+//!   finish reasons, usage); a leaf.
 //! - [`quality`]: per-answer signals computed while it streams: seq-rep-n repetition
 //!   rate, the degeneration guard, refusal phrases, intent rules.
 //! - [`admission`]: the in-flight limit behind 429s.
@@ -44,7 +47,10 @@
 //! - [`compare`]: `llmgate compare`, two gateways (or two fingerprints of the semantic
 //!   log) on one prompt set: agreement and the deltas of latency and quality.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
-//! - [`fingerprint`]: the `system_fingerprint` of a response.
+//! - [`fingerprint`]: the `system_fingerprint` of a response; [`gpu`]: the GPUs through
+//!   NVML (`gpu-metrics` builds).
+//! - [`names`]: every metric, label, span attribute and document field name exported, in
+//!   one place (a leaf: records, engines and the semantic log name things the same way).
 //! - [`secret`]: secrets (keys, passwords) read from files, never printed.
 //!
 //! [`serve`] builds the HTTP server on a listener the caller binds, so tests bind
@@ -60,16 +66,20 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod fingerprint;
+pub mod gpu;
 pub mod lifecycle;
+pub mod names;
 pub mod page;
 pub mod quality;
 pub mod record;
 pub mod replay;
+pub mod routes;
 pub mod secret;
 pub mod semlog;
 pub mod stream;
 pub mod telemetry;
 pub mod timing;
+pub mod tokens;
 
 use std::net::TcpListener;
 
@@ -98,7 +108,7 @@ pub fn serve(
                 !state.cors_origins.is_empty(),
                 api::cors(&state.cors_origins),
             ))
-            .configure(|cfg| api::configure(cfg, metrics))
+            .configure(|cfg| routes::configure(cfg, metrics))
     })
     // A client that closes its side of the connection has left: actix then drops the
     // handler, which cancels the generation (the default keeps generating for nobody).
@@ -137,7 +147,7 @@ pub fn serve_metrics(state: web::Data<AppState>, listener: TcpListener) -> std::
         App::new()
             .app_data(state.clone())
             .wrap(middleware::from_fn(auth::authenticate))
-            .configure(api::configure_metrics)
+            .configure(routes::configure_metrics)
     })
     .disable_signals()
     .shutdown_timeout(1)

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use actix_web::web;
 use clap::{Parser, Subcommand};
-use llmgate::api::request::ModelLimits;
 use llmgate::clock::{MonotonicClock, SharedClock};
 use llmgate::config::{Config, ModelEngine, ServeArgs};
 use llmgate::engine::mistral::{process, MistralEngine, MistralSettings};
+use llmgate::engine::served::ModelPolicy;
 use llmgate::engine::served::{ServedModel, ServedModels};
 use llmgate::engine::upstream::UpstreamEngine;
 use llmgate::record::{FanOut, LogObserver};
@@ -420,7 +420,7 @@ fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
             ModelEngine::Upstream(upstream) => UpstreamEngine::start(&model.id, upstream.clone())?,
         };
         models.push(ServedModel {
-            limits: ModelLimits::from(model),
+            policy: ModelPolicy::from(model),
             engine,
         });
     }

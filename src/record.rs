@@ -12,9 +12,9 @@ use std::time::{Duration, SystemTime};
 use opentelemetry::trace::{SpanId, TraceId};
 use serde::Serialize;
 
-use crate::engine::{FinishReason, Usage};
 use crate::quality::Quality;
 use crate::timing::{Phases, Timings};
+use crate::tokens::{FinishReason, Usage};
 
 /// The ids one request is known by in traces and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,15 +267,15 @@ impl RequestObserver for CollectingObserver {
 /// A finished streamed chat request with every field set (unit tests).
 #[cfg(test)]
 pub(crate) fn sample() -> RequestRecord {
-    use crate::engine::{FinishReason, Usage};
     use crate::quality::Quality;
     use crate::timing::{ItlStats, Phases, Timings};
+    use crate::tokens::{FinishReason, Usage};
     use opentelemetry::trace::{SpanId, TraceId};
     use std::time::{Duration, UNIX_EPOCH};
 
     RequestRecord {
         response_id: Some("chatcmpl-req-1".into()),
-        operation: crate::telemetry::names::OPERATION_CHAT,
+        operation: crate::names::OPERATION_CHAT,
         request_id: "req-1".into(),
         api_key_id: Some("ci-bot".into()),
         model: "smollm2".into(),

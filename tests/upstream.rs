@@ -589,7 +589,7 @@ async fn without_usage_the_gateway_counts_and_says_so() {
 #[tokio::test]
 async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
     let upstream = start_upstream(script(6)).await;
-    let capped = llmgate::api::request::ModelLimits {
+    let capped = llmgate::engine::served::ModelPolicy {
         max_tokens_cap: 3,
         ..limits(MODEL)
     };

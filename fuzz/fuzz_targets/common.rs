@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use actix_web::ResponseError;
 use llmgate::api::request::{input_hash, RequestLimits, ValidatedRequest, MAX_STOP_CHARS};
-use llmgate::config::UpstreamConfig;
+use llmgate::engine::upstream::config::UpstreamConfig;
 use llmgate::engine::upstream::wire::{request_body, Asks};
 use llmgate::engine::GenerationRequest;
 use llmgate::error::ApiError;

@@ -13,28 +13,28 @@ use std::sync::Arc;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::openapi::{GenerationErrors, ServerSentEvent};
+use super::body::{json_content_type, read_body};
 use super::request::schema::{ChatCompletionRequest, CompletionRequest};
 use super::request::{
     parse_chat_request, parse_completion_request, RequestLimits, ValidatedRequest,
 };
+use super::responses::{GenerationErrors, ServerSentEvent};
 use super::{AppState, RequestId};
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
 use crate::engine::{Generation, Prepared};
 use crate::error::ApiError;
+use crate::names;
 use crate::quality::QualityTracker;
 use crate::record::{RequestParams, RequestRecord, Status};
 use crate::stream::chunks::{ChunkAssembler, Completion, ResponseMeta, Shape};
 use crate::stream::producer::Deadline;
 use crate::stream::{producer, Run, RunInfo};
-use crate::telemetry::names;
 use crate::telemetry::trace::RequestTrace;
 use crate::timing::RequestTimer;
 
@@ -221,7 +221,7 @@ impl Unanswered {
         let t_end = self.t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
         // A request for another model is not counted under a served one.
         let model = match (error, self.model.take()) {
-            (Some(ApiError::ModelNotFound(_)), _) => crate::telemetry::names::MODEL_NONE.to_owned(),
+            (Some(ApiError::ModelNotFound(_)), _) => crate::names::MODEL_NONE.to_owned(),
             (_, Some(model)) => model,
             (_, None) => state.models.label_for_unknown().to_owned(),
         };
@@ -344,7 +344,7 @@ async fn handle(
     // benchmark clients send, or `min_tokens`), nor JSON, whose similar array items
     // repeat by nature: cut, it would be invalid yet end as `stop`.
     let sampling = &parsed.generation.sampling;
-    let guarded = served.limits.degeneration_guard
+    let guarded = served.policy.degeneration_guard
         && !sampling.ignore_eos
         && sampling.min_tokens == 0
         && parsed.generation.response_format == crate::engine::ResponseFormat::Text;
@@ -497,50 +497,4 @@ async fn start_in_engine(
 fn caller_of(req: &HttpRequest) -> Option<Caller> {
     use actix_web::HttpMessage;
     req.extensions().get::<Caller>().cloned()
-}
-
-/// Only JSON bodies are read: a web page can make a browser post a form or plain text
-/// to a gateway on localhost without asking (a "simple" cross-site request), never JSON.
-pub(super) fn json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
-    let value = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .unwrap_or_default();
-    let mime = value.split(';').next().unwrap_or_default().trim();
-    if mime.eq_ignore_ascii_case("application/json") {
-        return Ok(());
-    }
-    let shown = if value.is_empty() {
-        "no Content-Type".to_owned()
-    } else {
-        format!("'{}'", value.chars().take(100).collect::<String>())
-    };
-    Err(ApiError::UnsupportedMediaType(shown))
-}
-
-/// Reads the body, refusing it with 413 as soon as it is known to be over `limit`.
-pub(super) async fn read_body(
-    req: &HttpRequest,
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<BytesMut, ApiError> {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
-    while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::InvalidJson(format!("the body could not be read: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }

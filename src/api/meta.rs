@@ -165,10 +165,10 @@ fn model_object(model: &ServedModel) -> ModelObject<'_> {
         context_length: info.as_ref().map(|i| i.context_length),
         upstream: info.and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
         defaults: Defaults {
-            temperature: model.limits.default_temperature,
-            top_p: model.limits.default_top_p,
-            max_tokens: model.limits.default_max_tokens,
-            degeneration_guard: model.limits.degeneration_guard,
+            temperature: model.policy.default_temperature,
+            top_p: model.policy.default_top_p,
+            max_tokens: model.policy.default_max_tokens,
+            degeneration_guard: model.policy.degeneration_guard,
         },
     }
 }

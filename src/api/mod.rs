@@ -6,14 +6,18 @@
 //! - [`meta`]: `GET /v1/models`, `/health`, `/ready`, `/metrics`.
 //! - [`stats`]: `GET /stats`, the live view the page shows.
 //! - [`request`]: the wire request and its validation into a domain request.
-//! - [`openapi`]: `GET /openapi.json`, derived from the types above.
+//! - [`openapi`]: `GET /openapi.json`, derived from the types above; [`responses`]: the
+//!   error statuses and stream event the handlers' annotations name.
+//! - [`body`]: reading a request body (JSON only, within the size limit).
 //!
-//! [`configure`] is the one route table, used by the binary and the black-box tests.
+//! The route table is [`crate::routes`], with the page's.
 
+pub mod body;
 pub mod generation;
 pub mod meta;
 pub mod openapi;
 pub mod request;
+pub mod responses;
 pub mod stats;
 pub mod tokens;
 
@@ -23,16 +27,14 @@ use std::time::Duration;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::http::Method;
 use actix_web::middleware::Next;
-use actix_web::{web, FromRequest, Handler, HttpMessage, HttpRequest, Resource, Responder};
+use actix_web::{HttpMessage, HttpRequest};
 
 use crate::admission::Admission;
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::engine::served::ServedModels;
+use crate::engine::served::{ModelPolicy, ServedModels};
 use crate::engine::Engine;
-use crate::error::ApiError;
 use crate::lifecycle::Lifecycle;
 use crate::quality::QualitySettings;
 use crate::stream::producer::Pacing;
@@ -91,11 +93,11 @@ impl AppState {
         telemetry: Arc<Telemetry>,
     ) -> Self {
         let limits = config.models.first().map_or_else(
-            || request::ModelLimits {
+            || ModelPolicy {
                 default_max_tokens: config.engine.default_max_tokens,
-                ..request::ModelLimits::plain(&config.engine.model_id, config.engine.max_tokens_cap)
+                ..ModelPolicy::plain(&config.engine.model_id, config.engine.max_tokens_cap)
             },
-            request::ModelLimits::from,
+            ModelPolicy::from,
         );
         Self::with_models(
             config,
@@ -114,7 +116,7 @@ impl AppState {
     ) -> Self {
         Self {
             limits: RequestLimits {
-                models: models.limits(),
+                models: models.policies(),
                 strict_params: config.server.strict_params,
             },
             models,
@@ -144,63 +146,6 @@ impl AppState {
     }
 }
 
-/// The route table of the API listener; `/metrics` only when `metrics` (otherwise it has
-/// its own listener, [`configure_metrics`]).
-pub fn configure(cfg: &mut web::ServiceConfig, metrics: bool) {
-    cfg.service(only(
-        POST,
-        "/v1/chat/completions",
-        generation::chat_completions,
-    ))
-    .service(only(POST, "/v1/completions", generation::completions))
-    .service(only(POST, "/tokenize", tokens::tokenize))
-    .service(only(POST, "/detokenize", tokens::detokenize))
-    .service(only(GET, "/v1/models", meta::list_models))
-    .service(only(GET, "/v1/models/{id}", meta::get_model))
-    .service(only(GET, "/health", meta::health))
-    .service(only(GET, "/ready", meta::ready))
-    .service(only(GET, "/openapi.json", openapi::openapi_json))
-    .service(only(GET, "/stats", stats::stats));
-    if metrics {
-        cfg.service(only(GET, "/metrics", meta::metrics));
-    }
-    // The page (HTML and its assets, not part of the API description).
-    crate::page::configure(cfg);
-    cfg.default_service(web::to(not_found));
-}
-
-/// The route table of a metrics listener: the scrape and the liveness probe.
-pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
-    cfg.service(only(GET, "/metrics", meta::metrics))
-        .service(only(GET, "/health", meta::health))
-        .default_service(web::to(not_found));
-}
-
-/// `path` answered by `handler` for the methods `allow` lists (as the `Allow` header
-/// writes them); any other method is 405 with that header.
-pub(crate) fn only<F, Args>(allow: &'static str, path: &str, handler: F) -> Resource
-where
-    F: Handler<Args>,
-    Args: FromRequest + 'static,
-    F::Output: Responder + 'static,
-{
-    let resource = allow
-        .split(", ")
-        .fold(web::resource(path), |resource, name| {
-            // The names are this file's own literals.
-            let method = Method::from_bytes(name.as_bytes()).unwrap_or(Method::GET);
-            resource.route(web::method(method).to(handler.clone()))
-        });
-    resource.default_service(web::to(move || not_allowed(allow)))
-}
-
-const POST: &str = "POST";
-pub(crate) const GET: &str = "GET, HEAD";
-
-async fn not_allowed(allow: &'static str) -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed { allow })
-}
-
 /// CORS for `origins`: browsers on those pages may call the API with a key; preflights
 /// are answered before authentication (they carry no key). No credentials (cookies):
 /// the key travels in `Authorization`.
@@ -224,10 +169,6 @@ pub fn cors(origins: &[String]) -> actix_cors::Cors {
             "x-ratelimit-reset-tokens",
         ])
         .max_age(3600)
-}
-
-async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::NotFound)
 }
 
 /// The request's id, set by [`request_id`] for every request.

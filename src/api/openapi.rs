@@ -11,16 +11,14 @@
 //! Served per gateway: `model` is an enum of the served ids, so a client generated from
 //! the description (or a fuzzer) names a real one.
 
-use std::collections::BTreeMap;
-
 use actix_web::{web, HttpResponse};
 use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
-use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
-use super::request::ModelLimits;
+use super::responses::ServerSentEvent;
 use super::AppState;
+use crate::engine::served::ModelPolicy;
 use crate::error::ErrorBody;
 
 #[derive(OpenApi)]
@@ -56,19 +54,6 @@ use crate::error::ErrorBody;
 )]
 pub struct ApiDoc;
 
-// OpenAPI 3.1 describes an event stream by the schema of each event, read as an object of
-// its fields (`data`, `event`, `id`, `retry`); schemathesis checks every event against it,
-// so the stream's media type names this rather than a string. A description only:
-// crate::stream::sse writes the events.
-/// One event of a streamed answer (`text/event-stream`).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ServerSentEvent {
-    /// A `CompletionChunk` as JSON (an error body for a failure mid-stream), or `[DONE]`,
-    /// the last event.
-    data: String,
-}
-
 /// `Authorization: Bearer <key>` when the gateway has keys (`--api-keys-file`);
 /// without them the routes are open.
 struct BearerKeys;
@@ -90,71 +75,9 @@ impl Modify for BearerKeys {
     }
 }
 
-/// The error statuses of the generation routes, each with OpenAI's error body.
-pub struct GenerationErrors;
-
-impl IntoResponses for GenerationErrors {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
-        errors(&[
-            (400, "Invalid JSON, an invalid, unknown or unsupported parameter, or the prompt and budget over the context; `param` names it"),
-            (401, "A key is needed (the gateway has keys) or the key is not valid"),
-            (404, "`model` is not served"),
-            (405, "Only POST"),
-            (408, "The body did not arrive in time"),
-            (413, "The body is over `server.max_body_bytes`"),
-            (415, "The body is not `application/json`"),
-            (429, "Too many requests in flight, or the key's rate limit (Retry-After)"),
-            (500, "The engine failed; logged with the request id"),
-            (502, "The upstream failed, refused the gateway's key or broke its stream"),
-            (503, "The model is loading, the queue wait ran out, or the gateway is stopping (Retry-After)"),
-            (504, "The request deadline, or an upstream's timeout"),
-        ])
-    }
-}
-
-/// The error statuses of `/tokenize` and `/detokenize`.
-pub struct TokenErrors;
-
-impl IntoResponses for TokenErrors {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
-        errors(&[
-            (400, "Invalid JSON or parameter; `param` names it"),
-            (401, "A key is needed or is not valid"),
-            (404, "`model` is not served"),
-            (405, "Only POST"),
-            (408, "The body did not arrive in time"),
-            (413, "The body is over `server.max_body_bytes`"),
-            (415, "The body is not `application/json`"),
-            (500, "The engine failed"),
-            (502, "The upstream failed"),
-            (503, "The model is loading (Retry-After)"),
-            (504, "An upstream's timeout"),
-        ])
-    }
-}
-
-/// Responses with OpenAI's error body, by status.
-fn errors(statuses: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
-    let body = || {
-        ContentBuilder::new()
-            .schema(Some(Ref::from_schema_name(ErrorBody::name())))
-            .build()
-    };
-    statuses
-        .iter()
-        .map(|&(status, description)| {
-            let response = ResponseBuilder::new()
-                .description(description)
-                .content("application/json", body())
-                .build();
-            (status.to_string(), response.into())
-        })
-        .collect()
-}
-
 /// The description as JSON for the models in `served`: `model` is one of their ids,
 /// and the completion budget at most the smallest of their caps.
-pub fn document(served: &[ModelLimits]) -> Value {
+pub fn document(served: &[ModelPolicy]) -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
     let ids: Vec<Value> = served.iter().map(|m| Value::from(m.id.as_str())).collect();
     let cap = served

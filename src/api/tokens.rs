@@ -10,11 +10,11 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::generation::{json_content_type, read_body};
-use super::openapi::TokenErrors;
+use super::body::{json_content_type, read_body};
 use super::request::{
     parse_detokenize_request, parse_tokenize_request, WireDetokenize, WireTokenize,
 };
+use super::responses::TokenErrors;
 use super::AppState;
 use crate::engine::served::ServedModel;
 use crate::error::ApiError;

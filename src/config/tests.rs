@@ -1,4 +1,5 @@
 use super::*;
+use crate::engine::config::Weights;
 
 #[test]
 fn defaults_are_valid() {

@@ -20,7 +20,8 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie, TokenId};
 
-use super::{EngineError, ResponseFormat, TokenText};
+use super::{EngineError, ResponseFormat};
+use crate::tokens::TokenText;
 
 /// Where a schema problem is reported, as the client spelt it.
 pub const SCHEMA_PARAM: &str = "response_format.json_schema.schema";

@@ -11,6 +11,7 @@
 //!
 //! [`served`] maps each served model id to its engine.
 
+pub mod config;
 pub mod gguf;
 pub mod grammar;
 #[cfg(feature = "mistral")]
@@ -26,6 +27,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
+
+use crate::tokens::{FinishReason, RepetitionBasis, TokenLogprob, Usage};
 
 /// A generation request that has passed validation; everything here is within limits.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -206,58 +209,6 @@ pub enum EngineEvent {
     Failed(EngineError),
 }
 
-/// A token as text: its UTF-8 bytes (which may be part of a character) and their lossy
-/// reading, as OpenAI's `logprobs` give them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenText {
-    pub text: String,
-    pub bytes: Vec<u8>,
-}
-
-impl TokenText {
-    pub fn from_bytes(bytes: Vec<u8>) -> Self {
-        Self {
-            text: String::from_utf8_lossy(&bytes).into_owned(),
-            bytes,
-        }
-    }
-}
-
-/// How likely the model found a picked token, and the likeliest alternatives when the
-/// request asked for them. Natural log of the probability in the distribution the token
-/// was picked from: after the penalties and any grammar mask, before temperature (so it
-/// does not depend on the sampling settings).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    pub token: TokenText,
-    pub logprob: f32,
-    /// The `top_logprobs` most likely tokens, most likely first.
-    pub top: Vec<(TokenText, f32)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// End of sequence or a stop sequence.
-    Stop,
-    /// `max_tokens` or the model's context length was reached.
-    Length,
-}
-
-impl FinishReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: u32,
-    pub completion_tokens: u32,
-}
-
 /// Why the engine could not take or finish a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EngineError {
@@ -346,46 +297,6 @@ pub struct Generation {
     /// What an upstream said about its answer, filled in as its chunks arrive; `None`
     /// for an engine in this process.
     pub reported: Option<Arc<Reported>>,
-}
-
-/// What the token ids behind the repetition rate are.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RepetitionBasis {
-    /// The engine's own token ids (in this process).
-    #[default]
-    TokenIds,
-    /// The tokens an upstream reported with their log-probabilities: each distinct
-    /// token is one id, which is seq-rep-n over the model's tokens without its tokenizer.
-    LogprobTokens,
-    /// The answer's text tokenized again with the model's tokenizer (`tokenizer.json`
-    /// or a GGUF's vocabulary), chunk by chunk.
-    Tokenizer,
-    /// Whitespace-separated words: neither log-probabilities nor a tokenizer were there.
-    Words,
-}
-
-impl RepetitionBasis {
-    pub const ALL: [RepetitionBasis; 4] = [
-        RepetitionBasis::TokenIds,
-        RepetitionBasis::LogprobTokens,
-        RepetitionBasis::Tokenizer,
-        RepetitionBasis::Words,
-    ];
-
-    /// The in-process default, left out of the `timings` object.
-    pub fn is_token_ids(&self) -> bool {
-        *self == RepetitionBasis::TokenIds
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RepetitionBasis::TokenIds => "token_ids",
-            RepetitionBasis::LogprobTokens => "logprob_tokens",
-            RepetitionBasis::Tokenizer => "tokenizer",
-            RepetitionBasis::Words => "words",
-        }
-    }
 }
 
 /// An upstream's own account of one answer: the model it says answered, its

@@ -16,10 +16,10 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{
-    Counted, Engine, EngineError, EngineEvent, EngineLoad, FinishReason, Generation,
-    GenerationRequest, ModelInfo, Prepared, Prompt, ResponseFormat, TokenLogprob, TokenText,
-    TokenizeRequest, Usage,
+    Counted, Engine, EngineError, EngineEvent, EngineLoad, Generation, GenerationRequest,
+    ModelInfo, Prepared, Prompt, ResponseFormat, TokenizeRequest,
 };
+use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 
 /// One scripted generation.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,6 @@
 //! The models one gateway serves: each id clients send in `model`, the engine behind it
-//! (mistral.rs in this process, or an upstream server) and its completion budget.
+//! (mistral.rs in this process, or an upstream server) and its policy (budget,
+//! defaults, guard).
 //!
 //! Built once at start-up from the config's `[[models]]` list (or the single model of
 //! `[engine]`), held in application state, and looked up by id for every request. The
@@ -8,18 +9,50 @@
 use std::sync::Arc;
 
 use super::{Engine, EngineLoad, ModelInfo, Readiness};
-use crate::api::request::ModelLimits;
+
+/// How a served model treats each request it gets: its id, the completion budget a
+/// request may ask for, the defaults of what a request leaves out (docs/defaults.md),
+/// and whether the degeneration guard watches its answers. Request validation reads it;
+/// `/v1/models` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPolicy {
+    pub id: String,
+    pub max_tokens_cap: u32,
+    /// Completion budget of a request that sets none; `None`: what the context leaves
+    /// after the prompt (at most `max_tokens_cap`).
+    pub default_max_tokens: Option<u32>,
+    /// `temperature` and `top_p` of a request that sets none; `None`: the engine's.
+    pub default_temperature: Option<f64>,
+    pub default_top_p: Option<f64>,
+    /// The degeneration guard watches this model's answers (not those of a request
+    /// with `ignore_eos`, which asks for a fixed length).
+    pub degeneration_guard: bool,
+}
+
+impl ModelPolicy {
+    /// A model with no defaults of its own (tests, benchmarks).
+    pub fn plain(id: &str, max_tokens_cap: u32) -> Self {
+        Self {
+            id: id.to_owned(),
+            max_tokens_cap,
+            default_max_tokens: None,
+            default_temperature: None,
+            default_top_p: None,
+            degeneration_guard: false,
+        }
+    }
+}
 
 /// One served model.
 #[derive(Clone)]
 pub struct ServedModel {
-    pub limits: ModelLimits,
+    pub policy: ModelPolicy,
     pub engine: Arc<dyn Engine>,
 }
 
 impl ServedModel {
     pub fn id(&self) -> &str {
-        &self.limits.id
+        &self.policy.id
     }
 }
 
@@ -46,8 +79,8 @@ impl ServedModels {
     }
 
     /// One model: the single-engine gateway and the tests.
-    pub fn single(limits: ModelLimits, engine: Arc<dyn Engine>) -> Self {
-        Self(vec![ServedModel { limits, engine }])
+    pub fn single(policy: ModelPolicy, engine: Arc<dyn Engine>) -> Self {
+        Self(vec![ServedModel { policy, engine }])
     }
 
     pub fn get(&self, id: &str) -> Option<&ServedModel> {
@@ -63,8 +96,8 @@ impl ServedModels {
         self.0.iter()
     }
 
-    pub fn limits(&self) -> Vec<ModelLimits> {
-        self.0.iter().map(|m| m.limits.clone()).collect()
+    pub fn policies(&self) -> Vec<ModelPolicy> {
+        self.0.iter().map(|m| m.policy.clone()).collect()
     }
 
     /// The `model` label of a request that names no served model (refused before its
@@ -73,7 +106,7 @@ impl ServedModels {
     pub fn label_for_unknown(&self) -> &str {
         match self.0.as_slice() {
             [only] => only.id(),
-            _ => crate::telemetry::names::MODEL_NONE,
+            _ => crate::names::MODEL_NONE,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::auth::limits::{reset_text, Unit};
+use super::RateUnit;
 
 /// The client's sentence for each upstream fault.
 pub(super) fn upstream_message(kind: &str) -> &'static str {
@@ -42,14 +42,14 @@ pub(super) fn context_message(
 
 /// OpenAI's wording: "Rate limit reached ... on tokens per min (TPM): Limit 600, Requested 700."
 pub(super) fn rate_message(
-    unit: Unit,
+    unit: RateUnit,
     limit: u32,
     requested: u32,
     retry_after: Option<Duration>,
 ) -> String {
     let per_min = match unit {
-        Unit::Requests => "requests per min (RPM)",
-        Unit::Tokens => "tokens per min (TPM)",
+        RateUnit::Requests => "requests per min (RPM)",
+        RateUnit::Tokens => "tokens per min (TPM)",
     };
     match retry_after {
         Some(wait) => format!(
@@ -67,5 +67,43 @@ pub(super) fn reason_suffix(reason: &str) -> String {
         String::new()
     } else {
         format!(": {reason}")
+    }
+}
+
+/// A duration as OpenAI writes its reset headers: `20ms`, `1.5s`, `6m0s`, `1h2m3s`.
+pub fn reset_text(reset: Duration) -> String {
+    let ms = reset.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let hours = ms / 3_600_000;
+    let minutes = ms / 60_000 % 60;
+    let seconds = (ms % 60_000) as f64 / 1000.0;
+    // Whole seconds print without a fraction ("6m0s"), others with up to three digits.
+    let seconds = format!("{seconds:.3}");
+    let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}s"),
+        (0, m) => format!("{m}m{seconds}s"),
+        (h, m) => format!("{h}h{m}m{seconds}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_text_is_written_like_openai_writes_it() {
+        let cases = [
+            (Duration::from_millis(20), "20ms"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_secs(360), "6m0s"),
+            (Duration::from_millis(61_250), "1m1.25s"),
+            (Duration::from_secs(3723), "1h2m3s"),
+        ];
+        for (duration, text) in cases {
+            assert_eq!(reset_text(duration), text);
+        }
     }
 }

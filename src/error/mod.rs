@@ -11,12 +11,11 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::auth::limits::{Refusal, Unit};
 use crate::engine::upstream::Fault;
 use crate::engine::EngineError;
 use messages::{context_message, rate_message, reason_suffix, upstream_message};
 
-mod messages;
+pub mod messages;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
@@ -69,7 +68,7 @@ pub enum ApiError {
     /// the limit (`None`: it never passes).
     #[error("{}", rate_message(*.unit, *.limit, *.requested, *.retry_after))]
     RateLimited {
-        unit: Unit,
+        unit: RateUnit,
         limit: u32,
         requested: u32,
         retry_after: Option<Duration>,
@@ -97,6 +96,23 @@ struct Entry {
     status: StatusCode,
     error_type: &'static str,
     code: &'static str,
+}
+
+/// What a rate limit counts (`auth::limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateUnit {
+    Requests,
+    Tokens,
+}
+
+impl RateUnit {
+    /// OpenAI's error `type` for a refusal of this unit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateUnit::Requests => "requests",
+            RateUnit::Tokens => "tokens",
+        }
+    }
 }
 
 impl ApiError {
@@ -326,33 +342,6 @@ impl ResponseError for ApiError {
     }
 }
 
-impl From<Refusal> for ApiError {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::Exhausted {
-                unit,
-                limit,
-                requested,
-                retry_after,
-                ..
-            } => ApiError::RateLimited {
-                unit,
-                limit,
-                requested,
-                retry_after: Some(retry_after),
-            },
-            Refusal::TooLarge {
-                limit, requested, ..
-            } => ApiError::RateLimited {
-                unit: Unit::Tokens,
-                limit,
-                requested,
-                retry_after: None,
-            },
-        }
-    }
-}
-
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         match error {
@@ -459,7 +448,7 @@ mod tests {
     #[test]
     fn rate_limits_answer_like_openai() {
         let spent = ApiError::RateLimited {
-            unit: Unit::Tokens,
+            unit: RateUnit::Tokens,
             limit: 600,
             requested: 200,
             retry_after: Some(Duration::from_millis(4200)),
@@ -481,7 +470,7 @@ mod tests {
             "rounded up"
         );
         let never = ApiError::RateLimited {
-            unit: Unit::Tokens,
+            unit: RateUnit::Tokens,
             limit: 600,
             requested: 900,
             retry_after: None,

@@ -12,11 +12,12 @@
 //! The page needs no key to load (it holds no data); what it asks for (`/v1/*`,
 //! `/stats`) is guarded as any client's request is, with the key the person types,
 //! kept in the tab's `sessionStorage` only. `server.page = false` turns it off (404).
+//! Its routes are in [`crate::routes`].
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
-use crate::api::{only, AppState, GET};
+use crate::api::AppState;
 use crate::error::ApiError;
 
 const INDEX: &str = include_str!("assets/index.html");
@@ -28,14 +29,6 @@ const ICON: &str = include_str!("assets/icon.svg");
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
     style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; \
     form-action 'none'; frame-ancestors 'none'";
-
-/// The page's routes; each answers 404 when the page is off.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(only(GET, "/", index))
-        .service(only(GET, "/page/page.js", script))
-        .service(only(GET, "/page/page.css", style))
-        .service(only(GET, "/page/icon.svg", icon));
-}
 
 fn asset(
     state: &AppState,
@@ -56,18 +49,18 @@ fn asset(
         .body(body))
 }
 
-async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     asset(&state, "text/html; charset=utf-8", INDEX)
 }
 
-async fn script(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn script(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     asset(&state, "text/javascript; charset=utf-8", SCRIPT)
 }
 
-async fn style(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn style(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     asset(&state, "text/css; charset=utf-8", STYLE)
 }
 
-async fn icon(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn icon(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     asset(&state, "image/svg+xml", ICON)
 }

@@ -58,7 +58,7 @@ pub struct GuardConfig {
 
 use std::sync::Arc;
 
-use crate::engine::{RepetitionBasis, TokenLogprob};
+use crate::tokens::{RepetitionBasis, TokenLogprob};
 use intent::IntentClassifier;
 use refusal::RefusalDetector;
 use repetition::RepetitionTracker;
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn confidence_is_the_mean_minimum_and_low_share_of_token_logprobs() {
         let lp = |p: f32| TokenLogprob {
-            token: crate::engine::TokenText::from_bytes(b"x".to_vec()),
+            token: crate::tokens::TokenText::from_bytes(b"x".to_vec()),
             logprob: p.ln(),
             top: Vec::new(),
         };

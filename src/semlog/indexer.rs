@@ -223,7 +223,12 @@ impl Indexer {
                             "The semantic log has no retention policy on this cluster: nothing is ever deleted (semlog.lifecycle)."
                         );
                     }
-                    self.metrics.semlog_target(&report);
+                    self.metrics.semlog_target(
+                        report.target.product.as_str(),
+                        &report.target.version,
+                        report.lifecycle.as_str(),
+                        report.data_stream,
+                    );
                     self.status.set(report);
                     self.ready = true;
                     self.metrics.semlog_ready(true);

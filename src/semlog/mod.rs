@@ -144,6 +144,7 @@ impl Semlog {
         metrics: Arc<Metrics>,
         retry: Pacing,
     ) -> Result<Self, String> {
+        metrics.semlog_zero_series(&redact::Kind::ALL.map(redact::Kind::as_str), &setup::STEPS);
         let dir = &config.data_dir;
         let spool = Arc::new(
             Spool::open(
@@ -268,7 +269,9 @@ impl RequestObserver for Semlog {
             &self.redactor,
             &self.settings,
         );
-        self.metrics.semlog_redactions(doc.redactions());
+        for (kind, n) in doc.redactions().iter() {
+            self.metrics.semlog_redactions(kind.as_str(), n);
+        }
         let encoded = match doc.encode() {
             Ok(encoded) => encoded,
             Err(error) => {

@@ -16,7 +16,7 @@ use serde::{Serialize, Serializer};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::engine::{TokenLogprob, TokenText};
+use crate::tokens::{TokenLogprob, TokenText};
 
 /// OpenAI's chat `logprobs` object over the tokens of one chunk or answer.
 #[derive(Debug, Clone, Copy)]

@@ -20,12 +20,12 @@ use std::time::Duration;
 
 use crate::admission::Permit;
 use crate::clock::SharedClock;
-use crate::engine::{FinishReason, TokenLogprob, Usage};
 use crate::quality::QualityTracker;
 use crate::record::{Report, RequestParams, RequestRecord, Status};
 use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::Telemetry;
 use crate::timing::RequestTimer;
+use crate::tokens::{FinishReason, TokenLogprob, Usage};
 use stops::StopScreen;
 
 /// Who a request is and what it asked for, for its record.
@@ -221,14 +221,14 @@ impl Run {
     }
 
     /// Records the request as cancelled by the gateway for `reason`, which becomes its
-    /// `error.type` (a stalled client: [`names::CLIENT_STALLED`](crate::telemetry::names)).
+    /// `error.type` (a stalled client: [`names::CLIENT_STALLED`](crate::names)).
     pub fn cancel(mut self, reason: &'static str) {
         self.record_cancelled(Some(reason));
     }
 
     fn record_cancelled(&mut self, reason: Option<&'static str>) {
         let ending = Ending::Failed {
-            kind: reason.unwrap_or(crate::telemetry::names::CANCELLED),
+            kind: reason.unwrap_or(crate::names::CANCELLED),
         };
         let report = self.report(&ending);
         let usage = self.usage_so_far();

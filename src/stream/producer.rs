@@ -25,9 +25,10 @@ use tokio::sync::mpsc;
 use super::chunks::{ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
 use super::logprobs::TextLogprobs;
 use super::{Ending, Run};
-use crate::engine::{EngineError, EngineEvent, FinishReason, TokenLogprob, TokenStream};
+use crate::engine::{EngineError, EngineEvent, TokenStream};
 use crate::error::ApiError;
-use crate::telemetry::names;
+use crate::names;
+use crate::tokens::{FinishReason, TokenLogprob};
 use tokio_util::sync::CancellationToken;
 
 /// How a streamed response paces its writes.

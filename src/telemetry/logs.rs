@@ -14,7 +14,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogFormat, LoggingConfig};
+use crate::telemetry::config::{LogFormat, LoggingConfig};
 
 /// Lines the log queue holds before it drops new ones.
 const LOG_QUEUE_LINES: usize = 64 * 1024;

@@ -6,17 +6,14 @@
 //! - [`trace`]: the `chat {model}` span of each request, exported over OTLP.
 //! - [`sampler`]: tail sampling of those spans and the bounded export queue.
 //! - [`logs`]: text or JSON log lines through a bounded, non-blocking writer.
-//! - [`gpu`]: GPU memory through NVML (`cuda` builds).
-//! - [`names`]: every exported name, in one place.
 //!
 //! [`Telemetry::request_ended`] is the one hand-off when a request ends: metrics, then
 //! the semantic-log hand-off (timed), then the trace.
 
-pub mod gpu;
+pub mod config;
 pub mod live;
 pub mod logs;
 pub mod metrics;
-pub mod names;
 pub mod sampler;
 pub mod trace;
 
@@ -24,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::Clock;
-use crate::config::TelemetryConfig;
 use crate::record::{RequestObserver, RequestRecord, Status};
+use crate::telemetry::config::TelemetryConfig;
 use metrics::{Metrics, Snapshot};
 use sampler::{Outcome, SamplingPolicy};
 use trace::{RequestTrace, TraceSettings, Tracing};
@@ -173,7 +170,7 @@ impl Telemetry {
             waiting: load.waiting,
             in_flight,
             resident_memory_bytes: metrics::resident_memory_bytes(),
-            gpu_memory: gpu::memory(),
+            gpu_memory: crate::gpu::memory(),
             models: models.infos(),
             upstreams,
             kv_caches: models.kv_caches(),

@@ -28,7 +28,7 @@ use opentelemetry_sdk::Resource;
 use tokio::sync::mpsc;
 
 use super::metrics::{Metrics, TraceReason};
-use super::names;
+use crate::names;
 
 /// Which finished requests keep their trace.
 #[derive(Debug, Clone, PartialEq)]

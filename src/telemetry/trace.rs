@@ -26,8 +26,8 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 
 use super::metrics::Metrics;
-use super::names;
 use super::sampler::{Bounds, SamplingPolicy, TailSampler};
+use crate::names;
 use crate::record::{RequestRecord, Status as RecordStatus, TraceIds};
 
 /// Sampling and buffer settings of the trace pipeline.

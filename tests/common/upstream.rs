@@ -4,10 +4,10 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use llmgate::api::request::ModelLimits;
 use llmgate::bench::upstream::{self, Received, UpstreamScript};
-use llmgate::config::UpstreamConfig;
+use llmgate::engine::served::ModelPolicy;
 use llmgate::engine::served::{ServedModel, ServedModels};
+use llmgate::engine::upstream::config::UpstreamConfig;
 use llmgate::engine::upstream::UpstreamEngine;
 
 use super::{start_models, test_config, TestServer, MODEL};
@@ -68,8 +68,8 @@ pub fn upstream_config(url: &str) -> UpstreamConfig {
     }
 }
 
-pub fn limits(id: &str) -> ModelLimits {
-    ModelLimits::plain(id, 2048)
+pub fn limits(id: &str) -> ModelPolicy {
+    ModelPolicy::plain(id, 2048)
 }
 
 /// The gateway serving [`MODEL`] from an upstream configured as `config` says.
@@ -78,7 +78,7 @@ pub async fn gateway(config: UpstreamConfig) -> TestServer {
 }
 
 /// The same, with the model's `limits` and the gateway's own config (`toml`).
-pub async fn gateway_with(config: UpstreamConfig, limits: ModelLimits, toml: &str) -> TestServer {
+pub async fn gateway_with(config: UpstreamConfig, limits: ModelPolicy, toml: &str) -> TestServer {
     let engine = UpstreamEngine::start(MODEL, config).expect("engine");
     let models = ServedModels::single(limits, engine);
     start_models(models, &[MODEL], &test_config(toml)).await
@@ -92,7 +92,7 @@ pub async fn gateway_of(
     let models = models
         .into_iter()
         .map(|(id, engine)| ServedModel {
-            limits: limits(id),
+            policy: limits(id),
             engine,
         })
         .collect();

@@ -556,7 +556,7 @@ fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Optio
 mod chat;
 mod completion;
 mod limits;
-pub use limits::{ModelLimits, RequestLimits};
+pub use limits::RequestLimits;
 pub mod schema;
 mod tokenize;
 pub use chat::parse_chat_request;

@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 use super::picker::Pick;
 use super::{PickedIds, Slot};
 use crate::engine::grammar::Vocabulary;
-use crate::engine::{EngineError, EngineEvent, FinishReason, TokenLogprob, TokenText, Usage};
+use crate::engine::{EngineError, EngineEvent};
+use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 
 /// Translates mistral.rs responses into engine events until the request ends or the
 /// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).

@@ -50,7 +50,7 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let accelerator = if settings.on_cpu() {
         Accelerator::default()
     } else {
-        crate::telemetry::gpu::accelerator()
+        crate::gpu::accelerator()
     };
     let info = ModelInfo {
         id: settings.model_id.clone(),

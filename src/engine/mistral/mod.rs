@@ -38,7 +38,7 @@ use super::{
     ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
     KvCacheUse, ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
 };
-use crate::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
+use crate::engine::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use load::load;
 use picker::{EndRules, PickedIds, Picker};
 

@@ -6,7 +6,7 @@
 //!
 //! Why each lever matters is measured in docs/engine.md ("Engine settings on CPU").
 
-use crate::config::{EngineConfig, Weights};
+use crate::engine::config::{EngineConfig, Weights};
 
 /// The weight mode candle's variables select now, read as candle reads them.
 pub(super) fn weights_in_effect() -> Weights {

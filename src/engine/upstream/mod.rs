@@ -18,6 +18,7 @@
 //! each request's own outcome updates it too: `/ready` reports each upstream, and a
 //! down upstream leaves the gateway's other models serving.
 
+pub mod config;
 pub mod fault;
 pub mod stream;
 pub mod tokens;
@@ -38,7 +39,7 @@ use super::{
     Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest, ModelInfo, Prepared,
     Prompt, Readiness, Reported, TokenizeRequest, UpstreamFacts,
 };
-use crate::config::UpstreamConfig;
+use crate::engine::upstream::config::UpstreamConfig;
 pub use fault::Fault;
 use stream::{Patience, Reading};
 use tokens::TokenReader;

@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 use super::fault::Fault;
 use super::tokens::TokenReader;
 use super::wire::Chunk;
-use crate::engine::{Counted, EngineError, EngineEvent, FinishReason, Reported, Usage};
+use crate::engine::{Counted, EngineError, EngineEvent, Reported};
+use crate::tokens::{FinishReason, Usage};
 
 /// How long one answer may keep the gateway waiting.
 #[derive(Debug, Clone, Copy)]

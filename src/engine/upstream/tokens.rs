@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokenizers::Tokenizer;
 
 use crate::engine::gguf::GgufFacts;
-use crate::engine::{RepetitionBasis, TokenLogprob};
+use crate::tokens::{RepetitionBasis, TokenLogprob};
 
 /// The upstream model's tokenizer, loaded once at start-up.
 pub fn load_tokenizer(path: &Path) -> anyhow::Result<Tokenizer> {
@@ -202,7 +202,7 @@ impl GgufFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::TokenText;
+    use crate::tokens::TokenText;
 
     #[test]
     fn logprob_tokens_are_ids_by_spelling() {

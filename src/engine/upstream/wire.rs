@@ -6,8 +6,9 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::config::UpstreamConfig;
-use crate::engine::{GenerationRequest, Prompt, ResponseFormat, TokenLogprob, TokenText, Usage};
+use crate::engine::upstream::config::UpstreamConfig;
+use crate::engine::{GenerationRequest, Prompt, ResponseFormat};
+use crate::tokens::{TokenLogprob, TokenText, Usage};
 
 /// What to ask the upstream for, beyond the client's request.
 #[derive(Debug, Clone, Copy)]

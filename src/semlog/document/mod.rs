@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use super::redact::{Redacted, RedactionCounts, Redactor};
 use crate::fingerprint::BUILD;
+use crate::names;
 use crate::record::{RequestRecord, Status};
-use crate::telemetry::names;
 
 /// The data stream's dataset: `logs-llmgate.requests-<namespace>`.
 pub const DATASET: &str = "llmgate.requests";

@@ -141,7 +141,7 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
     r.model = "llama".into();
     r.timings.upstream_ttft_ms = Some(95.5);
     if let Some(q) = r.quality.as_mut() {
-        q.repetition_basis = crate::engine::RepetitionBasis::Tokenizer;
+        q.repetition_basis = crate::tokens::RepetitionBasis::Tokenizer;
     }
     r.served = Some(std::sync::Arc::new(crate::engine::ModelInfo {
         id: "llama".into(),

@@ -21,9 +21,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::logprobs::{ChatLogprobs, TextLogprobs};
-use crate::engine::{FinishReason, TokenLogprob, Usage};
 use crate::error::ApiError;
 use crate::record::Report;
+use crate::tokens::{FinishReason, TokenLogprob, Usage};
 
 pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
 pub const KEEPALIVE_FRAME: &[u8] = b": keep-alive\n\n";

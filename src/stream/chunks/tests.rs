@@ -103,7 +103,7 @@ fn frames_with_usage() {
 #[test]
 fn logprobs_ride_on_content_chunks_as_openai_shapes_them() {
     let mut a = ChunkAssembler::new(meta(), false).with_logprobs(true);
-    let token = |t: &str| crate::engine::TokenText::from_bytes(t.as_bytes().to_vec());
+    let token = |t: &str| crate::tokens::TokenText::from_bytes(t.as_bytes().to_vec());
     let tokens = [TokenLogprob {
         token: token("Hi"),
         logprob: -0.5,
@@ -210,7 +210,7 @@ fn text_completions_echo_the_prompt_first() {
 #[test]
 fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
     let lp = |text: &str| TokenLogprob {
-        token: crate::engine::TokenText::from_bytes(text.as_bytes().to_vec()),
+        token: crate::tokens::TokenText::from_bytes(text.as_bytes().to_vec()),
         logprob: -1.0,
         top: Vec::new(),
     };

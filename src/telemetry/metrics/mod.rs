@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::names;
+use crate::names;
 use families::*;
 pub use families::{SemlogEvent, TraceReason, SEMLOG_DROP_REASONS, SEMLOG_FILE_KINDS};
 
@@ -37,7 +37,7 @@ pub struct Snapshot {
     pub in_flight: usize,
     pub resident_memory_bytes: Option<u64>,
     /// Memory per GPU.
-    pub gpu_memory: Vec<crate::telemetry::gpu::GpuMemory>,
+    pub gpu_memory: Vec<crate::gpu::GpuMemory>,
     /// The facts of each served model that is loaded.
     pub models: Vec<std::sync::Arc<crate::engine::ModelInfo>>,
     /// Each upstream model and whether its server is reachable.
@@ -434,9 +434,9 @@ impl Metrics {
                 self.upstream_up.get_or_create(&served).set(1);
             }
             let bases = if upstream {
-                &crate::engine::RepetitionBasis::ALL[1..]
+                &crate::tokens::RepetitionBasis::ALL[1..]
             } else {
-                &crate::engine::RepetitionBasis::ALL[..1]
+                &crate::tokens::RepetitionBasis::ALL[..1]
             };
             for basis in bases {
                 drop(self.repetition_basis.get_or_create(&BasisLabels {
@@ -458,19 +458,8 @@ impl Metrics {
         for reason in SEMLOG_DROP_REASONS {
             drop(self.semlog_dropped.get_or_create(&ReasonLabel { reason }));
         }
-        for kind in crate::semlog::redact::Kind::ALL {
-            drop(self.semlog_redactions.get_or_create(&KindLabel {
-                kind: kind.as_str(),
-            }));
-        }
         for kind in SEMLOG_FILE_KINDS {
             drop(self.semlog_files_deleted.get_or_create(&KindLabel { kind }));
-        }
-        for step in crate::semlog::setup::STEPS {
-            drop(
-                self.semlog_setup_problems
-                    .get_or_create(&StepLabel { step }),
-            );
         }
     }
 }

@@ -144,14 +144,30 @@ impl Metrics {
             .inc();
     }
 
-    pub fn semlog_redactions(&self, counts: &crate::semlog::redact::RedactionCounts) {
-        for (kind, n) in counts.iter() {
-            self.semlog_redactions
-                .get_or_create(&KindLabel {
-                    kind: kind.as_str(),
-                })
-                .inc_by(u64::from(n));
+    /// The semantic log's own label values, at zero: the kinds its redaction knows and
+    /// the steps of its set-up (the pipeline names them as it starts; the metrics take
+    /// them as labels and know nothing of the pipeline).
+    pub fn semlog_zero_series(
+        &self,
+        redaction_kinds: &[&'static str],
+        setup_steps: &[&'static str],
+    ) {
+        for &kind in redaction_kinds {
+            drop(self.semlog_redactions.get_or_create(&KindLabel { kind }));
         }
+        for &step in setup_steps {
+            drop(
+                self.semlog_setup_problems
+                    .get_or_create(&StepLabel { step }),
+            );
+        }
+    }
+
+    /// Counts `n` values of `kind` that one document's redaction replaced.
+    pub fn semlog_redactions(&self, kind: &'static str, n: u32) {
+        self.semlog_redactions
+            .get_or_create(&KindLabel { kind })
+            .inc_by(u64::from(n));
     }
 
     /// Counts a set-up step the cluster refused for good.
@@ -161,15 +177,22 @@ impl Metrics {
             .inc();
     }
 
-    /// The cluster the set-up found and what it applied: one series.
-    pub fn semlog_target(&self, report: &crate::semlog::setup::Report) {
+    /// The cluster the set-up found (its product and version) and what it applied (the
+    /// lifecycle, a data stream or not): one series.
+    pub fn semlog_target(
+        &self,
+        product: &'static str,
+        version: &str,
+        lifecycle: &'static str,
+        data_stream: bool,
+    ) {
         self.semlog_target.clear();
         self.semlog_target
             .get_or_create(&TargetLabels {
-                product: report.target.product.as_str(),
-                version: report.target.version.chars().take(32).collect(),
-                lifecycle: report.lifecycle.as_str(),
-                data_stream: if report.data_stream { "true" } else { "false" },
+                product,
+                version: version.chars().take(32).collect(),
+                lifecycle,
+                data_stream: if data_stream { "true" } else { "false" },
             })
             .set(1);
     }

@@ -1,0 +1,28 @@
+//! Where and how to reach an upstream server: one `[[models]]` entry with
+//! `engine = "upstream"`, as `config` resolves it. Owned here, where it is read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::secret::Secret;
+
+/// Where and how to reach an upstream server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    /// Base URL without a trailing slash: `<url>/chat/completions` is the chat route.
+    pub url: String,
+    pub model: String,
+    pub api_key: Option<Secret>,
+    pub tokenizer: Option<PathBuf>,
+    pub logprobs: bool,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub probe_interval: Duration,
+    pub context_length: u32,
+    pub check_model: bool,
+    /// `max_tokens` or `max_completion_tokens`.
+    pub max_tokens_param: String,
+    /// The model's `default_max_tokens`: sent when the client sets no budget.
+    pub default_max_tokens: Option<u32>,
+}
