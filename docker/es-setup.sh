@@ -6,13 +6,18 @@
 # 2. The role llmgate_semlog (docker/llmgate-es-role.json): exactly what the gateway's
 #    semantic log calls (docs/operations.md has the table, API by API).
 # 3. The user llmgate with that role only: the gateway writes as it, never as elastic.
+# 4. The role llmgate_semlog_reader (docker/llmgate-es-reader-role.json): read and view
+#    the mapping of the semantic log's data streams, and GET / for the version.
+# 5. The user grafana_semlog with that role only: Grafana's "Semantic logs" data source
+#    reads as it (grafana/provisioning/datasources/datasources.yaml), never as elastic.
 #
 # Every call is idempotent (PUT replaces, the password is set again), so it runs at each
 # `up`; rotating a password is editing its file in docker/secrets/ and `up` again.
 # Passwords are read from files and reach curl on its standard input (`-K -`), never on
 # its command line, which any user of the host can read in `ps`.
 #
-#   ES_URL=http://localhost:9200 SECRETS=docker/secrets ROLE_FILE=docker/llmgate-es-role.json docker/es-setup.sh
+#   ES_URL=http://localhost:9200 SECRETS=docker/secrets ROLE_FILE=docker/llmgate-es-role.json \
+#     READER_ROLE_FILE=docker/llmgate-es-reader-role.json docker/es-setup.sh
 set -euo pipefail
 
 url=${ES_URL:-http://elasticsearch:9200}
@@ -20,6 +25,9 @@ secrets=${SECRETS:-/run/secrets}
 role_file=${ROLE_FILE:-/setup/llmgate-es-role.json}
 role=llmgate_semlog
 user=${LLMGATE_ES_USER:-llmgate}
+reader_role_file=${READER_ROLE_FILE:-/setup/llmgate-es-reader-role.json}
+reader_role=llmgate_semlog_reader
+reader=grafana_semlog
 attempts=${ATTEMPTS:-30}
 pause=${RETRY_SECONDS:-5}
 
@@ -38,6 +46,7 @@ secret() {
 elastic=$(secret elastic_password)
 kibana=$(secret kibana_system_password)
 llmgate=$(secret llmgate_es_password)
+grafana=$(secret grafana_semlog_password)
 
 # One call as elastic: METHOD PATH [more curl configuration lines, e.g. the body].
 # Returns 0 for a 2xx answer, 2 for one worth trying again (no answer, 429, 5xx: the
@@ -78,4 +87,7 @@ call_until_done POST /_security/user/kibana_system/_password \
 call_until_done PUT "/_security/role/$role" "data-binary = \"@$role_file\""
 call_until_done PUT "/_security/user/$user" \
   "data-binary = \"{\\\"password\\\":\\\"$llmgate\\\",\\\"roles\\\":[\\\"$role\\\"],\\\"full_name\\\":\\\"llmgate gateway\\\",\\\"metadata\\\":{\\\"managed_by\\\":\\\"llmgate\\\"}}\""
-echo "es-setup: the gateway writes as $user (role $role); Kibana connects as kibana_system"
+call_until_done PUT "/_security/role/$reader_role" "data-binary = \"@$reader_role_file\""
+call_until_done PUT "/_security/user/$reader" \
+  "data-binary = \"{\\\"password\\\":\\\"$grafana\\\",\\\"roles\\\":[\\\"$reader_role\\\"],\\\"full_name\\\":\\\"Grafana, semantic logs\\\",\\\"metadata\\\":{\\\"managed_by\\\":\\\"llmgate\\\"}}\""
+echo "es-setup: the gateway writes as $user (role $role), Grafana reads as $reader (role $reader_role); Kibana connects as kibana_system"

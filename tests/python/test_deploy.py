@@ -488,6 +488,16 @@ def test_the_gateways_elasticsearch_role_grants_each_call_it_makes_and_nothing_m
     assert f'INDEX_TEMPLATE: &str = "logs-{dataset}"' in sources
 
 
+def recording_curl(tmp_path):
+    """A folder to put first on PATH: its curl appends its command line to
+    tmp_path/argv, then runs the real curl."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "curl").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{tmp_path}/argv"\nexec {shutil.which("curl")} "$@"\n')
+    (shim / "curl").chmod(0o755)
+    return shim
+
+
 class FakeSecurityApi(BaseHTTPRequestHandler):
     """Elasticsearch's security API as es-setup sees it: records each request; answers
     503 to the first (the security index not ready yet), then 200."""
@@ -523,12 +533,9 @@ def test_es_setup_makes_the_gateways_user_from_the_secret_files(tmp_path):
     subprocess.run(["bash", str(DOCKER / "make-secrets"), str(secrets)], check=True, capture_output=True)
     values = {f.name: f.read_text() for f in secrets.iterdir()}
 
-    # curl, recording its command line: no secret may be on it (any user of the host
-    # can read a process's command line).
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "curl").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{tmp_path}/argv"\nexec {shutil.which("curl")} "$@"\n')
-    (shim / "curl").chmod(0o755)
+    # No secret may be on curl's command line (any user of the host can read a
+    # process's command line).
+    shim = recording_curl(tmp_path)
     FakeSecurityApi.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSecurityApi)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -537,7 +544,7 @@ def test_es_setup_makes_the_gateways_user_from_the_secret_files(tmp_path):
             ["bash", str(DOCKER / "es-setup.sh")], capture_output=True, text=True, timeout=60,
             env={"PATH": f"{shim}:{os.environ['PATH']}", "ES_URL": f"http://127.0.0.1:{server.server_port}",
                  "SECRETS": str(secrets), "ROLE_FILE": str(DOCKER / "llmgate-es-role.json"),
-                 "RETRY_SECONDS": "0"},
+                 "READER_ROLE_FILE": str(DOCKER / "llmgate-es-reader-role.json"), "RETRY_SECONDS": "0"},
         )
     finally:
         server.shutdown()
@@ -545,14 +552,20 @@ def test_es_setup_makes_the_gateways_user_from_the_secret_files(tmp_path):
     seen = FakeSecurityApi.seen
     assert all(r["user"] == "elastic" and r["password"] == values["elastic_password"] for r in seen)
     calls = [(r["method"], r["path"]) for r in seen]
-    role = "llmgate_semlog"
+    role, reader_role = "llmgate_semlog", "llmgate_semlog_reader"
     gateway = compose()["services"]["llmgate"]["environment"]["LLMGATE_ES_USERNAME"]
+    reader = semantic_log_data_source()["basicAuthUser"]
     assert calls == [("POST", "/_security/user/kibana_system/_password")] * 2 + [
-        ("PUT", f"/_security/role/{role}"), ("PUT", f"/_security/user/{gateway}")], calls
+        ("PUT", f"/_security/role/{role}"), ("PUT", f"/_security/user/{gateway}"),
+        ("PUT", f"/_security/role/{reader_role}"), ("PUT", f"/_security/user/{reader}")], calls
     assert json.loads(seen[1]["body"]) == {"password": values["kibana_system_password"]}
     assert json.loads(seen[2]["body"]) == json.loads((DOCKER / "llmgate-es-role.json").read_text())
     user = json.loads(seen[3]["body"])
     assert user["password"] == values["llmgate_es_password"] and user["roles"] == [role], user
+    # Grafana's data source: its own read-only role and user, its own password.
+    assert json.loads(seen[4]["body"]) == json.loads((DOCKER / "llmgate-es-reader-role.json").read_text())
+    user = json.loads(seen[5]["body"])
+    assert user["password"] == values["grafana_semlog_password"] and user["roles"] == [reader_role], user
     argv = (tmp_path / "argv").read_text()
     assert argv.count("\n") == len(seen)
     for name, value in values.items():
@@ -592,6 +605,133 @@ def test_make_secrets_writes_each_secret_once(tmp_path):
     out = subprocess.run(["bash", str(DOCKER / "make-secrets"), str(tmp_path / "other")], capture_output=True,
                          text=True, env={"PATH": os.environ["PATH"], "KIBANA_SYSTEM_PASSWORD": 'with "quotes"'})
     assert out.returncode == 1 and "KIBANA_SYSTEM_PASSWORD" in out.stderr, out.stderr
+
+
+def semantic_log_data_source():
+    datasources = yaml.safe_load(
+        (GRAFANA / "provisioning" / "datasources" / "datasources.yaml").read_text()
+    )["datasources"]
+    return next(d for d in datasources if d["type"] == "elasticsearch")
+
+
+# What Grafana's Elasticsearch data source calls and the privilege that allows it, as
+# Grafana's "Configure the Elasticsearch data source" lists them (monitor,
+# view_index_metadata, read) and Elasticsearch's API pages grant them.
+GRAFANA_ES_CALLS = {
+    "GET /": ("cluster", "monitor"),  # the version
+    "GET <index>/_mapping": ("indices", "view_index_metadata"),  # the field list
+    "GET <index>/_field_caps": ("indices", "view_index_metadata"),  # the same, newer Grafanas
+    "POST _msearch over <index>": ("indices", "read"),  # every query
+}
+
+
+def test_grafana_reads_the_semantic_log_as_a_read_only_user():
+    writer = json.loads((DOCKER / "llmgate-es-role.json").read_text())
+    reader = json.loads((DOCKER / "llmgate-es-reader-role.json").read_text())
+    assert set(reader) == {"cluster", "indices", "metadata"}
+    assert reader["cluster"] == sorted({p for kind, p in GRAFANA_ES_CALLS.values() if kind == "cluster"})
+    (indices,) = reader["indices"]
+    assert set(indices) == {"names", "privileges"}
+    # Nothing that writes or manages, and only the semantic log's data streams: the same
+    # pattern as the gateway's role.
+    assert sorted(indices["privileges"]) == sorted(
+        {p for kind, p in GRAFANA_ES_CALLS.values() if kind == "indices"}) == ["read", "view_index_metadata"]
+    assert indices["names"] == writer["indices"][0]["names"]
+
+    source = semantic_log_data_source()
+    assert source["jsonData"]["index"] == indices["names"][0]
+    assert source["basicAuth"] is True
+    assert source["basicAuthUser"] not in ("elastic", "kibana_system", "llmgate")
+    # The password is a variable the grafana service sets from its own secret, not
+    # elastic's; nothing but what makes users or Kibana's objects gets elastic's.
+    variable = re.fullmatch(r"\$\{?(\w+)\}?", source["secureJsonData"]["basicAuthPassword"])[1]
+    services = compose()["services"]
+    grafana = services["grafana"]
+    assert sorted(grafana["secrets"]) == ["grafana_admin_password", "grafana_semlog_password"]
+    assert f"{variable}=$$(cat /run/secrets/grafana_semlog_password)" in grafana["entrypoint"][-1]
+    assert "elastic_password" not in json.dumps(grafana)
+    assert grafana["depends_on"]["es-setup"]["condition"] == "service_completed_successfully"
+    granted = {name for name, s in services.items() if "elastic_password" in s.get("secrets", [])}
+    assert granted == {"elasticsearch", "es-setup", "kibana-import"}, granted
+    # es-setup mounts the role where it reads it by default.
+    mounts = dict(v.split(":")[:2] for v in services["es-setup"]["volumes"])
+    default = re.search(r"READER_ROLE_FILE:-([^}]+)\}", (DOCKER / "es-setup.sh").read_text())[1]
+    assert mounts["./llmgate-es-reader-role.json"] == default
+
+
+class FakeKibana(BaseHTTPRequestHandler):
+    """Kibana's saved-objects import as kibana/import.sh sees it: records each request;
+    answers 503 to the first (Kibana not ready yet), then a success."""
+
+    seen = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length") or 0)).decode()
+        credentials = base64.b64decode(self.headers["authorization"].split()[1]).decode()
+        self.seen.append({"path": self.path, "credentials": credentials, "body": body,
+                          "xsrf": self.headers.get("kbn-xsrf")})
+        status = 503 if len(self.seen) == 1 else 200
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"success":true,"successCount":7}' if status == 200 else b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_kibana_import_passes_the_password_on_standard_input(tmp_path):
+    script = KIBANA / "import.sh"
+    subprocess.run(["sh", "-n", str(script)], check=True)
+    if shutil.which("shellcheck"):
+        out = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+    shim = recording_curl(tmp_path)
+    objects = KIBANA / "saved_objects.ndjson"
+    # A password curl's configuration must quote: a double quote and a backslash.
+    password = 'pa"ss\\wo rd'
+    secret = tmp_path / "elastic_password"
+    secret.write_text("from-the-secret-file")
+
+    def run(**env):
+        FakeKibana.seen = []
+        server = ThreadingHTTPServer(("127.0.0.1", 0), FakeKibana)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            out = subprocess.run(
+                ["sh", str(script), str(objects)], capture_output=True, text=True, timeout=60,
+                env={"PATH": f"{shim}:{os.environ['PATH']}", "RETRY_SECONDS": "0",
+                     "KIBANA_URL": f"http://127.0.0.1:{server.server_port}", **env})
+        finally:
+            server.shutdown()
+        assert out.returncode == 0, out.stderr
+        assert "imported" in out.stdout
+        # No password on curl's command line, which is run once per attempt, nor in the log.
+        argv = (tmp_path / "argv").read_text()
+        (tmp_path / "argv").unlink()
+        assert argv.count("\n") == len(FakeKibana.seen) == 2
+        for value in (env.get("KIBANA_PASSWORD") or secret.read_text()).split():
+            assert value not in argv and value not in out.stdout + out.stderr, value
+        return FakeKibana.seen
+
+    # As its usage line has it: the password in the environment, elastic by default.
+    seen = run(KIBANA_PASSWORD=password)
+    for request in seen:
+        assert request["path"] == "/api/saved_objects/_import?overwrite=true"
+        assert request["credentials"] == f"elastic:{password}"
+        assert request["xsrf"] == "true"
+    assert objects.read_text().splitlines()[0] in seen[1]["body"]
+    # As compose runs it: the password from the secret file.
+    kibana_import = compose()["services"]["kibana-import"]
+    env = kibana_import["environment"]
+    assert env["KIBANA_PASSWORD_FILE"] == f"/run/secrets/{kibana_import['secrets'][0]}"
+    assert kibana_import["entrypoint"] == ["/bin/sh", "/import/import.sh", "/import/saved_objects.ndjson"]
+    seen = run(KIBANA_USER=env["KIBANA_USER"], KIBANA_PASSWORD_FILE=str(secret))
+    assert [r["credentials"] for r in seen] == [f"{env['KIBANA_USER']}:from-the-secret-file"] * 2
+    # Without a password it says which settings give one.
+    out = subprocess.run(["sh", str(script), str(objects)], capture_output=True, text=True, timeout=10,
+                         env={"PATH": os.environ["PATH"], "KIBANA_URL": "http://127.0.0.1:9"})
+    assert out.returncode != 0 and "KIBANA_PASSWORD" in out.stderr, out.stderr
 
 
 def test_grafana_provisioning_points_at_the_files_shipped():
