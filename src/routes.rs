@@ -43,6 +43,7 @@ fn api(cfg: &mut web::ServiceConfig, metrics: bool) {
 fn page(cfg: &mut web::ServiceConfig) {
     cfg.service(only(GET, "/", page::index))
         .service(only(GET, "/page/page.js", page::script))
+        .service(only(GET, "/page/timeline.js", page::timeline))
         .service(only(GET, "/page/page.css", page::style))
         .service(only(GET, "/page/icon.svg", page::icon));
 }

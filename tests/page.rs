@@ -95,6 +95,7 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
     assert!(!csp.contains("unsafe"), "{csp}");
     assert_eq!(headers["x-content-type-options"], "nosniff");
     let html = page.text().await.expect("html");
+    assert!(html.contains("<script src=\"/page/timeline.js\" defer>"));
     assert!(html.contains("<script src=\"/page/page.js\" defer>"));
     assert!(
         !html.contains("<script>") && !html.contains(" style=\""),
@@ -103,6 +104,7 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
 
     for (path, kind) in [
         ("/page/page.js", "text/javascript"),
+        ("/page/timeline.js", "text/javascript"),
         ("/page/page.css", "text/css"),
         ("/page/icon.svg", "image/svg+xml"),
     ] {
@@ -126,7 +128,7 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
 #[tokio::test]
 async fn the_page_can_be_turned_off() {
     let server = start(engine(), &test_config("[server]\npage = false\n")).await;
-    for path in ["/", "/page/page.js"] {
+    for path in ["/", "/page/page.js", "/page/timeline.js"] {
         let response = get(&server, path, None).await;
         assert_eq!(response.status(), 404, "{path}");
         let body: Value = response.json().await.expect("json");

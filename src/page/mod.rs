@@ -3,10 +3,10 @@
 //! the server's `timings` beside what the browser measured) and a live view of the
 //! gateway (`GET /stats`). docs/page.md describes it for its users.
 //!
-//! Three hand-written files, compiled into the binary: the page works offline and loads
-//! nothing from another origin. No framework and no build step: the page is small
-//! enough to read whole, and a bundler would be one more toolchain on every machine
-//! that builds the gateway. The Content-Security-Policy allows scripts, styles, images
+//! Hand-written files (one HTML file, two scripts, a style sheet, an icon), compiled
+//! into the binary: the page works offline and loads nothing from another origin. No
+//! framework and no build step: the page is small enough to read whole, and a bundler
+//! would be one more toolchain on every machine that builds the gateway. The Content-Security-Policy allows scripts, styles, images
 //! and connections from this origin only, no inline script or style, no frames.
 //!
 //! The page needs no key to load (it holds no data); what it asks for (`/v1/*`,
@@ -22,6 +22,7 @@ use crate::error::ApiError;
 
 const INDEX: &str = include_str!("assets/index.html");
 const SCRIPT: &str = include_str!("assets/page.js");
+const TIMELINE: &str = include_str!("assets/timeline.js");
 const STYLE: &str = include_str!("assets/page.css");
 const ICON: &str = include_str!("assets/icon.svg");
 
@@ -55,6 +56,10 @@ pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
 
 pub async fn script(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     asset(&state, "text/javascript; charset=utf-8", SCRIPT)
+}
+
+pub async fn timeline(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    asset(&state, "text/javascript; charset=utf-8", TIMELINE)
 }
 
 pub async fn style(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

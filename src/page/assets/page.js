@@ -1,12 +1,12 @@
-// llmgate's built-in page: playground, per-token timeline, live view. No dependencies;
-// every string from the server is written with textContent, never parsed as HTML.
+// llmgate's built-in page: playground, live view and start-up (the timeline and the
+// figures are timeline.js's, loaded first). No dependencies; every string from the
+// server is written with textContent, never parsed as HTML.
 "use strict";
 
 const KEY_STORE = "llmgate.apiKey"; // sessionStorage: gone when the tab closes
 const LIVE_EVERY_MS = 2000;
 // While the gateway cannot be reached, the live view asks again after 2, 4, 8 … 30 s.
 const RETRY_MAX_MS = 30000;
-const SVG = "http://www.w3.org/2000/svg";
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -15,10 +15,6 @@ const state = {
   liveDelay: LIVE_EVERY_MS, liveLoop: null, unreachable: false, models: 0, ready: 0,
 };
 
-/** A number as text with `digits` decimals; "–" for a figure the server left out (null). */
-function fixed(value, digits = 1) {
-  return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "–";
-}
 
 // ---- requests ----------------------------------------------------------------------
 
@@ -50,6 +46,10 @@ async function getJson(path) {
     response = await fetch(path, { headers: headers(false), cache: "no-store" });
   } catch (error) {
     throw new Unreachable(`the gateway is unreachable (${error.message})`);
+  }
+  // A proxy in front of a gateway that is down answers for it.
+  if ([502, 503, 504].includes(response.status) && !response.headers.get("x-request-id")) {
+    throw new Unreachable(`the gateway is unreachable (a proxy answered ${response.status})`);
   }
   if (response.status === 401) {
     needKey(await errorText(response));
@@ -104,20 +104,26 @@ async function loadModels() {
   const list = await getJson("/v1/models");
   const select = $("model");
   const chosen = select.value;
-  select.replaceChildren();
-  for (const model of list.data) {
-    const option = document.createElement("option");
-    option.value = model.id;
-    option.textContent = model.id + (model.ready === false ? " (not ready)" : "");
-    select.append(option);
+  // Rebuilt only when the list changed: an open list or a screen reader's place in it
+  // survives the refreshes while a model loads.
+  const labels = list.data.map((m) => m.id + (m.ready === false ? " (not ready)" : ""));
+  if (labels.join("\n") !== [...select.options].map((o) => o.textContent).join("\n")) {
+    select.replaceChildren(...list.data.map((model, i) => {
+      const option = document.createElement("option");
+      option.value = model.id;
+      option.textContent = labels[i];
+      return option;
+    }));
+    select.value = chosen;
+    if (!select.value && select.options.length) select.selectedIndex = 0;
   }
-  if (chosen) select.value = chosen;
   showDefaults(list.data);
   select.onchange = () => showDefaults(list.data);
   const ready = list.data.filter((m) => m.ready !== false).length;
   setStatus(`${list.data.length} model${list.data.length === 1 ? "" : "s"}, ${ready} ready`);
   state.models = list.data.length;
   state.ready = ready;
+  $("api-key").setAttribute("aria-invalid", "false");
   setSendable(list.data.length > 0, "The gateway serves no model.");
 }
 
@@ -188,7 +194,8 @@ async function* events(response) {
 async function send(event) {
   if (event) event.preventDefault();
   if (state.abort) return;
-  if (!$("model").value) {
+  // The shortcut reaches here with Send off: no key yet, a refused one, no gateway.
+  if (state.models === 0 || !$("model").value) {
     showAnswerError($("send-note").textContent || "There is no model to send to.");
     return;
   }
@@ -260,7 +267,7 @@ async function send(event) {
     drawTimeline(run);
     showSummary(run);
     showFigures(run);
-    if (!state.unreachable) refreshLive();
+    if (!state.unreachable) refreshLive(false);
   }
 }
 
@@ -282,19 +289,26 @@ function showScored(run, content, scored, at) {
   if (!text) return; // tokens with no text of their own (the end of the answer)
   for (const span of run.unscored) span.remove();
   run.unscored = [];
-  // The tokens' own texts where they spell the text exactly; else the text as one
-  // piece, coloured by its least likely token.
-  const spelled = scored.map((t) => t.token).join("") === text;
-  const least = Math.min(...scored.map((t) => t.logprob));
-  for (const t of spelled ? scored : [{ token: text, logprob: least }]) showPiece({ text: t.token, logprob: t.logprob }, at);
+  // Each token takes its own text from the front of what waits; what is left (the start
+  // of a token still to come) waits on. Where the tokens do not spell the text (a
+  // character split across tokens), the text is one piece coloured by the least likely.
+  const pieces = [];
+  let rest = text;
+  for (const t of scored) {
+    if (!t.token) continue;
+    if (!rest.startsWith(t.token)) {
+      const known = scored.map((s) => s.logprob).filter((lp) => typeof lp === "number");
+      pieces.splice(0, pieces.length, { text, logprob: known.length ? Math.min(...known) : null });
+      rest = "";
+      break;
+    }
+    pieces.push({ text: t.token, logprob: typeof t.logprob === "number" ? t.logprob : null });
+    rest = rest.slice(t.token.length);
+  }
+  for (const piece of pieces) showPiece(piece, at);
+  if (rest) run.unscored.push(showPiece({ text: rest, logprob: null, pending: true }, at));
 }
 
-/** A band 0 (unlikely) to 4 (likely) for a log-probability. */
-function band(logprob) {
-  if (logprob === null || logprob === undefined) return "none";
-  const p = Math.exp(logprob);
-  return p >= 0.9 ? 4 : p >= 0.6 ? 3 : p >= 0.3 ? 2 : p >= 0.1 ? 1 : 0;
-}
 
 function showPiece({ text, logprob, pending }, at) {
   const span = document.createElement("span");
@@ -320,147 +334,6 @@ document.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && state.abort) state.abort.abort();
 });
 
-// ---- the timeline ------------------------------------------------------------------
-
-function el(name, attrs, text) {
-  const node = document.createElementNS(SVG, name);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function drawTimeline(run) {
-  const svg = $("timeline");
-  // Drawn at the size it is shown, one unit a pixel: text keeps its shape at any width
-  // (a stretched viewBox would widen the letters), and a resize draws it again.
-  const W = Math.max(320, Math.round(svg.getBoundingClientRect().width) || 800);
-  const H = 150, left = 50, right = 10, markTop = 12, markBottom = 62, itlBase = 128;
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.replaceChildren();
-  const tokens = run.tokens;
-  // Before an answer, an empty second.
-  const span = tokens.length ? Math.max(run.end || 0, tokens[tokens.length - 1].at, 1) : 1000;
-  const x = (ms) => left + (ms / span) * (W - left - right);
-  // Time axis with about five ticks at round values.
-  const step = niceStep(span / 5);
-  for (let t = 0; t <= span; t += step) {
-    svg.append(el("line", { class: "grid-line", x1: x(t), x2: x(t), y1: markTop, y2: itlBase }));
-    // A label near the right edge ends at its tick instead of centring on it.
-    const end = x(t) > W - right - 30;
-    svg.append(el("text", { x: end ? W - 2 : x(t), y: H - 6, "text-anchor": end ? "end" : "middle" }, formatMs(t)));
-  }
-  svg.append(el("line", { class: "axis", x1: left, x2: W - right, y1: itlBase, y2: itlBase }));
-  svg.append(el("text", { x: 2, y: markBottom - 20 }, run.scored === false ? "chunks" : "tokens"));
-  svg.append(el("text", { x: 2, y: itlBase - 4 }, "ITL"));
-  if (!tokens.length) {
-    svg.setAttribute("aria-label", "No answer yet");
-    return;
-  }
-  const ttft = tokens[0].at;
-  svg.append(el("line", { class: "ttft", x1: x(ttft), x2: x(ttft), y1: 2, y2: itlBase }));
-  // The label reads rightwards from the line, or leftwards where the line is near the end.
-  const late = x(ttft) > W - 110;
-  svg.append(el("text", { class: "ttft-label", x: late ? x(ttft) - 4 : x(ttft) + 4, y: 10, "text-anchor": late ? "end" : "start" }, `TTFT ${formatMs(ttft)}`));
-  const gaps = tokens.slice(1).map((t, i) => t.at - tokens[i].at);
-  const maxGap = Math.max(...gaps, 1);
-  tokens.forEach((t, i) => {
-    const mark = el("line", {
-      class: "mark band-" + band(t.logprob), x1: x(t.at), x2: x(t.at), y1: markTop + 4, y2: markBottom,
-      "data-index": i, "data-at": t.at.toFixed(2),
-    });
-    mark.append(el("title", {}, `${run.scored === false ? "chunk" : "token"} #${i + 1} ${JSON.stringify(t.text)} at ${t.at.toFixed(1)} ms`));
-    svg.append(mark);
-    if (i > 0) {
-      const gap = gaps[i - 1];
-      const h = Math.max(1, (gap / maxGap) * (itlBase - markBottom - 8));
-      const bar = el("rect", { class: "itl", x: x(t.at) - 1.5, y: itlBase - h, width: 3, height: h });
-      bar.append(el("title", {}, `gap before #${i + 1}: ${gap.toFixed(1)} ms`));
-      svg.append(bar);
-    }
-  });
-  svg.setAttribute("aria-label", `${tokens.length} ${run.scored === false ? "chunks" : "tokens"} over ${formatMs(span)}; first token at ${formatMs(ttft)}`);
-}
-
-function niceStep(raw) {
-  const power = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-3))));
-  for (const m of [1, 2, 5, 10]) if (m * power >= raw) return m * power;
-  return 10 * power;
-}
-
-function formatMs(ms) {
-  return ms >= 1000 ? (ms / 1000).toFixed(ms >= 10000 ? 0 : 1) + " s" : Math.round(ms) + " ms";
-}
-
-// ---- figures -----------------------------------------------------------------------
-
-function percentile(values, q) {
-  if (!values.length) return null;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length, Math.max(1, Math.ceil(q * sorted.length))) - 1];
-}
-
-function showFigures(run) {
-  const body = $("figures").querySelector("tbody");
-  body.replaceChildren();
-  const t = run.timings || {};
-  const tokens = run.tokens;
-  // The browser sees chunks, not tokens: its gaps are between chunks that carried text.
-  const gaps = run.chunks.slice(1).map((at, i) => at - run.chunks[i]);
-  const first = run.chunks[0];
-  const last = run.chunks[run.chunks.length - 1];
-  // Without log-probabilities a chunk may carry several tokens: count them by usage.
-  const n = run.usage ? run.usage.completion_tokens : tokens.length;
-  const browserTpot = n > 1 && run.chunks.length > 1 ? (last - first) / (n - 1) : null;
-  const itl = t.itl_ms || {};
-  const rows = [
-    ["TTFT", t.ttft_ms, first],
-    ["TPOT", t.tpot_ms, browserTpot],
-    ["ITL p50", itl.p50, percentile(gaps, 0.5)],
-    ["ITL p95", itl.p95, percentile(gaps, 0.95)],
-    ["ITL max", itl.max, gaps.length ? Math.max(...gaps) : null],
-    ["end to end", t.e2e_ms, run.end],
-    ["queue", t.queue_ms, null],
-    // As the server defines it: output tokens over the whole request.
-    ["tokens/s", t.tokens_per_second, n && run.end ? (1000 * n) / run.end : null],
-    ["output tokens", t.output_tokens, n],
-  ];
-  for (const [name, server, browser] of rows) {
-    const tr = document.createElement("tr");
-    const th = document.createElement("th");
-    th.scope = "row";
-    th.textContent = name;
-    tr.append(th, cell(server), cell(browser));
-    body.append(tr);
-  }
-}
-
-function cell(value) {
-  const td = document.createElement("td");
-  td.textContent = Number.isInteger(value) ? String(value) : fixed(value);
-  return td;
-}
-
-function showSummary(run) {
-  const t = run.timings || {};
-  const items = [
-    ["finish reason", run.finish || "–"],
-    ["repetition rate", fixed(t.repetition_rate, 3)],
-    ["degenerated", typeof t.degenerated === "boolean" ? String(t.degenerated) : "–"],
-    ["mean logprob", fixed(t.mean_logprob, 3)],
-    ["tokens", run.usage ? `${run.usage.prompt_tokens} in, ${run.usage.completion_tokens} out` : String(run.tokens.length)],
-  ];
-  const dl = $("summary");
-  dl.replaceChildren();
-  for (const [name, value] of items) {
-    const dt = document.createElement("dt");
-    dt.textContent = name;
-    const dd = document.createElement("dd");
-    dd.textContent = value;
-    dd.dataset.figure = name.replace(/ /g, "-");
-    dl.append(dt, dd);
-  }
-}
-
 // ---- the live view -----------------------------------------------------------------
 
 function card(label, value) {
@@ -478,12 +351,13 @@ function card(label, value) {
 
 const ms = (v) => fixed(v, 0);
 
-async function refreshLive() {
+/** One refresh; `fromLoop`: the live loop's own, whose failures lengthen its back-off. */
+async function refreshLive(fromLoop) {
   let stats;
   try {
     stats = await getJson("/stats");
   } catch (error) {
-    if (error instanceof Unreachable) unreachable(error.message);
+    if (error instanceof Unreachable) unreachable(error.message, fromLoop);
     else if (error.message !== "unauthorised") $("live-age").textContent = "(" + error.message + ")";
     return;
   }
@@ -546,9 +420,9 @@ async function refreshLive() {
  * The gateway did not answer: say so where the model count stood, mark the live figures
  * as stale (they are the last ones seen) and ask less often, up to every RETRY_MAX_MS.
  */
-function unreachable(message) {
+function unreachable(message, fromLoop = true) {
   if (!state.unreachable) state.liveDelay = LIVE_EVERY_MS;
-  else state.liveDelay = Math.min(2 * state.liveDelay, RETRY_MAX_MS);
+  else if (fromLoop) state.liveDelay = Math.min(2 * state.liveDelay, RETRY_MAX_MS);
   state.unreachable = true;
   state.models = 0;
   $("live").dataset.stale = "true";
@@ -562,10 +436,14 @@ function startLive() {
   stopLive();
   const loop = (state.liveLoop = {}); // a later start or a stop ends this loop
   const tick = async () => {
-    if (document.visibilityState === "visible" || state.unreachable) await refreshLive();
-    if (state.liveLoop === loop) state.liveTimer = setTimeout(tick, state.liveDelay);
+    try {
+      if (document.visibilityState === "visible" || state.unreachable) await refreshLive(true);
+    } finally {
+      if (state.liveLoop === loop) state.liveTimer = setTimeout(tick, state.liveDelay);
+    }
   };
-  state.liveTimer = setTimeout(tick, 0);
+  // Unreachable already (the first listing failed): the first retry after its delay.
+  state.liveTimer = setTimeout(tick, state.unreachable ? state.liveDelay : 0);
 }
 
 function stopLive() {
@@ -580,14 +458,13 @@ async function start() {
   try {
     await loadModels();
   } catch (error) {
-    if (error instanceof Unreachable) {
-      // Not up yet, or gone: the live view keeps trying and lists the models once it answers.
-      unreachable(error.message);
-      $("key-form").hidden = !state.key;
-      startLive();
-    } else if (error.message !== "unauthorised") {
-      setStatus("could not list the models: " + error.message);
-    }
+    if (error.message === "unauthorised") return; // the key form asks
+    if (error instanceof Unreachable) unreachable(error.message);
+    else setStatus("could not list the models: " + error.message);
+    // Not up yet, gone, or failing: the live view keeps trying and lists the models
+    // once the gateway answers.
+    $("key-form").hidden = !state.key;
+    startLive();
     return;
   }
   $("key-form").hidden = !state.key;
