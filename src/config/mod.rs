@@ -22,7 +22,7 @@ mod models;
 mod settings;
 mod validate;
 
-pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable, Secret};
+pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable};
 use settings::FileConfig;
 pub use settings::{
     EngineTable, LoggingTable, QualityTable, ServeArgs, ServerTable, TelemetryTable,

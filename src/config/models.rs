@@ -26,7 +26,7 @@ use super::settings::EngineTable;
 use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
 use crate::engine::served::ModelPolicy;
 use crate::engine::upstream::config::UpstreamConfig;
-pub use crate::secret::Secret;
+use crate::secret::Secret;
 
 /// One `[[models]]` entry as the file spells it. Which keys apply depends on `engine`;
 /// a key of the other kind is refused, so a typo'd entry cannot pass unnoticed.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::engine::config::Weights;
+use crate::secret::Secret;
 
 #[test]
 fn defaults_are_valid() {
@@ -58,7 +59,12 @@ fn telemetry_and_semlog_settings_and_their_errors() {
     let config = Config::from_toml(&ServeArgs::default(), toml).expect("valid");
     assert_eq!(config.telemetry.trace_sample_ratio, 0.25);
     let es = config.semlog.elasticsearch.expect("elasticsearch");
-    assert_eq!(es.auth, crate::semlog::config::EsAuth::ApiKey("abc".into()));
+    assert_eq!(
+        es.auth,
+        crate::semlog::config::EsAuth::ApiKey(Secret::new("abc"))
+    );
+    // A config dump shows no credential.
+    assert!(!format!("{:?}", es).contains("abc\""), "{es:?}");
     assert_eq!(config.semlog.namespace, "prod");
 
     let cases = [
@@ -133,11 +139,11 @@ fn semlog_secrets_come_from_files_as_mounted_secrets_give_them() {
         es.auth,
         crate::semlog::config::EsAuth::Basic {
             username: "llmgate".into(),
-            password: "s3cret-pass".into()
+            password: Secret::new("s3cret-pass")
         }
     );
     assert_eq!(
-        config.semlog.redaction_key.as_deref(),
+        config.semlog.redaction_key.as_ref().map(Secret::expose),
         Some("a-redaction-key-of-32-characters")
     );
 
@@ -150,7 +156,7 @@ fn semlog_secrets_come_from_files_as_mounted_secrets_give_them() {
     let es = config.semlog.elasticsearch.expect("elasticsearch");
     assert_eq!(
         es.auth,
-        crate::semlog::config::EsAuth::ApiKey("encoded-key".into())
+        crate::semlog::config::EsAuth::ApiKey(Secret::new("encoded-key"))
     );
 
     // Both ways at once, an empty file and a missing one are refused, naming the setting
@@ -176,8 +182,14 @@ fn semlog_secrets_come_from_files_as_mounted_secrets_give_them() {
             text.contains("semlog.") && text.contains(expected),
             "{toml}: {text}"
         );
-        assert!(!text.contains("s3cret-pass"), "{text}");
     }
+    // A secret read and then refused with its setting: the error never quotes it.
+    let toml = format!("[semlog]\nes_username = \"u\"\nes_password_file = \"{password}\"\n");
+    let text = Config::from_toml(&ServeArgs::default(), &toml)
+        .expect_err("no URL")
+        .to_string();
+    assert!(text.contains("semlog.es_url"), "{text}");
+    assert!(!text.contains("s3cret-pass"), "{text}");
 }
 
 #[test]

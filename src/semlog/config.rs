@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use crate::secret::Secret;
+
 /// `[semlog]`: the semantic-log settings, each a file key and, unless `#[arg(skip)]`
 /// (file only), a flag of `llmgate serve` with its environment variable.
 #[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
@@ -109,7 +111,7 @@ pub struct SemlogConfig {
     /// The retention asked for (`auto`: what the cluster offers).
     pub lifecycle: super::target::Lifecycle,
     /// Keyed-hash redaction when set.
-    pub redaction_key: Option<String>,
+    pub redaction_key: Option<Secret>,
     /// Characters of prompt and response kept in a document, after redaction.
     pub excerpt_chars: usize,
     /// No excerpts at all (the privacy mode): counts, hashes and scores only.
@@ -150,10 +152,10 @@ pub enum EsAuth {
     None,
     Basic {
         username: String,
-        password: String,
+        password: Secret,
     },
     /// The base64 `id:api_key` pair, as Elasticsearch's create-API-key answer encodes it.
-    ApiKey(String),
+    ApiKey(Secret),
 }
 
 impl SemlogConfig {
@@ -198,8 +200,11 @@ impl SemlogConfig {
             value_or_file("semlog.redaction_key", redaction_key, redaction_key_file)?;
         let auth = match (username, password, api_key) {
             (None, None, None) => EsAuth::None,
-            (None, None, Some(key)) => EsAuth::ApiKey(key),
-            (Some(username), Some(password), None) => EsAuth::Basic { username, password },
+            (None, None, Some(key)) => EsAuth::ApiKey(Secret::new(key)),
+            (Some(username), Some(password), None) => EsAuth::Basic {
+                username,
+                password: Secret::new(password),
+            },
             (Some(_), None, _) | (None, Some(_), _) => {
                 return Err((
                     "semlog.es_username",
@@ -233,7 +238,7 @@ impl SemlogConfig {
             elasticsearch,
             namespace: namespace.unwrap_or_else(|| "default".to_owned()),
             lifecycle: lifecycle.unwrap_or_default(),
-            redaction_key,
+            redaction_key: redaction_key.map(Secret::new),
             excerpt_chars: excerpt_chars.unwrap_or(512),
             stats_only: stats_only.unwrap_or(false),
             fsync: Duration::from_millis(fsync_ms.unwrap_or(200)),
@@ -264,7 +269,11 @@ impl SemlogConfig {
                 "must be lowercase letters, digits, '_' or '.' (no '-'), at most 100".into(),
             ));
         }
-        if self.redaction_key.as_ref().is_some_and(|k| k.len() < 16) {
+        if self
+            .redaction_key
+            .as_ref()
+            .is_some_and(|k| k.expose().len() < 16)
+        {
             return Err((
                 "semlog.redaction_key",
                 "must be at least 16 characters".into(),

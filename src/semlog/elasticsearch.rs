@@ -182,10 +182,11 @@ impl Cluster {
     pub fn new(config: &EsConfig, data_stream: String) -> Result<Self, String> {
         let credentials = match &config.auth {
             EsAuth::None => None,
-            EsAuth::Basic { username, password } => {
-                Some(Credentials::Basic(username.clone(), password.clone()))
-            }
-            EsAuth::ApiKey(key) => Some(Credentials::EncodedApiKey(key.clone())),
+            EsAuth::Basic { username, password } => Some(Credentials::Basic(
+                username.clone(),
+                password.expose().to_owned(),
+            )),
+            EsAuth::ApiKey(key) => Some(Credentials::EncodedApiKey(key.expose().to_owned())),
         };
         // Every transport gets the same timeout, compression, credentials and CA: the
         // crate's `Transport::cloud` shortcut sets none but the credentials.

@@ -223,7 +223,7 @@ impl Semlog {
             ));
         }
         let redactor = match &config.redaction_key {
-            Some(key) => Redactor::new(Mode::KeyedHash(key.as_bytes().to_vec())),
+            Some(key) => Redactor::new(Mode::KeyedHash(key.expose().as_bytes().to_vec())),
             None => Redactor::new(Mode::Placeholder),
         };
         Ok(Self {
