@@ -103,7 +103,7 @@ pub const PROVIDER: &str = "llmgate";
 pub const ATTR_TTFT_MS: &str = "llm.ttft_ms";
 /// Request sent to an upstream -> its first content chunk (upstream models only).
 pub const ATTR_UPSTREAM_TTFT_MS: &str = "llm.upstream_ttft_ms";
-/// What the repetition rate's token ids are (`engine::RepetitionBasis`).
+/// What the repetition rate's token ids are (`tokens::RepetitionBasis`).
 pub const ATTR_REPETITION_BASIS: &str = "llm.repetition_basis";
 pub const ATTR_TPOT_MS: &str = "llm.tpot_ms";
 pub const ATTR_E2E_MS: &str = "llm.e2e_ms";

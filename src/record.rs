@@ -49,7 +49,7 @@ pub struct RequestRecord {
     /// The `id` the response carried (`chatcmpl-…`, `cmpl-…`); `None` for a request
     /// refused before it was answered.
     pub response_id: Option<String>,
-    /// `gen_ai.operation.name`: `chat` or `text_completion` (see `telemetry::names`).
+    /// `gen_ai.operation.name`: `chat` or `text_completion` (see `names`).
     pub operation: &'static str,
     /// The id of the API key the request presented (never the key), when keys are on.
     pub api_key_id: Option<String>,

@@ -13,7 +13,7 @@ use crate::error::ErrorBody;
 // OpenAPI 3.1 describes an event stream by the schema of each event, read as an object of
 // its fields (`data`, `event`, `id`, `retry`); schemathesis checks every event against it,
 // so the stream's media type names this rather than a string. A description only:
-// crate::stream::sse writes the events.
+// crate::stream::producer writes the events.
 /// One event of a streamed answer (`text/event-stream`).
 #[derive(ToSchema)]
 #[allow(dead_code)]

@@ -1,5 +1,6 @@
-//! The language a prompt is written in, for the semantic log (refusals and intents by
-//! language in Kibana): whatlang's trigram and script detection on its first characters,
+//! The language a text is written in (the prompt's and the answer's), for the semantic
+//! log (refusals and intents by language in Kibana, answers in another language than
+//! their prompt): whatlang's trigram and script detection on its first characters,
 //! as an ISO 639-3 code (`eng`, `cmn`, `jpn`...), or `und` when the text is too short or
 //! mixed to tell reliably.
 

@@ -39,10 +39,15 @@ LEXEMES = re.compile(
 
 def strip(text):
     text = LEXEMES.sub(lambda m: '""' if m.group(0)[-1] in "\"#'" else " ", text)
-    # test modules are not part of the layering
-    m = re.search(r"#\[cfg\(test\)\]\s*mod tests\s*\{", text)
-    if m:
-        text = text[: m.start()]
+    # test modules are not part of the layering: cut each, to its matching brace
+    while m := re.search(r"#\[cfg\(test\)\]\s*mod \w+\s*\{", text):
+        depth, end = 0, len(text)
+        for i in range(m.end() - 1, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                end = i + 1
+                break
+        text = text[: m.start()] + text[end:]
     return text
 
 
@@ -68,8 +73,9 @@ def expand(tree):
 
 def paths(text):
     for m in re.finditer(r"\buse\s+([^;]+);", text):
-        for p in expand(re.sub(r"\s+", "", m.group(1))):
-            yield re.sub(r"\bas\b.*", "", p)
+        # `x as y` names x: the alias goes before the white space that separates it
+        tree = re.sub(r"\s+as\s+\w+", "", m.group(1))
+        yield from expand(re.sub(r"\s+", "", tree))
     body = re.sub(r"\buse\s+[^;]+;", "", text)
     for m in re.finditer(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)", body):
         yield m.group(1)
@@ -166,7 +172,9 @@ def test_the_reader_sees_edges_and_cycles(tmp_path):
     (tmp_path / "lib.rs").write_text("pub mod a;\npub mod b;\n")
     (tmp_path / "a" / "mod.rs").write_text("pub mod x;\nuse crate::b::{B, c::{C}};\n")
     (tmp_path / "a" / "x.rs").write_text("use super::A;\nfn f() { crate::a::x::g(); }\n")
-    (tmp_path / "b.rs").write_text("// use crate::a::A;\nfn f() { crate::a::x::g(); }\n")
+    (tmp_path / "b.rs").write_text(
+        "// use crate::a::A;\n#[cfg(test)]\nmod tests { fn t() { let _ = \"{\"; } }\nuse crate::a as alias;\n"
+    )
     graph, lines = report(tmp_path)
     assert graph == {("a",): {("b",)}, ("b",): {("a",)}}, graph
     assert lines[0] == "cycle: a b", lines

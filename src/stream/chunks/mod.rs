@@ -263,7 +263,8 @@ impl ChunkAssembler {
     }
 
     /// The frames that end a successful response, `[DONE]` included. `tokens`: those no
-    /// content frame carried (their text was empty).
+    /// content frame carried (their text was empty, or never reached the client's text:
+    /// an end-of-sequence token, or one a control token's spelling held back).
     pub fn finish_frames(
         &self,
         reason: FinishReason,
