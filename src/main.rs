@@ -133,6 +133,7 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> ExitCode {
         },
         first_delay: std::time::Duration::ZERO,
         record: false,
+        ignore_max_tokens: false,
     };
     let served = TcpListener::bind(args.listen)
         .and_then(|listener| llmgate::bench::upstream::serve(listener, script, args.workers));

@@ -609,6 +609,76 @@ async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
     upstream.stop().await;
 }
 
+/// An upstream that ignores the `max_tokens` it was sent (a hostile-upstream test found
+/// 123,889 tokens streamed to a `max_tokens: 16` request): the answer ends at 16 either
+/// way, `length`, and the gateway drops the upstream's connection.
+#[tokio::test]
+async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
+    let upstream = start_upstream(UpstreamScript {
+        ignore_max_tokens: true,
+        interval: Duration::from_millis(1),
+        ..script(2000)
+    })
+    .await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    let answer: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("hi", json!({"max_tokens": 16})),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(upstream.received()[0].body["max_tokens"], 16, "it was sent");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    assert_eq!(answer["usage"]["completion_tokens"], 16);
+    let words = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content")
+        .split_whitespace()
+        .count();
+    assert_eq!(words, 16, "{answer}");
+
+    let text = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body(
+            "hi",
+            json!({"max_tokens": 16, "stream": true, "stream_options": {"include_usage": true}}),
+        ),
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let data = data_of(&text);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect();
+    let content = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .count();
+    assert_eq!(content, 16, "one token a chunk");
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "length"));
+    let abandoned = Arc::clone(&upstream.abandoned);
+    assert!(
+        eventually(|| abandoned.load(std::sync::atomic::Ordering::SeqCst) == 2).await,
+        "both answers dropped the upstream's connection"
+    );
+    server.stop().await;
+    upstream.stop().await;
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_closes_the_upstreams_stream() {
     let upstream = start_upstream(UpstreamScript {

@@ -30,6 +30,8 @@ pub struct UpstreamScript {
     pub first_delay: Duration,
     /// Keep every request received (tests); off for long benchmark runs.
     pub record: bool,
+    /// Send every chunk whatever `max_tokens` says (a hostile upstream, for tests).
+    pub ignore_max_tokens: bool,
 }
 
 impl Default for UpstreamScript {
@@ -40,6 +42,7 @@ impl Default for UpstreamScript {
             interval: Duration::ZERO,
             first_delay: Duration::ZERO,
             record: true,
+            ignore_max_tokens: false,
         }
     }
 }
@@ -296,7 +299,11 @@ async fn answer(
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(u32::MAX);
     let script = state.script.clone();
-    let tokens = script.tokens.min(max_tokens);
+    let tokens = if script.ignore_max_tokens {
+        script.tokens
+    } else {
+        script.tokens.min(max_tokens)
+    };
     let model = if fault == Some(Fault::OtherModel) {
         "someone-else".to_owned()
     } else {

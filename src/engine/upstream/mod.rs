@@ -380,13 +380,11 @@ impl Engine for UpstreamEngine {
             tokens: TokenReader::new(self.tokenizer.clone()),
             prompt_tokens,
             top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
-            // Without a `max_tokens` sent, the upstream's default applies there and the
-            // gateway's cap here.
-            max_tokens: if wire::sends_max_tokens(&request, &self.config) {
-                u32::MAX
-            } else {
-                request.max_tokens
-            },
+            // The budget holds whether or not the upstream was sent it: an upstream that
+            // ignores `max_tokens` is cut at it (without one sent, the cap applies here and
+            // the upstream's own default there).
+            max_tokens: request.max_tokens,
+            budget_sent: wire::sends_max_tokens(&request, &self.config),
             tx,
             running: Counted::new(&self.running),
         };

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::fault::Fault;
 use super::tokens::TokenReader;
-use super::wire::Chunk;
+use super::wire::{Chunk, Piece};
 use crate::engine::{Counted, EngineError, EngineEvent, Reported};
 use crate::tokens::{FinishReason, Usage};
 
@@ -56,8 +56,12 @@ pub(crate) struct Reading {
     pub prompt_tokens: u32,
     /// Alternatives the client asked for per token (the upstream may be asked for more).
     pub top_logprobs: usize,
-    /// The answer ends here with `length` (the cap, when no `max_tokens` was sent).
+    /// The answer's budget: it ends with `length` at this many tokens, whatever the
+    /// upstream does (the request's `max_tokens`, or the cap when none was sent).
     pub max_tokens: u32,
+    /// The upstream was sent the budget too: it may end the answer itself (with its own
+    /// finish and usage), and only content past the budget is cut.
+    pub budget_sent: bool,
     pub tx: mpsc::Sender<EngineEvent>,
     /// Counts this stream as running while the task lives.
     pub running: Counted,
@@ -125,6 +129,7 @@ pub(crate) async fn read(r: Reading) {
         prompt_tokens,
         top_logprobs,
         max_tokens,
+        budget_sent,
         tx,
         running: _running,
     } = r;
@@ -183,6 +188,17 @@ pub(crate) async fn read(r: Reading) {
             ending.usage = Some(usage);
         }
         if !piece.text.is_empty() || !piece.logprobs.is_empty() {
+            if ending.tokens >= max_tokens {
+                // Content past the budget the upstream was sent: it ignores max_tokens.
+                // The answer ends at the budget, and the connection is dropped.
+                tracing::warn!(
+                    max_tokens,
+                    "The upstream went on past the max_tokens it was sent; the answer ends there."
+                );
+                ending.finish = Some(FinishReason::Length);
+                break end_of_stream(&ending);
+            }
+            within_budget(&mut piece, max_tokens - ending.tokens);
             let (ids, basis) = tokens.ids(&piece.text, &piece.logprobs);
             let _ = reported.basis.set(basis);
             ending.tokens += if piece.logprobs.is_empty() {
@@ -208,7 +224,7 @@ pub(crate) async fn read(r: Reading) {
             read_to_end = false;
             break end_of_stream(&ending);
         }
-        if ending.finish.is_none() && ending.tokens >= max_tokens {
+        if !budget_sent && ending.finish.is_none() && ending.tokens >= max_tokens {
             // The gateway's cap, where the upstream was sent none (its own default
             // applies there): the answer ends, and the connection with it.
             tracing::debug!(
@@ -265,6 +281,25 @@ pub(crate) async fn read(r: Reading) {
     }
 }
 
+/// A piece of several tokens that would pass the budget keeps the first `left` of them,
+/// and the text they spell (when they spell the start of it; otherwise all of it: the
+/// count stays exact, a few characters may pass).
+fn within_budget(piece: &mut Piece, left: u32) {
+    let left = usize::try_from(left).unwrap_or(usize::MAX);
+    if piece.logprobs.len() <= left {
+        return;
+    }
+    piece.logprobs.truncate(left);
+    let spelled: String = piece
+        .logprobs
+        .iter()
+        .map(|t| t.token.text.as_str())
+        .collect();
+    if piece.text.starts_with(&spelled) {
+        piece.text = spelled;
+    }
+}
+
 /// The events an answer whose bytes arrive as `body` gives the gateway, read to the end
 /// with no model check, no tokenizer and minutes of patience: what the fuzz target
 /// `upstream_stream` and the parser's regression tests drive.
@@ -284,6 +319,7 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
         prompt_tokens: 0,
         top_logprobs,
         max_tokens,
+        budget_sent: false,
         tx,
         running: Counted::new(&running),
     };
@@ -428,6 +464,37 @@ fn finish_reason(reason: &str) -> FinishReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_piece_past_the_budget_keeps_the_tokens_within_it_and_their_text() {
+        let token = |t: &str| crate::tokens::TokenLogprob {
+            token: crate::tokens::TokenText::from_bytes(t.as_bytes().to_vec()),
+            logprob: -0.5,
+            top: Vec::new(),
+        };
+        let mut piece = Piece {
+            text: "a b c".into(),
+            logprobs: vec![token("a"), token(" b"), token(" c")],
+            ..Piece::default()
+        };
+        within_budget(&mut piece, 2);
+        assert_eq!((piece.text.as_str(), piece.logprobs.len()), ("a b", 2));
+        // Tokens that do not spell the text: the count is cut, the text kept.
+        let mut odd = Piece {
+            text: "xyz".into(),
+            logprobs: vec![token("a"), token("b")],
+            ..Piece::default()
+        };
+        within_budget(&mut odd, 1);
+        assert_eq!((odd.text.as_str(), odd.logprobs.len()), ("xyz", 1));
+        let mut within = Piece {
+            text: "a".into(),
+            logprobs: vec![token("a")],
+            ..Piece::default()
+        };
+        within_budget(&mut within, 5);
+        assert_eq!(within.text, "a");
+    }
 
     #[test]
     fn dated_names_are_the_same_model_and_longer_names_are_not() {
