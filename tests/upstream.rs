@@ -609,6 +609,49 @@ async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
     upstream.stop().await;
 }
 
+/// vLLM refuses some requests only once the stream is open (an out-of-vocabulary
+/// `stop_token_ids`, an invalid `json_schema`): a 200 stream whose first event is an error
+/// object with code 400. Streamed or not, the client gets the 400 naming the parameter
+/// that an HTTP refusal gives, counted as the client's mistake, not the upstream's.
+#[tokio::test]
+async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
+    let upstream = start_upstream(script(4)).await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    for stream in [false, true] {
+        let response = post(
+            &server,
+            "/v1/chat/completions",
+            &chat_body("fault:refused-in-stream", json!({"stream": stream})),
+        )
+        .await;
+        assert_eq!(response.status(), 400, "stream {stream}");
+        let body: Value = response.json().await.expect("OpenAI error");
+        assert_eq!(body["error"]["param"], "stop_token_ids", "{body}");
+        assert_eq!(body["error"]["code"], "upstream_invalid_request", "{body}");
+        assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("out of vocabulary")));
+    }
+    let records = server.observer.records();
+    assert_eq!(records.len(), 2);
+    assert!(records
+        .iter()
+        .all(|r| r.error_kind == Some("upstream_invalid_request")));
+    // The same error after content is the stream's error frame, as before.
+    let text = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("fault:error-event", json!({"stream": true})),
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    assert!(text.contains("\"error\""), "{text}");
+    server.stop().await;
+    upstream.stop().await;
+}
+
 /// An upstream that ignores the `max_tokens` it was sent (a hostile-upstream test found
 /// 123,889 tokens streamed to a `max_tokens: 16` request): the answer ends at 16 either
 /// way, `length`, and the gateway drops the upstream's connection.

@@ -92,6 +92,9 @@ pub enum Fault {
     NoUsage,
     /// An error object mid-stream.
     ErrorEvent,
+    /// vLLM's refusal of a request it only checks once the stream is open: a 200 stream
+    /// whose first event is an error object with code 400 naming `stop_token_ids`.
+    RefusedInStream,
     /// A JSON body instead of an event stream.
     NotAStream,
     /// 400 when log-probabilities are asked for, else a normal answer.
@@ -121,6 +124,7 @@ impl Fault {
             "other-model" => Fault::OtherModel,
             "no-usage" => Fault::NoUsage,
             "error-event" => Fault::ErrorEvent,
+            "refused-in-stream" => Fault::RefusedInStream,
             "not-a-stream" => Fault::NotAStream,
             "no-logprobs" => Fault::NoLogprobs,
             "silent" => Fault::Silent,
@@ -330,6 +334,13 @@ async fn answer(
                 return;
             }
             _ => {}
+        }
+        if fault == Some(Fault::RefusedInStream) {
+            let refusal = json!({"error": {"message": "Token id 999999 is out of vocabulary",
+                "type": "BadRequestError", "param": "stop_token_ids", "code": 400}});
+            let _ = tx.send(frame(refusal)).await;
+            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            return;
         }
         if !script.first_delay.is_zero() {
             tokio::time::sleep(script.first_delay).await;

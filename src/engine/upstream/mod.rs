@@ -50,6 +50,11 @@ pub const ENGINE_NAME: &str = "upstream";
 
 /// Most bytes of an error answer read (its message is all the gateway needs).
 const ERROR_BODY_BYTES: usize = 16 << 10;
+/// How long a stream's first chunk may take to say the request is refused before the
+/// gateway answers 200 and streams: long enough for vLLM's check of `stop_token_ids` or a
+/// `json_schema` (it comes before any prefill), short enough that a client does not
+/// wait for its status line.
+const REFUSAL_WINDOW: Duration = Duration::from_millis(250);
 
 pub struct UpstreamEngine {
     config: UpstreamConfig,
@@ -368,6 +373,7 @@ impl Engine for UpstreamEngine {
         }
         let (tx, rx) = mpsc::channel(32);
         let reported = Arc::new(Reported::default());
+        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
         let reading = Reading {
             body: Box::pin(response.bytes_stream().map_err(|e| e.to_string())),
             sent,
@@ -385,10 +391,18 @@ impl Engine for UpstreamEngine {
             // the upstream's own default there).
             max_tokens: request.max_tokens,
             budget_sent: wire::sends_max_tokens(&request, &self.config),
+            opened: Some(opened_tx),
             tx,
             running: Counted::new(&self.running),
         };
         tokio::spawn(stream::read(reading).in_current_span());
+        // A refusal in the stream's first chunk is answered as the HTTP refusal it is,
+        // when it comes within REFUSAL_WINDOW (vLLM's comes at once); after that the
+        // stream has begun and a refusal is its error frame.
+        if let Ok(Ok(Some(fault))) = tokio::time::timeout(REFUSAL_WINDOW, opened_rx).await {
+            tracing::info!(error = %fault, "The upstream refused the request in its stream.");
+            return Err(EngineError::Upstream(gateways_own(fault, &request)));
+        }
         Ok(Generation {
             prompt_tokens,
             started: sent,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::fault::Fault;
 use super::tokens::TokenReader;
@@ -62,6 +62,10 @@ pub(crate) struct Reading {
     /// The upstream was sent the budget too: it may end the answer itself (with its own
     /// finish and usage), and only content past the budget is cut.
     pub budget_sent: bool,
+    /// Told what the first chunk says, while the gateway waits to answer: a refusal
+    /// (vLLM checks some parameters only once the stream is open) goes here instead of
+    /// into the stream, so the client gets the 400 an HTTP refusal gives.
+    pub opened: Option<oneshot::Sender<Option<Fault>>>,
     pub tx: mpsc::Sender<EngineEvent>,
     /// Counts this stream as running while the task lives.
     pub running: Counted,
@@ -130,6 +134,7 @@ pub(crate) async fn read(r: Reading) {
         top_logprobs,
         max_tokens,
         budget_sent,
+        mut opened,
         tx,
         running: _running,
     } = r;
@@ -181,8 +186,25 @@ pub(crate) async fn read(r: Reading) {
         for lp in &mut piece.logprobs {
             lp.top.truncate(top_logprobs);
         }
-        if let Some(message) = piece.error {
-            break Err(Fault::Stream(clipped(&message)));
+        if let Some(error) = piece.error {
+            let fault = match error.status {
+                // Before any content: the upstream refused the request, as a 400 says.
+                Some(400 | 422) if ending.tokens == 0 => Fault::Refused {
+                    param: error.param,
+                    message: clipped(&error.message),
+                },
+                _ => Fault::Stream(clipped(&error.message)),
+            };
+            if let (Some(opened), Fault::Refused { .. }) = (opened.take(), &fault) {
+                match opened.send(Some(fault)) {
+                    Ok(()) => return,
+                    Err(fault) => break Err(fault.unwrap_or_else(|| Fault::Stream(String::new()))),
+                }
+            }
+            break Err(fault);
+        }
+        if let Some(opened) = opened.take() {
+            let _ = opened.send(None);
         }
         if let Some(usage) = piece.usage {
             ending.usage = Some(usage);
@@ -320,6 +342,7 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
         top_logprobs,
         max_tokens,
         budget_sent: false,
+        opened: None,
         tx,
         running: Counted::new(&running),
     };

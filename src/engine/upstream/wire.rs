@@ -170,7 +170,37 @@ pub struct Piece {
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
     /// An error reported in the stream.
-    pub error: Option<String>,
+    pub error: Option<StreamError>,
+}
+
+/// An error object in a stream: vLLM's `{"error": {"message", "param", "code": 400}}`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct StreamError {
+    pub message: String,
+    /// The HTTP status it stands for (`code`, a number or a numeric string), if any.
+    pub status: Option<u16>,
+    pub param: Option<String>,
+}
+
+impl StreamError {
+    fn of(error: &Value) -> Self {
+        let code = error.get("code");
+        let status = code
+            .and_then(Value::as_u64)
+            .or_else(|| code.and_then(Value::as_str).and_then(|c| c.parse().ok()))
+            .and_then(|c| u16::try_from(c).ok());
+        Self {
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| error.to_string(), str::to_owned),
+            status,
+            param: error
+                .get("param")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        }
+    }
 }
 
 impl Chunk {
@@ -184,13 +214,11 @@ impl Chunk {
     /// The answer's part in this chunk (choice 0; the gateway asks for one).
     pub fn piece(self) -> Piece {
         let error = match (&self.error, self.object.as_deref()) {
-            (Some(error), _) => Some(
-                error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| error.to_string(), str::to_owned),
-            ),
-            (None, Some("error")) => Some(self.message.clone().unwrap_or_default()),
+            (Some(error), _) => Some(StreamError::of(error)),
+            (None, Some("error")) => Some(StreamError {
+                message: self.message.clone().unwrap_or_default(),
+                ..StreamError::default()
+            }),
             _ => None,
         };
         let usage = self.usage.map(|u| Usage {
@@ -425,7 +453,22 @@ mod tests {
         let error = Chunk::parse(r#"{"error":{"message":"CUDA out of memory","code":500}}"#)
             .expect("chunk")
             .piece();
-        assert_eq!(error.error.as_deref(), Some("CUDA out of memory"));
+        let error = error.error.expect("an error");
+        assert_eq!(
+            (error.message.as_str(), error.status),
+            ("CUDA out of memory", Some(500))
+        );
+        let refusal = Chunk::parse(
+            r#"{"error":{"message":"out of vocabulary","param":"stop_token_ids","code":"400"}}"#,
+        )
+        .expect("chunk")
+        .piece()
+        .error
+        .expect("an error");
+        assert_eq!(
+            (refusal.status, refusal.param.as_deref()),
+            (Some(400), Some("stop_token_ids"))
+        );
         assert!(Chunk::parse("not json").is_err());
     }
 }
