@@ -86,16 +86,17 @@ impl Fault {
         "upstream_model_mismatch",
     ];
 
-    /// A transport error: no answer came at all. Only a connection that could not be
-    /// made is `Unreachable` (the request never left); one that failed after the request
-    /// was written (reset, closed) is `Cut`, and is not sent again.
-    pub fn from_transport(error: &reqwest::Error) -> Self {
+    /// A transport error, `waited` after the call began: no answer came at all. Only a
+    /// connection that could not be made is `Unreachable` (the request never left); one
+    /// that failed after the request was written (reset, closed) is `Cut`, and is not
+    /// sent again; a timeout says how long it waited.
+    pub fn from_transport(error: &reqwest::Error, waited: Duration) -> Self {
         if error.is_connect() {
             return Fault::Unreachable(describe(error));
         }
         if error.is_timeout() {
             return Fault::Timeout {
-                waited: Duration::ZERO,
+                waited,
                 first_byte: true,
             };
         }
@@ -264,6 +265,28 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call that timed out says how long it waited (the probe said "0 s" after 10).
+    #[tokio::test]
+    async fn a_timeout_says_how_long_it_waited() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/v1/models", silent.local_addr().expect("addr"));
+        let began = std::time::Instant::now();
+        let error = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_millis(1100))
+            .send()
+            .await
+            .expect_err("nothing answers");
+        let fault = Fault::from_transport(&error, began.elapsed());
+        assert_eq!(
+            fault.to_string(),
+            "the upstream sent nothing for 1 s (no first byte)"
+        );
+        drop(silent);
+    }
 
     #[test]
     fn each_error_body_shape_gives_its_message_and_param() {

@@ -196,7 +196,7 @@ impl UpstreamEngine {
                 .send();
             let fault = match tokio::time::timeout(self.config.first_byte_timeout, call).await {
                 Ok(Ok(response)) => return Ok((response, sent)),
-                Ok(Err(error)) => Fault::from_transport(&error),
+                Ok(Err(error)) => Fault::from_transport(&error, sent.elapsed()),
                 Err(_) => Fault::Timeout {
                     waited: self.config.first_byte_timeout,
                     first_byte: true,
@@ -282,13 +282,14 @@ async fn probe(engine: Weak<UpstreamEngine>) {
         }
         // The probe's own wait is bounded; a silent upstream is as unreachable as one
         // that refuses the connection.
+        let began = Instant::now();
         let fault = match call.send().await {
             Ok(answer) if matches!(answer.status().as_u16(), 401 | 403) => Some(Fault::Auth {
                 status: answer.status().as_u16(),
             }),
             Ok(_) => None,
             Err(error) => Some(Fault::Unreachable(
-                Fault::from_transport(&error).to_string(),
+                Fault::from_transport(&error, began.elapsed()).to_string(),
             )),
         };
         this.reached(fault.as_ref());
