@@ -637,6 +637,11 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
     assert!(records
         .iter()
         .all(|r| r.error_kind == Some("upstream_invalid_request")));
+    // A streamed request refused before its stream began is still logged as streamed.
+    assert_eq!(
+        records.iter().map(|r| r.stream).collect::<Vec<_>>(),
+        [false, true]
+    );
     // The same error after content is the stream's error frame, as before.
     let text = post(
         &server,

@@ -159,6 +159,7 @@ async fn generate(
             request_id: request_id.clone(),
             api_key_id,
             model: None,
+            stream: false,
             t_recv,
             trace: Some(trace),
         };
@@ -204,6 +205,8 @@ struct Unanswered {
     api_key_id: Option<String>,
     /// The served model the request named, once its body is parsed.
     model: Option<String>,
+    /// Whether it asked for a stream, once its body is parsed.
+    stream: bool,
     t_recv: std::time::Duration,
     /// Taken by the `Run` once the engine has the request.
     trace: Option<RequestTrace>,
@@ -231,7 +234,7 @@ impl Unanswered {
             request_id: std::mem::take(&mut self.request_id),
             api_key_id: self.api_key_id.take(),
             model,
-            stream: false,
+            stream: self.stream,
             status: if error.is_some() {
                 Status::Error
             } else {
@@ -335,6 +338,7 @@ async fn handle(
         .map_err(|_| ApiError::BodyTimeout { limit })??;
     let mut parsed = route.parse(&body, &state.limits, request_id)?;
     pending.model = Some(parsed.model.clone());
+    pending.stream = parsed.stream;
     let served = state
         .models
         .get(&parsed.model)
