@@ -23,10 +23,14 @@ pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
 
     /// Wall-clock seconds since the Unix epoch, for the `created` field of responses.
     fn unix_seconds(&self) -> u64 {
-        self.system_time()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
+        unix_seconds(self.system_time())
     }
+}
+
+/// `at` in seconds since the Unix epoch (0 before it): the `created` of responses and of
+/// the served models (`ModelInfo::loaded_at`, stamped where no clock is held).
+pub fn unix_seconds(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Shared handle to the clock, as held by application state.

@@ -44,6 +44,16 @@ fn data_of(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The chunks of a streamed answer, which must end with `[DONE]`.
+fn chunks_of(text: &str) -> Vec<Value> {
+    let data = data_of(text);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{text}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
     let upstream = start_upstream(script(6)).await;
@@ -64,12 +74,7 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         .expect("request");
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("body");
-    let data = data_of(&text);
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).expect("chunk"))
-        .collect();
+    let chunks = chunks_of(&text);
     let content: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -700,12 +705,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
     .text()
     .await
     .expect("body");
-    let data = data_of(&text);
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).expect("chunk"))
-        .collect();
+    let chunks = chunks_of(&text);
     let content = chunks
         .iter()
         .filter(|c| {

@@ -349,13 +349,6 @@ pub struct ModelInfo {
     pub loaded_at: u64,
 }
 
-/// Now, in Unix seconds ([`ModelInfo::loaded_at`]).
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Where an upstream model is served, as the config names it (no credentials).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct UpstreamFacts {

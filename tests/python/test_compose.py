@@ -9,6 +9,7 @@ recording fakes; Grafana's provisioning points at the files shipped.
 """
 
 import base64
+import contextlib
 import fnmatch
 import json
 import os
@@ -277,6 +278,18 @@ def recording_curl(tmp_path):
     return shim
 
 
+@contextlib.contextmanager
+def serving(handler):
+    """`handler` on a free loopback port, in a thread, for the block; yields the port."""
+    handler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+
+
 class FakeSecurityApi(BaseHTTPRequestHandler):
     """Elasticsearch's security API as es-setup sees it: records each request; answers
     503 to the first (the security index not ready yet), then 200."""
@@ -315,18 +328,13 @@ def test_es_setup_makes_the_gateways_user_from_the_secret_files(tmp_path):
     # No secret may be on curl's command line (any user of the host can read a
     # process's command line).
     shim = recording_curl(tmp_path)
-    FakeSecurityApi.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSecurityApi)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(FakeSecurityApi) as port:
         out = subprocess.run(
             ["bash", str(DOCKER / "es-setup.sh")], capture_output=True, text=True, timeout=60,
-            env={"PATH": f"{shim}:{os.environ['PATH']}", "ES_URL": f"http://127.0.0.1:{server.server_port}",
+            env={"PATH": f"{shim}:{os.environ['PATH']}", "ES_URL": f"http://127.0.0.1:{port}",
                  "SECRETS": str(secrets), "ROLE_FILE": str(DOCKER / "llmgate-es-role.json"),
                  "READER_ROLE_FILE": str(DOCKER / "llmgate-es-reader-role.json"), "RETRY_SECONDS": "0"},
         )
-    finally:
-        server.shutdown()
     assert out.returncode == 0, out.stderr
     seen = FakeSecurityApi.seen
     assert all(r["user"] == "elastic" and r["password"] == values["elastic_password"] for r in seen)
@@ -473,16 +481,11 @@ def test_kibana_import_passes_the_password_on_standard_input(tmp_path):
     secret.write_text("from-the-secret-file")
 
     def run(**env):
-        FakeKibana.seen = []
-        server = ThreadingHTTPServer(("127.0.0.1", 0), FakeKibana)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
+        with serving(FakeKibana) as port:
             out = subprocess.run(
                 ["sh", str(script), str(objects)], capture_output=True, text=True, timeout=60,
                 env={"PATH": f"{shim}:{os.environ['PATH']}", "RETRY_SECONDS": "0",
-                     "KIBANA_URL": f"http://127.0.0.1:{server.server_port}", **env})
-        finally:
-            server.shutdown()
+                     "KIBANA_URL": f"http://127.0.0.1:{port}", **env})
         assert out.returncode == 0, out.stderr
         assert "imported" in out.stdout
         # No password on curl's command line, which is run once per attempt, nor in the log.

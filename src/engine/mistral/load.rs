@@ -66,7 +66,7 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
         device,
         accelerator,
         upstream: None,
-        loaded_at: crate::engine::unix_now(),
+        loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
     };
     Ok(Loaded {
         replicas,

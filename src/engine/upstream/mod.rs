@@ -112,7 +112,7 @@ impl UpstreamEngine {
                 url,
                 model: config.model.clone(),
             }),
-            loaded_at: crate::engine::unix_now(),
+            loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
         };
         let engine = Arc::new(Self {
             config,
