@@ -194,10 +194,21 @@ impl SemlogConfig {
             file_max_bytes,
             files_max_bytes,
         } = table;
-        let password = value_or_file("semlog.es_password", password, es_password_file)?;
-        let api_key = value_or_file("semlog.es_api_key", api_key, es_api_key_file)?;
-        let redaction_key =
-            value_or_file("semlog.redaction_key", redaction_key, redaction_key_file)?;
+        let password = value_or_file(
+            ("semlog.es_password", "semlog.es_password_file"),
+            password,
+            es_password_file,
+        )?;
+        let api_key = value_or_file(
+            ("semlog.es_api_key", "semlog.es_api_key_file"),
+            api_key,
+            es_api_key_file,
+        )?;
+        let redaction_key = value_or_file(
+            ("semlog.redaction_key", "semlog.redaction_key_file"),
+            redaction_key,
+            redaction_key_file,
+        )?;
         let auth = match (username, password, api_key) {
             (None, None, None) => EsAuth::None,
             (None, None, Some(key)) => EsAuth::ApiKey(Secret::new(key)),
@@ -311,17 +322,18 @@ impl SemlogConfig {
     }
 }
 
-/// A secret given as itself or as the file that holds it (`<name>_file`), not both.
+/// A secret given as itself or as the file that holds it, not both; an error names the
+/// setting that was set (`name`, or `file_name` for the file).
 fn value_or_file(
-    name: &'static str,
+    (name, file_name): (&'static str, &'static str),
     value: Option<String>,
     file: Option<PathBuf>,
 ) -> Result<Option<String>, (&'static str, String)> {
     match (value, file) {
-        (Some(_), Some(_)) => Err((name, format!("set {name} or {name}_file, not both"))),
+        (Some(_), Some(_)) => Err((name, format!("set {name} or {file_name}, not both"))),
         (None, Some(path)) => crate::secret::read_file(&path)
             .map(Some)
-            .map_err(|m| (name, m)),
+            .map_err(|m| (file_name, m)),
         (value, None) => Ok(value),
     }
 }
