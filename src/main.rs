@@ -418,7 +418,9 @@ fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
                 settings.model_id = model.id.clone();
                 MistralEngine::start(settings)
             }
-            ModelEngine::Upstream(upstream) => UpstreamEngine::start(&model.id, upstream.clone())?,
+            ModelEngine::Upstream(upstream) => {
+                UpstreamEngine::start(&model.id, (**upstream).clone())?
+            }
         };
         models.push(ServedModel {
             policy: ModelPolicy::from(model),
@@ -492,7 +494,8 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             ),
             ModelEngine::Upstream(upstream) => tracing::info!(
                 model = %model.id,
-                upstream_url = %llmgate::engine::upstream::fault::strip_credentials(&upstream.url),
+                upstream_urls = %llmgate::engine::upstream::fault::strip_credentials(&upstream.urls.join(",")),
+                policy = upstream.fleet.policy.as_str(),
                 upstream_model = %upstream.model,
                 api_key = upstream.api_key.is_some(),
                 logprobs = upstream.logprobs,

@@ -67,6 +67,13 @@ pub const GPU_MEMORY_USED: &str = "gpu_memory_used";
 pub const GPU_MEMORY_TOTAL: &str = "gpu_memory_total";
 /// 1 while an upstream model's server is reachable (last probe or request), else 0.
 pub const UPSTREAM_UP: &str = "upstream_up";
+/// Per upstream endpoint (replica): TTFT and TPOT of what it served, attempts by
+/// outcome, its routing state and what this gateway has in flight there.
+pub const ENDPOINT_TIME_TO_FIRST_TOKEN: &str = "endpoint_time_to_first_token_seconds";
+pub const ENDPOINT_TIME_PER_OUTPUT_TOKEN: &str = "endpoint_time_per_output_token_seconds";
+pub const ENDPOINT_ATTEMPTS: &str = "endpoint_attempts";
+pub const ENDPOINT_STATE: &str = "endpoint_state";
+pub const ENDPOINT_OUTSTANDING: &str = "endpoint_outstanding_requests";
 /// Info gauges (value 1): the binary and the served model.
 pub const BUILD_INFO: &str = "build_info";
 pub const MODEL_INFO: &str = "model_info";
@@ -103,6 +110,10 @@ pub const PROVIDER: &str = "llmgate";
 pub const ATTR_TTFT_MS: &str = "llm.ttft_ms";
 /// Request sent to an upstream -> its first content chunk (upstream models only).
 pub const ATTR_UPSTREAM_TTFT_MS: &str = "llm.upstream_ttft_ms";
+/// An upstream model: the endpoint (replica) that served the request, or failed last.
+pub const ATTR_UPSTREAM_ENDPOINT: &str = "llm.upstream.endpoint";
+/// An upstream model: endpoints tried (more than 1: it failed over).
+pub const ATTR_UPSTREAM_ATTEMPTS: &str = "llm.upstream.attempts";
 /// What the repetition rate's token ids are (`tokens::RepetitionBasis`).
 pub const ATTR_REPETITION_BASIS: &str = "llm.repetition_basis";
 pub const ATTR_TPOT_MS: &str = "llm.tpot_ms";

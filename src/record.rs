@@ -100,6 +100,24 @@ pub struct UpstreamRecord {
     pub system_fingerprint: Option<String>,
     /// The upstream sent no usage: the counts are the gateway's.
     pub usage_estimated: bool,
+    /// The endpoint that served the answer (or failed last), without credentials.
+    pub endpoint: Option<String>,
+    /// Every attempt at an endpoint, in order; more than one when it failed over.
+    pub attempts: Vec<crate::engine::Attempt>,
+}
+
+impl UpstreamRecord {
+    /// What an upstream's account of one answer says, as the record keeps it.
+    pub fn of(reported: &crate::engine::Reported) -> Self {
+        let route = reported.route();
+        Self {
+            model: reported.model.get().cloned(),
+            system_fingerprint: reported.system_fingerprint.get().cloned(),
+            usage_estimated: reported.usage_estimated.get().copied().unwrap_or(false),
+            endpoint: route.attempts.last().map(|a| a.endpoint.clone()),
+            attempts: route.attempts,
+        }
+    }
 }
 
 /// The record's `output_hash` of an answer's text: sha256, hex. `llmgate replay` and

@@ -36,3 +36,15 @@ pub fn read_file(path: &Path) -> Result<String, String> {
     }
     Ok(secret.to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_do_not_print() {
+        let secret = Secret::new("sk-very-secret");
+        assert!(!format!("{secret:?}").contains("very"));
+        assert_eq!(secret.expose(), "sk-very-secret");
+    }
+}

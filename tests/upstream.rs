@@ -315,7 +315,6 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
         ("fault:cut", "upstream_stream_cut"),
         ("fault:idle", "upstream_timeout"),
         ("fault:bad-json", "upstream_protocol_error"),
-        ("fault:other-model", "upstream_model_mismatch"),
     ] {
         let response = post(
             &server,
@@ -329,9 +328,24 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
         let error: Value = serde_json::from_str(&data[data.len() - 2]).expect("error frame");
         assert_eq!(error["error"]["code"], code, "{prompt}");
     }
+    // Another model named in the first chunk: nothing has reached the client, so it
+    // gets the HTTP error the fault stands for, not a 200 with an error frame.
+    let response = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("fault:other-model", json!({"stream": true})),
+    )
+    .await;
+    assert_eq!(response.status(), 502);
+    let error: Value = response.json().await.expect("error body");
+    assert_eq!(error["error"]["code"], "upstream_model_mismatch");
     let records = server.observer.records();
     assert_eq!(records.len(), 4);
     assert_eq!(records[1].error_kind, Some("upstream_timeout"));
+    assert!(
+        records[3].stream,
+        "refused before its stream, still a streamed request"
+    );
     server.stop().await;
     upstream.stop().await;
 }

@@ -162,6 +162,7 @@ async fn generate(
             stream: false,
             t_recv,
             trace: Some(trace),
+            reported: None,
         };
         let timer = RequestTimer::start(t_recv);
         let mut rate = RateHeaders::default();
@@ -210,6 +211,8 @@ struct Unanswered {
     t_recv: std::time::Duration,
     /// Taken by the `Run` once the engine has the request.
     trace: Option<RequestTrace>,
+    /// An upstream's account, once the request is prepared: where it was tried.
+    reported: Option<Arc<crate::engine::Reported>>,
 }
 
 impl Unanswered {
@@ -257,7 +260,10 @@ impl Unanswered {
             user: None,
             prompt: None,
             response: None,
-            upstream: None,
+            upstream: self
+                .reported
+                .as_deref()
+                .map(crate::record::UpstreamRecord::of),
         };
         state
             .telemetry
@@ -359,6 +365,7 @@ async fn handle(
     let info = engine.model_info().ok_or(ApiError::NotReady)?;
     // An engine that continues the trace (an upstream) gets the request span as parent.
     parsed.generation.traceparent = pending.trace.as_ref().map(|t| t.traceparent());
+    parsed.generation.deadline = Some(deadline.at.into_std());
     tracing::debug!(
         stream = parsed.stream,
         max_tokens = parsed.generation.max_tokens,
@@ -384,6 +391,7 @@ async fn handle(
         .await
         .map_err(ApiError::from)?;
     timer.prompt_prepared(state.clock.now());
+    pending.reported = prepared.reported.clone();
     // After `prepare`: an unset budget has been fitted to what the context leaves, and
     // that is the most this answer can have.
     let params = RequestParams {

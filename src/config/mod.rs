@@ -20,6 +20,7 @@ use crate::telemetry::config::{LogFormat, LoggingConfig, TelemetryConfig};
 mod defaults;
 mod models;
 mod settings;
+mod upstream;
 mod validate;
 
 pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable};

@@ -15,18 +15,23 @@
 //! upstream_model = "meta-llama/Llama-3.1-8B-Instruct"   # default: id
 //! api_key_env = "VLLM_API_KEY"         # or api_key_file; never logged
 //! tokenizer = "tokenizers/llama-3.1/tokenizer.json"    # or a GGUF; for repetition
+//!
+//! [[models]]
+//! id = "qwen"
+//! engine = "upstream"
+//! urls = ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]   # replicas of one model
+//! policy = "latency"                   # see engine::upstream::fleet::policy
+//! # or: url = "http://vllm-headless.llm.svc:8000/v1" with dns_refresh_secs = 10
 //! ```
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 use super::settings::EngineTable;
+use super::upstream::upstream;
 use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
 use crate::engine::served::ModelPolicy;
 use crate::engine::upstream::config::UpstreamConfig;
-use crate::secret::Secret;
 
 /// One `[[models]]` entry as the file spells it. Which keys apply depends on `engine`;
 /// a key of the other kind is refused, so a typo'd entry cannot pass unnoticed.
@@ -39,6 +44,38 @@ pub struct ModelTable {
     pub model_path: Option<PathBuf>,
     /// upstream: base URL of the OpenAI-compatible API (`http://host:8000/v1`).
     pub url: Option<String>,
+    /// upstream: base URLs of several replicas of the model (instead of `url`).
+    pub urls: Option<Vec<String>>,
+    /// upstream: how requests are spread over the replicas: `least_outstanding`,
+    /// `round_robin`, `latency`, `prefix_affinity` or `engine_metrics`
+    /// [default: least_outstanding].
+    pub policy: Option<crate::engine::upstream::fleet::Policy>,
+    /// upstream: replicas one request may be tried on before its first byte reaches the
+    /// client (1: no failover) [default: 3].
+    pub max_attempts: Option<u32>,
+    /// upstream: re-resolve each URL's host name to all its addresses this often (a
+    /// Kubernetes headless Service: one endpoint per pod) [default: off].
+    pub dns_refresh_secs: Option<u64>,
+    /// upstream: consecutive failures (no connection, 5xx, no first byte in time) that
+    /// take a replica out of rotation [default: 3].
+    pub eject_after_failures: Option<u32>,
+    /// upstream: seconds a replica stays out the first time; doubled on each repeat, up
+    /// to 32 times [default: 10].
+    pub eject_secs: Option<u64>,
+    /// upstream: seconds a replica back from a cool-down takes to get its full share of
+    /// requests (from a tenth) [default: 30].
+    pub readmit_secs: Option<u64>,
+    /// upstream, prefix_affinity: characters of the prompt's leading part (system
+    /// prompt, first turn) hashed to pick a replica [default: 1024].
+    pub affinity_prefix_chars: Option<usize>,
+    /// upstream, prefix_affinity: how far over an even share of the requests in flight
+    /// one replica may be loaded for its prefixes [default: 1.25].
+    pub affinity_load_factor: Option<f64>,
+    /// upstream, engine_metrics: the path of each replica's Prometheus metrics on its
+    /// origin [default: /metrics].
+    pub metrics_path: Option<String>,
+    /// upstream, engine_metrics: milliseconds between scrapes [default: 500].
+    pub scrape_interval_ms: Option<u64>,
     /// upstream: the model name sent to it [default: id].
     pub upstream_model: Option<String>,
     /// upstream: a file holding its API key (whitespace around it is ignored).
@@ -116,10 +153,9 @@ pub struct ModelConfig {
 pub enum ModelEngine {
     /// A GGUF in this process; the rest of `[engine]` (weights, threads, replicas,
     /// batch size) applies.
-    Mistral {
-        model_path: PathBuf,
-    },
-    Upstream(UpstreamConfig),
+    Mistral { model_path: PathBuf },
+    /// Boxed: it is much the larger.
+    Upstream(Box<UpstreamConfig>),
 }
 
 /// What the request path needs of a model's settings.
@@ -139,6 +175,17 @@ impl From<&ModelConfig> for ModelPolicy {
 const MISTRAL_ONLY: &[&str] = &["model_path"];
 const UPSTREAM_ONLY: &[&str] = &[
     "url",
+    "urls",
+    "policy",
+    "max_attempts",
+    "dns_refresh_secs",
+    "eject_after_failures",
+    "eject_secs",
+    "readmit_secs",
+    "affinity_prefix_chars",
+    "affinity_load_factor",
+    "metrics_path",
+    "scrape_interval_ms",
     "upstream_model",
     "api_key_file",
     "api_key_env",
@@ -170,7 +217,12 @@ pub(super) fn resolve(
             Some(url) => ModelTable {
                 id: Some(id),
                 engine: Some(EngineKind::Upstream),
-                url: Some(url.clone()),
+                // Commas separate the replicas of one model.
+                url: (!url.contains(',')).then(|| url.clone()),
+                urls: url
+                    .contains(',')
+                    .then(|| url.split(',').map(str::to_owned).collect()),
+                policy: engine.upstream_policy,
                 upstream_model: engine.upstream_model.clone(),
                 api_key_env: engine.upstream_api_key_env.clone(),
                 api_key_file: engine.upstream_api_key_file.clone(),
@@ -199,12 +251,12 @@ pub(super) fn resolve(
                 other => other,
             });
     }
-    if engine.model_id.is_some() || engine.upstream_url.is_some() {
-        let setting = if engine.model_id.is_some() {
-            "engine.model_id"
-        } else {
-            "engine.upstream_url"
-        };
+    let single = [
+        ("engine.model_id", engine.model_id.is_some()),
+        ("engine.upstream_url", engine.upstream_url.is_some()),
+        ("engine.upstream_policy", engine.upstream_policy.is_some()),
+    ];
+    if let Some((setting, _)) = single.into_iter().find(|(_, set)| *set) {
         return Err(ConfigError::invalid(
             setting,
             "names the single served model; with a [[models]] list each entry names its own (id, url)",
@@ -234,7 +286,8 @@ pub(super) fn resolve(
 /// The `[engine]` setting a key of the single model comes from.
 fn single_setting(key: &str) -> &'static str {
     match key {
-        "url" => "engine.upstream_url",
+        "url" | "urls" => "engine.upstream_url",
+        "policy" => "engine.upstream_policy",
         "upstream_model" => "engine.upstream_model",
         "api_key_env" => "engine.upstream_api_key_env",
         "api_key_file" => "engine.upstream_api_key_file",
@@ -347,7 +400,7 @@ fn model(
         EngineKind::Upstream => {
             let mut upstream = upstream(&t, &id, &invalid)?;
             upstream.default_max_tokens = default_max_tokens;
-            ModelEngine::Upstream(upstream)
+            ModelEngine::Upstream(Box::new(upstream))
         }
     };
     Ok(ModelConfig {
@@ -360,130 +413,4 @@ fn model(
         degeneration_guard,
         engine,
     })
-}
-
-fn upstream(
-    t: &ModelTable,
-    id: &str,
-    invalid: &dyn Fn(&'static str, String) -> ConfigError,
-) -> Result<UpstreamConfig, ConfigError> {
-    let url = t.url.as_deref().ok_or_else(|| {
-        invalid(
-            "url",
-            "an upstream needs the base URL of its API, such as http://127.0.0.1:8000/v1".into(),
-        )
-    })?;
-    let url = base_url(url).map_err(|m| invalid("url", m))?;
-    let api_key = match (&t.api_key_file, &t.api_key_env) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "api_key_file",
-                "set api_key_file or api_key_env, not both".into(),
-            ))
-        }
-        (Some(path), None) => Some(Secret::new(
-            crate::secret::read_file(path).map_err(|m| invalid("api_key_file", m))?,
-        )),
-        (None, Some(variable)) => match std::env::var(variable) {
-            Ok(key) if !key.trim().is_empty() => Some(Secret::new(key.trim())),
-            _ => {
-                return Err(invalid(
-                    "api_key_env",
-                    format!("the environment variable {variable} is not set"),
-                ))
-            }
-        },
-        (None, None) => None,
-    };
-    let secs = |value: Option<u64>, default: u64, key: &'static str| {
-        let secs = value.unwrap_or(default);
-        if (1..=3600).contains(&secs) {
-            Ok(Duration::from_secs(secs))
-        } else {
-            Err(invalid(key, "must be between 1 and 3600 seconds".into()))
-        }
-    };
-    let connect_ms = t.connect_timeout_ms.unwrap_or(5000);
-    if !(1..=600_000).contains(&connect_ms) {
-        return Err(invalid(
-            "connect_timeout_ms",
-            "must be between 1 and 600000 ms".into(),
-        ));
-    }
-    let max_tokens_param = t
-        .max_tokens_param
-        .clone()
-        .unwrap_or_else(|| "max_tokens".to_owned());
-    if !matches!(
-        max_tokens_param.as_str(),
-        "max_tokens" | "max_completion_tokens"
-    ) {
-        return Err(invalid(
-            "max_tokens_param",
-            format!("'{max_tokens_param}' is not max_tokens or max_completion_tokens"),
-        ));
-    }
-    let model = t.upstream_model.clone().unwrap_or_else(|| id.to_owned());
-    if model.trim().is_empty() {
-        return Err(invalid("upstream_model", "must not be empty".into()));
-    }
-    Ok(UpstreamConfig {
-        url,
-        model,
-        api_key,
-        tokenizer: t.tokenizer.clone(),
-        logprobs: t.logprobs.unwrap_or(true),
-        connect_timeout: Duration::from_millis(connect_ms),
-        first_byte_timeout: secs(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?,
-        idle_timeout: secs(t.idle_timeout_secs, 60, "idle_timeout_secs")?,
-        probe_interval: secs(t.probe_interval_secs, 10, "probe_interval_secs")?,
-        context_length: t.context_length.unwrap_or(0),
-        check_model: t.check_model.unwrap_or(true),
-        max_tokens_param,
-        default_max_tokens: None,
-    })
-}
-
-/// An `http://` or `https://` base URL with a host, without a trailing slash, a query or
-/// a fragment.
-fn base_url(text: &str) -> Result<String, String> {
-    let trimmed = text.trim().trim_end_matches('/');
-    // Errors quote the URL, which may carry a user and password.
-    let text = &crate::engine::upstream::fault::strip_credentials(text);
-    let parsed = reqwest::Url::parse(trimmed)
-        .map_err(|e| format!("'{text}' is not a URL ({e}); e.g. http://127.0.0.1:8000/v1"))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!(
-            "'{text}' is not an http:// or https:// URL with a host"
-        ));
-    }
-    if parsed.query().is_some() || parsed.fragment().is_some() {
-        return Err(format!(
-            "'{text}' has a query or fragment; give the API's base URL only"
-        ));
-    }
-    Ok(trimmed.to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base_urls_are_checked_and_trimmed() {
-        assert_eq!(
-            base_url("http://127.0.0.1:8000/v1/").as_deref(),
-            Ok("http://127.0.0.1:8000/v1")
-        );
-        assert!(base_url("127.0.0.1:8000").is_err());
-        assert!(base_url("ftp://host/v1").is_err());
-        assert!(base_url("http://host/v1?x=1").is_err());
-    }
-
-    #[test]
-    fn secrets_do_not_print() {
-        let secret = Secret::new("sk-very-secret");
-        assert!(!format!("{secret:?}").contains("very"));
-        assert_eq!(secret.expose(), "sk-very-secret");
-    }
 }

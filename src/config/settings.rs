@@ -195,9 +195,15 @@ pub struct EngineTable {
     #[arg(long, env = "LLMGATE_REPLICAS")]
     pub replicas: Option<usize>,
     /// Serve the model from this OpenAI-compatible server (its base URL, e.g.
-    /// http://127.0.0.1:8000/v1) instead of a GGUF in this process.
+    /// http://127.0.0.1:8000/v1) instead of a GGUF in this process; several replicas
+    /// of the model: their base URLs separated by commas.
     #[arg(long, env = "LLMGATE_UPSTREAM_URL")]
     pub upstream_url: Option<String>,
+    /// How requests are spread over the upstream's replicas: least_outstanding,
+    /// round_robin, latency, prefix_affinity or engine_metrics (docs/upstream.md,
+    /// "Fleets") [default: least_outstanding].
+    #[arg(long, env = "LLMGATE_UPSTREAM_POLICY", value_enum)]
+    pub upstream_policy: Option<crate::engine::upstream::fleet::Policy>,
     /// The model name sent to the upstream [default: --model-id].
     #[arg(long, env = "LLMGATE_UPSTREAM_MODEL")]
     pub upstream_model: Option<String>,

@@ -315,7 +315,7 @@ fn without_a_models_list_engine_names_the_one_model() {
     let ModelEngine::Upstream(upstream) = &config.models[0].engine else {
         panic!("an upstream: {:?}", config.models[0]);
     };
-    assert_eq!(upstream.url, "http://127.0.0.1:8000/v1");
+    assert_eq!(upstream.urls, ["http://127.0.0.1:8000/v1"]);
     assert_eq!(upstream.model, "vllm-llama", "the served id by default");
     assert!(upstream.logprobs && upstream.check_model);
     assert!(!config.has_local_model());

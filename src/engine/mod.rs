@@ -52,6 +52,9 @@ pub struct GenerationRequest {
     /// The W3C `traceparent` of the request's span, for an engine that continues the
     /// trace (an upstream server with OpenTelemetry on).
     pub traceparent: Option<String>,
+    /// When the request must have ended (its request timeout): an upstream tries
+    /// another endpoint only before then.
+    pub deadline: Option<Instant>,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template) or
@@ -241,13 +244,17 @@ pub enum EngineError {
 
 /// A request whose prompt the engine has rendered and counted, with its completion budget
 /// fitted into the context: what it will cost is known before it waits for a slot.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Prepared {
     pub request: GenerationRequest,
     /// Tokens of the prompt as the model sees it (chat template applied).
     pub prompt_tokens: u32,
     /// The compiled `response_format`, when the answer must be JSON.
     pub grammar: Option<grammar::Grammar>,
+    /// Where an upstream's account of the answer will be, from before it is sent (a
+    /// request that fails before its stream still says which endpoints it tried);
+    /// `None` for an engine in this process.
+    pub reported: Option<Arc<Reported>>,
 }
 
 /// What `/tokenize` turns into token ids.
@@ -291,7 +298,7 @@ pub struct Generation {
     /// own count arrives with its usage, this is the gateway's estimate.
     pub prompt_tokens: u32,
     /// When the engine started it: its slot was acquired (the end of its queue wait), or
-    /// the request was sent to the upstream.
+    /// the request's first attempt was sent to the upstream.
     pub started: Instant,
     pub events: TokenStream,
     /// What an upstream said about its answer, filled in as its chunks arrive; `None`
@@ -311,6 +318,31 @@ pub struct Reported {
     /// `include_usage`): the prompt's count is the gateway's estimate and the answer's
     /// is its chunks (or log-probabilities) counted.
     pub usage_estimated: std::sync::OnceLock<bool>,
+    /// Which endpoints were tried, in order, and which one answered.
+    pub route: std::sync::Mutex<Route>,
+}
+
+/// Where an upstream request went: every attempt, the last one the one that served it
+/// (or failed last).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    pub attempts: Vec<Attempt>,
+}
+
+/// One attempt of a request at one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The endpoint's base URL, without credentials.
+    pub endpoint: String,
+    /// Why it failed (a fault's kind); `None` for the attempt that answered.
+    pub error_type: Option<&'static str>,
+}
+
+impl Reported {
+    /// What the route is now.
+    pub fn route(&self) -> Route {
+        self.route.lock().map(|r| r.clone()).unwrap_or_default()
+    }
 }
 
 /// Whether an engine can take requests now, for `/ready` and `llmgate_upstream_up`.
@@ -455,6 +487,12 @@ pub trait Engine: Send + Sync + 'static {
     /// whose cache is another process's, such as an upstream's.
     fn kv_cache(&self) -> Option<KvCacheUse> {
         None
+    }
+
+    /// Each endpoint of an upstream model as `/ready` and `/stats` show it; empty for
+    /// an engine in this process.
+    fn endpoints(&self) -> Vec<upstream::fleet::EndpointView> {
+        Vec::new()
     }
 
     /// Whether requests can be served now.

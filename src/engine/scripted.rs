@@ -148,6 +148,7 @@ impl Engine for ScriptedEngine {
             request,
             prompt_tokens,
             grammar: None,
+            reported: None,
         })
     }
 

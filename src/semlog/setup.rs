@@ -387,7 +387,9 @@ pub fn component_template_body(plain: bool) -> Value {
         }},
         "upstream": {"properties": {
             "model": keyword(), "system_fingerprint": keyword(),
-            "usage_estimated": {"type": "boolean"}
+            "usage_estimated": {"type": "boolean"},
+            "endpoint": keyword(), "attempts": {"type": "short"},
+            "failed_attempts": {"properties": {"endpoint": keyword(), "error_type": keyword()}}
         }},
         "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
                         "prompt_excerpt": {"type": "text"},

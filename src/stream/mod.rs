@@ -278,12 +278,8 @@ impl Run {
             response: Some(self.quality.text().to_owned()),
             upstream: info
                 .reported
-                .as_ref()
-                .map(|r| crate::record::UpstreamRecord {
-                    model: r.model.get().cloned(),
-                    system_fingerprint: r.system_fingerprint.get().cloned(),
-                    usage_estimated: r.usage_estimated.get().copied().unwrap_or(false),
-                }),
+                .as_deref()
+                .map(crate::record::UpstreamRecord::of),
         };
         self.telemetry
             .request_ended(&record, trace, self.clock.as_ref());

@@ -162,8 +162,14 @@ impl Telemetry {
                 (m.id().to_owned(), up)
             })
             .collect();
+        let endpoints = models
+            .iter()
+            .map(|m| (m.id().to_owned(), m.engine.endpoints()))
+            .filter(|(_, views)| !views.is_empty())
+            .collect();
         let backlog = self.semlog.backlog();
         self.metrics.refresh(&Snapshot {
+            endpoints,
             semlog_queue_depth: backlog.queued,
             semlog_spooled_bytes: backlog.spooled_bytes,
             running: load.running,

@@ -362,6 +362,16 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
         r.timings.upstream_ttft_ms.map(Into::into),
     );
     push(names::ATTR_TPOT_MS, r.timings.tpot_ms.map(Into::into));
+    if let Some(upstream) = &r.upstream {
+        push(
+            names::ATTR_UPSTREAM_ENDPOINT,
+            upstream.endpoint.clone().map(Into::into),
+        );
+        push(
+            names::ATTR_UPSTREAM_ATTEMPTS,
+            i64::try_from(upstream.attempts.len()).ok().map(Into::into),
+        );
+    }
     if let Some(q) = &r.quality {
         push(names::ATTR_REPETITION_RATE, Some(q.repetition_rate.into()));
         push(

@@ -52,7 +52,7 @@ pub async fn start_upstream(script: UpstreamScript) -> Upstream {
 /// The upstream settings of the tests: short timeouts, the model checked.
 pub fn upstream_config(url: &str) -> UpstreamConfig {
     UpstreamConfig {
-        url: url.to_owned(),
+        urls: vec![url.to_owned()],
         model: UPSTREAM_MODEL.to_owned(),
         api_key: None,
         tokenizer: None,
@@ -65,6 +65,7 @@ pub fn upstream_config(url: &str) -> UpstreamConfig {
         check_model: true,
         max_tokens_param: "max_tokens".into(),
         default_max_tokens: None,
+        fleet: Default::default(),
     }
 }
 

@@ -497,6 +497,7 @@ pub(super) fn validate(
         response_format,
         top_logprobs: None,
         traceparent: None,
+        deadline: None,
     };
     Ok(ValidatedRequest {
         input_hash: input_hash(&wire.model, &generation),

@@ -408,6 +408,7 @@ impl canary::Subject for Canary<'_> {
             request,
             prompt_tokens,
             grammar: None,
+            reported: None,
         };
         self.engine.start_on(self.loaded, prepared, Some(0)).await
     }
@@ -482,6 +483,7 @@ impl Engine for MistralEngine {
             request,
             prompt_tokens,
             grammar,
+            reported: None,
         })
     }
 
@@ -537,6 +539,7 @@ impl MistralEngine {
             request,
             prompt_tokens,
             grammar,
+            ..
         } = prepared;
         // Wait for a running slot; held by the forwarder until the sequence ends.
         let mut slot = self.claim_slot(pin).await?;

@@ -4,13 +4,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::fleet::FleetConfig;
 use crate::secret::Secret;
 
 /// Where and how to reach an upstream server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
-    /// Base URL without a trailing slash: `<url>/chat/completions` is the chat route.
-    pub url: String,
+    /// Base URLs without a trailing slash, one per replica (at least one):
+    /// `<url>/chat/completions` is the chat route.
+    pub urls: Vec<String>,
     pub model: String,
     pub api_key: Option<Secret>,
     pub tokenizer: Option<PathBuf>,
@@ -25,4 +27,6 @@ pub struct UpstreamConfig {
     pub max_tokens_param: String,
     /// The model's `default_max_tokens`: sent when the client sets no budget.
     pub default_max_tokens: Option<u32>,
+    /// How requests are spread over the replicas and failing ones taken out.
+    pub fleet: FleetConfig,
 }

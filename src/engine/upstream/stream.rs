@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
+use super::attempts::Opening;
 use super::fault::Fault;
 use super::tokens::TokenReader;
 use super::wire::{Chunk, Piece};
-use crate::engine::{Counted, EngineError, EngineEvent, Reported};
+use crate::engine::{EngineError, EngineEvent, Reported};
 use crate::tokens::{FinishReason, Usage};
 
 /// How long one answer may keep the gateway waiting.
@@ -62,13 +63,26 @@ pub(crate) struct Reading {
     /// The upstream was sent the budget too: it may end the answer itself (with its own
     /// finish and usage), and only content past the budget is cut.
     pub budget_sent: bool,
-    /// Told what the first chunk says, while the gateway waits to answer: a refusal
-    /// (vLLM checks some parameters only once the stream is open) goes here instead of
-    /// into the stream, so the client gets the 400 an HTTP refusal gives.
-    pub opened: Option<oneshot::Sender<Option<Fault>>>,
     pub tx: mpsc::Sender<EngineEvent>,
-    /// Counts this stream as running while the task lives.
-    pub running: Counted,
+}
+
+/// How reading an answer ended.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// Read to its end (or to its budget), with this gateway's measurements of it:
+    /// from sending to the first content, and between contents after it.
+    Answered {
+        ttft_ms: Option<f64>,
+        tpot_ms: Option<f64>,
+    },
+    /// The gateway stopped taking it (the client left, the stop screen or guard ended
+    /// it).
+    Left,
+    /// Failed after content was handed on: its error event is sent.
+    FailedMidway(Fault),
+    /// Failed before anything was handed on (a refusal in its first chunk, vLLM's way
+    /// for some parameters, included): the caller tries elsewhere or reports it.
+    Unsent(Fault),
 }
 
 /// What the stream has said about how the answer ends.
@@ -121,8 +135,9 @@ impl Lines {
     }
 }
 
-/// Reads the answer to its end, sending events until the gateway stops taking them.
-pub(crate) async fn read(r: Reading) {
+/// Reads the answer to its end, sending events until the gateway stops taking them;
+/// `opening` is told once the first chunk is good.
+pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
     let Reading {
         body,
         sent,
@@ -134,9 +149,7 @@ pub(crate) async fn read(r: Reading) {
         top_logprobs,
         max_tokens,
         budget_sent,
-        mut opened,
         tx,
-        running: _running,
     } = r;
     // Microseconds after `sent` of the last byte received, for the idle deadline.
     let last_byte = Arc::new(AtomicU64::new(0));
@@ -151,6 +164,10 @@ pub(crate) async fn read(r: Reading) {
     let mut ending = Ending::default();
     // Whether the stream was read to its end (then the connection can be reused).
     let mut read_to_end = true;
+    // When content first and last arrived, and how many tokens came after the first.
+    let mut first_content: Option<Instant> = None;
+    let mut last_content = sent;
+    let mut later_tokens = 0u32;
     let outcome = loop {
         let event = match next_in_time(&mut events, &last_byte, sent, patience, &tx).await {
             Next::Event(Ok(event)) => event,
@@ -165,7 +182,7 @@ pub(crate) async fn read(r: Reading) {
             Next::End => break end_of_stream(&ending),
             Next::Late(fault) => break Err(fault),
             // The gateway dropped the answer: dropping the response tells the upstream.
-            Next::Gone => return,
+            Next::Gone => return Ended::Left,
         };
         if event.event == "error" {
             break Err(Fault::Stream(clipped(&event.data)));
@@ -195,17 +212,9 @@ pub(crate) async fn read(r: Reading) {
                 },
                 _ => Fault::Stream(clipped(&error.message)),
             };
-            if let (Some(opened), Fault::Refused { .. }) = (opened.take(), &fault) {
-                match opened.send(Some(fault)) {
-                    Ok(()) => return,
-                    Err(fault) => break Err(fault.unwrap_or_else(|| Fault::Stream(String::new()))),
-                }
-            }
             break Err(fault);
         }
-        if let Some(opened) = opened.take() {
-            let _ = opened.send(None);
-        }
+        opening.opened();
         if let Some(usage) = piece.usage {
             ending.usage = Some(usage);
         }
@@ -223,11 +232,20 @@ pub(crate) async fn read(r: Reading) {
             within_budget(&mut piece, max_tokens - ending.tokens);
             let (ids, basis) = tokens.ids(&piece.text, &piece.logprobs);
             let _ = reported.basis.set(basis);
-            ending.tokens += if piece.logprobs.is_empty() {
+            let count = if piece.logprobs.is_empty() {
                 1
             } else {
                 u32::try_from(piece.logprobs.len()).unwrap_or(u32::MAX)
             };
+            ending.tokens += count;
+            match first_content {
+                None => {
+                    first_content = Some(at);
+                    later_tokens = count - 1;
+                }
+                Some(_) => later_tokens += count,
+            }
+            last_content = at;
             let event = EngineEvent::Token {
                 text: piece.text,
                 ids,
@@ -235,7 +253,7 @@ pub(crate) async fn read(r: Reading) {
                 at,
             };
             if tx.send(event).await.is_err() {
-                return;
+                return Ended::Left;
             }
         }
         if let Some(reason) = piece.finish_reason {
@@ -257,6 +275,17 @@ pub(crate) async fn read(r: Reading) {
             break end_of_stream(&ending);
         }
     };
+    let ending = match outcome {
+        Ok(ending) => ending,
+        // Nothing handed on: another endpoint may answer instead.
+        Err(fault) if first_content.is_none() => return Ended::Unsent(fault),
+        Err(fault) => {
+            tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
+            let failed = EngineEvent::Failed(EngineError::Upstream(fault.clone()));
+            let _ = tx.send(failed).await;
+            return Ended::FailedMidway(fault);
+        }
+    };
     let (ids, basis) = tokens.finish();
     // An answer without text still says what its (empty) rate would have been over.
     let _ = reported.basis.set(basis);
@@ -268,38 +297,36 @@ pub(crate) async fn read(r: Reading) {
             at: Instant::now(),
         };
         if tx.send(flush).await.is_err() {
-            return;
+            return Ended::Left;
         }
     }
-    let last = match outcome {
-        Ok(ending) => {
-            let usage = ending.usage.unwrap_or_else(|| {
-                tracing::debug!(
-                    completion_tokens = ending.tokens,
-                    "The upstream sent no usage; counting the answer's tokens from its chunks."
-                );
-                let _ = reported.usage_estimated.set(true);
-                Usage {
-                    prompt_tokens,
-                    completion_tokens: ending.tokens,
-                }
-            });
-            EngineEvent::Finished {
-                reason: ending.finish.unwrap_or(FinishReason::Stop),
-                usage,
-            }
+    let usage = ending.usage.unwrap_or_else(|| {
+        tracing::debug!(
+            completion_tokens = ending.tokens,
+            "The upstream sent no usage; counting the answer's tokens from its chunks."
+        );
+        let _ = reported.usage_estimated.set(true);
+        Usage {
+            prompt_tokens,
+            completion_tokens: ending.tokens,
         }
-        Err(fault) => {
-            read_to_end = true;
-            tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
-            EngineEvent::Failed(EngineError::Upstream(fault))
-        }
+    });
+    let last = EngineEvent::Finished {
+        reason: ending.finish.unwrap_or(FinishReason::Stop),
+        usage,
     };
     let _ = tx.send(last).await;
     drop(tx);
     if !read_to_end {
         let drained = async { while events.next().await.is_some() {} };
         let _ = tokio::time::timeout(DRAIN, drained).await;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    Ended::Answered {
+        ttft_ms: first_content.map(|at| ms(at - sent)),
+        tpot_ms: first_content
+            .filter(|_| later_tokens > 0)
+            .map(|first| ms(last_content - first) / f64::from(later_tokens)),
     }
 }
 
@@ -327,7 +354,7 @@ fn within_budget(piece: &mut Piece, left: u32) {
 /// `upstream_stream` and the parser's regression tests drive.
 pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<EngineEvent> {
     let (tx, mut rx) = mpsc::channel(32);
-    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let failures = tx.clone();
     let reading = Reading {
         body,
         sent: Instant::now(),
@@ -342,11 +369,16 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
         top_logprobs,
         max_tokens,
         budget_sent: false,
-        opened: None,
         tx,
-        running: Counted::new(&running),
     };
-    let reader = tokio::spawn(read(reading));
+    let reader = tokio::spawn(async move {
+        // What a request with nowhere else to go gets: the failure as its last event.
+        if let Ended::Unsent(fault) = read(reading, &mut Opening::none()).await {
+            let _ = failures
+                .send(EngineEvent::Failed(EngineError::Upstream(fault)))
+                .await;
+        }
+    });
     let mut events = Vec::new();
     while let Some(event) = rx.recv().await {
         events.push(event);

@@ -400,7 +400,7 @@ mod tests {
 
     fn test_config() -> UpstreamConfig {
         UpstreamConfig {
-            url: "http://up/v1".into(),
+            urls: vec!["http://up/v1".into()],
             model: "up".into(),
             api_key: None,
             tokenizer: None,
@@ -413,6 +413,7 @@ mod tests {
             check_model: true,
             max_tokens_param: "max_tokens".into(),
             default_max_tokens: None,
+            fleet: Default::default(),
         }
     }
 

@@ -158,6 +158,20 @@ struct Upstream {
     /// It sent no usage: `gen_ai.usage.*` are the gateway's counts.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     usage_estimated: bool,
+    /// The replica that served the answer (or failed last).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint: Option<String>,
+    /// Endpoints tried (more than 1: it failed over).
+    attempts: usize,
+    /// The attempts that failed before one answered (or before it gave up), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed_attempts: Vec<FailedAttempt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct FailedAttempt {
+    endpoint: String,
+    error_type: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -388,6 +402,18 @@ impl RedactedLog {
                     model: u.model.clone(),
                     system_fingerprint: u.system_fingerprint.clone(),
                     usage_estimated: u.usage_estimated,
+                    endpoint: u.endpoint.clone(),
+                    attempts: u.attempts.len(),
+                    failed_attempts: u
+                        .attempts
+                        .iter()
+                        .filter_map(|a| {
+                            a.error_type.map(|error_type| FailedAttempt {
+                                endpoint: a.endpoint.clone(),
+                                error_type,
+                            })
+                        })
+                        .collect(),
                 }),
                 build: BuildFacts {
                     commit: BUILD.commit,

@@ -156,6 +156,17 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
         model: Some("meta-llama/Llama-3.1-8B-Instruct".into()),
         system_fingerprint: Some("fp_vllm".into()),
         usage_estimated: true,
+        endpoint: Some("http://10.0.0.2:8000/v1".into()),
+        attempts: vec![
+            crate::engine::Attempt {
+                endpoint: "http://10.0.0.1:8000/v1".into(),
+                error_type: Some("upstream_unreachable"),
+            },
+            crate::engine::Attempt {
+                endpoint: "http://10.0.0.2:8000/v1".into(),
+                error_type: None,
+            },
+        ],
     });
     let settings = DocumentSettings {
         namespace: "default".into(),
@@ -180,7 +191,9 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
     assert_eq!(json["llm"]["model"]["upstream_url"], "http://vllm:8000/v1");
     assert_eq!(
         json["llm"]["upstream"],
-        serde_json::json!({"model": "meta-llama/Llama-3.1-8B-Instruct", "system_fingerprint": "fp_vllm", "usage_estimated": true})
+        serde_json::json!({"model": "meta-llama/Llama-3.1-8B-Instruct", "system_fingerprint": "fp_vllm", "usage_estimated": true,
+            "endpoint": "http://10.0.0.2:8000/v1", "attempts": 2,
+            "failed_attempts": [{"endpoint": "http://10.0.0.1:8000/v1", "error_type": "upstream_unreachable"}]})
     );
     // The in-process record above says none of it.
     let local = serde_json::to_value(RedactedLog::build(

@@ -21,6 +21,7 @@ use crate::names;
 use families::*;
 pub use families::{SemlogEvent, TraceReason, SEMLOG_DROP_REASONS, SEMLOG_FILE_KINDS};
 
+mod endpoints;
 mod exposition;
 mod families;
 mod observe;
@@ -42,6 +43,8 @@ pub struct Snapshot {
     pub models: Vec<std::sync::Arc<crate::engine::ModelInfo>>,
     /// Each upstream model and whether its server is reachable.
     pub upstreams: Vec<(String, bool)>,
+    /// Each upstream model's endpoints, as they stand.
+    pub endpoints: Vec<(String, Vec<crate::engine::upstream::fleet::EndpointView>)>,
     /// The KV cache in use, for each model whose engine knows it.
     pub kv_caches: Vec<(String, crate::engine::KvCacheUse)>,
     /// Log lines the non-blocking writer dropped since start.
@@ -58,6 +61,7 @@ pub struct Metrics {
     models: Vec<String>,
     ttft: ExemplarHistograms,
     upstream_ttft: Histograms,
+    endpoints: endpoints::EndpointMetrics,
     tpot: ExemplarHistograms,
     e2e: ExemplarHistograms,
     itl: Histograms,
@@ -121,6 +125,7 @@ impl Metrics {
             models: models.iter().map(|m| (*m).to_owned()).collect(),
             ttft: exemplar_family(TTFT_BUCKETS),
             upstream_ttft: histogram_family(TTFT_BUCKETS),
+            endpoints: endpoints::EndpointMetrics::register(&mut registry),
             tpot: exemplar_family(TOKEN_BUCKETS),
             e2e: exemplar_family(REQUEST_BUCKETS),
             itl: histogram_family(TOKEN_BUCKETS),

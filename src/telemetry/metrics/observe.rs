@@ -63,6 +63,7 @@ impl Metrics {
                 .get_or_create(&model)
                 .observe(upstream / 1000.0);
         }
+        self.endpoints.observe(&model.model, r);
         if let Some(queue) = t.queue_ms {
             self.queue.get_or_create(&model).observe(queue / 1000.0);
         }
@@ -238,6 +239,7 @@ impl Metrics {
                 })
                 .set(kv.ratio());
         }
+        self.endpoints.refresh(&s.endpoints);
         for (model, up) in &s.upstreams {
             self.upstream_up
                 .get_or_create(&ModelLabel {

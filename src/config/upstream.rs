@@ -1,0 +1,236 @@
+//! An `upstream` model's own keys, checked: its URLs (one server, or the replicas of a
+//! fleet), its API key, its timeouts and how its requests are spread over the replicas
+//! ([`FleetConfig`]).
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use super::models::ModelTable;
+use super::ConfigError;
+use crate::engine::upstream::config::UpstreamConfig;
+use crate::engine::upstream::fleet::FleetConfig;
+use crate::secret::Secret;
+
+pub(super) fn upstream(
+    t: &ModelTable,
+    id: &str,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<UpstreamConfig, ConfigError> {
+    let urls = match (&t.url, &t.urls) {
+        (Some(_), Some(_)) => {
+            return Err(invalid("urls", "set url or urls, not both".into()));
+        }
+        (Some(url), None) => vec![base_url(url).map_err(|m| invalid("url", m))?],
+        (None, Some(urls)) if urls.is_empty() => {
+            return Err(invalid("urls", "must list at least one base URL".into()));
+        }
+        (None, Some(urls)) => {
+            let mut checked = Vec::with_capacity(urls.len());
+            for (i, url) in urls.iter().enumerate() {
+                let url = base_url(url).map_err(|m| invalid("urls", format!("urls[{i}]: {m}")))?;
+                if checked.contains(&url) {
+                    return Err(invalid("urls", format!("urls[{i}]: {url} is listed twice")));
+                }
+                checked.push(url);
+            }
+            checked
+        }
+        (None, None) => {
+            return Err(invalid(
+                "url",
+                "an upstream needs the base URL of its API, such as http://127.0.0.1:8000/v1 (or urls = [...] for several replicas)".into(),
+            ))
+        }
+    };
+    let fleet = fleet(t, &invalid)?;
+    let api_key = match (&t.api_key_file, &t.api_key_env) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "api_key_file",
+                "set api_key_file or api_key_env, not both".into(),
+            ))
+        }
+        (Some(path), None) => Some(Secret::new(
+            crate::secret::read_file(path).map_err(|m| invalid("api_key_file", m))?,
+        )),
+        (None, Some(variable)) => match std::env::var(variable) {
+            Ok(key) if !key.trim().is_empty() => Some(Secret::new(key.trim())),
+            _ => {
+                return Err(invalid(
+                    "api_key_env",
+                    format!("the environment variable {variable} is not set"),
+                ))
+            }
+        },
+        (None, None) => None,
+    };
+    let secs = |value: Option<u64>, default: u64, key: &'static str| {
+        let secs = value.unwrap_or(default);
+        if (1..=3600).contains(&secs) {
+            Ok(Duration::from_secs(secs))
+        } else {
+            Err(invalid(key, "must be between 1 and 3600 seconds".into()))
+        }
+    };
+    let connect_ms = t.connect_timeout_ms.unwrap_or(5000);
+    if !(1..=600_000).contains(&connect_ms) {
+        return Err(invalid(
+            "connect_timeout_ms",
+            "must be between 1 and 600000 ms".into(),
+        ));
+    }
+    let max_tokens_param = t
+        .max_tokens_param
+        .clone()
+        .unwrap_or_else(|| "max_tokens".to_owned());
+    if !matches!(
+        max_tokens_param.as_str(),
+        "max_tokens" | "max_completion_tokens"
+    ) {
+        return Err(invalid(
+            "max_tokens_param",
+            format!("'{max_tokens_param}' is not max_tokens or max_completion_tokens"),
+        ));
+    }
+    let model = t.upstream_model.clone().unwrap_or_else(|| id.to_owned());
+    if model.trim().is_empty() {
+        return Err(invalid("upstream_model", "must not be empty".into()));
+    }
+    Ok(UpstreamConfig {
+        urls,
+        model,
+        api_key,
+        tokenizer: t.tokenizer.clone(),
+        logprobs: t.logprobs.unwrap_or(true),
+        connect_timeout: Duration::from_millis(connect_ms),
+        first_byte_timeout: secs(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?,
+        idle_timeout: secs(t.idle_timeout_secs, 60, "idle_timeout_secs")?,
+        probe_interval: secs(t.probe_interval_secs, 10, "probe_interval_secs")?,
+        context_length: t.context_length.unwrap_or(0),
+        check_model: t.check_model.unwrap_or(true),
+        max_tokens_param,
+        default_max_tokens: None,
+        fleet,
+    })
+}
+
+/// How an upstream's requests are spread over its replicas.
+fn fleet(
+    t: &ModelTable,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<FleetConfig, ConfigError> {
+    let d = FleetConfig::default();
+    // A setting, or its default, within `range`.
+    let within = |value: Option<u64>, default: u64, range: RangeInclusive<u64>, key| {
+        let value = value.unwrap_or(default);
+        if range.contains(&value) {
+            Ok(value)
+        } else {
+            let (low, high) = range.into_inner();
+            Err(invalid(key, format!("must be between {low} and {high}")))
+        }
+    };
+    let load_factor = t.affinity_load_factor.unwrap_or(d.load_factor);
+    if !(1.0..=10.0).contains(&load_factor) {
+        return Err(invalid(
+            "affinity_load_factor",
+            "must be between 1 and 10".into(),
+        ));
+    }
+    let metrics_path = t.metrics_path.clone().unwrap_or(d.metrics_path);
+    if !metrics_path.starts_with('/') {
+        return Err(invalid(
+            "metrics_path",
+            format!("'{metrics_path}' is not a path (it starts with /)"),
+        ));
+    }
+    let count = |value: Option<u32>, default: u32, range: RangeInclusive<u64>, key| {
+        within(value.map(u64::from), u64::from(default), range, key)
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+    };
+    let dns_refresh = match t.dns_refresh_secs {
+        Some(secs) => Some(Duration::from_secs(within(
+            Some(secs),
+            secs,
+            1..=3600,
+            "dns_refresh_secs",
+        )?)),
+        None => None,
+    };
+    let prefix_chars = t.affinity_prefix_chars.map(|c| c as u64);
+    let default_chars = d.prefix_chars as u64;
+    Ok(FleetConfig {
+        policy: t.policy.unwrap_or_default(),
+        max_attempts: count(t.max_attempts, d.max_attempts, 1..=10, "max_attempts")?,
+        dns_refresh,
+        eject_after: count(
+            t.eject_after_failures,
+            d.eject_after,
+            1..=100,
+            "eject_after_failures",
+        )?,
+        cool_down: Duration::from_secs(within(
+            t.eject_secs,
+            d.cool_down.as_secs(),
+            1..=3600,
+            "eject_secs",
+        )?),
+        readmit: Duration::from_secs(within(
+            t.readmit_secs,
+            d.readmit.as_secs(),
+            0..=3600,
+            "readmit_secs",
+        )?),
+        prefix_chars: within(
+            prefix_chars,
+            default_chars,
+            16..=1 << 20,
+            "affinity_prefix_chars",
+        )? as usize,
+        load_factor,
+        metrics_path,
+        scrape_interval: Duration::from_millis(within(
+            t.scrape_interval_ms,
+            d.scrape_interval.as_millis() as u64,
+            50..=60_000,
+            "scrape_interval_ms",
+        )?),
+    })
+}
+
+/// An `http://` or `https://` base URL with a host, without a trailing slash, a query or
+/// a fragment.
+fn base_url(text: &str) -> Result<String, String> {
+    let trimmed = text.trim().trim_end_matches('/');
+    // Errors quote the URL, which may carry a user and password.
+    let text = &crate::engine::upstream::fault::strip_credentials(text);
+    let parsed = reqwest::Url::parse(trimmed)
+        .map_err(|e| format!("'{text}' is not a URL ({e}); e.g. http://127.0.0.1:8000/v1"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(format!(
+            "'{text}' is not an http:// or https:// URL with a host"
+        ));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(format!(
+            "'{text}' has a query or fragment; give the API's base URL only"
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_checked_and_trimmed() {
+        assert_eq!(
+            base_url("http://127.0.0.1:8000/v1/").as_deref(),
+            Ok("http://127.0.0.1:8000/v1")
+        );
+        assert!(base_url("127.0.0.1:8000").is_err());
+        assert!(base_url("ftp://host/v1").is_err());
+        assert!(base_url("http://host/v1?x=1").is_err());
+    }
+}

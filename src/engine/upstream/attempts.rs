@@ -1,0 +1,390 @@
+//! One request's attempts at a model's endpoints, from the first send to the end of
+//! the answer, in a task of its own.
+//!
+//! Each attempt goes where the fleet picks ([`super::fleet`]). An attempt that fails
+//! before anything of the answer reached the gateway's stream — no connection, a
+//! reset, a 5xx, a 429, no first byte in time, an error frame before any content — is
+//! tried again at another endpoint, up to `max_attempts` and never past the request's
+//! deadline. Once content is on its way to the client, a failure is the stream's
+//! error frame, never a second answer. A refusal of the request itself (a 400, the
+//! credentials) is answered as it is, from the first endpoint that gives it.
+//!
+//! The gateway's status line waits for the first attempt's opening, at most
+//! [`OPENING_WINDOW`]: a refusal within it is the HTTP error it stands for; after it
+//! the client has its 200 and keep-alive comments while the attempts go on.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use tokio::sync::{mpsc, oneshot};
+
+use super::fault::{self, Fault};
+use super::fleet::{Endpoint, Outcome, Routing};
+use super::stream::{self, Ended, Patience, Reading};
+use super::tokens::TokenReader;
+use super::wire::{self, Asks};
+use super::Shared;
+use crate::engine::{Attempt, Counted, EngineError, EngineEvent, GenerationRequest, Reported};
+
+/// How long the gateway holds its status line for the first attempt to open: long
+/// enough for a refused connection to fail over, or for vLLM's in-stream refusal of
+/// `stop_token_ids` or a `json_schema` (it comes before any prefill), short enough that
+/// a client behind a silent upstream gets its 200 and keep-alives at once.
+pub const OPENING_WINDOW: Duration = Duration::from_millis(1000);
+/// Most bytes of an error answer read (its message is all the gateway needs).
+const ERROR_BODY_BYTES: usize = 16 << 10;
+
+/// Tells the gateway, while it waits to answer, how the request opened: `Ok` once an
+/// answer's first chunk is good, the fault when it failed before that.
+pub(crate) struct Opening(Option<oneshot::Sender<Result<(), Fault>>>);
+
+impl Opening {
+    pub(crate) fn new(tx: oneshot::Sender<Result<(), Fault>>) -> Self {
+        Self(Some(tx))
+    }
+
+    /// For the fuzz target and tests: nobody waits.
+    pub(crate) fn none() -> Self {
+        Self(None)
+    }
+
+    pub(crate) fn opened(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(Ok(()));
+        }
+    }
+
+    /// Hands the fault to the waiting gateway; gives it back when the gateway answered
+    /// already (it then goes into the stream).
+    fn failed(&mut self, fault: Fault) -> Option<Fault> {
+        match self.0.take() {
+            Some(tx) => tx.send(Err(fault)).err().and_then(Result::err),
+            None => Some(fault),
+        }
+    }
+}
+
+/// Everything one request's attempts need; moved into their task.
+pub(crate) struct Job {
+    pub shared: Arc<Shared>,
+    pub request: GenerationRequest,
+    pub prompt_tokens: u32,
+    pub reported: Arc<Reported>,
+    pub tx: mpsc::Sender<EngineEvent>,
+    pub opening: Opening,
+}
+
+/// Whether another endpoint may succeed where this one failed, before any content.
+fn worth_another(fault: &Fault) -> bool {
+    match fault {
+        Fault::Unreachable(_)
+        | Fault::RateLimited { .. }
+        | Fault::Timeout { .. }
+        | Fault::Cut(_)
+        | Fault::Stream(_) => true,
+        Fault::Failed { status, .. } => *status >= 500,
+        Fault::Auth { .. }
+        | Fault::Refused { .. }
+        | Fault::Protocol(_)
+        | Fault::ModelMismatch { .. } => false,
+    }
+}
+
+/// Runs the request's attempts until one answers, or none is left to try.
+pub(crate) async fn run(job: Job) {
+    let Job {
+        shared,
+        request,
+        prompt_tokens,
+        reported,
+        tx,
+        mut opening,
+    } = job;
+    let _running = Counted::new(&shared.running);
+    let fleet = &shared.fleet;
+    let routing = Routing::of(
+        &request.prompt,
+        request.max_tokens,
+        fleet.config.prefix_chars,
+    );
+    let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+    let mut retried_connect = false;
+    let mut last: Option<Fault> = None;
+    let fault = loop {
+        let now = Instant::now();
+        let endpoint = match fleet.pick(&routing, &tried, now) {
+            Some(endpoint) => endpoint,
+            // One endpoint (or all tried) and it could not be connected to: once more
+            // there, after a moment, as a single upstream always was.
+            None if !retried_connect
+                && tried.len() == 1
+                && last.as_ref().is_some_and(Fault::is_connect) =>
+            {
+                retried_connect = true;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Arc::clone(&tried[0])
+            }
+            None => break last,
+        };
+        if !tried.iter().any(|t| Arc::ptr_eq(t, &endpoint)) {
+            tried.push(Arc::clone(&endpoint));
+        }
+        // No attempt past the request's deadline; one before it waits at most until then.
+        let patience = match request.deadline.map(|d| d.saturating_duration_since(now)) {
+            Some(left) if left.is_zero() => break last,
+            Some(left) => left.min(shared.config.first_byte_timeout),
+            None => shared.config.first_byte_timeout,
+        };
+        let attempt = attempts_made(&reported);
+        if attempt > 0 {
+            tracing::info!(endpoint = %endpoint.label, attempt = attempt + 1, "Trying the request at another upstream endpoint.");
+        }
+        record_attempt(&reported, &endpoint.label);
+        let _outstanding = Counted::new(endpoint.outstanding());
+        let ended = attempt_at(
+            &shared,
+            &endpoint,
+            &request,
+            prompt_tokens,
+            &reported,
+            &tx,
+            &mut opening,
+            patience,
+        )
+        .await;
+        let fault = match ended {
+            Ended::Answered { ttft_ms, tpot_ms } => {
+                endpoint.measured(ttft_ms, tpot_ms);
+                endpoint.attempted(Outcome::Answered, None, Instant::now(), &fleet.config);
+                return;
+            }
+            Ended::Left => return,
+            Ended::FailedMidway(fault) => {
+                failed_attempt(&reported, &fault);
+                endpoint.attempted(
+                    Outcome::of(&fault),
+                    Some(&fault),
+                    Instant::now(),
+                    &fleet.config,
+                );
+                return;
+            }
+            Ended::Unsent(fault) => fault,
+        };
+        failed_attempt(&reported, &fault);
+        endpoint.attempted(
+            Outcome::of(&fault),
+            Some(&fault),
+            Instant::now(),
+            &fleet.config,
+        );
+        if let Fault::Timeout { waited, .. } = &fault {
+            endpoint.measured(Some(waited.as_secs_f64() * 1000.0), None);
+        }
+        let attempts = attempts_made(&reported);
+        if !worth_another(&fault) || attempts >= fleet.config.max_attempts as usize {
+            break Some(fault);
+        }
+        tracing::info!(endpoint = %endpoint.label, error = %fault, error_type = fault.kind(), "An upstream endpoint failed before the answer began.");
+        last = Some(fault);
+    };
+    let fault = fault.unwrap_or_else(|| Fault::Unreachable("no endpoint could be tried".into()));
+    let fault = gateways_own(fault, &request);
+    if let Some(fault) = opening.failed(fault) {
+        tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
+        let _ = tx
+            .send(EngineEvent::Failed(EngineError::Upstream(fault)))
+            .await;
+    }
+}
+
+/// One attempt at `endpoint`: sent, its answer checked and read to its end.
+#[allow(clippy::too_many_arguments)]
+async fn attempt_at(
+    shared: &Shared,
+    endpoint: &Endpoint,
+    request: &GenerationRequest,
+    prompt_tokens: u32,
+    reported: &Arc<Reported>,
+    tx: &mpsc::Sender<EngineEvent>,
+    opening: &mut Opening,
+    first_byte: Duration,
+) -> Ended {
+    let mut asks = Asks {
+        logprobs: shared.config.logprobs && !shared.logprobs_refused.load(Ordering::Relaxed),
+    };
+    let (response, sent) = loop {
+        let (response, sent) = match send(shared, endpoint, request, asks, first_byte).await {
+            Ok(sent) => sent,
+            Err(fault) => return Ended::Unsent(fault),
+        };
+        if response.status().is_success() {
+            break (response, sent);
+        }
+        let fault = refusal(response).await;
+        if asks.logprobs && request.top_logprobs.is_none() && refuses_logprobs(&fault) {
+            tracing::warn!(model = %shared.info.id, error = %fault, "The upstream does not return log-probabilities; asking no more (no confidence figures for this model).");
+            shared.logprobs_refused.store(true, Ordering::Relaxed);
+            asks.logprobs = false;
+            continue;
+        }
+        return Ended::Unsent(fault);
+    };
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if !content_type.starts_with("text/event-stream") {
+        return Ended::Unsent(Fault::Protocol(format!(
+            "the answer is '{content_type}', not an event stream"
+        )));
+    }
+    let config = &shared.config;
+    let reading = Reading {
+        body: Box::pin(response.bytes_stream().map_err(|e| e.to_string())),
+        sent,
+        patience: Patience {
+            first_byte,
+            idle: config.idle_timeout,
+        },
+        expected_model: config.check_model.then(|| config.model.clone()),
+        reported: Arc::clone(reported),
+        tokens: TokenReader::new(shared.tokenizer.clone()),
+        prompt_tokens,
+        top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
+        // The budget holds whether or not the upstream was sent it: an upstream that
+        // ignores `max_tokens` is cut at it (without one sent, the cap applies here and
+        // the upstream's own default there).
+        max_tokens: request.max_tokens,
+        budget_sent: wire::sends_max_tokens(request, config),
+        tx: tx.clone(),
+    };
+    stream::read(reading, opening).await
+}
+
+fn headers(shared: &Shared, request: &GenerationRequest) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some(key) = &shared.config.api_key {
+        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose())) {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+    }
+    if let Some(traceparent) = request
+        .traceparent
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        headers.insert("traceparent", traceparent);
+    }
+    // Only a UUID: llama.cpp's server refuses any other X-Request-ID with a 400.
+    if let Ok(id) = uuid::Uuid::parse_str(&request.request_id) {
+        if let Ok(value) = HeaderValue::from_str(&id.hyphenated().to_string()) {
+            headers.insert("x-request-id", value);
+        }
+    }
+    headers
+}
+
+/// Sends the request and waits for the answer's head, within `first_byte`.
+async fn send(
+    shared: &Shared,
+    endpoint: &Endpoint,
+    request: &GenerationRequest,
+    asks: Asks,
+    first_byte: Duration,
+) -> Result<(reqwest::Response, Instant), Fault> {
+    let (route, body) = wire::request_body(request, &shared.config, asks);
+    let url = format!("{}{route}", endpoint.url);
+    let sent = Instant::now();
+    let call = endpoint
+        .client
+        .post(&url)
+        .headers(headers(shared, request))
+        .json(&body)
+        .send();
+    match tokio::time::timeout(first_byte, call).await {
+        Ok(Ok(response)) => Ok((response, sent)),
+        Ok(Err(error)) => Err(Fault::from_transport(&error, sent.elapsed())),
+        Err(_) => Err(Fault::Timeout {
+            waited: first_byte,
+            first_byte: true,
+        }),
+    }
+}
+
+/// The fault an answer that is not a 2xx stream stands for.
+async fn refusal(response: reqwest::Response) -> Fault {
+    use futures_util::StreamExt;
+    let status = response.status();
+    let retry_after = fault::retry_after(response.headers());
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    let read = async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            body.extend_from_slice(&chunk);
+            if body.len() >= ERROR_BODY_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    Fault::from_answer(status, retry_after, &body)
+}
+
+/// A refusal of what the gateway added to the client's request (streaming, usage, its
+/// own ask for log-probabilities) is no mistake of the client's: it is the upstream
+/// failing the gateway, a 502, not a 400 naming a parameter the client never sent.
+pub(crate) fn gateways_own(fault: Fault, request: &GenerationRequest) -> Fault {
+    let Fault::Refused { param, message } = &fault else {
+        return fault;
+    };
+    let named = |p: &str| param.as_deref().is_some_and(|named| named.starts_with(p));
+    let added = named("stream")
+        || (request.top_logprobs.is_none() && (named("logprobs") || named("top_logprobs")));
+    if added {
+        return Fault::Failed {
+            status: 400,
+            retry_after: None,
+            detail: format!("it refused what the gateway asks of every request: {message}"),
+        };
+    }
+    fault
+}
+
+/// Whether a refusal is the upstream not doing log-probabilities.
+fn refuses_logprobs(fault: &Fault) -> bool {
+    match fault {
+        Fault::Refused { param, message } => {
+            param.as_deref().is_some_and(|p| p.contains("logprobs"))
+                || message.to_ascii_lowercase().contains("logprobs")
+        }
+        _ => false,
+    }
+}
+
+fn route(reported: &Reported) -> std::sync::MutexGuard<'_, crate::engine::Route> {
+    reported.route.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn record_attempt(reported: &Reported, endpoint: &str) {
+    route(reported).attempts.push(Attempt {
+        endpoint: endpoint.to_owned(),
+        error_type: None,
+    });
+}
+
+fn failed_attempt(reported: &Reported, fault: &Fault) {
+    if let Some(last) = route(reported).attempts.last_mut() {
+        last.error_type = Some(fault.kind());
+    }
+}
+
+fn attempts_made(reported: &Reported) -> usize {
+    route(reported).attempts.len()
+}
