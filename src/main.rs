@@ -71,6 +71,20 @@ struct ScriptedUpstreamArgs {
     /// HTTP worker threads (0: one per core).
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Milliseconds before each answer's first chunk (a prefill's time).
+    #[arg(long, default_value_t = 0)]
+    first_delay_ms: u64,
+    /// Answers streamed at once (0: no limit); the rest queue, as in an engine's batch,
+    /// and GET /metrics reports the queue under vLLM's names.
+    #[arg(long, default_value_t = 0)]
+    slots: usize,
+    /// Answer this share of requests with a fault, evenly spread (a failing replica).
+    #[arg(long, default_value_t = 0.0)]
+    fault_rate: f64,
+    /// The fault of --fault-rate, as a prompt's fault:<name> names it (500, 429, cut,
+    /// no-first-byte, ...).
+    #[arg(long, default_value = "500")]
+    fault: String,
 }
 
 #[derive(Subcommand)]
@@ -131,9 +145,21 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> ExitCode {
         } else {
             std::time::Duration::ZERO
         },
-        first_delay: std::time::Duration::ZERO,
+        first_delay: std::time::Duration::from_millis(args.first_delay_ms),
         record: false,
         ignore_max_tokens: false,
+        fault: match llmgate::bench::upstream::Fault::named(&args.fault) {
+            Some(fault) => (args.fault_rate > 0.0).then_some(fault),
+            None => {
+                eprintln!(
+                    "llmgate scripted-upstream: --fault {}: no such fault (500, 429, cut, no-first-byte, ...)",
+                    args.fault
+                );
+                return ExitCode::from(2);
+            }
+        },
+        fault_rate: args.fault_rate,
+        slots: args.slots,
     };
     let served = TcpListener::bind(args.listen)
         .and_then(|listener| llmgate::bench::upstream::serve(listener, script, args.workers));

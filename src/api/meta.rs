@@ -110,6 +110,22 @@ pub struct ModelState<'a> {
     system_fingerprint: Option<String>,
     device: Option<String>,
     upstream_model: Option<String>,
+    /// An upstream's replicas, in its order: ready while one of them is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    endpoints: Vec<EndpointState>,
+}
+
+/// One replica of an upstream model in `/ready`: its routing state and whether the
+/// gateway reaches it, not its address (`/stats` and `/metrics` name it).
+#[derive(Serialize, ToSchema)]
+pub struct EndpointState {
+    /// `up`, `ejected`, `readmitting` or `rate_limited`.
+    state: &'static str,
+    reachable: bool,
+    /// Why it is out or unreachable: the last fault's kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 #[utoipa::path(
@@ -252,6 +268,16 @@ fn model_state(model: &ServedModel) -> ModelState<'_> {
         system_fingerprint: info.as_ref().map(|i| i.system_fingerprint.clone()),
         device: info.as_ref().map(|i| i.device.clone()),
         upstream_model: info.and_then(|i| i.upstream.as_ref().map(|u| u.model.clone())),
+        endpoints: model
+            .engine
+            .endpoints()
+            .into_iter()
+            .map(|e| EndpointState {
+                state: e.state,
+                reachable: e.reachable,
+                reason: e.reason,
+            })
+            .collect(),
     }
 }
 

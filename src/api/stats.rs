@@ -31,11 +31,27 @@ pub struct Stats {
     pub waiting: usize,
     #[serde(flatten)]
     pub recent: RecentFigures,
+    /// The replicas of each upstream model: their routing state and load now (the
+    /// window's figures are under `endpoints`, by the same base URL).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub upstreams: Vec<UpstreamStats>,
     /// The last requests, newest first (at most 20), in the semantic log's field names:
     /// with keys on the caller's own, with their redacted excerpts; without keys
     /// everyone's, without text.
     #[schema(value_type = Vec<Object>)]
     pub records: Vec<Value>,
+}
+
+/// One upstream model's replicas, as the live view shows them.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UpstreamStats {
+    pub model: String,
+    /// `least_outstanding`, `round_robin`, `latency`, `prefix_affinity` or
+    /// `engine_metrics`.
+    pub policy: &'static str,
+    #[schema(value_type = Vec<Object>)]
+    pub endpoints: Vec<crate::engine::upstream::fleet::EndpointView>,
 }
 
 /// Records listed.
@@ -104,6 +120,17 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
             running: load.running,
             waiting: load.waiting,
             recent: state.telemetry.recent.figures(now),
+            upstreams: state
+                .models
+                .iter()
+                .filter_map(|m| {
+                    Some(UpstreamStats {
+                        model: m.id().to_owned(),
+                        policy: m.engine.routing_policy()?,
+                        endpoints: m.engine.endpoints(),
+                    })
+                })
+                .collect(),
             records,
         })
 }

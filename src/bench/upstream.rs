@@ -32,6 +32,14 @@ pub struct UpstreamScript {
     pub record: bool,
     /// Send every chunk whatever `max_tokens` says (a hostile upstream, for tests).
     pub ignore_max_tokens: bool,
+    /// A fault this replica answers with, whatever the prompt, on `fault_rate` of its
+    /// requests (a failing replica of a fleet).
+    pub fault: Option<Fault>,
+    /// The share of requests that get `fault`, spread evenly (0.2: the 5th, 10th, ...).
+    pub fault_rate: f64,
+    /// Answers streamed at once, as an engine's batch (0: no limit); the others wait in
+    /// its queue, which `GET /metrics` reports as vLLM does.
+    pub slots: usize,
 }
 
 impl Default for UpstreamScript {
@@ -43,6 +51,9 @@ impl Default for UpstreamScript {
             first_delay: Duration::ZERO,
             record: true,
             ignore_max_tokens: false,
+            fault: None,
+            fault_rate: 1.0,
+            slots: 0,
         }
     }
 }
@@ -110,7 +121,8 @@ pub enum Fault {
 }
 
 impl Fault {
-    fn named(name: &str) -> Option<Self> {
+    /// The fault of `fault:<name>` (`500`, `429`, `cut`, ...).
+    pub fn named(name: &str) -> Option<Self> {
         Some(match name {
             "401" => Fault::Unauthorized,
             "429" => Fault::RateLimited,
@@ -140,6 +152,23 @@ struct State {
     script: UpstreamScript,
     received: Arc<Mutex<Vec<Received>>>,
     abandoned: Arc<AtomicUsize>,
+    /// Requests answered so far, for the even spread of `fault_rate`.
+    answered: AtomicUsize,
+    /// The engine's batch, when `slots` limits it.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Answers waiting for a slot, and streaming in one.
+    waiting: Arc<AtomicUsize>,
+    running: Arc<AtomicUsize>,
+}
+
+impl State {
+    /// The replica's own fault for its next request, on `fault_rate` of them.
+    fn own_fault(&self) -> Option<Fault> {
+        let fault = self.script.fault?;
+        let n = self.answered.fetch_add(1, Ordering::SeqCst) as f64;
+        let rate = self.script.fault_rate.clamp(0.0, 1.0);
+        (((n + 1.0) * rate).floor() > (n * rate).floor()).then_some(fault)
+    }
 }
 
 /// A running scripted upstream.
@@ -160,16 +189,22 @@ pub fn serve(
 ) -> std::io::Result<ScriptedUpstream> {
     let received = Arc::new(Mutex::new(Vec::new()));
     let abandoned = Arc::new(AtomicUsize::new(0));
+    let slots = (script.slots > 0).then(|| Arc::new(tokio::sync::Semaphore::new(script.slots)));
     let state = web::Data::new(State {
         script,
         received: Arc::clone(&received),
         abandoned: Arc::clone(&abandoned),
+        answered: AtomicUsize::new(0),
+        slots,
+        waiting: Arc::default(),
+        running: Arc::default(),
     });
     let mut server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(state.clone())
             .app_data(web::JsonConfig::default().limit(8 << 20))
             .route("/v1/models", web::get().to(models))
+            .route("/metrics", web::get().to(metrics))
             .route("/v1/chat/completions", web::post().to(chat))
             .route("/v1/completions", web::post().to(completions))
     })
@@ -192,6 +227,21 @@ async fn models(state: web::Data<State>) -> HttpResponse {
         "object": "list",
         "data": [{"id": state.script.model, "object": "model", "owned_by": "scripted"}],
     }))
+}
+
+/// Its queue and batch under vLLM's names, for the `engine_metrics` policy.
+async fn metrics(state: web::Data<State>) -> HttpResponse {
+    let gauge = |name: &str, value: usize| {
+        format!(
+            "# TYPE vllm:{name} gauge\nvllm:{name}{{model_name=\"{}\"}} {value}\n",
+            state.script.model
+        )
+    };
+    let text = gauge("num_requests_waiting", state.waiting.load(Ordering::SeqCst))
+        + &gauge("num_requests_running", state.running.load(Ordering::SeqCst));
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(text)
 }
 
 async fn chat(req: HttpRequest, body: web::Json<Value>, state: web::Data<State>) -> HttpResponse {
@@ -252,7 +302,8 @@ async fn answer(
     }
     let fault = prompt_of(&body)
         .strip_prefix("fault:")
-        .and_then(|name| Fault::named(name.trim()));
+        .and_then(|name| Fault::named(name.trim()))
+        .or_else(|| state.own_fault());
     let logprobs = match shape {
         Shape::Chat => body["logprobs"].as_bool().unwrap_or(false),
         Shape::Text => body["logprobs"].as_u64().is_some(),
@@ -315,7 +366,21 @@ async fn answer(
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let abandoned = Arc::clone(&state.abandoned);
+    let slots = state.slots.clone();
+    let (waiting, running) = (Arc::clone(&state.waiting), Arc::clone(&state.running));
     tokio::spawn(async move {
+        // A place in the batch first: the queue's wait is part of the TTFT.
+        waiting.fetch_add(1, Ordering::SeqCst);
+        let slot = match &slots {
+            Some(slots) => Arc::clone(slots).acquire_owned().await.ok(),
+            None => None,
+        };
+        waiting.fetch_sub(1, Ordering::SeqCst);
+        running.fetch_add(1, Ordering::SeqCst);
+        let _running = Running {
+            count: running,
+            _slot: slot,
+        };
         let frame = |value: Value| Bytes::from(format!("data: {value}\n\n"));
         match fault {
             Some(Fault::Silent) => {
@@ -414,6 +479,18 @@ async fn answer(
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .streaming(body)
+}
+
+/// Counts an answer as running, and holds its slot, while it lives.
+struct Running {
+    count: Arc<AtomicUsize>,
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn object(shape: Shape) -> &'static str {

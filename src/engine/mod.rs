@@ -495,6 +495,12 @@ pub trait Engine: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// How an upstream model's requests are spread over its endpoints
+    /// (`least_outstanding`, ...); `None` for an engine in this process.
+    fn routing_policy(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether requests can be served now.
     fn readiness(&self) -> Readiness {
         if self.model_info().is_some() {

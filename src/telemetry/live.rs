@@ -8,7 +8,7 @@
 //! follow what the gateway does now.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -24,7 +24,7 @@ pub const RATE_WINDOW: Duration = Duration::from_secs(60);
 pub const MAX_SAMPLES: usize = 20_000;
 
 /// One finished request, as the live view needs it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Sample {
     /// When it ended, on the gateway's clock.
     at: Duration,
@@ -32,6 +32,10 @@ struct Sample {
     tpot_ms: Option<f64>,
     completion_tokens: u32,
     outcome: Outcome,
+    /// An upstream model's replica that answered it, if one did.
+    served_by: Option<Arc<str>>,
+    /// The replicas it was tried at first, where the attempt failed (failover).
+    failed_at: Vec<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -72,6 +76,20 @@ pub struct RecentFigures {
     /// `cancelled` for those the client left and `client_stalled` for those the gateway
     /// cut.
     pub errors: BTreeMap<String, usize>,
+    /// Upstream models' replicas, by base URL: what each served in the window.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub endpoints: BTreeMap<String, EndpointFigures>,
+}
+
+/// What one replica of an upstream model served in the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct EndpointFigures {
+    /// Requests it answered.
+    pub served: usize,
+    /// Attempts that failed there and went to another replica (or to the client).
+    pub failed_attempts: usize,
+    pub ttft_ms: Percentiles,
+    pub tpot_ms: Percentiles,
 }
 
 impl Recent {
@@ -82,12 +100,25 @@ impl Recent {
             Status::Error => Outcome::Failed(record.error_kind.unwrap_or("error")),
             Status::Cancelled => Outcome::Failed(record.error_kind.unwrap_or("cancelled")),
         };
+        let attempts = record
+            .upstream
+            .as_ref()
+            .map_or(&[][..], |u| &u.attempts[..]);
         let sample = Sample {
             at: now,
             ttft_ms: record.timings.ttft_ms,
             tpot_ms: record.timings.tpot_ms,
             completion_tokens: record.usage.completion_tokens,
             outcome,
+            served_by: attempts
+                .last()
+                .filter(|a| a.error_type.is_none())
+                .map(|a| Arc::from(a.endpoint.as_str())),
+            failed_at: attempts
+                .iter()
+                .filter(|a| a.error_type.is_some())
+                .map(|a| Arc::from(a.endpoint.as_str()))
+                .collect(),
         };
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         samples.push_back(sample);
@@ -103,7 +134,7 @@ impl Recent {
         let samples: Vec<Sample> = {
             let mut held = self.samples.lock().unwrap_or_else(|e| e.into_inner());
             forget_before(&mut held, now.saturating_sub(WINDOW));
-            held.iter().copied().collect()
+            held.iter().cloned().collect()
         };
         let rate_from = now.saturating_sub(RATE_WINDOW);
         let recent_tokens: u64 = samples
@@ -127,8 +158,42 @@ impl Recent {
             tpot_ms: percentiles(samples.iter().filter_map(|s| s.tpot_ms)),
             tokens_per_second: round(recent_tokens as f64 / rate_secs),
             errors,
+            endpoints: by_endpoint(&samples),
         }
     }
+}
+
+/// Each replica's share of the samples: what it served, and the attempts it failed.
+fn by_endpoint(samples: &[Sample]) -> BTreeMap<String, EndpointFigures> {
+    let mut served: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    let mut failed: BTreeMap<&str, usize> = BTreeMap::new();
+    for sample in samples {
+        if let Some(endpoint) = &sample.served_by {
+            served.entry(endpoint).or_default().push(sample);
+        }
+        for endpoint in &sample.failed_at {
+            *failed.entry(endpoint).or_default() += 1;
+        }
+    }
+    let mut figures: BTreeMap<String, EndpointFigures> = served
+        .into_iter()
+        .map(|(endpoint, samples)| {
+            let figures = EndpointFigures {
+                served: samples.len(),
+                failed_attempts: 0,
+                ttft_ms: percentiles(samples.iter().filter_map(|s| s.ttft_ms)),
+                tpot_ms: percentiles(samples.iter().filter_map(|s| s.tpot_ms)),
+            };
+            (endpoint.to_owned(), figures)
+        })
+        .collect();
+    for (endpoint, count) in failed {
+        figures
+            .entry(endpoint.to_owned())
+            .or_default()
+            .failed_attempts = count;
+    }
+    figures
 }
 
 fn forget_before(samples: &mut VecDeque<Sample>, from: Duration) {
@@ -203,6 +268,44 @@ mod tests {
             },
             "the window has moved past them"
         );
+    }
+
+    #[test]
+    fn each_replica_has_its_own_figures_and_failed_attempts() {
+        let recent = Recent::default();
+        let attempt = |endpoint: &str, error_type| crate::engine::Attempt {
+            endpoint: endpoint.into(),
+            error_type,
+        };
+        let upstream = |attempts| crate::record::UpstreamRecord {
+            attempts,
+            ..crate::record::UpstreamRecord::default()
+        };
+        let mut a = record(Status::Ok, Some(100.0), 4);
+        a.upstream = Some(upstream(vec![attempt("http://a/v1", None)]));
+        let mut failed_over = record(Status::Ok, Some(300.0), 4);
+        failed_over.upstream = Some(upstream(vec![
+            attempt("http://b/v1", Some("upstream_unreachable")),
+            attempt("http://a/v1", None),
+        ]));
+        let mut lost = record(Status::Error, None, 0);
+        lost.upstream = Some(upstream(vec![attempt(
+            "http://b/v1",
+            Some("upstream_error"),
+        )]));
+        for r in [&a, &failed_over, &lost] {
+            recent.observe(r, Duration::from_secs(1));
+        }
+        let endpoints = recent.figures(Duration::from_secs(2)).endpoints;
+        let a = &endpoints["http://a/v1"];
+        assert_eq!((a.served, a.failed_attempts), (2, 0));
+        assert_eq!((a.ttft_ms.p50, a.ttft_ms.p95), (Some(100.0), Some(300.0)));
+        let b = &endpoints["http://b/v1"];
+        assert_eq!((b.served, b.failed_attempts, b.ttft_ms.count), (0, 2, 0));
+        assert!(Recent::default()
+            .figures(Duration::ZERO)
+            .endpoints
+            .is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use llmgate::bench::upstream::{self, Received, UpstreamScript};
 use llmgate::engine::served::ModelPolicy;
 use llmgate::engine::served::{ServedModel, ServedModels};
 use llmgate::engine::upstream::config::UpstreamConfig;
+use llmgate::engine::upstream::fleet::FleetConfig;
 use llmgate::engine::upstream::UpstreamEngine;
 
 use super::{start_models, test_config, TestServer, MODEL};
@@ -99,4 +100,21 @@ pub async fn gateway_of(
         .collect();
     let models = ServedModels::new(models).expect("models");
     start_models(models, upstreams, &test_config("")).await
+}
+
+/// The settings of a model served by several replicas, `fleet` saying how.
+pub fn fleet_config(urls: &[&str], fleet: FleetConfig) -> UpstreamConfig {
+    UpstreamConfig {
+        urls: urls.iter().map(|u| (*u).to_owned()).collect(),
+        fleet,
+        ..upstream_config(urls[0])
+    }
+}
+
+/// The base URL of a port nothing listens on (a replica that is gone).
+pub fn closed_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    drop(listener);
+    url
 }

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::fault::{self, Fault};
 use super::fleet::{Endpoint, Outcome, Routing};
-use super::stream::{self, Ended, Patience, Reading};
+use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading};
 use super::tokens::TokenReader;
 use super::wire::{self, Asks};
 use super::Shared;
@@ -143,7 +143,6 @@ pub(crate) async fn run(job: Job) {
             tracing::info!(endpoint = %endpoint.label, attempt = attempt + 1, "Trying the request at another upstream endpoint.");
         }
         record_attempt(&reported, &endpoint.label);
-        let _outstanding = Counted::new(endpoint.outstanding());
         let ended = attempt_at(
             &shared,
             &endpoint,
@@ -156,12 +155,8 @@ pub(crate) async fn run(job: Job) {
         )
         .await;
         let fault = match ended {
-            Ended::Answered { ttft_ms, tpot_ms } => {
-                endpoint.measured(ttft_ms, tpot_ms);
-                endpoint.attempted(Outcome::Answered, None, Instant::now(), &fleet.config);
-                return;
-            }
-            Ended::Left => return,
+            // Settled at the endpoint by `settle`, before the client had its end.
+            Ended::Answered | Ended::Left => return,
             Ended::FailedMidway(fault) => {
                 failed_attempt(&reported, &fault);
                 endpoint.attempted(
@@ -201,11 +196,26 @@ pub(crate) async fn run(job: Job) {
     }
 }
 
-/// One attempt at `endpoint`: sent, its answer checked and read to its end.
+/// What an answer read to its end settles at its endpoint: its in-flight count (held
+/// by the closure until then), its averages, its health, and the fleet's expected
+/// answer length.
+fn settle(shared: &Shared, endpoint: &Arc<Endpoint>) -> OnAnswered {
+    let outstanding = Counted::new(endpoint.outstanding());
+    let (endpoint, fleet) = (Arc::clone(endpoint), Arc::clone(&shared.fleet));
+    Box::new(move |answered: Answered| {
+        drop(outstanding);
+        endpoint.measured(answered.ttft_ms, answered.tpot_ms);
+        fleet.answered(answered.tokens);
+        endpoint.attempted(Outcome::Answered, None, Instant::now(), &fleet.config);
+    })
+}
+
+/// One attempt at `endpoint`: sent, its answer checked and read to its end. The
+/// endpoint counts it in flight until then.
 #[allow(clippy::too_many_arguments)]
 async fn attempt_at(
     shared: &Shared,
-    endpoint: &Endpoint,
+    endpoint: &Arc<Endpoint>,
     request: &GenerationRequest,
     prompt_tokens: u32,
     reported: &Arc<Reported>,
@@ -213,6 +223,7 @@ async fn attempt_at(
     opening: &mut Opening,
     first_byte: Duration,
 ) -> Ended {
+    let on_answered = settle(shared, endpoint);
     let mut asks = Asks {
         logprobs: shared.config.logprobs && !shared.logprobs_refused.load(Ordering::Relaxed),
     };
@@ -263,6 +274,7 @@ async fn attempt_at(
         max_tokens: request.max_tokens,
         budget_sent: wire::sends_max_tokens(request, config),
         tx: tx.clone(),
+        on_answered: Some(on_answered),
     };
     stream::read(reading, opening).await
 }

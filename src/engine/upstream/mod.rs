@@ -310,4 +310,8 @@ impl Engine for UpstreamEngine {
     fn endpoints(&self) -> Vec<EndpointView> {
         self.shared.fleet.views(Instant::now())
     }
+
+    fn routing_policy(&self) -> Option<&'static str> {
+        Some(self.shared.fleet.config.policy.as_str())
+    }
 }

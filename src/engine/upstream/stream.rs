@@ -64,17 +64,29 @@ pub(crate) struct Reading {
     /// finish and usage), and only content past the budget is cut.
     pub budget_sent: bool,
     pub tx: mpsc::Sender<EngineEvent>,
+    /// Told the answer's figures once it is read to its end, before its last event
+    /// goes to the client: the endpoint's health, averages and in-flight count are up
+    /// to date when the client sends its next request.
+    pub on_answered: Option<OnAnswered>,
 }
+
+/// An answer read to its end (or to its budget), as this gateway measured it: from
+/// sending to the first content, and between contents after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Answered {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    /// Tokens of the answer (the upstream's count, or its chunks').
+    pub tokens: u32,
+}
+
+pub(crate) type OnAnswered = Box<dyn FnOnce(Answered) + Send>;
 
 /// How reading an answer ended.
 #[derive(Debug)]
 pub(crate) enum Ended {
-    /// Read to its end (or to its budget), with this gateway's measurements of it:
-    /// from sending to the first content, and between contents after it.
-    Answered {
-        ttft_ms: Option<f64>,
-        tpot_ms: Option<f64>,
-    },
+    /// Read to its end (or to its budget); its figures went to `on_answered`.
+    Answered,
     /// The gateway stopped taking it (the client left, the stop screen or guard ended
     /// it).
     Left,
@@ -150,6 +162,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
         max_tokens,
         budget_sent,
         tx,
+        on_answered,
     } = r;
     // Microseconds after `sent` of the last byte received, for the idle deadline.
     let last_byte = Arc::new(AtomicU64::new(0));
@@ -311,6 +324,17 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
             completion_tokens: ending.tokens,
         }
     });
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let answered = Answered {
+        tokens: usage.completion_tokens,
+        ttft_ms: first_content.map(|at| ms(at - sent)),
+        tpot_ms: first_content
+            .filter(|_| later_tokens > 0)
+            .map(|first| ms(last_content - first) / f64::from(later_tokens)),
+    };
+    if let Some(on_answered) = on_answered {
+        on_answered(answered);
+    }
     let last = EngineEvent::Finished {
         reason: ending.finish.unwrap_or(FinishReason::Stop),
         usage,
@@ -321,13 +345,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
         let drained = async { while events.next().await.is_some() {} };
         let _ = tokio::time::timeout(DRAIN, drained).await;
     }
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    Ended::Answered {
-        ttft_ms: first_content.map(|at| ms(at - sent)),
-        tpot_ms: first_content
-            .filter(|_| later_tokens > 0)
-            .map(|first| ms(last_content - first) / f64::from(later_tokens)),
-    }
+    Ended::Answered
 }
 
 /// A piece of several tokens that would pass the budget keeps the first `left` of them,
@@ -370,6 +388,7 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
         max_tokens,
         budget_sent: false,
         tx,
+        on_answered: None,
     };
     let reader = tokio::spawn(async move {
         // What a request with nowhere else to go gets: the failure as its last event.

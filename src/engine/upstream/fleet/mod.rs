@@ -29,8 +29,10 @@ pub use endpoint::{Endpoint, EndpointView, Outcome, State};
 pub use policy::Policy;
 use policy::{Candidate, Choice};
 
-/// Answers the latency policy expects to be this long at most, for its estimate.
-const EXPECTED_TOKENS_CAP: u32 = 256;
+/// The answer length the latency policy expects before the model has answered.
+const FIRST_EXPECTED_TOKENS: f64 = 128.0;
+/// How much one answer's length moves the expected length (the rest is its past).
+const LENGTH_DECAY: f64 = 0.1;
 /// The share of the latency policy's choices that try a random endpoint, so one whose
 /// average is old (it was slow once) is measured again.
 const EXPLORE: f64 = 0.05;
@@ -125,6 +127,10 @@ pub struct Fleet {
     endpoints: RwLock<Vec<Arc<Endpoint>>>,
     turn: AtomicUsize,
     rng: Mutex<rand_chacha::ChaCha8Rng>,
+    /// A decaying average of the answers' lengths in tokens: what the latency policy
+    /// expects the next to cost at each endpoint's TPOT (a request's `max_tokens` is
+    /// rarely used in full, and mostly unset).
+    answer_tokens: Mutex<Option<f64>>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -145,7 +151,22 @@ impl Fleet {
             endpoints: RwLock::new(endpoints),
             turn: AtomicUsize::new(0),
             rng: Mutex::new(rand_chacha::ChaCha8Rng::from_seed(seed)),
+            answer_tokens: Mutex::new(None),
         }
+    }
+
+    /// An answer of `tokens` tokens was read to its end.
+    pub fn answered(&self, tokens: u32) {
+        let mut average = self.answer_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let sample = f64::from(tokens);
+        *average = Some(average.map_or(sample, |a| a + LENGTH_DECAY * (sample - a)));
+    }
+
+    /// The tokens a request with budget `max_tokens` is expected to be answered with.
+    fn expected_tokens(&self, max_tokens: u32) -> u32 {
+        let average = *self.answer_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let expected = average.unwrap_or(FIRST_EXPECTED_TOKENS).round().max(1.0) as u32;
+        expected.min(max_tokens.max(1))
     }
 
     pub fn endpoints(&self) -> Vec<Arc<Endpoint>> {
@@ -239,7 +260,7 @@ impl Fleet {
             .then(|| (self.draw() * candidates.len() as f64) as usize);
         let choice = Choice {
             turn: self.turn.fetch_add(1, Ordering::Relaxed),
-            expected_tokens: routing.max_tokens.min(EXPECTED_TOKENS_CAP),
+            expected_tokens: self.expected_tokens(routing.max_tokens),
             has_prefix: routing.prefix.is_some(),
             load_factor: config.load_factor,
             explore,
@@ -386,6 +407,17 @@ mod tests {
             homes.insert(first.label.clone());
         }
         assert_eq!(homes.len(), 4, "40 prefixes reach every endpoint");
+    }
+
+    #[test]
+    fn the_expected_answer_follows_the_answers_within_the_budget() {
+        let f = fleet(Policy::Latency, 1);
+        assert_eq!(f.expected_tokens(4096), 128, "before any answer");
+        assert_eq!(f.expected_tokens(16), 16, "never past the budget");
+        f.answered(8);
+        assert_eq!(f.expected_tokens(4096), 8);
+        f.answered(108);
+        assert_eq!(f.expected_tokens(4096), 18, "8 + 0.1 x (108 - 8)");
     }
 
     #[test]
