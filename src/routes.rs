@@ -33,7 +33,8 @@ fn api(cfg: &mut web::ServiceConfig, metrics: bool) {
     .service(only(GET, "/health", meta::health))
     .service(only(GET, "/ready", meta::ready))
     .service(only(GET, "/openapi.json", openapi::openapi_json))
-    .service(only(GET, "/stats", stats::stats));
+    .service(only(GET, "/stats", stats::stats))
+    .service(only(GET, "/stats/requests/{id}", stats::request));
     if metrics {
         cfg.service(only(GET, "/metrics", meta::metrics));
     }

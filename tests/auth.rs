@@ -401,3 +401,95 @@ async fn metrics_can_have_a_listener_of_their_own() {
     handle.stop(false).await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("keys");
+    let alice = add_key(&file, "alice").expect("add");
+    let bob = add_key(&file, "bob").expect("add");
+    let server = start_guarded(
+        Arc::new(scripted(hello())),
+        &test_config(""),
+        guard(&file, false),
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(&alice)
+        .json(&chat_body(
+            "hi",
+            json!({"stream": true, "stream_options": {"include_usage": true}}),
+        ))
+        .send()
+        .await
+        .expect("request");
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .expect("id")
+        .to_owned();
+    let text = response.text().await.expect("body");
+    let last: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .next_back()
+        .expect("the usage chunk");
+    let figures = |id: String, key: String| {
+        let url = server.url(&format!("/stats/requests/{id}"));
+        async move {
+            let response = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(key)
+                .send()
+                .await
+                .expect("request");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    // The record is written as the request ends, a moment after its last frame.
+    let mut found = (0, Value::Null);
+    for _ in 0..100 {
+        found = figures(request_id.clone(), alice.clone()).await;
+        if found.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, answer) = found;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["request_id"], request_id.as_str());
+    assert_eq!(answer["id"], last["id"], "the response's id");
+    assert_eq!(answer["status"], "ok");
+    assert_eq!(answer["finish_reason"], "stop");
+    assert_eq!(answer["usage"], last["usage"]);
+    // The same keys as the answer's own timings, the same values but for the end: the
+    // record's e2e is taken at [DONE], the answer's a moment before.
+    let (mine, theirs) = (&answer["timings"], &last["timings"]);
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(mine), keys(theirs));
+    for key in [
+        "ttft_ms",
+        "tpot_ms",
+        "output_tokens",
+        "repetition_rate",
+        "itl_ms",
+    ] {
+        assert_eq!(mine[key], theirs[key], "{key}");
+    }
+    assert!(mine["e2e_ms"].as_f64() >= theirs["e2e_ms"].as_f64());
+    // By its response id too; not by another key, nor without one.
+    let by_id = figures(last["id"].as_str().unwrap().to_owned(), alice.clone()).await;
+    assert_eq!(by_id.1["request_id"], request_id.as_str());
+    let (status, error) = figures(request_id.clone(), bob.clone()).await;
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["code"], "request_not_found");
+    assert_eq!(error["error"]["param"], "id");
+    assert_eq!(
+        get(&server, &format!("/stats/requests/{request_id}"), None).await,
+        401
+    );
+    server.stop().await;
+}

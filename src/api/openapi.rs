@@ -41,6 +41,7 @@ use crate::error::ErrorBody;
         super::meta::ready,
         super::meta::metrics,
         super::stats::stats,
+        super::stats::request,
         openapi_json,
     ),
     components(schemas(crate::stream::chunks::Chunk, ErrorBody, ServerSentEvent)),

@@ -15,6 +15,8 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::telemetry::answers::Answer;
 use crate::telemetry::live::RecentFigures;
 
 /// What the gateway is doing now and did in the last minutes.
@@ -133,4 +135,39 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
                 .collect(),
             records,
         })
+}
+
+/// One finished request's figures, by the `x-request-id` its response carried or by its
+/// `id`: for a client behind a proxy that drops the streamed `timings` (LiteLLM's). With
+/// keys on, only the key that sent it may read it; to anyone else it does not exist.
+#[utoipa::path(
+    get,
+    path = "/stats/requests/{id}",
+    tag = "operations",
+    params(("id" = String, Path, description = "The response's x-request-id, or its id (chatcmpl-…)")),
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The request's figures, under the keys of the timings object", body = Answer),
+        (status = 404, description = "Not among the last requests kept (or another key's)", body = crate::error::ErrorBody),
+        (status = 401, description = "A key is needed or is not valid", body = crate::error::ErrorBody),
+        (status = 405, description = "Only GET and HEAD", body = crate::error::ErrorBody),
+    ),
+)]
+pub async fn request(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    let keys_on = state.guard.keys.is_some();
+    let caller = req.extensions().get::<Caller>().map(|c| c.key_id.clone());
+    let answer = state
+        .telemetry
+        .answers
+        .get(&id)
+        .filter(|a| !keys_on || (caller.is_some() && a.api_key_id == caller))
+        .ok_or(ApiError::RequestNotFound(id))?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("cache-control", "no-store"))
+        .json(&*answer))
 }

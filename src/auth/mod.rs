@@ -410,6 +410,7 @@ impl Guard {
         path == "/v1"
             || path.starts_with("/v1/")
             || matches!(path, "/tokenize" | "/detokenize" | "/stats")
+            || path.starts_with("/stats/")
             || (self.metrics_need_key && path == "/metrics")
     }
 }

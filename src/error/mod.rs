@@ -56,6 +56,10 @@ pub enum ApiError {
     Engine,
     #[error("Not found")]
     NotFound,
+    /// `/stats/requests/{id}`: no finished request of this id is kept (or it is another
+    /// key's).
+    #[error("No finished request '{0}' is known here: the gateway keeps the figures of its last {kept} requests, each only for the key that sent it", kept = crate::telemetry::answers::KEPT)]
+    RequestNotFound(String),
     #[error("Method not allowed; this route takes {allow}")]
     MethodNotAllowed { allow: &'static str },
     #[error("You didn't provide an API key. Provide it in the Authorization header with Bearer auth (Authorization: Bearer YOUR_KEY)")]
@@ -191,6 +195,11 @@ impl ApiError {
                 "engine_error",
             ),
             E::NotFound => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
+            E::RequestNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "request_not_found",
+            ),
             E::MethodNotAllowed { .. } => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "invalid_request_error",
@@ -250,6 +259,7 @@ impl ApiError {
             | ApiError::UnsupportedParameter { param, .. }
             | ApiError::UnknownParameter(param) => Some(param),
             ApiError::ModelNotFound(_) => Some("model"),
+            ApiError::RequestNotFound(_) => Some("id"),
             ApiError::UpstreamRefused { param, .. } => param.as_deref(),
             ApiError::ContextLengthExceeded { prompt_param, .. } => Some(prompt_param),
             _ => None,

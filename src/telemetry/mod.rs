@@ -10,6 +10,7 @@
 //! [`Telemetry::request_ended`] is the one hand-off when a request ends: metrics, then
 //! the semantic-log hand-off (timed), then the trace.
 
+pub mod answers;
 pub mod config;
 pub mod live;
 pub mod logs;
@@ -58,6 +59,8 @@ pub struct Telemetry {
     log_drops: Option<tracing_appender::non_blocking::ErrorCounter>,
     /// The last minutes of finished requests, for the live view (`GET /stats`).
     pub recent: live::Recent,
+    /// The last requests' figures by id (`GET /stats/requests/{id}`).
+    pub answers: answers::Answers,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -83,6 +86,7 @@ impl Telemetry {
             semlog,
             log_drops: None,
             recent: live::Recent::default(),
+            answers: answers::Answers::default(),
         }
     }
 
@@ -135,6 +139,7 @@ impl Telemetry {
         let trace_id = exported.then(|| trace.ids.trace_id.to_string());
         self.metrics.observe(record, trace_id.as_deref());
         self.recent.observe(record, clock.now());
+        self.answers.observe(record);
         let handoff_start = clock.now();
         self.semlog.observe(record);
         let handoff_end = clock.now();

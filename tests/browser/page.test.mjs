@@ -425,3 +425,51 @@ test("a gateway that goes away mid-answer is shown unreachable, asked less often
     await stopGateway(proc);
   }
 });
+
+test("a model on several replicas shows each, the one that is gone out, and where requests went", async () => {
+  const [upPort, gonePort, port] = [await freePort(), await freePort(), await freePort()];
+  const upstream = spawn(BINARY, ["scripted-upstream", "--listen", `127.0.0.1:${upPort}`, "--tokens", "6",
+    "--tokens-per-second", "200"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const at = `http://127.0.0.1:${port}`;
+  let proc;
+  const { context, page, seen } = await (async () => {
+    proc = await startGateway(port, join(dataDir, "fleet"), ["--model-id", "fleet", "--upstream-model", "scripted",
+      "--upstream-url", `http://127.0.0.1:${upPort}/v1,http://127.0.0.1:${gonePort}/v1`]);
+    return open(1366, 900, false, at);
+  })();
+  try {
+    await page.locator("#model option").first().waitFor({ state: "attached" });
+    for (let i = 0; i < 3; i++) {
+      await ask(page, { prompt: `Hello ${i}` });
+      await answered(page);
+    }
+    const table = page.locator("#replica-table tbody tr");
+    await page.locator("#replicas").waitFor({ state: "visible", timeout: 10_000 });
+    await table.nth(1).waitFor();
+    const [up, gone] = [await table.nth(0).locator("td").allTextContents(), await table.nth(1).locator("td").allTextContents()];
+    assert.equal(up[1], `http://127.0.0.1:${upPort}/v1`);
+    assert.equal(up[2], "up");
+    assert.equal(up[0], "fleet (least_outstanding)");
+    // The gone one: out since the first probe, and no request was lost to it.
+    assert.equal(gone[1], `http://127.0.0.1:${gonePort}/v1`);
+    assert.match(gone[2], /^ejected · upstream_unreachable, back in \d+ s$/);
+    assert.equal(await table.nth(1).getAttribute("data-state"), "ejected");
+    await page.locator("#replica-table tbody tr").first().locator("td:nth-child(5)", { hasText: /^3$/ }).waitFor({ timeout: 10_000 });
+    assert.match((await table.nth(0).locator("td").allTextContents())[6], /^\d+ \/ \d+$/, "its TTFT p50 / p95");
+    await page.screenshot({ path: join(SHOTS, "replicas.png"), fullPage: true });
+    assert.deepEqual(seen.errors, []);
+  } finally {
+    await context.close();
+    if (proc) await stopGateway(proc);
+    upstream.kill("SIGTERM");
+  }
+});
+
+test("the live view has no replicas table for a model in this process", async () => {
+  const { context, page, seen } = await open(1366, 900);
+  await useKey(page);
+  await page.locator("#live-cards .card").first().waitFor();
+  assert.equal(await page.locator("#replicas").isHidden(), true);
+  assert.deepEqual(seen.errors, []);
+  await context.close();
+});

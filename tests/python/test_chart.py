@@ -24,6 +24,7 @@ import subprocess
 import functools
 import tomllib
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import jsonschema
@@ -100,6 +101,13 @@ def one(objs, kind):
 
 def matches(selector, labels):
     return selector and all(labels.get(k) == v for k, v in selector.items())
+
+
+def gateway_service(objs):
+    """The gateway's own Service (not the headless ones over upstream pools)."""
+    found = [o for o in by_kind(objs, "Service") if o["spec"].get("clusterIP") != "None"]
+    assert len(found) == 1, f"{len(found)} gateway Services"
+    return found[0]
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -223,7 +231,7 @@ def test_what_schemas_miss(profile, exported, gateway):
     name = deployment["metadata"]["name"]
     assert matches(deployment["spec"]["selector"]["matchLabels"], labels)
 
-    service = one(objs, "Service")
+    service = gateway_service(objs)
     assert matches(service["spec"]["selector"], labels)
     for port in service["spec"]["ports"]:
         assert port["targetPort"] in ports, port
@@ -315,6 +323,33 @@ def test_what_schemas_miss(profile, exported, gateway):
         # The rules' job matchers select what the ServiceMonitor's scrape is labelled.
         wanted = set().union(*(re.findall(r'job="([^"]+)"', e) for e in exprs))
         assert wanted and wanted <= jobs, (wanted, jobs)
+    # A headless Service over an upstream's replicas: a model's url names it (with
+    # dns_refresh_secs, or the gateway would see one address), it selects no gateway
+    # pod, and where egress is ruled the engines' port is open to the pods it selects.
+    pools = [o for o in by_kind(objs, "Service") if o["spec"].get("clusterIP") == "None"]
+    hosts = {}
+    for model in config.get("models", []):
+        for url in [model.get("url")] + model.get("urls", []):
+            if url:
+                parsed = urllib.parse.urlsplit(url)
+                hosts[parsed.hostname] = (parsed.port, model)
+    for pool in pools:
+        name, spec = pool["metadata"]["name"], pool["spec"]
+        assert not matches(spec["selector"], labels), "a pool of the gateway itself"
+        port, model = hosts.get(name, (None, None))
+        assert model, f"no model's url names the pool {name}"
+        assert port == spec["ports"][0]["port"] and model.get("dns_refresh_secs"), model
+        if policy := next(iter(by_kind(objs, "NetworkPolicy")), None):
+            if policy["spec"].get("egress"):
+                assert any(
+                    any(matches(peer.get("podSelector", {}).get("matchLabels"), spec["selector"])
+                        for peer in rule.get("to", []))
+                    and any(p["port"] == spec["ports"][0]["targetPort"] for p in rule.get("ports", []))
+                    for rule in policy["spec"]["egress"]
+                ), f"egress to the pool {name}'s pods is closed"
+    if profile == "vllm-pool":
+        assert [p["metadata"]["name"] for p in pools] == ["vllm-llama3-engines"]
+
     for pool in by_kind(objs, "InferencePool"):
         assert matches(pool["spec"]["selector"]["matchLabels"], labels)
         assert {p["number"] for p in pool["spec"]["targetPorts"]} <= set(ports.values())
@@ -420,6 +455,8 @@ def test_inconsistent_values_fail_to_render():
         "config=[engine]\nupstream_api_key = \"sk\"": "config sets engine.upstream_api_key, a secret",
         "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://vllm/v1\"\napi_key = \"sk\"": "config sets models[0].api_key, a secret",
         "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://u:p@vllm/v1\"": "models[0].url holds a password",
+        "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurls = [\"http://vllm-0/v1\"\\, \"http://u:p@vllm-1/v1\"]": "models[0].urls[1] holds a password",
+        "upstreamPools[0].name=pool,upstreamPools[0].port=8000": "upstreamPools pool needs a selector",
     }
     for values, message in cases.items():
         out = subprocess.run([str(HELM), "template", "rel", str(CHART), "--set-string" if values.startswith("config=") else "--set", values],
@@ -438,7 +475,7 @@ def test_a_metrics_port_is_what_the_scrapers_and_probes_reach(tmp_path):
     container = pod["spec"]["containers"][0]
     ports = container_ports(pod)
     assert pod_env(container)["LLMGATE_METRICS_LISTEN"] == f"0.0.0.0:{ports['metrics']}"
-    service = {p["name"]: p["targetPort"] for p in one(objs, "Service")["spec"]["ports"]}
+    service = {p["name"]: p["targetPort"] for p in gateway_service(objs)["spec"]["ports"]}
     assert service == {"http": "http", "metrics": "metrics"}
     assert [e["port"] for e in one(objs, "ServiceMonitor")["spec"]["endpoints"]] == ["metrics"]
     ingress = one(objs, "NetworkPolicy")["spec"]["ingress"]

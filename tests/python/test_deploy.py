@@ -26,7 +26,13 @@ KIBANA = ROOT / "kibana"
 GPU_ONLY = {"llmgate_gpu_memory_used_bytes", "llmgate_gpu_memory_total_bytes"}
 # Series only a gateway with an upstream model has (test_upstream_llamacpp.py scrapes
 # them), or with a cluster for its semantic log (test_semlog_peers.py).
-UPSTREAM_ONLY = {"llmgate_upstream_up", "llmgate_semlog_target_info"}
+UPSTREAM_ONLY = {
+    "llmgate_upstream_up",
+    "llmgate_semlog_target_info",
+    "llmgate_endpoint_time_to_first_token_seconds_bucket",
+    "llmgate_endpoint_time_to_first_token_seconds_count",
+    "llmgate_endpoint_state",
+}
 
 
 def dashboard_exprs():

@@ -165,7 +165,7 @@ def test_an_upstream_refusing_the_key_is_a_502_without_its_words(client):
     assert "sk-not-the-key" not in json.dumps(body)
 
 
-def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronted):
+def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronted, llamacpp):
     local = client.chat.completions.create(model="local", messages=ASK, max_tokens=8, temperature=0)
     assert local.choices[0].message.content
     assert local.model_extra["timings"].get("upstream_ttft_ms") is None
@@ -182,6 +182,14 @@ def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronte
     assert 'llmgate_upstream_up{model="via-llamacpp"} 1' in metrics
     assert 'llmgate_upstream_up{model="wrong-key"} 0' in metrics
     assert 'llmgate_upstream_time_to_first_token_seconds_count{model="via-llamacpp"}' in metrics
+    # Its one replica, measured on its own (the series the fleet alerts read).
+    endpoint = llamacpp
+    for series in (
+        f'llmgate_endpoint_time_to_first_token_seconds_count{{model="via-llamacpp",endpoint="{endpoint}"}}',
+        f'llmgate_endpoint_time_to_first_token_seconds_bucket{{model="via-llamacpp",endpoint="{endpoint}",le="0.25"}}',
+        f'llmgate_endpoint_state{{model="via-llamacpp",endpoint="{endpoint}",state="up"}} 1',
+    ):
+        assert series in metrics, series
 
 
 def test_the_semantic_log_names_the_upstream_and_what_it_could_not_say(client, fronted):

@@ -390,13 +390,13 @@ async function refreshLive(fromLoop) {
     li.textContent = count === null ? kind : `${kind}: ${count}`;
     errors.append(li);
   }
+  showReplicas(stats);
   const rows = $("records").querySelector("tbody");
   rows.replaceChildren();
   for (const doc of stats.records) {
     const llm = doc.llm || {};
     const gen = doc.gen_ai || {};
-    const tr = document.createElement("tr");
-    const values = [
+    rows.append(row([
       doc["@timestamp"] ? new Date(doc["@timestamp"]).toLocaleTimeString() : "",
       (gen.request || {}).model || "",
       // The error's type where it says more than the outcome ("cancelled" twice does not).
@@ -406,13 +406,49 @@ async function refreshLive(fromLoop) {
       fixed(llm.tpot_ms),
       ((gen.response || {}).finish_reasons || []).join(", "),
       llm.prompt_excerpt === undefined ? "–" : String(llm.prompt_excerpt),
-    ];
-    for (const value of values) {
-      const td = document.createElement("td");
-      td.textContent = value;
-      tr.append(td);
+    ]));
+  }
+}
+
+/** A table row of `values`, as text. */
+function row(values) {
+  const tr = document.createElement("tr");
+  for (const value of values) {
+    const td = document.createElement("td");
+    td.textContent = value;
+    tr.append(td);
+  }
+  return tr;
+}
+
+/**
+ * Each replica of an upstream model served by several: its routing state now (why it is
+ * out, and for how long), what this gateway has in flight there, and what it served in
+ * the window. Hidden while no model has replicas.
+ */
+function showReplicas(stats) {
+  const upstreams = stats.upstreams || [];
+  const many = upstreams.filter((u) => u.endpoints.length > 1 || u.endpoints.some((e) => e.state !== "up"));
+  $("replicas").hidden = many.length === 0;
+  const rows = $("replica-table").querySelector("tbody");
+  rows.replaceChildren();
+  for (const upstream of many) {
+    for (const e of upstream.endpoints) {
+      const seen = (stats.endpoints || {})[e.endpoint] || { served: 0, failed_attempts: 0, ttft_ms: {}, tpot_ms: {} };
+      const out = e.back_in_secs != null ? `, back in ${fixed(e.back_in_secs, 0)} s` : "";
+      const tr = row([
+        `${upstream.model} (${upstream.policy})`,
+        e.endpoint,
+        e.state + (e.reason ? ` · ${e.reason}` : "") + out,
+        String(e.outstanding),
+        String(seen.served),
+        String(seen.failed_attempts),
+        `${ms(seen.ttft_ms.p50)} / ${ms(seen.ttft_ms.p95)}`,
+        `${fixed(seen.tpot_ms.p50)} / ${fixed(seen.tpot_ms.p95)}`,
+      ]);
+      tr.dataset.state = e.state;
+      rows.append(tr);
     }
-    rows.append(tr);
   }
 }
 

@@ -107,6 +107,9 @@ reads (and `kubectl describe` prints); each has a Secret path instead.
 {{- fail (printf "config sets models[%d].api_key, a secret, which would land in the ConfigMap: %s" $i $upstreamKey) }}
 {{- end }}
 {{- $_ := set $urls (printf "models[%d].url" $i) ($model.url | default "") }}
+{{- range $j, $url := $model.urls | default list }}
+{{- $_ := set $urls (printf "models[%d].urls[%d]" $i $j) $url }}
+{{- end }}
 {{- end }}
 {{- range $key, $url := $urls }}
 {{- if regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://[^/?#@]*:[^/?#@]*@" (toString $url) }}
