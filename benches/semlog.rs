@@ -55,6 +55,8 @@ fn record(i: usize) -> RequestRecord {
             itl_ms: None,
             tokens_per_second: Some(31.7),
             output_tokens: 64,
+            chunks: 64,
+            delivery_ms: None,
             client_wait_ms: Some(0.0),
             upstream_ttft_ms: None,
         },

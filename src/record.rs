@@ -318,6 +318,12 @@ pub(crate) fn sample() -> RequestRecord {
             }),
             tokens_per_second: Some(17.595),
             output_tokens: 3,
+            chunks: 3,
+            delivery_ms: Some(ItlStats {
+                p50: 0.05,
+                p95: 0.08,
+                max: 0.08,
+            }),
             client_wait_ms: Some(0.25),
             upstream_ttft_ms: None,
         },

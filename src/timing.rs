@@ -23,6 +23,13 @@
 //! - e2e: `t_recv` -> the final frame is handed to the transport.
 //! - client wait (streams): time the transport spent blocked because the client had not
 //!   taken the previous frames.
+//! - chunks: the token events with text (an upstream's content chunks; one per engine
+//!   step in process). Fewer chunks than tokens means tokens came bunched, and the
+//!   gaps inside a chunk are not measured.
+//! - delivery: for each chunk, from its engine stamp (in process: when its token was
+//!   picked; an upstream's: when it reached the gateway) to the gateway's stream taking
+//!   it, just before its frame is handed to the transport: what the gateway's own
+//!   runtime adds, and on a starved machine the lag that bunches tokens.
 //!
 //! [`Clock`]: crate::clock::Clock
 
@@ -50,6 +57,10 @@ pub struct RequestTimer {
     t_last_content: Option<Duration>,
     /// Gaps between consecutive tokens with text, in order.
     itl: Vec<Duration>,
+    /// Token events with text.
+    chunks: u32,
+    /// Each chunk's wait from its engine stamp to the stream taking it.
+    delivery: Vec<Duration>,
     /// Time blocked on the client, when the transport measures it (streams).
     client_wait: Option<Duration>,
     /// The engine is an upstream server: its TTFT is also `upstream_ttft`.
@@ -76,6 +87,12 @@ pub struct Timings {
     /// Output tokens per second of the whole request (`output_tokens / e2e`).
     pub tokens_per_second: Option<f64>,
     pub output_tokens: u32,
+    /// Chunks with text the engine handed over: below `output_tokens`, tokens came
+    /// several to a chunk and TPOT and ITL measure their arrival, not their making.
+    pub chunks: u32,
+    /// From each chunk's engine stamp to the gateway's stream taking it (the gateway's
+    /// own delay; large on a starved machine).
+    pub delivery_ms: Option<ItlStats>,
     /// Streams: how long frames waited for the client to take earlier ones.
     pub client_wait_ms: Option<f64>,
     /// Upstream models: the request was sent upstream -> its first content chunk
@@ -122,6 +139,8 @@ impl RequestTimer {
             t_first_content: None,
             t_last_content: None,
             itl: Vec::new(),
+            chunks: 0,
+            delivery: Vec::new(),
             client_wait: None,
             upstream: false,
         }
@@ -153,11 +172,17 @@ impl RequestTimer {
         self.t_engine_first.get_or_insert(at);
         self.t_last_token = Some(at);
         if has_text {
+            self.chunks += 1;
             if let Some(prev) = self.t_last_text {
                 self.itl.push(at.saturating_sub(prev));
             }
             self.t_last_text = Some(at);
         }
+    }
+
+    /// A chunk with text stamped by the engine `waited` ago was taken by the stream.
+    pub fn delivered(&mut self, waited: Duration) {
+        self.delivery.push(waited);
     }
 
     /// A frame carrying non-empty content was handed to the transport.
@@ -220,6 +245,8 @@ impl RequestTimer {
             itl_ms: itl_stats(&self.itl),
             tokens_per_second: tokens_per_second.map(round3),
             output_tokens,
+            chunks: self.chunks,
+            delivery_ms: itl_stats(&self.delivery),
             client_wait_ms: self.client_wait.map(ms),
             upstream_ttft_ms: engine_ttft.filter(|_| self.upstream).map(ms),
         }
@@ -276,6 +303,32 @@ mod tests {
         assert_eq!(t.itl_ms, None);
         assert_eq!(t.tokens_per_second, None);
         assert_eq!(t.client_wait_ms, None, "measured for streams only");
+    }
+
+    #[test]
+    fn chunks_and_delivery_are_counted_apart_from_tokens() {
+        let mut timer = RequestTimer::start(at(0));
+        timer.engine_started(at(1));
+        // 8 tokens in 3 chunks (as an upstream bunches them), the last event without text.
+        for (t, waited) in [(10, 1), (12, 5), (40, 30)] {
+            timer.engine_token(at(t), true);
+            timer.delivered(at(waited));
+        }
+        timer.engine_token(at(41), false);
+        timer.content_sent(at(11));
+        let t = timer.finish(at(50), 8);
+        assert_eq!((t.chunks, t.output_tokens), (3, 8));
+        let delivery = t.delivery_ms.expect("delivery");
+        assert_eq!((delivery.p50, delivery.max), (5.0, 30.0));
+        assert_eq!(
+            t.tpot_ms,
+            Some(round3(31.0 / 7.0)),
+            "per token, over the chunks' arrivals"
+        );
+        assert_eq!(
+            RequestTimer::start(at(0)).finish(at(1), 0).delivery_ms,
+            None
+        );
     }
 
     #[test]

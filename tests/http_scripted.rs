@@ -28,7 +28,7 @@ async fn post(server: &TestServer, body: &Value) -> reqwest::Response {
 }
 
 const HEAD: &str = r#"data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
-const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":0.0,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"client_wait_ms":0.0,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"greeting","language":"und","answer_language":"und","mean_logprob":-0.2,"min_logprob":-0.3,"low_confidence_share":0.0}"#;
+const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":0.0,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"chunks":3,"delivery_ms":{"p50":0.0,"p95":0.0,"max":0.0},"client_wait_ms":0.0,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"greeting","language":"und","answer_language":"und","mean_logprob":-0.2,"min_logprob":-0.3,"low_confidence_share":0.0}"#;
 
 #[tokio::test]
 async fn streamed_frames_are_exact_without_usage() {
@@ -99,6 +99,7 @@ async fn non_streamed_response_is_exact() {
             "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
             "timings": {"ttft_ms": 0.0, "engine_ttft_ms": 0.0, "tpot_ms": 0.0, "e2e_ms": 0.0, "queue_ms": 0.0,
                         "itl_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0}, "tokens_per_second": null, "output_tokens": 3,
+                        "chunks": 3, "delivery_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0},
                         "client_wait_ms": null, "repetition_rate": 0.0, "degenerated": false, "refusal": false, "intent": "greeting", "language": "und", "answer_language": "und",
                         "mean_logprob": -0.2, "min_logprob": -0.3, "low_confidence_share": 0.0}
         })

@@ -372,6 +372,10 @@ pub fn component_template_body(plain: bool) -> Value {
                         "itl": {"properties": {
                             "p50_ms": double(), "p95_ms": double(), "max_ms": double()
                         }},
+                        "chunks": {"type": "integer"},
+                        "delivery": {"properties": {
+                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
+                        }},
                         "tokens_per_second": double(), "repetition_rate": double(),
                         "repetition_basis": keyword(),
                         "mean_logprob": double(), "min_logprob": double(),

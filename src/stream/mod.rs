@@ -129,7 +129,12 @@ impl Run {
         at: std::time::Instant,
     ) -> Arrival<'a> {
         // The engine's own timing: when it produced text, held back or not.
-        self.timer.engine_token(self.clock.at(at), !text.is_empty());
+        let produced = self.clock.at(at);
+        self.timer.engine_token(produced, !text.is_empty());
+        if !text.is_empty() {
+            self.timer
+                .delivered(self.clock.now().saturating_sub(produced));
+        }
         let mut screened = self.stops.push(text);
         let degenerated = self.quality.push(&screened.text, ids, logprobs);
         let end = if screened.stopped {

@@ -41,21 +41,25 @@ pub(super) async fn forward(
     let mut pending: VecDeque<EngineEvent> = VecDeque::new();
     // mistral.rs has not sent its first piece of text yet (see `restore_leading_space`).
     let mut first_piece = true;
+    // When each token not yet handed on was picked, oldest first (see `production`).
+    let mut picked_at: VecDeque<Instant> = VecDeque::new();
     loop {
         tokio::select! {
             response = engine_rx.recv(), if running.is_some() => {
-                // Stamped as mistral.rs hands it over, before it waits here for the client.
+                // What the gateway's runtime got to now; the pieces are stamped with
+                // when their tokens were produced, below.
                 let at = Instant::now();
                 let picks = picked
                     .lock()
                     .map(|mut picks| std::mem::take(&mut *picks))
                     .unwrap_or_default();
+                picked_at.extend(picks.iter().map(|p| p.at));
                 tokens.completion_tokens += to_u32(picks.len());
                 if let Some(slot) = running.as_mut() {
                     slot.hold(picks.len());
                 }
                 let picked = Picked::new(picks, vocabulary.as_deref());
-                let events = match response {
+                let mut events = match response {
                     Some(response) => {
                         let mut events = translate(response, picked, tokens, at);
                         if let Some(EngineEvent::Token { text, logprobs, .. }) = events.first_mut() {
@@ -70,6 +74,7 @@ pub(super) async fn forward(
                     // sequence ends and the channel closes. Finish it from our own count.
                     None => closed_without_finish(picked, tokens, max_tokens, at),
                 };
+                production(&mut events, &mut picked_at);
                 for event in events {
                     let last = !matches!(event, EngineEvent::Token { .. });
                     pending.push_back(event);
@@ -90,6 +95,34 @@ pub(super) async fn forward(
         }
         if running.is_none() && pending.is_empty() {
             return;
+        }
+    }
+}
+
+/// Stamps one response's pieces with when their tokens were produced, not when the
+/// gateway's runtime got to them: mistral.rs sends one response per engine step, so a
+/// piece takes the oldest pick not yet used (the engine may have run ahead of this
+/// task, and picked the next tokens too); the sequence's last piece takes its last pick,
+/// so that TPOT's span ends where the answer did. A step mistral.rs sends nothing for
+/// (a character split across tokens) moves the pieces after it one token early, never
+/// past the last. Without picks (none recorded) the runtime's stamp stands.
+fn production(events: &mut [EngineEvent], picked_at: &mut VecDeque<Instant>) {
+    let ends = events
+        .iter()
+        .any(|e| !matches!(e, EngineEvent::Token { .. }));
+    let produced = if ends {
+        let last = picked_at.back().copied();
+        picked_at.clear();
+        last
+    } else {
+        picked_at.pop_front()
+    };
+    let Some(produced) = produced else {
+        return;
+    };
+    for event in events {
+        if let EngineEvent::Token { at, .. } = event {
+            *at = produced.min(*at);
         }
     }
 }
@@ -346,6 +379,43 @@ mod tests {
     }
 
     #[test]
+    fn pieces_are_stamped_when_their_tokens_were_picked() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+        let token = |text: &str| EngineEvent::Token {
+            text: text.into(),
+            ids: Vec::new(),
+            logprobs: Vec::new(),
+            at: ms(100),
+        };
+        // The runtime got to three steps at once, at 100 ms; they were picked at 10, 20
+        // and 30 ms, and the third one ended the answer at 40 (its last pick).
+        let mut picked_at: VecDeque<Instant> = [ms(10), ms(20), ms(30), ms(40)].into();
+        let stamped = |events: &[EngineEvent]| match &events[0] {
+            EngineEvent::Token { at, .. } => *at,
+            _ => unreachable!(),
+        };
+        let mut first = vec![token("a")];
+        production(&mut first, &mut picked_at);
+        assert_eq!(stamped(&first), ms(10));
+        let mut second = vec![token("b")];
+        production(&mut second, &mut picked_at);
+        assert_eq!(stamped(&second), ms(20));
+        let finished = EngineEvent::Finished {
+            reason: FinishReason::Stop,
+            usage: Usage::default(),
+        };
+        let mut last = vec![token("c"), finished];
+        production(&mut last, &mut picked_at);
+        assert_eq!(stamped(&last), ms(40), "the answer's end is its last pick");
+        assert!(picked_at.is_empty());
+        // Nothing picked: the runtime's stamp stands.
+        let mut unpicked = vec![token("d")];
+        production(&mut unpicked, &mut picked_at);
+        assert_eq!(stamped(&unpicked), ms(100));
+    }
+
+    #[test]
     fn a_silent_close_after_tokens_is_a_finish_from_our_count() {
         let counted = Usage {
             prompt_tokens: 51,
@@ -357,6 +427,7 @@ mod tests {
                 id: 7,
                 logprob: -0.5,
                 top: Vec::new(),
+                at,
             }],
             None,
         );

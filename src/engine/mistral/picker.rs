@@ -23,6 +23,10 @@ pub struct Pick {
     pub id: u32,
     pub logprob: f32,
     pub top: Vec<(u32, f32)>,
+    /// When it was picked: the token's production, on mistral.rs's engine thread, before
+    /// the gateway's runtime gets to it (which a starved machine can delay by a whole
+    /// answer).
+    pub at: std::time::Instant,
 }
 
 /// The tokens the picker chose, drained by the forwarder as chunks arrive.
@@ -155,6 +159,7 @@ fn log_probabilities(logits: &[f32], id: u32, top: usize) -> Pick {
             .get(id as usize)
             .map_or(f32::NEG_INFINITY, |&l| lp(l)),
         top: best,
+        at: std::time::Instant::now(),
     }
 }
 

@@ -202,6 +202,11 @@ struct Llm {
     client_wait_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     itl: Option<Itl>,
+    /// Chunks with text (below the output tokens: they came bunched).
+    chunks: u32,
+    /// Engine stamp -> the gateway's stream taking each chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery: Option<Itl>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tokens_per_second: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,6 +253,16 @@ struct Itl {
     p50_ms: f64,
     p95_ms: f64,
     max_ms: f64,
+}
+
+impl From<&crate::timing::ItlStats> for Itl {
+    fn from(i: &crate::timing::ItlStats) -> Self {
+        Self {
+            p50_ms: i.p50,
+            p95_ms: i.p95,
+            max_ms: i.max,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -363,11 +378,9 @@ impl RedactedLog {
                 e2e_ms: t.e2e_ms,
                 queue_ms: t.queue_ms,
                 client_wait_ms: t.client_wait_ms,
-                itl: t.itl_ms.as_ref().map(|i| Itl {
-                    p50_ms: i.p50,
-                    p95_ms: i.p95,
-                    max_ms: i.max,
-                }),
+                itl: t.itl_ms.as_ref().map(Itl::from),
+                chunks: t.chunks,
+                delivery: t.delivery_ms.as_ref().map(Itl::from),
                 tokens_per_second: t.tokens_per_second,
                 repetition_rate: r.quality.as_ref().map(|q| q.repetition_rate),
                 // Said only where it is not the engine's own ids (an upstream).
