@@ -93,7 +93,7 @@ pub struct RequestRecord {
 }
 
 /// An upstream's own account of one answer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpstreamRecord {
     /// The `model` its chunks named (`gen_ai.response.model`).
     pub model: Option<String>,

@@ -226,7 +226,15 @@ async fn a_replica_gone_before_the_first_request_is_out_from_the_first_probe() {
 #[tokio::test]
 async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_replica() {
     let good = start_upstream(replica(3)).await;
-    for fault in [Fault::ServerError, Fault::RateLimited, Fault::NoFirstByte] {
+    let faults = [
+        Fault::ServerError,
+        Fault::RateLimited,
+        Fault::NoFirstByte,
+        // One replica's own: a pod with another key, of another model in a rollout.
+        Fault::Unauthorized,
+        Fault::OtherModel,
+    ];
+    for fault in faults {
         let bad = start_upstream(failing(fault)).await;
         let mut config = fleet_config(&[&bad.url, &good.url], policy(Policy::RoundRobin));
         config.first_byte_timeout = Duration::from_millis(300);
@@ -237,6 +245,8 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
         let expected = match fault {
             Fault::ServerError => "upstream_error",
             Fault::RateLimited => "upstream_rate_limited",
+            Fault::Unauthorized => "upstream_auth_failed",
+            Fault::OtherModel => "upstream_model_mismatch",
             _ => "upstream_timeout",
         };
         assert_eq!(
@@ -244,6 +254,16 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
             [(bad.url.clone(), Some(expected)), (good.url.clone(), None)],
             "{fault:?}"
         );
+        if fault == Fault::NoFirstByte {
+            // The replica that answered is measured from its own attempt: the 300 ms
+            // spent on the silent one are the request's, not its.
+            assert!(record.timings.ttft_ms.unwrap() >= 300.0);
+            let stats = get(&server, "/stats").await;
+            let own = stats["endpoints"][&good.url]["ttft_ms"]["p50"]
+                .as_f64()
+                .unwrap();
+            assert!(own < 250.0, "{own} ms");
+        }
         if fault == Fault::RateLimited {
             // Its Retry-After (7 s) keeps it out; the next request goes to the other
             // at once, round robin or not.
@@ -260,6 +280,36 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
         bad.stop().await;
     }
     good.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_before_the_first_byte_ends_the_attempts() {
+    let silent = start_upstream(failing(Fault::NoFirstByte)).await;
+    let other = start_upstream(replica(3)).await;
+    let mut config = fleet_config(&[&silent.url, &other.url], policy(Policy::RoundRobin));
+    config.first_byte_timeout = Duration::from_secs(3);
+    let server = gateway(config).await;
+    let request = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .timeout(Duration::from_millis(1500))
+        .json(&chat_body("hi", json!({"stream": true})))
+        .send();
+    // The status line after the opening window (1 s), then the client gives up at 1.5 s.
+    if let Ok(response) = request.await {
+        let _ = response.bytes().await;
+    }
+    // Had the attempt gone on, its timeout (3 s) would have sent it to the other one.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        other.received().len(),
+        0,
+        "no attempt after the client left"
+    );
+    let records = server.observer.records();
+    assert_eq!(records[0].status, Status::Cancelled);
+    server.stop().await;
+    silent.stop().await;
+    other.stop().await;
 }
 
 #[tokio::test]

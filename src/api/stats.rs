@@ -161,11 +161,13 @@ pub async fn request(
     let id = id.into_inner();
     let keys_on = state.guard.keys.is_some();
     let caller = req.extensions().get::<Caller>().map(|c| c.key_id.clone());
+    // With keys on, only the caller's own (a request without a key is no one's).
+    let owner = if keys_on { caller.as_deref() } else { None };
     let answer = state
         .telemetry
         .answers
-        .get(&id)
-        .filter(|a| !keys_on || (caller.is_some() && a.api_key_id == caller))
+        .get(owner, &id)
+        .filter(|_| !keys_on || owner.is_some())
         .ok_or(ApiError::RequestNotFound(id))?;
     Ok(HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))

@@ -324,18 +324,22 @@ pub struct Reported {
 
 /// Where an upstream request went: every attempt, the last one the one that served it
 /// (or failed last).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Route {
     pub attempts: Vec<Attempt>,
 }
 
 /// One attempt of a request at one endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
     /// The endpoint's base URL, without credentials.
     pub endpoint: String,
     /// Why it failed (a fault's kind); `None` for the attempt that answered.
     pub error_type: Option<&'static str>,
+    /// The answer's TTFT and TPOT as the gateway measured them from this attempt's send
+    /// (the replica's own, without the attempts before it); `None` until it answered.
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
 }
 
 impl Reported {

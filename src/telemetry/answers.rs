@@ -4,8 +4,10 @@
 //! `x-request-id` header, or its `id`, finds them at `GET /stats/requests/{id}`, under
 //! the keys the `timings` object has.
 //!
-//! The last [`KEPT`] requests are kept, each reachable by both of its ids. A client can
-//! choose its `x-request-id`, so one id may name two requests: the later one wins.
+//! The last [`KEPT`] requests are kept, each reachable by both of its ids, under the API
+//! key that sent it (none without keys): another key cannot read it, nor hide it by
+//! sending a request with the same `x-request-id`. One key's two requests under one id:
+//! the later one wins.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -102,7 +104,8 @@ pub struct Answers {
 #[derive(Debug, Default)]
 struct Inner {
     order: VecDeque<Arc<Answer>>,
-    by_id: HashMap<String, Arc<Answer>>,
+    /// By (API key id, request or response id).
+    by_id: HashMap<(Option<String>, String), Arc<Answer>>,
 }
 
 impl Answers {
@@ -110,7 +113,7 @@ impl Answers {
         let answer = Arc::new(Answer::of(record));
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for id in ids(&answer) {
-            inner.by_id.insert(id.to_owned(), Arc::clone(&answer));
+            inner.by_id.insert(key(&answer, id), Arc::clone(&answer));
         }
         inner.order.push_back(answer);
         while inner.order.len() > KEPT {
@@ -119,18 +122,27 @@ impl Answers {
             };
             for id in ids(&old) {
                 // Unless a later request took the id.
-                if inner.by_id.get(id).is_some_and(|a| Arc::ptr_eq(a, &old)) {
-                    inner.by_id.remove(id);
+                let key = key(&old, id);
+                if inner.by_id.get(&key).is_some_and(|a| Arc::ptr_eq(a, &old)) {
+                    inner.by_id.remove(&key);
                 }
             }
         }
     }
 
-    /// The answer `id` names (a request id or a response id).
-    pub fn get(&self, id: &str) -> Option<Arc<Answer>> {
+    /// The answer `id` names (a request id or a response id) among those `api_key_id`
+    /// sent (`None`: without keys).
+    pub fn get(&self, api_key_id: Option<&str>, id: &str) -> Option<Arc<Answer>> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.by_id.get(id).cloned()
+        inner
+            .by_id
+            .get(&(api_key_id.map(str::to_owned), id.to_owned()))
+            .cloned()
     }
+}
+
+fn key(answer: &Answer, id: &str) -> (Option<String>, String) {
+    (answer.api_key_id.clone(), id.to_owned())
 }
 
 fn ids(answer: &Answer) -> impl Iterator<Item = &str> {
@@ -145,6 +157,7 @@ mod tests {
         let mut r = crate::record::sample();
         r.request_id = request_id.into();
         r.response_id = Some(response_id.into());
+        r.api_key_id = None;
         r
     }
 
@@ -153,10 +166,10 @@ mod tests {
         let answers = Answers::default();
         let r = record("req-1", "chatcmpl-1");
         answers.observe(&r);
-        let by_request = answers.get("req-1").expect("by the request id");
+        let by_request = answers.get(None, "req-1").expect("by the request id");
         assert!(Arc::ptr_eq(
             &by_request,
-            &answers.get("chatcmpl-1").unwrap()
+            &answers.get(None, "chatcmpl-1").unwrap()
         ));
         let json = serde_json::to_value(&*by_request).unwrap();
         assert_eq!(
@@ -174,7 +187,24 @@ mod tests {
             );
         }
         assert!(json.get("api_key_id").is_none(), "whose it is stays inside");
-        assert!(answers.get("req-2").is_none());
+        assert!(answers.get(None, "req-2").is_none());
+    }
+
+    #[test]
+    fn one_keys_answers_are_neither_read_nor_hidden_by_another() {
+        let answers = Answers::default();
+        let mut alice = record("shared-id", "chatcmpl-a");
+        alice.api_key_id = Some("alice".into());
+        let mut mallory = record("shared-id", "chatcmpl-m");
+        mallory.api_key_id = Some("mallory".into());
+        answers.observe(&alice);
+        answers.observe(&mallory);
+        let mine = answers
+            .get(Some("alice"), "shared-id")
+            .expect("alice's own");
+        assert_eq!(mine.id.as_deref(), Some("chatcmpl-a"));
+        assert!(answers.get(Some("mallory"), "chatcmpl-a").is_none());
+        assert!(answers.get(None, "shared-id").is_none());
     }
 
     #[test]
@@ -183,20 +213,20 @@ mod tests {
         answers.observe(&record("same", "chatcmpl-a"));
         answers.observe(&record("same", "chatcmpl-b"));
         assert_eq!(
-            answers.get("same").unwrap().id.as_deref(),
+            answers.get(None, "same").unwrap().id.as_deref(),
             Some("chatcmpl-b")
         );
         for i in 0..KEPT - 1 {
             answers.observe(&record(&format!("r{i}"), &format!("c{i}")));
         }
         // chatcmpl-a was the oldest: gone, without taking "same" from the later one.
-        assert!(answers.get("chatcmpl-a").is_none());
+        assert!(answers.get(None, "chatcmpl-a").is_none());
         assert_eq!(
-            answers.get("same").unwrap().id.as_deref(),
+            answers.get(None, "same").unwrap().id.as_deref(),
             Some("chatcmpl-b")
         );
         answers.observe(&record("r-last", "c-last"));
-        assert!(answers.get("same").is_none() && answers.get("chatcmpl-b").is_none());
-        assert!(answers.get("r0").is_some() && answers.get("c-last").is_some());
+        assert!(answers.get(None, "same").is_none() && answers.get(None, "chatcmpl-b").is_none());
+        assert!(answers.get(None, "r0").is_some() && answers.get(None, "c-last").is_some());
     }
 }

@@ -32,8 +32,11 @@ struct Sample {
     tpot_ms: Option<f64>,
     completion_tokens: u32,
     outcome: Outcome,
-    /// An upstream model's replica that answered it, if one did.
+    /// An upstream model's replica that answered it, if one did, with its own TTFT and
+    /// TPOT (from that attempt's send).
     served_by: Option<Arc<str>>,
+    served_ttft_ms: Option<f64>,
+    served_tpot_ms: Option<f64>,
     /// The replicas it was tried at first, where the attempt failed (failover).
     failed_at: Vec<Arc<str>>,
 }
@@ -81,7 +84,8 @@ pub struct RecentFigures {
     pub endpoints: BTreeMap<String, EndpointFigures>,
 }
 
-/// What one replica of an upstream model served in the window.
+/// What one replica of an upstream model served in the window; its TTFT and TPOT are
+/// its own, from the attempt's send (a failover before it is not counted there).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 pub struct EndpointFigures {
     /// Requests it answered.
@@ -104,16 +108,16 @@ impl Recent {
             .upstream
             .as_ref()
             .map_or(&[][..], |u| &u.attempts[..]);
+        let served = attempts.last().filter(|a| a.error_type.is_none());
         let sample = Sample {
             at: now,
             ttft_ms: record.timings.ttft_ms,
             tpot_ms: record.timings.tpot_ms,
             completion_tokens: record.usage.completion_tokens,
             outcome,
-            served_by: attempts
-                .last()
-                .filter(|a| a.error_type.is_none())
-                .map(|a| Arc::from(a.endpoint.as_str())),
+            served_by: served.map(|a| Arc::from(a.endpoint.as_str())),
+            served_ttft_ms: served.and_then(|a| a.ttft_ms),
+            served_tpot_ms: served.and_then(|a| a.tpot_ms),
             failed_at: attempts
                 .iter()
                 .filter(|a| a.error_type.is_some())
@@ -181,8 +185,8 @@ fn by_endpoint(samples: &[Sample]) -> BTreeMap<String, EndpointFigures> {
             let figures = EndpointFigures {
                 served: samples.len(),
                 failed_attempts: 0,
-                ttft_ms: percentiles(samples.iter().filter_map(|s| s.ttft_ms)),
-                tpot_ms: percentiles(samples.iter().filter_map(|s| s.tpot_ms)),
+                ttft_ms: percentiles(samples.iter().filter_map(|s| s.served_ttft_ms)),
+                tpot_ms: percentiles(samples.iter().filter_map(|s| s.served_tpot_ms)),
             };
             (endpoint.to_owned(), figures)
         })
@@ -273,9 +277,12 @@ mod tests {
     #[test]
     fn each_replica_has_its_own_figures_and_failed_attempts() {
         let recent = Recent::default();
-        let attempt = |endpoint: &str, error_type| crate::engine::Attempt {
+        let attempt = |endpoint: &str, error_type: Option<&'static str>| crate::engine::Attempt {
             endpoint: endpoint.into(),
             error_type,
+            // The replica's own TTFT: the request's, less the failed attempts' time.
+            ttft_ms: error_type.is_none().then_some(50.0),
+            tpot_ms: None,
         };
         let upstream = |attempts| crate::record::UpstreamRecord {
             attempts,
@@ -299,7 +306,11 @@ mod tests {
         let endpoints = recent.figures(Duration::from_secs(2)).endpoints;
         let a = &endpoints["http://a/v1"];
         assert_eq!((a.served, a.failed_attempts), (2, 0));
-        assert_eq!((a.ttft_ms.p50, a.ttft_ms.p95), (Some(100.0), Some(300.0)));
+        assert_eq!(
+            (a.ttft_ms.p50, a.ttft_ms.p95),
+            (Some(50.0), Some(50.0)),
+            "its own"
+        );
         let b = &endpoints["http://b/v1"];
         assert_eq!((b.served, b.failed_attempts, b.ttft_ms.count), (0, 2, 0));
         assert!(Recent::default()

@@ -77,19 +77,21 @@ pub(crate) struct Job {
     pub opening: Opening,
 }
 
-/// Whether another endpoint may succeed where this one failed, before any content.
+/// Whether another endpoint may succeed where this one failed, before any content: any
+/// fault of the replica's own (one pod with a wrong key, of another model version in a
+/// rollout, behind a proxy that answers HTML), not the request's (a 400 about it).
 fn worth_another(fault: &Fault) -> bool {
     match fault {
         Fault::Unreachable(_)
         | Fault::RateLimited { .. }
         | Fault::Timeout { .. }
         | Fault::Cut(_)
-        | Fault::Stream(_) => true,
-        Fault::Failed { status, .. } => *status >= 500,
-        Fault::Auth { .. }
-        | Fault::Refused { .. }
+        | Fault::Stream(_)
+        | Fault::Auth { .. }
         | Fault::Protocol(_)
-        | Fault::ModelMismatch { .. } => false,
+        | Fault::ModelMismatch { .. } => true,
+        Fault::Failed { status, .. } => *status >= 500,
+        Fault::Refused { .. } => false,
     }
 }
 
@@ -114,8 +116,7 @@ pub(crate) async fn run(job: Job) {
     let mut retried_connect = false;
     let mut last: Option<Fault> = None;
     let fault = loop {
-        let now = Instant::now();
-        let endpoint = match fleet.pick(&routing, &tried, now) {
+        let endpoint = match fleet.pick(&routing, &tried, Instant::now()) {
             Some(endpoint) => endpoint,
             // One endpoint (or all tried) and it could not be connected to: once more
             // there, after a moment, as a single upstream always was.
@@ -133,7 +134,10 @@ pub(crate) async fn run(job: Job) {
             tried.push(Arc::clone(&endpoint));
         }
         // No attempt past the request's deadline; one before it waits at most until then.
-        let patience = match request.deadline.map(|d| d.saturating_duration_since(now)) {
+        let left = request
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let patience = match left {
             Some(left) if left.is_zero() => break last,
             Some(left) => left.min(shared.config.first_byte_timeout),
             None => shared.config.first_byte_timeout,
@@ -143,7 +147,7 @@ pub(crate) async fn run(job: Job) {
             tracing::info!(endpoint = %endpoint.label, attempt = attempt + 1, "Trying the request at another upstream endpoint.");
         }
         record_attempt(&reported, &endpoint.label);
-        let ended = attempt_at(
+        let attempt = attempt_at(
             &shared,
             &endpoint,
             &request,
@@ -152,32 +156,38 @@ pub(crate) async fn run(job: Job) {
             &tx,
             &mut opening,
             patience,
-        )
-        .await;
+        );
+        // A client that leaves while the attempt waits for the answer's head ends it
+        // (dropping the call tells the upstream), and with it any further attempt.
+        let ended = tokio::select! {
+            ended = attempt => ended,
+            () = tx.closed() => Ended::Left,
+        };
+        // Waiting only as long as the request's deadline left is no fault of the
+        // replica's: a timeout then is the request's own.
+        let own_timeout = patience < shared.config.first_byte_timeout;
         let fault = match ended {
             // Settled at the endpoint by `settle`, before the client had its end.
             Ended::Answered | Ended::Left => return,
             Ended::FailedMidway(fault) => {
                 failed_attempt(&reported, &fault);
-                endpoint.attempted(
-                    Outcome::of(&fault),
-                    Some(&fault),
-                    Instant::now(),
-                    &fleet.config,
-                );
+                fleet.attempted(&endpoint, Outcome::of(&fault), Some(&fault), Instant::now());
                 return;
             }
             Ended::Unsent(fault) => fault,
         };
         failed_attempt(&reported, &fault);
-        endpoint.attempted(
-            Outcome::of(&fault),
-            Some(&fault),
-            Instant::now(),
-            &fleet.config,
-        );
+        let outcome = match &fault {
+            Fault::Timeout { .. } if own_timeout => Outcome::Neutral,
+            fault => Outcome::of(fault),
+        };
+        fleet.attempted(&endpoint, outcome, Some(&fault), Instant::now());
+        // A first byte that never came is the latency policy's worst measurement (a
+        // 408, which says nothing of the wait, is none).
         if let Fault::Timeout { waited, .. } = &fault {
-            endpoint.measured(Some(waited.as_secs_f64() * 1000.0), None);
+            if !waited.is_zero() && !own_timeout {
+                endpoint.measured(Some(waited.as_secs_f64() * 1000.0), None);
+            }
         }
         let attempts = attempts_made(&reported);
         if !worth_another(&fault) || attempts >= fleet.config.max_attempts as usize {
@@ -199,14 +209,21 @@ pub(crate) async fn run(job: Job) {
 /// What an answer read to its end settles at its endpoint: its in-flight count (held
 /// by the closure until then), its averages, its health, and the fleet's expected
 /// answer length.
-fn settle(shared: &Shared, endpoint: &Arc<Endpoint>) -> OnAnswered {
+fn settle(shared: &Shared, endpoint: &Arc<Endpoint>, reported: &Arc<Reported>) -> OnAnswered {
     let outstanding = Counted::new(endpoint.outstanding());
     let (endpoint, fleet) = (Arc::clone(endpoint), Arc::clone(&shared.fleet));
+    let reported = Arc::clone(reported);
     Box::new(move |answered: Answered| {
         drop(outstanding);
         endpoint.measured(answered.ttft_ms, answered.tpot_ms);
         fleet.answered(answered.tokens);
-        endpoint.attempted(Outcome::Answered, None, Instant::now(), &fleet.config);
+        fleet.attempted(&endpoint, Outcome::Answered, None, Instant::now());
+        // The replica's own figures, from its attempt's send: the request's TTFT also
+        // holds the attempts that failed before it.
+        if let Some(last) = route(&reported).attempts.last_mut() {
+            last.ttft_ms = answered.ttft_ms;
+            last.tpot_ms = answered.tpot_ms;
+        }
     })
 }
 
@@ -223,7 +240,7 @@ async fn attempt_at(
     opening: &mut Opening,
     first_byte: Duration,
 ) -> Ended {
-    let on_answered = settle(shared, endpoint);
+    let on_answered = settle(shared, endpoint, reported);
     let mut asks = Asks {
         logprobs: shared.config.logprobs && !shared.logprobs_refused.load(Ordering::Relaxed),
     };
@@ -235,7 +252,7 @@ async fn attempt_at(
         if response.status().is_success() {
             break (response, sent);
         }
-        let fault = refusal(response).await;
+        let fault = refusal(response, first_byte).await;
         if asks.logprobs && request.top_logprobs.is_none() && refuses_logprobs(&fault) {
             tracing::warn!(model = %shared.info.id, error = %fault, "The upstream does not return log-probabilities; asking no more (no confidence figures for this model).");
             shared.logprobs_refused.store(true, Ordering::Relaxed);
@@ -331,7 +348,8 @@ async fn send(
 }
 
 /// The fault an answer that is not a 2xx stream stands for.
-async fn refusal(response: reqwest::Response) -> Fault {
+/// Its body is read for 5 s at most, and never longer than `patience`.
+async fn refusal(response: reqwest::Response, patience: Duration) -> Fault {
     use futures_util::StreamExt;
     let status = response.status();
     let retry_after = fault::retry_after(response.headers());
@@ -345,7 +363,7 @@ async fn refusal(response: reqwest::Response) -> Fault {
             }
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    let _ = tokio::time::timeout(patience.min(Duration::from_secs(5)), read).await;
     Fault::from_answer(status, retry_after, &body)
 }
 
@@ -388,6 +406,8 @@ fn record_attempt(reported: &Reported, endpoint: &str) {
     route(reported).attempts.push(Attempt {
         endpoint: endpoint.to_owned(),
         error_type: None,
+        ttft_ms: None,
+        tpot_ms: None,
     });
 }
 

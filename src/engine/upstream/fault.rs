@@ -89,7 +89,8 @@ impl Fault {
     /// A transport error, `waited` after the call began: no answer came at all. Only a
     /// connection that could not be made is `Unreachable` (the request never left); one
     /// that failed after the request was written (reset, closed) is `Cut`, and is not
-    /// sent again; a timeout says how long it waited.
+    /// sent to that replica again (another may take it, while nothing of the answer has
+    /// reached the client); a timeout says how long it waited.
     pub fn from_transport(error: &reqwest::Error, waited: Duration) -> Self {
         if error.is_connect() {
             return Fault::Unreachable(describe(error));

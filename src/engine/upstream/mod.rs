@@ -162,7 +162,7 @@ async fn probe(shared: Weak<Shared>) {
                         Fault::from_transport(&error, began.elapsed()).to_string(),
                     )),
                 };
-                endpoint.probed(fault.as_ref(), Instant::now(), &this.fleet.config);
+                this.fleet.probed(&endpoint, fault.as_ref(), Instant::now());
             }
         });
         futures_util::future::join_all(probes).await;
@@ -224,8 +224,17 @@ impl Engine for UpstreamEngine {
         // A refusal (or every endpoint failing) within the window is answered as the
         // HTTP error it is; after it the stream has begun and a failure is its error
         // frame.
-        if let Ok(Ok(Err(fault))) = tokio::time::timeout(attempts::OPENING_WINDOW, opened_rx).await
-        {
+        let mut opened_rx = opened_rx;
+        let opened = match tokio::time::timeout(attempts::OPENING_WINDOW, &mut opened_rx).await {
+            Ok(opened) => opened.ok(),
+            // Closed first, so that a fault sent from now on comes back to the attempts
+            // (which put it in the stream), and one sent just before is read here.
+            Err(_) => {
+                opened_rx.close();
+                opened_rx.try_recv().ok()
+            }
+        };
+        if let Some(Err(fault)) = opened {
             tracing::info!(error = %fault, error_type = fault.kind(), "The upstream could not take the request.");
             return Err(EngineError::Upstream(fault));
         }

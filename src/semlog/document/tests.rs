@@ -162,10 +162,14 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
             crate::engine::Attempt {
                 endpoint: "http://10.0.0.1:8000/v1".into(),
                 error_type: Some("upstream_unreachable"),
+                ttft_ms: None,
+                tpot_ms: None,
             },
             crate::engine::Attempt {
                 endpoint: "http://10.0.0.2:8000/v1".into(),
                 error_type: None,
+                ttft_ms: Some(80.0),
+                tpot_ms: Some(20.0),
             },
         ],
     });

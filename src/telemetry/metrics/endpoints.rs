@@ -4,8 +4,10 @@
 //! endpoint's state and load.
 //!
 //! The `endpoint` label is a base URL without credentials: a model's `urls`, or the
-//! addresses its DNS name resolves to. A replica that leaves a DNS name keeps its last
-//! series until the gateway restarts (a few per pod rollout).
+//! addresses its DNS name resolves to. A replica that leaves the fleet (a pod gone from
+//! a DNS name) has its series removed at the next scrape, so a rollout leaves no
+//! `ejected` state behind to alert on, and the label set stays bounded by the replicas
+//! there are.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,6 +18,7 @@ use prometheus_client::registry::Registry;
 
 use super::families::{Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
 use crate::engine::upstream::fleet::{EndpointView, State};
+use crate::engine::upstream::Fault;
 use crate::names;
 use crate::record::RequestRecord;
 
@@ -49,6 +52,8 @@ pub(super) struct EndpointMetrics {
     attempts: Family<AttemptLabels, Counter>,
     state: Family<StateLabels, Gauge>,
     outstanding: Family<EndpointLabels, Gauge>,
+    /// The endpoints the last scrape saw, whose series exist.
+    known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<EndpointLabels>>>,
 }
 
 impl EndpointMetrics {
@@ -59,15 +64,16 @@ impl EndpointMetrics {
             attempts: Family::default(),
             state: Family::default(),
             outstanding: Family::default(),
+            known: Default::default(),
         };
         r.register(
             names::ENDPOINT_TIME_TO_FIRST_TOKEN,
-            "Upstream models: TTFT of the requests each endpoint (replica) served",
+            "Upstream models: TTFT of each endpoint's (replica's) answers, from the attempt's send to its first content reaching the gateway",
             m.ttft.clone(),
         );
         r.register(
             names::ENDPOINT_TIME_PER_OUTPUT_TOKEN,
-            "Upstream models: TPOT of the requests each endpoint (replica) served",
+            "Upstream models: TPOT of each endpoint's (replica's) answers, as they reached the gateway",
             m.tpot.clone(),
         );
         r.register(
@@ -111,16 +117,33 @@ impl EndpointMetrics {
             model: model.to_owned(),
             endpoint: served.endpoint.clone(),
         };
-        if let Some(ttft) = r.timings.ttft_ms {
+        // The replica's own figures, from its attempt's send to its first content and
+        // between contents: a failover before it is not its doing.
+        if let Some(ttft) = served.ttft_ms {
             self.ttft.get_or_create(&labels).observe(ttft / 1000.0);
         }
-        if let Some(tpot) = r.timings.tpot_ms {
+        if let Some(tpot) = served.tpot_ms {
             self.tpot.get_or_create(&labels).observe(tpot / 1000.0);
         }
     }
 
     /// Each endpoint's state and load now, as a scrape reads them.
     pub(super) fn refresh(&self, endpoints: &[(String, Vec<EndpointView>)]) {
+        let now: std::collections::HashSet<EndpointLabels> = endpoints
+            .iter()
+            .flat_map(|(model, views)| {
+                views.iter().map(|v| EndpointLabels {
+                    model: model.clone(),
+                    endpoint: v.endpoint.clone(),
+                })
+            })
+            .collect();
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in known.difference(&now) {
+            self.forget(gone);
+        }
+        *known = now;
+        drop(known);
         for (model, views) in endpoints {
             for view in views {
                 let labels = EndpointLabels {
@@ -144,5 +167,76 @@ impl EndpointMetrics {
                 }
             }
         }
+    }
+
+    /// Removes every series of an endpoint that left the fleet.
+    fn forget(&self, gone: &EndpointLabels) {
+        self.ttft.remove(gone);
+        self.tpot.remove(gone);
+        self.outstanding.remove(gone);
+        for state in State::ALL {
+            self.state.remove(&StateLabels {
+                model: gone.model.clone(),
+                endpoint: gone.endpoint.clone(),
+                state: state.as_str(),
+            });
+        }
+        for error_type in std::iter::once(names::LABEL_NONE).chain(Fault::KINDS) {
+            self.attempts.remove(&AttemptLabels {
+                model: gone.model.clone(),
+                endpoint: gone.endpoint.clone(),
+                error_type,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(endpoint: &str, state: &'static str) -> EndpointView {
+        EndpointView {
+            endpoint: endpoint.into(),
+            state,
+            reason: None,
+            reachable: true,
+            outstanding: 0,
+            ttft_ms: None,
+            tpot_ms: None,
+            ejections: 0,
+            back_in_secs: None,
+            engine_waiting: None,
+            engine_kv_cache: None,
+        }
+    }
+
+    fn exposition(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
+        text
+    }
+
+    #[test]
+    fn a_replica_that_left_takes_its_series_with_it() {
+        let mut registry = Registry::default();
+        let metrics = EndpointMetrics::register(&mut registry);
+        let fleet = |views| vec![("m".to_owned(), views)];
+        metrics.refresh(&fleet(vec![
+            view("http://10.0.0.1:8000/v1", "up"),
+            view("http://10.0.0.2:8000/v1", "ejected"),
+        ]));
+        let before = exposition(&registry);
+        assert!(before.contains(
+            r#"endpoint_state{model="m",endpoint="http://10.0.0.2:8000/v1",state="ejected"} 1"#
+        ));
+        // The ejected pod is gone from the DNS name (a rollout): nothing of it is left
+        // to alert on.
+        metrics.refresh(&fleet(vec![view("http://10.0.0.1:8000/v1", "up")]));
+        let after = exposition(&registry);
+        assert!(!after.contains("10.0.0.2"), "{after}");
+        assert!(after.contains(
+            r#"endpoint_state{model="m",endpoint="http://10.0.0.1:8000/v1",state="up"} 1"#
+        ));
     }
 }

@@ -2,11 +2,17 @@
 //! there, and its health as the gateway has seen it.
 //!
 //! Health, passive and active:
-//! - `eject_after` consecutive failures (no connection, a 5xx, no first byte in time, a
-//!   stream cut short) take it out of rotation for a cool-down, doubled on each repeat
-//!   (up to 32 times the first), as Envoy's outlier detection does;
-//! - a probe that cannot reach it takes it out at once; one that reaches it clears
-//!   "unreachable" for `/ready`, but a cool-down still runs to its end;
+//! - `eject_after` consecutive failures of its own (no connection, a 5xx, no first byte
+//!   in time, a stream cut short, its key refused, another model answering) take it out
+//!   of rotation for a cool-down, doubled on each repeat (up to 32 times the first), as
+//!   Envoy's outlier detection does;
+//! - a probe that cannot reach it, or has its key refused, takes it out at once; one
+//!   that reaches it clears "unreachable" for `/ready`, but a cool-down still runs to
+//!   its end;
+//! - at most half a fleet's endpoints (one of a fleet of one or two) are out after
+//!   failures at once (Envoy's `max_ejection_percent`): an overload, a blip of
+//!   something they share or a request that fails everywhere cannot take them all out;
+//!   the failing ones beyond it stay in rotation, and failover covers them;
 //! - after the cool-down it is re-admitted gradually: its share of choices grows from a
 //!   tenth to all over `readmit`, and one success ends the repeat count once it is fully
 //!   back;
@@ -147,13 +153,14 @@ impl Outcome {
             | Fault::Timeout { .. }
             | Fault::Cut(_)
             | Fault::Stream(_)
-            | Fault::Protocol(_) => Outcome::Failed,
-            Fault::Failed { status, .. } if *status >= 500 => Outcome::Failed,
-            Fault::Failed { .. }
+            | Fault::Protocol(_)
+            // A replica with another key, or of another model (a rollout's old pods).
             | Fault::Auth { .. }
-            | Fault::Refused { .. }
-            | Fault::ModelMismatch { .. }
-            | Fault::RateLimited { .. } => Outcome::Neutral,
+            | Fault::ModelMismatch { .. } => Outcome::Failed,
+            Fault::Failed { status, .. } if *status >= 500 => Outcome::Failed,
+            Fault::Failed { .. } | Fault::Refused { .. } | Fault::RateLimited { .. } => {
+                Outcome::Neutral
+            }
         }
     }
 }
@@ -214,13 +221,17 @@ impl Endpoint {
             .unwrap_or(now)
     }
 
-    /// Records an attempt's outcome there.
+    /// Records an attempt's outcome there; a failure takes it out of rotation only when
+    /// `may_eject` (the fleet keeps at least half its endpoints in: [`Fleet::attempted`]).
+    ///
+    /// [`Fleet::attempted`]: super::Fleet::attempted
     pub fn attempted(
         &self,
         outcome: Outcome,
         fault: Option<&Fault>,
         now: Instant,
         config: &FleetConfig,
+        may_eject: bool,
     ) {
         let mut h = self.health();
         h.settle(now, config);
@@ -241,7 +252,7 @@ impl Endpoint {
             }
             Outcome::Failed => {
                 h.failures += 1;
-                if h.failures >= config.eject_after && h.ejected_until.is_none() {
+                if may_eject && h.failures >= config.eject_after && h.ejected_until.is_none() {
                     h.eject(now, config, &self.label);
                 }
             }
@@ -249,17 +260,30 @@ impl Endpoint {
         }
     }
 
-    /// What a probe found: `Some(fault)` when it could not reach the endpoint.
-    pub fn probed(&self, fault: Option<&Fault>, now: Instant, config: &FleetConfig) {
+    /// What a probe found: `Some(fault)` when it could not reach the endpoint, or had
+    /// the key refused (out at once, when `may_eject`).
+    pub fn probed(
+        &self,
+        fault: Option<&Fault>,
+        now: Instant,
+        config: &FleetConfig,
+        may_eject: bool,
+    ) {
         let mut h = self.health();
         h.settle(now, config);
         h.reached(fault, &self.label);
         if let Some(fault) = fault {
             h.last_fault = Some(fault.kind());
-            if h.ejected_until.is_none() && fault.is_connect() {
+            let out = fault.is_connect() || matches!(fault, Fault::Auth { .. });
+            if may_eject && out && h.ejected_until.is_none() {
                 h.eject(now, config, &self.label);
             }
         }
+    }
+
+    /// Whether it is out of rotation after failures at `now`.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        self.health().ejected_until.is_some_and(|until| until > now)
     }
 
     /// Why the last probe or request could not reach it (a fault's kind); `None` when
@@ -452,9 +476,9 @@ mod tests {
     #[test]
     fn repeated_failures_eject_for_a_cool_down_that_doubles_and_readmits_gradually() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c);
+        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Up, "one failure is not enough");
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c);
+        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Ejected);
         assert_eq!(e.share(t0, &c), 0.0);
         assert_eq!(e.view(t0, &c).reason.as_deref(), Some("upstream_error"));
@@ -470,14 +494,14 @@ mod tests {
         );
 
         // Failing again while re-admitted: out for twice as long.
-        e.attempted(Outcome::Failed, Some(&server_error()), half, &c);
-        e.attempted(Outcome::Failed, Some(&server_error()), half, &c);
+        e.attempted(Outcome::Failed, Some(&server_error()), half, &c, true);
+        e.attempted(Outcome::Failed, Some(&server_error()), half, &c, true);
         assert_eq!(e.state(half + Duration::from_secs(19), &c), State::Ejected);
         let again = half + Duration::from_secs(20);
         assert_eq!(e.state(again, &c), State::Readmitting);
         // Fully back and answering: the repeat count ends.
         let full = again + Duration::from_secs(20);
-        e.attempted(Outcome::Answered, None, full, &c);
+        e.attempted(Outcome::Answered, None, full, &c, true);
         assert_eq!(e.state(full, &c), State::Up);
         assert_eq!(e.view(full, &c).ejections, 0);
     }
@@ -485,14 +509,14 @@ mod tests {
     #[test]
     fn a_success_between_failures_resets_the_count_and_refusals_do_not_count() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c);
-        e.attempted(Outcome::Answered, None, t0, &c);
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c);
+        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(Outcome::Answered, None, t0, &c, true);
+        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
         let refused = Fault::Refused {
             param: None,
             message: String::new(),
         };
-        e.attempted(Outcome::of(&refused), Some(&refused), t0, &c);
+        e.attempted(Outcome::of(&refused), Some(&refused), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Up);
     }
 
@@ -502,7 +526,7 @@ mod tests {
         let limited = Fault::RateLimited {
             retry_after: Some(Duration::from_secs(7)),
         };
-        e.attempted(Outcome::of(&limited), Some(&limited), t0, &c);
+        e.attempted(Outcome::of(&limited), Some(&limited), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::RateLimited);
         assert_eq!(e.view(t0, &c).back_in_secs, Some(7.0));
         assert_eq!(e.state(t0 + Duration::from_secs(7), &c), State::Up);
@@ -511,10 +535,10 @@ mod tests {
     #[test]
     fn an_unreachable_probe_ejects_at_once_and_a_good_one_clears_unreachable() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.probed(Some(&Fault::Unreachable("refused".into())), t0, &c);
+        e.probed(Some(&Fault::Unreachable("refused".into())), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Ejected);
         assert!(!e.view(t0, &c).reachable);
-        e.probed(None, t0 + Duration::from_secs(1), &c);
+        e.probed(None, t0 + Duration::from_secs(1), &c, true);
         let view = e.view(t0 + Duration::from_secs(1), &c);
         assert!(view.reachable);
         assert_eq!(view.state, "ejected", "the cool-down runs to its end");

@@ -268,6 +268,36 @@ impl Fleet {
         policy::choose(config.policy, &candidates, &choice).map(|i| Arc::clone(open[i]))
     }
 
+    /// Records an attempt's outcome at `endpoint`, which may take it out of rotation
+    /// only while fewer than half the endpoints are out (at least one may be).
+    pub fn attempted(
+        &self,
+        endpoint: &Endpoint,
+        outcome: Outcome,
+        fault: Option<&crate::engine::upstream::Fault>,
+        now: Instant,
+    ) {
+        endpoint.attempted(outcome, fault, now, &self.config, self.may_eject(now));
+    }
+
+    /// What a probe of `endpoint` found (see [`Endpoint::probed`]), within the same
+    /// bound as [`Fleet::attempted`].
+    pub fn probed(
+        &self,
+        endpoint: &Endpoint,
+        fault: Option<&crate::engine::upstream::Fault>,
+        now: Instant,
+    ) {
+        endpoint.probed(fault, now, &self.config, self.may_eject(now));
+    }
+
+    /// Whether one more endpoint may be taken out: fewer than half are out now.
+    fn may_eject(&self, now: Instant) -> bool {
+        let endpoints = self.endpoints();
+        let out = endpoints.iter().filter(|e| e.is_ejected(now)).count();
+        out < (endpoints.len() / 2).max(1)
+    }
+
     /// Every endpoint as `/ready` and `/stats` show it.
     pub fn views(&self, now: Instant) -> Vec<EndpointView> {
         self.endpoints()
@@ -364,12 +394,12 @@ mod tests {
     }
 
     #[test]
-    fn ejected_endpoints_are_skipped_until_all_are_out() {
+    fn ejected_endpoints_are_skipped_and_half_the_fleet_stays_in() {
         let f = fleet(Policy::LeastOutstanding, 2);
         let now = Instant::now();
         let [a, b] = <[Arc<Endpoint>; 2]>::try_from(f.endpoints()).unwrap();
         let down = Fault::Unreachable("refused".into());
-        a.attempted(Outcome::Failed, Some(&down), now, &f.config);
+        f.attempted(&a, Outcome::Failed, Some(&down), now);
         for _ in 0..10 {
             let picked = f.pick(&Routing::default(), &[], now).unwrap();
             assert!(Arc::ptr_eq(&picked, &b));
@@ -379,18 +409,49 @@ mod tests {
             None,
             "one endpoint is reachable: the model is ready"
         );
-        // Both out: the one due back first is tried.
-        b.attempted(
-            Outcome::Failed,
-            Some(&down),
-            now + Duration::from_secs(1),
-            &f.config,
-        );
-        let picked = f
-            .pick(&Routing::default(), &[], now + Duration::from_secs(1))
-            .unwrap();
-        assert!(Arc::ptr_eq(&picked, &a));
-        assert!(f.unreachable().is_some());
+        // b fails too, but one of two is out already: b stays in rotation (an overload
+        // or a request that fails everywhere cannot take the whole fleet out).
+        let later = now + Duration::from_secs(1);
+        f.attempted(&b, Outcome::Failed, Some(&down), later);
+        assert!(!b.is_ejected(later));
+        assert!(Arc::ptr_eq(
+            &f.pick(&Routing::default(), &[], later).unwrap(),
+            &b
+        ));
+        assert!(f.unreachable().is_some(), "neither was reached last");
+    }
+
+    #[test]
+    fn with_every_endpoint_out_the_one_due_back_first_is_tried() {
+        let f = fleet(Policy::RoundRobin, 2);
+        let now = Instant::now();
+        let [a, b] = <[Arc<Endpoint>; 2]>::try_from(f.endpoints()).unwrap();
+        let limited = |secs| Fault::RateLimited {
+            retry_after: Some(Duration::from_secs(secs)),
+        };
+        f.attempted(&a, Outcome::Neutral, Some(&limited(9)), now);
+        f.attempted(&b, Outcome::Neutral, Some(&limited(3)), now);
+        for _ in 0..4 {
+            assert!(Arc::ptr_eq(
+                &f.pick(&Routing::default(), &[], now).unwrap(),
+                &b
+            ));
+        }
+    }
+
+    #[test]
+    fn at_most_half_a_fleet_is_ejected() {
+        let f = fleet(Policy::RoundRobin, 5);
+        let now = Instant::now();
+        let down = Fault::Unreachable("refused".into());
+        for e in f.endpoints() {
+            f.attempted(&e, Outcome::Failed, Some(&down), now);
+        }
+        let out = f.endpoints().iter().filter(|e| e.is_ejected(now)).count();
+        assert_eq!(out, 2, "floor(5 / 2)");
+        let solo = fleet(Policy::RoundRobin, 1);
+        solo.attempted(&solo.endpoints()[0], Outcome::Failed, Some(&down), now);
+        assert!(solo.endpoints()[0].is_ejected(now), "one of one may be out");
     }
 
     #[test]

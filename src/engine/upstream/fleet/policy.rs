@@ -122,7 +122,10 @@ fn least_outstanding(candidates: &[Candidate], turn: usize) -> usize {
 
 /// The expected time of the answer there, if it were sent now: its TTFT plus its
 /// tokens at its TPOT, for each request already in flight there and this one. An
-/// endpoint without a measurement is tried first (it is new, or was re-admitted).
+/// endpoint without a measurement and nothing in flight is tried first (it is new, or
+/// was re-admitted); one whose first answer is still on its way counts as the slowest
+/// measured one until it is measured, so it is not sent everything meanwhile. With no
+/// measurement at all: the least outstanding.
 fn latency(candidates: &[Candidate], choice: &Choice) -> usize {
     if let Some(i) = choice.explore.filter(|&i| i < candidates.len()) {
         return i;
@@ -134,9 +137,16 @@ fn latency(candidates: &[Candidate], choice: &Choice) -> usize {
         return unmeasured;
     }
     let tokens = f64::from(choice.expected_tokens.max(1));
+    let one = |c: &Candidate| {
+        c.ttft_ms
+            .map(|ttft| ttft + c.tpot_ms.unwrap_or(0.0) * tokens)
+            .filter(|t| t.is_finite())
+    };
+    let Some(slowest) = candidates.iter().filter_map(one).reduce(f64::max) else {
+        return least_outstanding(candidates, choice.turn);
+    };
     lowest(candidates, choice.turn, |c| {
-        let one = c.ttft_ms.unwrap_or(0.0) + c.tpot_ms.unwrap_or(0.0) * tokens;
-        one * (1 + c.outstanding) as f64
+        one(c).unwrap_or(slowest) * (1 + c.outstanding) as f64
     })
 }
 
@@ -269,6 +279,32 @@ mod tests {
         };
         assert_eq!(choose(Policy::Latency, &c, &explore), Some(1));
         assert_eq!(choose(Policy::Latency, &c, &choice(0)), Some(0));
+    }
+
+    #[test]
+    fn an_unmeasured_endpoint_with_a_request_in_flight_is_not_sent_everything() {
+        let fast = Candidate {
+            ttft_ms: Some(100.0),
+            tpot_ms: Some(10.0),
+            ..Candidate::default()
+        };
+        // Just added (a new pod), its first answer on its way: as slow as the slowest
+        // measured one, times its load.
+        let new = busy(1);
+        assert_eq!(
+            choose(Policy::Latency, &[fast.clone(), new.clone()], &choice(0)),
+            Some(0)
+        );
+        let loaded = Candidate {
+            outstanding: 3,
+            ..fast
+        };
+        assert_eq!(choose(Policy::Latency, &[loaded, new], &choice(0)), Some(1));
+        // Nothing measured yet, all busy: the least outstanding.
+        assert_eq!(
+            choose(Policy::Latency, &[busy(2), busy(1), busy(3)], &choice(0)),
+            Some(1)
+        );
     }
 
     #[test]

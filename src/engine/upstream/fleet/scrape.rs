@@ -23,6 +23,7 @@ use reqwest::Url;
 
 use super::policy::EngineLoad;
 use super::Fleet;
+use crate::engine::upstream::fault::strip_credentials;
 
 const WAITING: &[&str] = &[
     "vllm:num_requests_waiting",
@@ -64,6 +65,9 @@ pub fn engine_load(text: &str) -> Option<EngineLoad> {
                     })
                     .sum::<f64>(),
             )
+            // A NaN or infinity says nothing of a queue (and would make the order of the
+            // comparison decide).
+            .filter(|total: &f64| total.is_finite())
         })
     };
     Some(EngineLoad {
@@ -106,7 +110,7 @@ pub async fn run(fleet: Weak<Fleet>) {
                         None
                     }
                     Err(error) => {
-                        tracing::debug!(endpoint = %endpoint.label, error = %error, "An endpoint's metrics could not be read.");
+                        tracing::debug!(endpoint = %endpoint.label, error = %strip_credentials(&error.to_string()), "An endpoint's metrics could not be read.");
                         None
                     }
                 };
