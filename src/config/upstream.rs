@@ -5,7 +5,7 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use super::models::ModelTable;
+use super::table::ModelTable;
 use super::ConfigError;
 use crate::engine::upstream::config::UpstreamConfig;
 use crate::engine::upstream::fleet::FleetConfig;

@@ -10,7 +10,7 @@
 //! credentials) is answered as it is, from the first endpoint that gives it.
 //!
 //! The gateway's status line waits for the first attempt's opening, at most
-//! [`OPENING_WINDOW`]: a refusal within it is the HTTP error it stands for; after it
+//! [`super::opening::OPENING_WINDOW`]: a refusal within it is the HTTP error it stands for; after it
 //! the client has its 200 and keep-alive comments while the attempts go on.
 
 use std::sync::atomic::Ordering;
@@ -19,53 +19,19 @@ use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::fault::{self, Fault};
 use super::fleet::{Endpoint, Outcome, Routing};
+use super::opening::Opening;
 use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading};
 use super::tokens::TokenReader;
 use super::wire::{self, Asks};
 use super::Shared;
 use crate::engine::{Attempt, Counted, EngineError, EngineEvent, GenerationRequest, Reported};
 
-/// How long the gateway holds its status line for the first attempt to open: long
-/// enough for a refused connection to fail over, or for vLLM's in-stream refusal of
-/// `stop_token_ids` or a `json_schema` (it comes before any prefill), short enough that
-/// a client behind a silent upstream gets its 200 and keep-alives at once.
-pub const OPENING_WINDOW: Duration = Duration::from_millis(1000);
 /// Most bytes of an error answer read (its message is all the gateway needs).
 const ERROR_BODY_BYTES: usize = 16 << 10;
-
-/// Tells the gateway, while it waits to answer, how the request opened: `Ok` once an
-/// answer's first chunk is good, the fault when it failed before that.
-pub(crate) struct Opening(Option<oneshot::Sender<Result<(), Fault>>>);
-
-impl Opening {
-    pub(crate) fn new(tx: oneshot::Sender<Result<(), Fault>>) -> Self {
-        Self(Some(tx))
-    }
-
-    /// For the fuzz target and tests: nobody waits.
-    pub(crate) fn none() -> Self {
-        Self(None)
-    }
-
-    pub(crate) fn opened(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(Ok(()));
-        }
-    }
-
-    /// Hands the fault to the waiting gateway; gives it back when the gateway answered
-    /// already (it then goes into the stream).
-    fn failed(&mut self, fault: Fault) -> Option<Fault> {
-        match self.0.take() {
-            Some(tx) => tx.send(Err(fault)).err().and_then(Result::err),
-            None => Some(fault),
-        }
-    }
-}
 
 /// Everything one request's attempts need; moved into their task.
 pub(crate) struct Job {

@@ -22,6 +22,7 @@ pub mod attempts;
 pub mod config;
 pub mod fault;
 pub mod fleet;
+pub mod opening;
 pub mod stream;
 pub mod tokens;
 pub mod wire;
@@ -210,7 +211,7 @@ impl Engine for UpstreamEngine {
         } = prepared;
         let reported = reported.unwrap_or_default();
         let (tx, rx) = mpsc::channel(32);
-        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
+        let (opening, waiting) = opening::channel();
         let started = Instant::now();
         let job = attempts::Job {
             shared: Arc::clone(&self.shared),
@@ -218,23 +219,13 @@ impl Engine for UpstreamEngine {
             prompt_tokens,
             reported: Arc::clone(&reported),
             tx,
-            opening: attempts::Opening::new(opened_tx),
+            opening,
         };
         tokio::spawn(attempts::run(job).in_current_span());
         // A refusal (or every endpoint failing) within the window is answered as the
         // HTTP error it is; after it the stream has begun and a failure is its error
         // frame.
-        let mut opened_rx = opened_rx;
-        let opened = match tokio::time::timeout(attempts::OPENING_WINDOW, &mut opened_rx).await {
-            Ok(opened) => opened.ok(),
-            // Closed first, so that a fault sent from now on comes back to the attempts
-            // (which put it in the stream), and one sent just before is read here.
-            Err(_) => {
-                opened_rx.close();
-                opened_rx.try_recv().ok()
-            }
-        };
-        if let Some(Err(fault)) = opened {
+        if let Some(fault) = waiting.fault_within(opening::OPENING_WINDOW).await {
             tracing::info!(error = %fault, error_type = fault.kind(), "The upstream could not take the request.");
             return Err(EngineError::Upstream(fault));
         }

@@ -15,26 +15,17 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::attempts::Opening;
 use super::fault::Fault;
+use super::opening::Opening;
 use super::tokens::TokenReader;
 use super::wire::{Chunk, Piece};
 use crate::engine::{EngineError, EngineEvent, Reported};
 use crate::tokens::{FinishReason, Usage};
+pub use transport::Patience;
+use transport::{next_in_time, Lines, Next, ReadError};
 
-/// How long one answer may keep the gateway waiting.
-#[derive(Debug, Clone, Copy)]
-pub struct Patience {
-    /// From sending the request to the first byte of the stream.
-    pub first_byte: Duration,
-    /// Between any two bytes after that.
-    pub idle: Duration,
-}
+mod transport;
 
-/// Longest SSE line accepted (a chunk with 20 alternatives per token is a few KiB).
-const MAX_LINE_BYTES: usize = 256 << 10;
-/// Most bytes one answer may stream.
-const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// How long a finished answer's connection is read on to its `[DONE]`, so it can be
 /// reused (an unread body closes it).
 const DRAIN: Duration = Duration::from_secs(2);
@@ -104,47 +95,6 @@ struct Ending {
     usage: Option<Usage>,
     /// Tokens seen: log-probabilities where there are any, else chunks with text.
     tokens: u32,
-}
-
-/// Why the bytes could not be read.
-#[derive(Debug)]
-enum ReadError {
-    Transport(String),
-    Oversized(&'static str),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::Transport(e) => write!(f, "{e}"),
-            ReadError::Oversized(what) => f.write_str(what),
-        }
-    }
-}
-
-/// Hands on only whole lines, so the SSE parser never re-reads a partial one (it would
-/// on every chunk, quadratic in the line's length), and bounds a line and the answer.
-#[derive(Debug, Default)]
-struct Lines {
-    partial: bytes::BytesMut,
-    total: usize,
-}
-
-impl Lines {
-    fn push(&mut self, chunk: bytes::Bytes) -> Result<bytes::Bytes, ReadError> {
-        self.total += chunk.len();
-        if self.total > MAX_ANSWER_BYTES {
-            return Err(ReadError::Oversized("the answer is over 64 MiB"));
-        }
-        self.partial.extend_from_slice(&chunk);
-        match self.partial.iter().rposition(|&b| b == b'\n') {
-            Some(end) => Ok(self.partial.split_to(end + 1).freeze()),
-            None if self.partial.len() > MAX_LINE_BYTES => {
-                Err(ReadError::Oversized("an SSE line is over 256 KiB"))
-            }
-            None => Ok(bytes::Bytes::new()),
-        }
-    }
 }
 
 /// Reads the answer to its end, sending events until the gateway stops taking them;
@@ -406,56 +356,6 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
     events
 }
 
-/// What waiting for the next event gave.
-enum Next<E> {
-    Event(E),
-    /// The body ended.
-    End,
-    /// Nothing arrived in time.
-    Late(Fault),
-    /// The gateway stopped taking events (the client left, the answer was ended).
-    Gone,
-}
-
-/// The next SSE event, or why there is none: the end, too long a wait for bytes, or the
-/// gateway no longer listening. The idle deadline counts from the last byte or from
-/// this call, whichever is later: time spent waiting for the gateway to take an event
-/// is not the upstream's silence.
-async fn next_in_time<S>(
-    events: &mut S,
-    last_byte: &AtomicU64,
-    sent: Instant,
-    patience: Patience,
-    tx: &mpsc::Sender<EngineEvent>,
-) -> Next<S::Item>
-where
-    S: futures_util::Stream + Unpin,
-{
-    let called = sent.elapsed();
-    loop {
-        let last = last_byte.load(Ordering::Relaxed);
-        let (deadline, first_byte) = if last == 0 {
-            (sent + patience.first_byte, true)
-        } else {
-            let since = Duration::from_micros(last).max(called);
-            (sent + since + patience.idle, false)
-        };
-        tokio::select! {
-            biased;
-            event = events.next() => return event.map_or(Next::End, Next::Event),
-            () = tx.closed() => return Next::Gone,
-            () = tokio::time::sleep_until(deadline.into()) => {
-                // Bytes that completed no event (a keep-alive comment) move the
-                // deadline; none at all is the fault.
-                if last_byte.load(Ordering::Relaxed) == last {
-                    let waited = if first_byte { patience.first_byte } else { patience.idle };
-                    return Next::Late(Fault::Timeout { waited, first_byte });
-                }
-            }
-        }
-    }
-}
-
 /// An upstream's own text, cut to a length fit for a log line or a document.
 fn clipped(text: &str) -> String {
     text.chars().take(200).collect()
@@ -586,28 +486,6 @@ mod tests {
         assert!(!same_model("gpt-4o", "gpt-4o2"));
         assert!(!same_model("gpt-4o", "gpt-4o-2024-8-6"));
         assert!(!same_model("smollm2", "llama"));
-    }
-
-    #[test]
-    fn only_whole_lines_reach_the_parser_and_both_sizes_are_bounded() {
-        let mut lines = Lines::default();
-        let a = lines
-            .push(bytes::Bytes::from_static(b"data: {\"a\""))
-            .expect("bounded");
-        assert!(a.is_empty(), "half a line waits");
-        let b = lines
-            .push(bytes::Bytes::from_static(b":1}\n\ndata: x"))
-            .expect("bounded");
-        assert_eq!(&b[..], b"data: {\"a\":1}\n\n");
-        let long = bytes::Bytes::from(vec![b'x'; MAX_LINE_BYTES + 1]);
-        assert!(matches!(lines.push(long), Err(ReadError::Oversized(_))));
-        let mut total = Lines::default();
-        let chunk = bytes::Bytes::from(vec![b'\n'; 1 << 20]);
-        let pushed = (0..70)
-            .map(|_| total.push(chunk.clone()).is_ok())
-            .filter(|ok| *ok)
-            .count();
-        assert_eq!(pushed, 64, "64 MiB and no more");
     }
 
     #[test]
