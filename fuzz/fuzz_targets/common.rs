@@ -65,7 +65,7 @@ pub fn check_accepted(request: &ValidatedRequest) {
 /// The upstream engine's body for `g`: what an OpenAI-compatible server is asked.
 pub fn upstream_body(g: &GenerationRequest) -> Vec<u8> {
     let config = UpstreamConfig {
-        url: "http://upstream.invalid/v1".into(),
+        urls: vec!["http://upstream.invalid/v1".into()],
         model: MODEL.into(),
         api_key: None,
         tokenizer: None,
@@ -78,6 +78,7 @@ pub fn upstream_body(g: &GenerationRequest) -> Vec<u8> {
         check_model: false,
         max_tokens_param: "max_tokens".into(),
         default_max_tokens: None,
+        fleet: Default::default(),
     };
     let (_, body) = request_body(g, &config, Asks { logprobs: false });
     serde_json::to_vec(&body).expect("the upstream body serialises")
