@@ -444,6 +444,7 @@ fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
                 settings.model_id = model.id.clone();
                 MistralEngine::start(settings)
             }
+            ModelEngine::Llamacpp { model_path } => llamacpp_engine(config, model, model_path)?,
             ModelEngine::Upstream(upstream) => {
                 UpstreamEngine::start(&model.id, (**upstream).clone())?
             }
@@ -454,6 +455,32 @@ fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
         });
     }
     ServedModels::new(models).ok_or_else(|| anyhow::anyhow!("no model to serve, or an id twice"))
+}
+
+/// The llama.cpp engine of `model`, loading in the background.
+#[cfg(feature = "llamacpp")]
+fn llamacpp_engine(
+    config: &Config,
+    model: &llmgate::config::ModelConfig,
+    model_path: &std::path::Path,
+) -> anyhow::Result<Arc<dyn llmgate::engine::Engine>> {
+    use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
+    let mut settings = LlamaCppSettings::from_config(&config.engine);
+    settings.model_path = model_path.to_owned();
+    settings.model_id = model.id.clone();
+    Ok(LlamaCppEngine::start(settings))
+}
+
+#[cfg(not(feature = "llamacpp"))]
+fn llamacpp_engine(
+    _: &Config,
+    model: &llmgate::config::ModelConfig,
+    _: &std::path::Path,
+) -> anyhow::Result<Arc<dyn llmgate::engine::Engine>> {
+    anyhow::bail!(
+        "model '{}' asks for engine = \"llamacpp\", and this gateway was built without it (cargo feature llamacpp)",
+        model.id
+    )
 }
 
 async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
@@ -516,6 +543,13 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             ModelEngine::Mistral { model_path } => tracing::info!(
                 model = %model.id,
                 path = %model_path.display(),
+                engine = "mistral.rs",
+                "Serving a GGUF in this process; it is loading."
+            ),
+            ModelEngine::Llamacpp { model_path } => tracing::info!(
+                model = %model.id,
+                path = %model_path.display(),
+                engine = "llama.cpp",
                 "Serving a GGUF in this process; it is loading."
             ),
             ModelEngine::Upstream(upstream) => tracing::info!(

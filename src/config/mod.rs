@@ -240,6 +240,7 @@ impl Config {
                 weights: engine.weights.unwrap_or_default(),
                 threads: engine.threads.unwrap_or(0),
                 replicas: engine.replicas.unwrap_or(1),
+                context_length: engine.context_length,
             },
             quality: QualityConfig {
                 settings: quality_settings(quality)?,
@@ -264,15 +265,24 @@ impl Config {
     /// of an architecture mistral.rs loads, with the fix in the message.
     pub fn check_model_file(&self) -> Result<(), ConfigError> {
         for model in &self.models {
-            let ModelEngine::Mistral { model_path: path } = &model.engine else {
-                continue;
+            let (path, mistral) = match &model.engine {
+                ModelEngine::Mistral { model_path } => (model_path, true),
+                ModelEngine::Llamacpp { model_path } => (model_path, false),
+                ModelEngine::Upstream(_) => continue,
             };
             // Read before the engine sees it: mistral.rs 0.8.1 panics in its loader on
-            // an architecture it does not know, and trusts the file's counts.
+            // an architecture it does not know, and trusts the file's counts (llama.cpp
+            // knows more architectures, and says so itself when it cannot load one).
             let problem = if path.is_file() {
                 crate::engine::gguf::GgufFacts::read(path)
                     .map_err(|e| e.to_string())
-                    .and_then(|facts| facts.check_supported())
+                    .and_then(|facts| {
+                        if mistral {
+                            facts.check_supported()
+                        } else {
+                            Ok(())
+                        }
+                    })
                     .err()
                     .map(|why| format!("{} (model '{}'): {why}", path.display(), model.id))
             } else {
@@ -301,7 +311,7 @@ impl Config {
     pub fn has_local_model(&self) -> bool {
         self.models
             .iter()
-            .any(|m| matches!(m.engine, ModelEngine::Mistral { .. }))
+            .any(|m| !matches!(m.engine, ModelEngine::Upstream(_)))
     }
 }
 

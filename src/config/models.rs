@@ -55,6 +55,9 @@ pub enum ModelEngine {
     /// A GGUF in this process; the rest of `[engine]` (weights, threads, replicas,
     /// batch size) applies.
     Mistral { model_path: PathBuf },
+    /// A GGUF in this process, in llama.cpp; `[engine]`'s threads, batch size (its
+    /// sequences), context length and prefix cache apply.
+    Llamacpp { model_path: PathBuf },
     /// Boxed: it is much the larger.
     Upstream(Box<UpstreamConfig>),
 }
@@ -73,7 +76,7 @@ impl From<&ModelConfig> for ModelPolicy {
     }
 }
 
-const MISTRAL_ONLY: &[&str] = &["model_path"];
+const IN_PROCESS_ONLY: &[&str] = &["model_path"];
 const UPSTREAM_ONLY: &[&str] = &[
     "url",
     "urls",
@@ -135,7 +138,7 @@ pub(super) fn resolve(
             },
             None => ModelTable {
                 id: Some(id),
-                engine: Some(EngineKind::Mistral),
+                engine: Some(engine.engine.unwrap_or(EngineKind::Mistral)),
                 default_max_tokens: engine.default_max_tokens,
                 default_temperature: engine.default_temperature,
                 default_top_p: engine.default_top_p,
@@ -156,6 +159,7 @@ pub(super) fn resolve(
         ("engine.model_id", engine.model_id.is_some()),
         ("engine.upstream_url", engine.upstream_url.is_some()),
         ("engine.upstream_policy", engine.upstream_policy.is_some()),
+        ("engine.engine", engine.engine.is_some()),
     ];
     if let Some((setting, _)) = single.into_iter().find(|(_, set)| *set) {
         return Err(ConfigError::invalid(
@@ -189,6 +193,7 @@ fn single_setting(key: &str) -> &'static str {
     match key {
         "url" | "urls" => "engine.upstream_url",
         "policy" => "engine.upstream_policy",
+        "engine" => "engine.engine",
         "upstream_model" => "engine.upstream_model",
         "api_key_env" => "engine.upstream_api_key_env",
         "api_key_file" => "engine.upstream_api_key_file",
@@ -221,14 +226,15 @@ fn model(
     let kind = t.engine.ok_or_else(|| {
         invalid(
             "engine",
-            "say which engine serves it: \"mistral\" (in this process) or \"upstream\"".into(),
+            "say which engine serves it: \"mistral\" or \"llamacpp\" (in this process) or \"upstream\"".into(),
         )
     })?;
     let set = serde_json::to_value(&t).unwrap_or_default();
     let is_set = |key: &str| set.get(key).is_some_and(|v| !v.is_null());
-    let foreign = match kind {
-        EngineKind::Mistral => UPSTREAM_ONLY.iter().copied().find(|key| is_set(key)),
-        EngineKind::Upstream => MISTRAL_ONLY.iter().copied().find(|key| is_set(key)),
+    let foreign = if kind.in_process() {
+        UPSTREAM_ONLY.iter().copied().find(|key| is_set(key))
+    } else {
+        IN_PROCESS_ONLY.iter().copied().find(|key| is_set(key))
     };
     if let Some(key) = foreign {
         return Err(invalid(
@@ -236,11 +242,7 @@ fn model(
             format!(
                 "{} does not apply to engine = \"{}\"",
                 at(key),
-                if kind == EngineKind::Mistral {
-                    "mistral"
-                } else {
-                    "upstream"
-                }
+                kind.as_str()
             ),
         ));
     }
@@ -255,21 +257,23 @@ fn model(
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH));
     // What the model's card recommends, for a model file we know (an upstream applies
     // its own model's generation config).
-    let known = match kind {
-        EngineKind::Mistral => defaults::for_model_file(&model_path),
-        EngineKind::Upstream => None,
-    };
-    let default_max_tokens = match kind {
-        EngineKind::Mistral => t.default_max_tokens.or(engine.default_max_tokens),
-        EngineKind::Upstream => t.default_max_tokens,
+    let known = kind
+        .in_process()
+        .then(|| defaults::for_model_file(&model_path))
+        .flatten();
+    let default_max_tokens = if kind.in_process() {
+        t.default_max_tokens.or(engine.default_max_tokens)
+    } else {
+        t.default_max_tokens
     }
     .or(known.map(|k| k.max_tokens.min(max_tokens_cap)));
-    let (default_temperature, default_top_p) = match kind {
-        EngineKind::Mistral => (
+    let (default_temperature, default_top_p) = if kind.in_process() {
+        (
             t.default_temperature.or(engine.default_temperature),
             t.default_top_p.or(engine.default_top_p),
-        ),
-        EngineKind::Upstream => (t.default_temperature, t.default_top_p),
+        )
+    } else {
+        (t.default_temperature, t.default_top_p)
     };
     let default_temperature = default_temperature.or(known.map(|k| k.temperature));
     let default_top_p = default_top_p.or(known.map(|k| k.top_p));
@@ -298,6 +302,7 @@ fn model(
     }
     let engine = match kind {
         EngineKind::Mistral => ModelEngine::Mistral { model_path },
+        EngineKind::Llamacpp => ModelEngine::Llamacpp { model_path },
         EngineKind::Upstream => {
             let mut upstream = upstream(&t, &id, &invalid)?;
             upstream.default_max_tokens = default_max_tokens;

@@ -155,6 +155,10 @@ pub struct ServerTable {
 #[serde(deny_unknown_fields)]
 #[command(next_help_heading = "Engine")]
 pub struct EngineTable {
+    /// The in-process engine of the single model: mistral (mistral.rs) or llamacpp
+    /// (llama.cpp) [default: mistral].
+    #[arg(long, env = "LLMGATE_ENGINE", value_enum)]
+    pub engine: Option<super::EngineKind>,
     /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q8_0.gguf].
     #[arg(long, env = "LLMGATE_MODEL_PATH")]
     pub model_path: Option<PathBuf>,
@@ -188,6 +192,10 @@ pub struct EngineTable {
     /// How quantized weights are held on CPU [default: quantized].
     #[arg(long, env = "LLMGATE_WEIGHTS", value_enum)]
     pub weights: Option<Weights>,
+    /// llamacpp: tokens of context each sequence has [default: the model's trained
+    /// context, at most 4096].
+    #[arg(long, env = "LLMGATE_CONTEXT_LENGTH")]
+    pub context_length: Option<u32>,
     /// Compute threads, 0 for one per core [default: 0].
     #[arg(long, env = "LLMGATE_THREADS")]
     pub threads: Option<usize>,

@@ -96,11 +96,29 @@ pub struct ModelTable {
     pub degeneration_guard: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
 pub enum EngineKind {
     /// mistral.rs in this process.
     Mistral,
+    /// llama.cpp in this process.
+    Llamacpp,
     /// An OpenAI-compatible server over HTTP.
     Upstream,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Mistral => "mistral",
+            EngineKind::Llamacpp => "llamacpp",
+            EngineKind::Upstream => "upstream",
+        }
+    }
+
+    /// Whether it runs the model in this process (from a GGUF).
+    pub fn in_process(self) -> bool {
+        self != EngineKind::Upstream
+    }
 }

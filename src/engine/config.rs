@@ -1,4 +1,4 @@
-//! Settings of the in-process engine (mistral.rs), shared by its models: the `[engine]`
+//! Settings of the in-process engines (mistral.rs, llama.cpp), shared by their models: the `[engine]`
 //! table as `config` resolves it. Here, beside the engine that reads them, so the engine
 //! needs nothing of `config`; `config` assembles them from flags, variables and the file.
 
@@ -38,6 +38,9 @@ pub struct EngineConfig {
     pub threads: usize,
     /// Independent model instances that concurrent requests are spread over.
     pub replicas: usize,
+    /// llama.cpp: tokens of context each sequence has; `None`: the model's trained
+    /// context, at most 4096.
+    pub context_length: Option<u32>,
 }
 
 /// How the model's quantized weights are held in memory on CPU; the engine passes it to

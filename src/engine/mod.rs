@@ -5,6 +5,8 @@
 //! Implementations:
 //! - [`mistral`]: mistral.rs running a GGUF model in-process (the only module that
 //!   imports `mistralrs`);
+//! - [`llamacpp`]: llama.cpp running a GGUF model in-process, several sequences in one
+//!   batch (the only module that imports `llama_cpp_2`);
 //! - [`upstream`]: any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp's server,
 //!   a hosted API), streamed through over HTTP;
 //! - [`scripted`]: programmable tokens, delays and failures, for tests and benchmarks.
@@ -14,8 +16,11 @@
 pub mod config;
 pub mod gguf;
 pub mod grammar;
+#[cfg(feature = "llamacpp")]
+pub mod llamacpp;
 #[cfg(feature = "mistral")]
 pub mod mistral;
+pub mod picking;
 pub mod sampling;
 pub mod scripted;
 pub mod served;
@@ -255,6 +260,9 @@ pub struct Prepared {
     /// request that fails before its stream still says which endpoints it tried);
     /// `None` for an engine in this process.
     pub reported: Option<Arc<Reported>>,
+    /// The prompt's token ids, where the engine counted them itself and decodes from
+    /// them (llama.cpp): not tokenized twice.
+    pub tokens: Option<Arc<[u32]>>,
 }
 
 /// What `/tokenize` turns into token ids.

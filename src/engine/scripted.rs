@@ -149,6 +149,7 @@ impl Engine for ScriptedEngine {
             prompt_tokens,
             grammar: None,
             reported: None,
+            tokens: None,
         })
     }
 

@@ -409,6 +409,7 @@ impl canary::Subject for Canary<'_> {
             prompt_tokens,
             grammar: None,
             reported: None,
+            tokens: None,
         };
         self.engine.start_on(self.loaded, prepared, Some(0)).await
     }
@@ -484,6 +485,7 @@ impl Engine for MistralEngine {
             prompt_tokens,
             grammar,
             reported: None,
+            tokens: None,
         })
     }
 

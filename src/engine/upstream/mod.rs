@@ -199,6 +199,7 @@ impl Engine for UpstreamEngine {
             prompt_tokens,
             grammar: None,
             reported: Some(Arc::default()),
+            tokens: None,
         })
     }
 

@@ -1,0 +1,437 @@
+//! The decode loop of one llama.cpp model, on a thread of its own that owns the context.
+//!
+//! Each of the context's sequence ids is a [`Slot`]: its own region of the KV cache and
+//! the tokens it holds. A request takes a free slot (the gateway's semaphore keeps one
+//! free for each) and is decoded there:
+//! - one step decodes, in one llama.cpp batch, the next token of every sequence that is
+//!   answering and a chunk of each prompt still being read: [`Shape::chunk`] tokens of
+//!   it while others answer, up to the whole batch when nothing else does, so a long
+//!   prompt delays the others one chunk per step, not its whole prefill;
+//! - a seeded request runs in a batch of its own, with chunks of a fixed size and no
+//!   prefix from another request: what its logits are cannot depend on what else ran,
+//!   so a replay gives the same text;
+//! - with [`Shape::reuse_prefixes`] a request takes the free slot whose cache shares the
+//!   longest prefix with its prompt (a system prompt) and reads only the rest;
+//! - each token is picked by the gateway's picker on the sequence's logits (penalties
+//!   first), stamped as it is picked, and sent on at once (the engine never waits for a
+//!   client: see `super::forward`);
+//! - a sequence whose client left ends at its next step; its cache stays for reuse.
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::text::Pieces;
+use super::Claim;
+use crate::engine::grammar::Vocabulary;
+use crate::engine::picking::{penalize, Pick, TokenPicker};
+use crate::engine::{EngineError, EngineEvent, Sampling};
+use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
+
+/// How the loop's context is laid out, and how it steps.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shape {
+    /// Sequences decoded together, each a slot of the KV cache.
+    pub sequences: usize,
+    /// Tokens of context each sequence has.
+    pub context: u32,
+    /// Tokens one decode call takes at most.
+    pub batch: u32,
+    /// Tokens of a prompt read in a step while other sequences answer, and in every
+    /// step of a seeded request's own batch.
+    pub chunk: u32,
+    /// Keep finished sequences' caches for requests that share their prefix.
+    pub reuse_prefixes: bool,
+}
+
+/// A request for the loop.
+pub(crate) struct Job {
+    /// The prompt's tokens, chat template applied.
+    pub prompt: Arc<[u32]>,
+    pub picker: TokenPicker,
+    /// For the penalties, which the loop applies before the picker.
+    pub sampling: Sampling,
+    pub max_tokens: u32,
+    /// Decode it alone, with no cached prefix (a seeded request).
+    pub solo: bool,
+    pub events: UnboundedSender<EngineEvent>,
+    pub claim: Claim,
+}
+
+/// A request being read or answered.
+struct Running {
+    job: Job,
+    answer: Vec<u32>,
+    /// The token picked last, decoded at the next step (it is not in the cache yet).
+    next: Option<u32>,
+    text: Pieces,
+}
+
+/// One sequence id of the context and what its region of the KV cache holds.
+#[derive(Default)]
+struct Slot {
+    /// The tokens whose keys and values are in the cache, in order.
+    cached: Vec<u32>,
+    running: Option<Running>,
+}
+
+/// One sequence's part of a decode call.
+struct Entry {
+    slot: usize,
+    /// Tokens this call adds to its cache.
+    adds: Vec<u32>,
+    /// Where its logits are in the batch, when this call ends its prompt or decodes.
+    logits: Option<i32>,
+}
+
+/// Runs until the engine is dropped (the jobs' sender with it).
+pub(super) fn run(
+    mut ctx: LlamaContext<'_>,
+    model: &LlamaModel,
+    vocabulary: Option<Arc<Vocabulary>>,
+    jobs: Receiver<Job>,
+    shape: Shape,
+) {
+    let mut slots: Vec<Slot> = (0..shape.sequences).map(|_| Slot::default()).collect();
+    let mut batch = LlamaBatch::new(shape.batch as usize, 1);
+    let tokens = Tokens { model, vocabulary };
+    loop {
+        if slots.iter().all(|s| s.running.is_none()) {
+            match jobs.recv() {
+                Ok(job) => admit(&mut ctx, &mut slots, job, shape),
+                Err(_) => return,
+            }
+        }
+        loop {
+            match jobs.try_recv() {
+                Ok(job) => admit(&mut ctx, &mut slots, job, shape),
+                Err(TryRecvError::Empty) => break,
+                // The engine is gone: the sequences still running end with it.
+                Err(TryRecvError::Disconnected) => return,
+            }
+        }
+        for slot in &mut slots {
+            if slot
+                .running
+                .as_ref()
+                .is_some_and(|r| r.job.events.is_closed())
+            {
+                slot.running = None;
+            }
+        }
+        let (shared, solo): (Vec<usize>, Vec<usize>) = (0..slots.len())
+            .filter(|&i| slots[i].running.is_some())
+            .partition(|&i| slots[i].running.as_ref().is_some_and(|r| !r.job.solo));
+        if !shared.is_empty() {
+            step(
+                &mut ctx, &tokens, &mut slots, &shared, &mut batch, shape, false,
+            );
+        }
+        for i in solo {
+            step(&mut ctx, &tokens, &mut slots, &[i], &mut batch, shape, true);
+        }
+    }
+}
+
+/// Gives `job` a free slot: with prefix reuse, the one whose cache shares most of its
+/// prompt (never all of it: the last prompt token is read again for its logits);
+/// otherwise the one with least cached, so other prefixes stay.
+fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape) {
+    let reuse = shape.reuse_prefixes && !job.solo;
+    let shared = |slot: &Slot| {
+        let common = slot
+            .cached
+            .iter()
+            .zip(job.prompt.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        common.min(job.prompt.len().saturating_sub(1))
+    };
+    let free = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.running.is_none());
+    let chosen = if reuse {
+        free.max_by_key(|(_, s)| shared(s))
+            .map(|(i, s)| (i, shared(s)))
+    } else {
+        free.min_by_key(|(_, s)| s.cached.len())
+            .map(|(i, _)| (i, 0))
+    };
+    let Some((index, keep)) = chosen else {
+        // The gateway's semaphore holds back more requests than slots; this is a bug.
+        let _ = job.events.send(EngineEvent::Failed(EngineError::Internal(
+            "no free llama.cpp sequence for an admitted request".into(),
+        )));
+        return;
+    };
+    let slot = &mut slots[index];
+    forget_from(ctx, index, slot, keep);
+    if keep > 0 {
+        tracing::debug!(
+            sequence = index,
+            reused = keep,
+            prompt = job.prompt.len(),
+            "Reusing a cached prompt prefix."
+        );
+    }
+    let mut job = job;
+    job.claim.holds(keep);
+    slot.running = Some(Running {
+        job,
+        answer: Vec::new(),
+        next: None,
+        text: Pieces::default(),
+    });
+}
+
+/// Drops the cache of sequence `index` from position `keep` on.
+fn forget_from(ctx: &mut LlamaContext<'_>, index: usize, slot: &mut Slot, keep: usize) {
+    let seq = u32::try_from(index).unwrap_or_default();
+    let from = u32::try_from(keep).unwrap_or(u32::MAX);
+    if ctx.clear_kv_cache_seq(Some(seq), Some(from), None).is_err() {
+        let _ = ctx.clear_kv_cache_seq(Some(seq), None, None);
+        slot.cached.clear();
+        return;
+    }
+    slot.cached.truncate(keep);
+}
+
+/// The model's tokens as the loop needs them: their bytes, whether they end a
+/// sequence, and their spelling for the log-probabilities.
+struct Tokens<'m> {
+    model: &'m LlamaModel,
+    vocabulary: Option<Arc<Vocabulary>>,
+}
+
+impl Tokens<'_> {
+    fn text(&self, id: u32) -> TokenText {
+        match &self.vocabulary {
+            Some(v) => v.token_text(id),
+            None => TokenText::from_bytes(self.bytes(id)),
+        }
+    }
+
+    fn bytes(&self, id: u32) -> Vec<u8> {
+        self.model.vocab().token_to_piece(
+            LlamaToken::new(i32::try_from(id).unwrap_or_default()),
+            false,
+            None,
+        )
+    }
+
+    fn ends(&self, id: u32) -> bool {
+        self.model
+            .vocab()
+            .is_eog(LlamaToken::new(i32::try_from(id).unwrap_or_default()))
+    }
+
+    fn logprob(&self, pick: &Pick) -> TokenLogprob {
+        TokenLogprob {
+            token: self.text(pick.id),
+            logprob: pick.logprob,
+            top: pick
+                .top
+                .iter()
+                .map(|&(id, lp)| (self.text(id), lp))
+                .collect(),
+        }
+    }
+}
+
+/// One decode call for the sequences in `group`, and a token picked for each whose
+/// logits it gave.
+fn step(
+    ctx: &mut LlamaContext<'_>,
+    tokens: &Tokens<'_>,
+    slots: &mut [Slot],
+    group: &[usize],
+    batch: &mut LlamaBatch<'_>,
+    shape: Shape,
+    solo: bool,
+) {
+    batch.clear();
+    let mut entries: Vec<Entry> = Vec::with_capacity(group.len());
+    // Every answering sequence's next token first: one position each.
+    for &i in group {
+        let slot = &slots[i];
+        let Some(next) = slot.running.as_ref().and_then(|r| r.next) else {
+            continue;
+        };
+        let at = batch.n_tokens();
+        let added = batch.add(
+            LlamaToken::new(i32::try_from(next).unwrap_or_default()),
+            position(slot.cached.len()),
+            &[sequence(i)],
+            true,
+        );
+        if added.is_ok() {
+            entries.push(Entry {
+                slot: i,
+                adds: vec![next],
+                logits: Some(at),
+            });
+        }
+    }
+    // Then chunks of the prompts still being read, in what room is left.
+    let answering = !entries.is_empty();
+    for &i in group {
+        let slot = &slots[i];
+        let Some(running) = slot.running.as_ref() else {
+            continue;
+        };
+        let prompt = &running.job.prompt;
+        if running.next.is_some() || slot.cached.len() >= prompt.len() {
+            continue;
+        }
+        let room = shape.batch as usize - batch.n_tokens() as usize;
+        let chunk = if solo || answering {
+            shape.chunk as usize
+        } else {
+            room
+        };
+        let from = slot.cached.len();
+        let to = prompt.len().min(from + chunk.min(room));
+        if to <= from {
+            continue;
+        }
+        let mut logits = None;
+        for (pos, &id) in prompt[from..to].iter().enumerate() {
+            let last = from + pos + 1 == prompt.len();
+            if last {
+                logits = Some(batch.n_tokens());
+            }
+            let token = LlamaToken::new(i32::try_from(id).unwrap_or_default());
+            if batch
+                .add(token, position(from + pos), &[sequence(i)], last)
+                .is_err()
+            {
+                break;
+            }
+        }
+        entries.push(Entry {
+            slot: i,
+            adds: prompt[from..to].to_vec(),
+            logits,
+        });
+    }
+    if entries.is_empty() {
+        return;
+    }
+    if let Err(error) = ctx.decode(batch) {
+        tracing::error!(error = %error, sequences = entries.len(), "llama.cpp failed to decode a batch.");
+        for entry in &entries {
+            let slot = &mut slots[entry.slot];
+            forget_from(ctx, entry.slot, slot, 0);
+            if let Some(running) = slot.running.take() {
+                let _ = running
+                    .job
+                    .events
+                    .send(EngineEvent::Failed(EngineError::Internal(format!(
+                        "llama.cpp failed to decode: {error}"
+                    ))));
+            }
+        }
+        return;
+    }
+    for entry in entries {
+        let slot = &mut slots[entry.slot];
+        slot.cached.extend_from_slice(&entry.adds);
+        let Some(running) = slot.running.as_mut() else {
+            continue;
+        };
+        running.next = None;
+        running.job.claim.holds(slot.cached.len());
+        if let Some(at) = entry.logits {
+            let mut values = ctx.get_logits_ith(at).to_vec();
+            if let Some(ending) = pick_next(tokens, running, &mut values) {
+                finish(slot, ending);
+            }
+        }
+    }
+}
+
+/// How a sequence ends.
+enum Ending {
+    Finished(FinishReason),
+    Failed(EngineError),
+}
+
+/// Picks the sequence's next token from `values` and sends its text on; what ends the
+/// sequence, if this token does.
+fn pick_next(tokens: &Tokens<'_>, running: &mut Running, values: &mut [f32]) -> Option<Ending> {
+    let job = &running.job;
+    penalize(values, &job.prompt, &running.answer, &job.sampling);
+    let length = job.prompt.len() + running.answer.len();
+    let pick = match job.picker.pick(values, length) {
+        Ok(pick) => pick,
+        Err(message) => {
+            return Some(Ending::Failed(EngineError::Internal(format!(
+                "structured output: {message}"
+            ))))
+        }
+    };
+    let id = pick.id;
+    running.answer.push(id);
+    // An end-of-sequence or stop token counts as generated, its text is not the answer's.
+    let ends = job.picker.is_stop(id) || tokens.ends(id);
+    let text = if ends {
+        running.text.finish()
+    } else {
+        running.text.push(&tokens.bytes(id))
+    };
+    let _ = job.events.send(EngineEvent::Token {
+        text,
+        ids: vec![id],
+        logprobs: vec![tokens.logprob(&pick)],
+        at: pick.at,
+    });
+    if ends {
+        return Some(Ending::Finished(FinishReason::Stop));
+    }
+    if running.answer.len() >= job.max_tokens as usize {
+        let rest = running.text.finish();
+        if !rest.is_empty() {
+            let _ = job.events.send(EngineEvent::Token {
+                text: rest,
+                ids: Vec::new(),
+                logprobs: Vec::new(),
+                at: pick.at,
+            });
+        }
+        return Some(Ending::Finished(FinishReason::Length));
+    }
+    running.next = Some(id);
+    None
+}
+
+/// Ends the slot's sequence with `ending`; its cache stays for a later prefix.
+fn finish(slot: &mut Slot, ending: Ending) {
+    let Some(running) = slot.running.take() else {
+        return;
+    };
+    let event = match ending {
+        Ending::Finished(reason) => EngineEvent::Finished {
+            reason,
+            usage: Usage {
+                prompt_tokens: u32::try_from(running.job.prompt.len()).unwrap_or(u32::MAX),
+                completion_tokens: u32::try_from(running.answer.len()).unwrap_or(u32::MAX),
+            },
+        },
+        Ending::Failed(error) => EngineEvent::Failed(error),
+    };
+    let _ = running.job.events.send(event);
+}
+
+fn position(index: usize) -> i32 {
+    i32::try_from(index).unwrap_or(i32::MAX)
+}
+
+fn sequence(slot: usize) -> i32 {
+    i32::try_from(slot).unwrap_or_default()
+}

@@ -1,0 +1,178 @@
+//! Loading a GGUF into llama.cpp: the file's hash and metadata first (the fingerprint,
+//! the vocabulary, the end-of-sequence tokens), then the model, then the decode loop's
+//! thread with its context, which answers once the context is made (a context that
+//! cannot be made, too large a KV cache say, is a load failure, not a loop that dies
+//! later).
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+
+use super::batch::{self, Shape};
+use super::{LlamaCppSettings, Loaded, DEFAULT_CONTEXT_CAP, ENGINE_NAME};
+use crate::engine::gguf::GgufFacts;
+use crate::engine::ModelInfo;
+use crate::fingerprint::{self, Accelerator};
+
+/// Tokens one decode call takes at most (llama.cpp's server and llama-cpp-python use
+/// the same): a prompt longer than this is prefilled over several steps.
+const BATCH_TOKENS: u32 = 512;
+/// Tokens of one sequence's prompt prefilled in a step while other sequences decode: a
+/// long prompt then costs each of them one such step at a time, not its whole prefill.
+const PREFILL_CHUNK: u32 = 128;
+
+/// llama.cpp's backend, initialised once per process however many models it serves.
+fn backend() -> anyhow::Result<&'static LlamaBackend> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            // llama.cpp's own log lines go to tracing (debug and above as it rates them).
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("llama.cpp's backend could not start: {e}"))
+}
+
+/// Making a context from a model writes to the model in llama.cpp (the bindings say
+/// so): one at a time in the process.
+static CONTEXTS: Mutex<()> = Mutex::new(());
+
+pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
+    let path = &settings.model_path;
+    let facts = GgufFacts::read(path)
+        .map_err(|e| anyhow::anyhow!("{} is not a GGUF llama.cpp can read: {e}", path.display()))?;
+    let file_sha256 = fingerprint::file_sha256(path)?;
+    let eos: Arc<[u32]> = facts.end_of_sequence_ids().into();
+    let vocabulary = match facts.vocabulary() {
+        Ok(vocabulary) => Some(Arc::new(vocabulary)),
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) and logprobs are not available for this model.");
+            None
+        }
+    };
+    let backend = backend()?;
+    let on_gpu = cfg!(feature = "cuda") && !settings.force_cpu;
+    let mut params = LlamaModelParams::default();
+    if on_gpu {
+        params = params.with_n_gpu_layers(u32::MAX);
+    }
+    let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+        anyhow::anyhow!(
+            "llama.cpp could not load {} ({} model): {e}",
+            path.display(),
+            facts.architecture()
+        )
+    })?;
+    let model = Arc::new(model);
+    let trained = model.n_ctx_train();
+    let context_length = settings
+        .context_length
+        .unwrap_or(trained.min(DEFAULT_CONTEXT_CAP))
+        .max(16);
+    let template = model.chat_template(None).ok();
+    if template.is_none() {
+        tracing::warn!(path = %path.display(), "The model's file has no chat template: only /v1/completions can be served.");
+    }
+    let sequences = settings.sequences.max(1);
+    let shape = Shape {
+        sequences,
+        context: context_length,
+        batch: BATCH_TOKENS,
+        chunk: PREFILL_CHUNK,
+        reuse_prefixes: settings.prefix_cache,
+    };
+    let jobs = start_loop(Arc::clone(&model), settings, shape, vocabulary.clone())?;
+    let device = if on_gpu { "cuda" } else { "cpu" };
+    let accelerator = if on_gpu {
+        crate::gpu::accelerator()
+    } else {
+        Accelerator::default()
+    };
+    let info = ModelInfo {
+        id: settings.model_id.clone(),
+        context_length,
+        system_fingerprint: fingerprint::system_fingerprint(
+            &file_sha256,
+            ENGINE_NAME,
+            device,
+            &accelerator,
+        ),
+        sha256: file_sha256,
+        quant: facts.quantization(),
+        device: device.to_owned(),
+        accelerator,
+        upstream: None,
+        loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
+    };
+    Ok(Loaded {
+        model,
+        template,
+        info: Arc::new(info),
+        vocabulary,
+        eos,
+        jobs,
+    })
+}
+
+/// Starts the decode loop on a thread of its own and waits until its context is made.
+fn start_loop(
+    model: Arc<LlamaModel>,
+    settings: &LlamaCppSettings,
+    shape: Shape,
+    vocabulary: Option<Arc<crate::engine::grammar::Vocabulary>>,
+) -> anyhow::Result<std::sync::mpsc::Sender<batch::Job>> {
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
+    let (made_tx, made_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let threads = settings.threads();
+    let span = tracing::Span::current();
+    std::thread::Builder::new()
+        .name(format!("llamacpp-{}", settings.model_id))
+        .spawn(move || {
+            let _entered = span.enter();
+            let params = LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(shape.context * shape.sequences as u32))
+                .with_n_batch(shape.batch)
+                .with_n_ubatch(shape.batch)
+                .with_n_seq_max(shape.sequences as u32)
+                // Each sequence its own region of the cache: a sequence's cells, and so its
+                // attention's order of sums, do not depend on its neighbours.
+                .with_kv_unified(false)
+                .with_n_threads(threads)
+                .with_n_threads_batch(threads);
+            let context = {
+                let _one_at_a_time = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+                let Ok(backend) = backend() else {
+                    let _ = made_tx.send(Err("llama.cpp's backend is not running".into()));
+                    return;
+                };
+                model.new_context(backend, params)
+            };
+            let context = match context {
+                Ok(context) => {
+                    let _ = made_tx.send(Ok(()));
+                    context
+                }
+                Err(error) => {
+                    let _ = made_tx.send(Err(error.to_string()));
+                    return;
+                }
+            };
+            batch::run(context, &model, vocabulary, jobs_rx, shape);
+        })?;
+    match made_rx.recv() {
+        Ok(Ok(())) => Ok(jobs_tx),
+        Ok(Err(error)) => Err(anyhow::anyhow!(
+            "llama.cpp could not make a context of {} sequences x {} tokens: {error}",
+            shape.sequences,
+            shape.context
+        )),
+        Err(_) => Err(anyhow::anyhow!(
+            "the llama.cpp decode loop's thread ended at start"
+        )),
+    }
+}

@@ -1,0 +1,493 @@
+//! The llama.cpp engine: a GGUF model run in this process through llama.cpp (the
+//! `llama-cpp-2` crate, which builds llama.cpp's C++ from its own sources). This module
+//! and its children are the only ones that import `llama_cpp_2`.
+//!
+//! One thread per model owns the llama.cpp context and runs the decode loop ([`batch`]):
+//! several sequences decoded together in one batch, each with its own KV cache; a new
+//! request's prompt prefilled in chunks beside the others' decoding, so one long prompt
+//! does not stall every other stream for its whole length; and, with
+//! `engine.prefix_cache`, a finished sequence's KV cache kept for the next request that
+//! shares its prefix (a system prompt). Each token is chosen by the gateway's own picker
+//! ([`crate::engine::picking`]): seeds, structured output, log-probabilities and the end
+//! rules behave as with mistral.rs, and a seeded request is decoded on its own, never in
+//! a batch whose company could move its logits.
+//!
+//! - [`load`]: the file's facts and fingerprint, the model, the loop's thread;
+//! - [`batch`]: the decode loop;
+//! - [`text`]: a sequence's bytes to text, a character split across tokens held back.
+
+mod batch;
+mod load;
+mod text;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use super::grammar::Vocabulary;
+use super::picking::{EndRules, TokenPicker};
+use super::{
+    Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
+    Prepared, Prompt, TokenizeRequest,
+};
+use crate::engine::config::EngineConfig;
+
+/// Engine name and version, part of the system fingerprint: the bindings' version pins
+/// the llama.cpp sources they build.
+pub const ENGINE_NAME: &str = "llama.cpp (llama-cpp-2 0.1.160)";
+/// Sequences decoded together when the config does not say [`LlamaCppSettings::sequences`].
+pub const DEFAULT_SEQUENCES: usize = 4;
+/// Each sequence's context when the config does not say: the model's trained context, at
+/// most this (a 128k-token model's KV cache for four sequences would not fit most hosts).
+pub const DEFAULT_CONTEXT_CAP: u32 = 4096;
+
+/// What the engine needs to load and run a model.
+#[derive(Debug, Clone)]
+pub struct LlamaCppSettings {
+    pub model_path: PathBuf,
+    /// The id clients use in `model`.
+    pub model_id: String,
+    /// Sequences decoded together in one batch, each with its own KV cache.
+    pub sequences: usize,
+    /// Tokens of context each sequence has; `None`: the model's, at most
+    /// [`DEFAULT_CONTEXT_CAP`].
+    pub context_length: Option<u32>,
+    /// Compute threads; 0: one per core.
+    pub threads: usize,
+    /// Keep finished sequences' KV caches for the next request sharing their prefix.
+    pub prefix_cache: bool,
+    /// Run on CPU even in a CUDA build.
+    pub force_cpu: bool,
+}
+
+impl LlamaCppSettings {
+    pub fn new(model_path: impl Into<PathBuf>, model_id: impl Into<String>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            model_id: model_id.into(),
+            sequences: DEFAULT_SEQUENCES,
+            context_length: None,
+            threads: 0,
+            prefix_cache: false,
+            force_cpu: false,
+        }
+    }
+
+    /// The settings `[engine]` gives a llama.cpp model: `max_batch_size` is its
+    /// sequences (llama.cpp batches correctly on CPU, unlike mistral.rs 0.8.1).
+    pub fn from_config(engine: &EngineConfig) -> Self {
+        Self {
+            model_path: engine.model_path.clone(),
+            model_id: engine.model_id.clone(),
+            sequences: engine.max_batch_size.unwrap_or(DEFAULT_SEQUENCES).max(1),
+            context_length: engine.context_length,
+            threads: engine.threads,
+            prefix_cache: engine.prefix_cache,
+            force_cpu: engine.force_cpu,
+        }
+    }
+
+    fn threads(&self) -> i32 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = if self.threads == 0 {
+            cores
+        } else {
+            self.threads
+        };
+        i32::try_from(threads).unwrap_or(1)
+    }
+}
+
+/// The loaded model, as the request path uses it (the decode loop has its own handle).
+struct Loaded {
+    model: Arc<LlamaModel>,
+    /// The chat template from the file; `None`: only text prompts can be served.
+    template: Option<LlamaChatTemplate>,
+    info: Arc<ModelInfo>,
+    /// The tokens' bytes, for structured output, log-probabilities and spellings.
+    vocabulary: Option<Arc<Vocabulary>>,
+    /// The tokens a sequence ends on, for `ignore_eos`, `min_tokens` and
+    /// `stop_token_ids`.
+    eos: Arc<[u32]>,
+    /// Where requests go to the decode loop.
+    jobs: std::sync::mpsc::Sender<batch::Job>,
+}
+
+pub struct LlamaCppEngine {
+    loaded: OnceLock<Loaded>,
+    /// One permit per sequence the loop decodes at once: requests wait here, in the
+    /// gateway, where the wait is measured.
+    slots: Arc<Semaphore>,
+    waiting: Arc<AtomicUsize>,
+    running: Arc<AtomicUsize>,
+    /// Token positions the running sequences hold in their KV caches.
+    kv_tokens: Arc<AtomicUsize>,
+    sequences: usize,
+}
+
+impl std::fmt::Debug for LlamaCppEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaCppEngine")
+            .field("model", &self.loaded.get().map(|l| l.info.id.as_str()))
+            .field("sequences", &self.sequences)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running sequence's claim: its permit, its place in the running count and its KV
+/// positions, all given back when the decode loop drops it at the sequence's end.
+pub(crate) struct Claim {
+    _running: Counted,
+    kv_tokens: Arc<AtomicUsize>,
+    held: usize,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Claim {
+    /// The sequence's KV cache now holds `tokens` positions.
+    fn holds(&mut self, tokens: usize) {
+        if tokens > self.held {
+            self.kv_tokens
+                .fetch_add(tokens - self.held, Ordering::SeqCst);
+        } else {
+            self.kv_tokens
+                .fetch_sub(self.held - tokens, Ordering::SeqCst);
+        }
+        self.held = tokens;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.kv_tokens.fetch_sub(self.held, Ordering::SeqCst);
+    }
+}
+
+impl LlamaCppEngine {
+    fn empty(settings: &LlamaCppSettings) -> Self {
+        let sequences = settings.sequences.max(1);
+        Self {
+            loaded: OnceLock::new(),
+            slots: Arc::new(Semaphore::new(sequences)),
+            waiting: Arc::default(),
+            running: Arc::default(),
+            kv_tokens: Arc::default(),
+            sequences,
+        }
+    }
+
+    /// Starts loading the model in the background and returns at once. A file llama.cpp
+    /// cannot load ends the process with the reason, as a mistral.rs model that fails to
+    /// load does: a gateway without its model serves nothing.
+    pub fn start(settings: LlamaCppSettings) -> Arc<Self> {
+        let engine = Arc::new(Self::empty(&settings));
+        let loader = Arc::clone(&engine);
+        let span = tracing::Span::current();
+        let spawned = std::thread::Builder::new()
+            .name("llamacpp-load".into())
+            .spawn(move || {
+                let _entered = span.enter();
+                match load::load(&settings) {
+                    Ok(loaded) => {
+                        tracing::info!(
+                            model = %loaded.info.id,
+                            context_length = loaded.info.context_length,
+                            sequences = settings.sequences,
+                            system_fingerprint = %loaded.info.system_fingerprint,
+                            "Model loaded in llama.cpp; ready to serve."
+                        );
+                        let _ = loader.loaded.set(loaded);
+                    }
+                    Err(error) => {
+                        tracing::error!(path = %settings.model_path.display(), error = %format!("{error:#}"), "llama.cpp could not load the model.");
+                        std::process::exit(1);
+                    }
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::error!(error = %error, "Could not start the llama.cpp loader thread.");
+            std::process::exit(1);
+        }
+        engine
+    }
+
+    /// Loads the model and waits until it is ready (benchmarks and tests). Errors: what
+    /// llama.cpp or the file said.
+    pub fn load_now(settings: LlamaCppSettings) -> anyhow::Result<Arc<Self>> {
+        let engine = Self::empty(&settings);
+        let _ = engine.loaded.set(load::load(&settings)?);
+        Ok(Arc::new(engine))
+    }
+
+    async fn claim(&self) -> Result<Claim, EngineError> {
+        let waiting = Counted::new(&self.waiting);
+        let permit = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
+        drop(waiting);
+        Ok(Claim {
+            _running: Counted::new(&self.running),
+            kv_tokens: Arc::clone(&self.kv_tokens),
+            held: 0,
+            _permit: permit,
+        })
+    }
+}
+
+/// The prompt as llama.cpp's tokens: a conversation rendered with the file's chat
+/// template (the assistant's turn opened when `generation_prompt`), then tokenized with
+/// its special tokens read as such; a text prompt as it is, special-token text taken as
+/// text.
+fn tokenize_prompt(
+    loaded: &Loaded,
+    prompt: &Prompt,
+    add_special: bool,
+    generation_prompt: bool,
+) -> Result<Vec<u32>, EngineError> {
+    let (text, parse_special) =
+        match prompt {
+            Prompt::Chat(messages) => {
+                let template = loaded.template.as_ref().ok_or_else(|| {
+                    EngineError::Unsupported {
+                    param: "messages".into(),
+                    reason:
+                        "this model's file has no chat template; send a prompt to /v1/completions"
+                            .into(),
+                }
+                })?;
+                let chat = messages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        LlamaChatMessage::new(m.role.as_str().to_owned(), m.content.clone())
+                            .map_err(|_| EngineError::InvalidParameter {
+                                param: format!("messages[{i}].content"),
+                                message: "contains a NUL character".into(),
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let rendered = loaded
+                    .model
+                    .apply_chat_template(template, &chat, generation_prompt)
+                    .map_err(|e| {
+                        EngineError::Internal(format!(
+                            "llama.cpp could not apply the chat template: {e}"
+                        ))
+                    })?;
+                (rendered, true)
+            }
+            Prompt::Text(text) => (text.clone(), false),
+        };
+    let vocab = loaded.model.vocab();
+    let ids = vocab.tokenize(text.as_bytes(), add_special, parse_special);
+    Ok(ids
+        .into_iter()
+        .map(|t| u32::try_from(t.0).unwrap_or_default())
+        .collect())
+}
+
+#[async_trait]
+impl Engine for LlamaCppEngine {
+    fn model_info(&self) -> Option<Arc<ModelInfo>> {
+        self.loaded.get().map(|l| Arc::clone(&l.info))
+    }
+
+    fn load(&self) -> EngineLoad {
+        EngineLoad {
+            running: self.running.load(Ordering::SeqCst),
+            waiting: self.waiting.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Each sequence has its own region of the KV cache, one context long: the share is
+    /// the positions the running sequences hold over what all of them could.
+    fn kv_cache(&self) -> Option<KvCacheUse> {
+        let loaded = self.loaded.get()?;
+        Some(KvCacheUse {
+            used_tokens: self.kv_tokens.load(Ordering::SeqCst) as u64,
+            capacity_tokens: self.sequences as u64 * u64::from(loaded.info.context_length),
+        })
+    }
+
+    async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        let ids = tokenize_prompt(loaded, &request.prompt, true, true)?;
+        let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
+        if request.sampling.min_tokens > request.max_tokens {
+            return Err(EngineError::InvalidParameter {
+                param: "min_tokens".into(),
+                message: format!(
+                    "{} is more than the {} tokens the context leaves for the completion",
+                    request.sampling.min_tokens, request.max_tokens
+                ),
+            });
+        }
+        let n_vocab = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
+        if let Some((at, bad)) = request
+            .sampling
+            .stop_token_ids
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id >= n_vocab)
+        {
+            return Err(EngineError::InvalidParameter {
+                param: format!("stop_token_ids[{at}]"),
+                message: format!("{bad} is not a token id of this model"),
+            });
+        }
+        if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
+            return Err(EngineError::Unsupported {
+                param: "logprobs".into(),
+                reason: "this model's tokenizer is not one the gateway can spell tokens with"
+                    .into(),
+            });
+        }
+        let grammar = match (&loaded.vocabulary, &request.response_format) {
+            (_, super::ResponseFormat::Text) => None,
+            (Some(vocabulary), format) => {
+                let (vocabulary, format) = (Arc::clone(vocabulary), format.clone());
+                tokio::task::spawn_blocking(move || vocabulary.compile(&format))
+                    .await
+                    .map_err(|e| EngineError::Internal(e.to_string()))??
+            }
+            (None, _) => {
+                return Err(EngineError::Unsupported {
+                    param: "response_format".into(),
+                    reason: "this model's tokenizer is not one the gateway can build a grammar for"
+                        .into(),
+                })
+            }
+        };
+        Ok(Prepared {
+            request,
+            prompt_tokens,
+            grammar,
+            reported: None,
+            tokens: Some(ids.into()),
+        })
+    }
+
+    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        let Prepared {
+            request,
+            prompt_tokens,
+            grammar,
+            tokens,
+            ..
+        } = prepared;
+        let prompt = match tokens {
+            Some(tokens) => tokens,
+            None => tokenize_prompt(loaded, &request.prompt, true, true)?.into(),
+        };
+        let claim = self.claim().await?;
+        let started = std::time::Instant::now();
+        let picker = TokenPicker::new(
+            &request.sampling,
+            grammar,
+            request.top_logprobs,
+            EndRules {
+                eos: Arc::clone(&loaded.eos),
+                prompt_tokens: prompt.len(),
+                ignore_eos: request.sampling.ignore_eos,
+                min_tokens: request.sampling.min_tokens as usize,
+                stop_token_ids: request.sampling.stop_token_ids.clone(),
+            },
+        );
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let job = batch::Job {
+            // A seeded answer is one a replay must give again: no prefix computed in
+            // another batch, no batch company.
+            solo: request.sampling.seed.is_some(),
+            prompt,
+            picker,
+            sampling: request.sampling,
+            max_tokens: request.max_tokens,
+            events: events_tx,
+            claim,
+        };
+        loaded
+            .jobs
+            .send(job)
+            .map_err(|_| EngineError::Internal("the llama.cpp decode loop has stopped".into()))?;
+        let (tx, rx) = mpsc::channel(32);
+        tokio::spawn(forward(events_rx, tx).in_current_span());
+        Ok(Generation {
+            prompt_tokens,
+            started,
+            events: rx,
+            reported: None,
+        })
+    }
+
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        tokenize_prompt(
+            loaded,
+            &request.prompt,
+            request.add_special_tokens,
+            request.add_generation_prompt,
+        )
+    }
+
+    async fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> Result<String, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        let n_vocab = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
+        if let Some((at, bad)) = ids.iter().enumerate().find(|(_, &id)| id >= n_vocab) {
+            return Err(EngineError::InvalidParameter {
+                param: format!("tokens[{at}]"),
+                message: format!("{bad} is not a token id of this model"),
+            });
+        }
+        if ids.is_empty() {
+            return Ok(String::new());
+        }
+        let tokens: Vec<LlamaToken> = ids
+            .iter()
+            .map(|&id| LlamaToken::new(i32::try_from(id).unwrap_or_default()))
+            .collect();
+        let bytes =
+            loaded
+                .model
+                .vocab()
+                .detokenize(&tokens, skip_special_tokens, !skip_special_tokens);
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>> {
+        self.loaded.get()?.vocabulary.as_ref()?.spellings(ids)
+    }
+}
+
+/// Hands the decode loop's events to the gateway as it takes them. The loop never waits
+/// for a client: what a slow one has not taken waits here (at most the answer), and when
+/// the gateway drops its stream this task ends, which the loop sees as the sequence
+/// cancelled at its next step.
+async fn forward(
+    mut events: mpsc::UnboundedReceiver<super::EngineEvent>,
+    tx: mpsc::Sender<super::EngineEvent>,
+) {
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { return };
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+            () = tx.closed() => return,
+        }
+    }
+}

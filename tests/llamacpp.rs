@@ -1,0 +1,297 @@
+//! End to end with the real default model through the llama.cpp engine
+//! (`engine = "llamacpp"`): what the gateway measures and controls works as with
+//! mistral.rs (token ids, log-probabilities, seeds, stops, the end rules, structured
+//! output, cancellation, /tokenize, the fingerprint), several sequences are decoded
+//! together, and a seeded answer does not depend on what runs beside it.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use llmgate::config::DEFAULT_MODEL_PATH;
+use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
+use llmgate::engine::Engine;
+use serde_json::{json, Value};
+
+fn model_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-model",
+        path.display()
+    );
+    path
+}
+
+fn engine(prefix_cache: bool) -> Arc<LlamaCppEngine> {
+    LlamaCppEngine::load_now(LlamaCppSettings {
+        sequences: 4,
+        context_length: Some(2048),
+        prefix_cache,
+        ..LlamaCppSettings::new(model_path(), MODEL)
+    })
+    .expect("llama.cpp loads the default model")
+}
+
+const FRANCE: &str = "What is the capital of France? Answer in one word.";
+
+async fn ask(server: &TestServer, body: &Value) -> Value {
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status();
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+/// The text and the final chunk of a streamed answer.
+async fn stream(server: &TestServer, mut body: Value) -> (String, Value) {
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let text = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect();
+    let content = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    (content, chunks.last().cloned().expect("a last chunk"))
+}
+
+fn content(answer: &Value) -> &str {
+    answer["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
+    let engine = engine(false);
+    let info = engine.model_info().expect("loaded");
+    assert!(
+        info.system_fingerprint.starts_with("fp_") && info.device == "cpu",
+        "{info:?}"
+    );
+    let server = start(engine.clone(), &test_config("")).await;
+
+    // Greedy, non-streamed and streamed: the same text and counts, the timings sound.
+    let greedy = chat_body(
+        FRANCE,
+        json!({"temperature": 0, "max_tokens": 16, "logprobs": true, "top_logprobs": 2}),
+    );
+    let whole = ask(&server, &greedy).await;
+    assert!(content(&whole).contains("Paris"), "{whole}");
+    let n = whole["usage"]["completion_tokens"].as_u64().expect("usage");
+    assert!((1..=16).contains(&n));
+    assert!(
+        whole["usage"]["prompt_tokens"].as_u64() > Some(10),
+        "chat template applied"
+    );
+    let logprobs = whole["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs");
+    assert!(!logprobs.is_empty() && logprobs.len() as u64 <= n);
+    assert_eq!(
+        logprobs[0]["top_logprobs"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(logprobs.iter().all(|l| l["logprob"].as_f64() <= Some(0.0)));
+    let t = &whole["timings"];
+    assert!(t["ttft_ms"].as_f64() <= t["e2e_ms"].as_f64(), "{t}");
+    assert_eq!(
+        t["repetition_basis"],
+        Value::Null,
+        "the engine's own token ids"
+    );
+    assert!(t["mean_logprob"].as_f64().is_some());
+    let (streamed, last) = stream(&server, greedy.clone()).await;
+    assert_eq!(streamed, content(&whole));
+    assert_eq!(last["usage"], whole["usage"]);
+    let chunks = last["timings"]["chunks"].as_u64().expect("chunks");
+    assert!(
+        (1..=n).contains(&chunks),
+        "one chunk per token at most: {chunks} of {n}"
+    );
+
+    // The end rules and the stops: ignore_eos runs to max_tokens, min_tokens holds the
+    // end back, a stop sequence cuts, a stop token ends without its text.
+    let long = ask(
+        &server,
+        &chat_body(
+            FRANCE,
+            json!({"temperature": 0, "max_tokens": 24, "ignore_eos": true}),
+        ),
+    )
+    .await;
+    assert_eq!(long["usage"]["completion_tokens"], 24);
+    assert_eq!(long["choices"][0]["finish_reason"], "length");
+    let stopped = ask(
+        &server,
+        &chat_body(
+            FRANCE,
+            json!({"temperature": 0, "max_tokens": 16, "stop": ["aris"]}),
+        ),
+    )
+    .await;
+    assert!(!content(&stopped).contains("aris"), "{stopped}");
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+
+    // Structured output: the answer is JSON of the schema.
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "city", "schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": false}}});
+    let structured = ask(
+        &server,
+        &chat_body(
+            FRANCE,
+            json!({"temperature": 0, "max_tokens": 40, "response_format": schema}),
+        ),
+    )
+    .await;
+    let parsed: Value = serde_json::from_str(content(&structured)).expect("JSON");
+    assert!(parsed["city"].is_string(), "{parsed}");
+
+    // /tokenize: the chat template's tokens, and text as text.
+    let tokens: Value = reqwest::Client::new()
+        .post(server.url("/tokenize"))
+        .json(&json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}))
+        .send()
+        .await
+        .expect("tokenize")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        tokens["tokens"].as_array().map(Vec::len),
+        Some(2),
+        "{tokens}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them() {
+    let engine = engine(false);
+    let server = Arc::new(start(engine.clone(), &test_config("")).await);
+    let seeded = chat_body(
+        "Write a short poem about the sea.",
+        json!({"temperature": 0.9, "seed": 42, "max_tokens": 32}),
+    );
+    let alone = content(&ask(&server, &seeded).await).to_owned();
+    // The same seeded request with three others running.
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        let server = Arc::clone(&server);
+        handles.push(tokio::spawn(async move {
+            let body = chat_body(
+                &format!("Tell me a story about a dragon number {i}."),
+                json!({"temperature": 0.7, "max_tokens": 48}),
+            );
+            ask(&server, &body).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let peak = engine.load().running;
+    let beside = content(&ask(&server, &seeded).await).to_owned();
+    for handle in handles {
+        let answer = handle.await.expect("joined");
+        assert!(!content(&answer).is_empty());
+    }
+    assert_eq!(
+        alone, beside,
+        "a seeded answer does not depend on its company"
+    );
+    assert!(peak >= 2, "sequences ran together: {peak}");
+    assert_eq!(engine.load().running, 0);
+    match Arc::try_unwrap(server) {
+        Ok(server) => server.stop().await,
+        Err(_) => panic!("server still shared"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_frees_its_sequence() {
+    let engine = engine(false);
+    let server = start(engine.clone(), &test_config("")).await;
+    let body = chat_body(
+        "Write a very long story.",
+        json!({"stream": true, "max_tokens": 1000, "ignore_eos": true}),
+    );
+    let mut response = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    let mut seen = 0;
+    while seen < 5 {
+        if response.chunk().await.expect("body").is_some() {
+            seen += 1;
+        }
+    }
+    assert_eq!(engine.load().running, 1);
+    drop(response);
+    let freed = eventually(|| engine.load().running == 0).await;
+    assert!(freed, "the sequence ended when its client left");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
+    let logs = common::logs::captured_logs();
+    let engine = engine(true);
+    let server = start(engine.clone(), &test_config("")).await;
+    let system = "You are the assistant of a bakery. ".repeat(40);
+    let ask_with = |question: &str, seed: Option<u64>| {
+        json!({"model": MODEL, "temperature": 0, "max_tokens": 1, "seed": seed, "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question}]})
+    };
+    let reused = |logs: &[u8]| -> Vec<u64> {
+        String::from_utf8_lossy(logs)
+            .lines()
+            .filter(|l| l.contains("Reusing a cached prompt prefix."))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|l| l["fields"]["reused"].as_u64().or(l["reused"].as_u64()))
+            .collect()
+    };
+    let first = ask(&server, &ask_with("Are you open today?", None)).await;
+    let prompt = first["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert!(prompt > 300, "{prompt}");
+    assert!(
+        reused(&logs.lock().unwrap()).is_empty(),
+        "nothing cached yet"
+    );
+    ask(&server, &ask_with("Do you sell bread?", None)).await;
+    let hits = reused(&logs.lock().unwrap());
+    assert_eq!(hits.len(), 1, "the second request reused the first's cache");
+    assert!(
+        hits[0] > 300 && hits[0] < prompt,
+        "the system prompt, not the question: {hits:?}"
+    );
+    // A seeded request reads its whole prompt: a prefix from another batch could change
+    // its answer.
+    ask(&server, &ask_with("Do you sell cakes?", Some(7))).await;
+    assert_eq!(reused(&logs.lock().unwrap()).len(), 1);
+    server.stop().await;
+}
