@@ -371,13 +371,17 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             "The environment set an engine variable the gateway sets itself from engine.weights and engine.threads; it was overridden."
         );
     }
-    if config.has_local_model() {
+    let mistral = config
+        .models
+        .iter()
+        .any(|m| matches!(m.engine, ModelEngine::Mistral { .. }));
+    if mistral {
         tracing::info!(
             weights = config.engine.weights.as_str(),
             threads = applied.threads,
             replicas = config.engine.replicas,
             max_batch_size = ?config.engine.max_batch_size,
-            "Engine settings."
+            "Engine settings (mistral.rs)."
         );
     }
     let runtime = match tokio::runtime::Runtime::new() {

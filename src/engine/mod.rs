@@ -523,6 +523,20 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// Ends the process because a model could not load: a gateway without its model serves
+/// nothing. The reason goes to the log and, because the log's writer is not flushed by
+/// an exit, to stderr as well, where an operator starting it by hand or a container's
+/// runtime sees it.
+pub(crate) fn load_failed(path: &std::path::Path, error: &anyhow::Error) -> ! {
+    let why = format!("{error:#}");
+    tracing::error!(path = %path.display(), error = %why, "Could not load the model.");
+    eprintln!(
+        "llmgate: could not load the model {}: {why}",
+        path.display()
+    );
+    std::process::exit(1);
+}
+
 /// Prepares and starts a request in one go (benchmarks and tests that have no use for
 /// the step between).
 pub async fn run(

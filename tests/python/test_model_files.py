@@ -47,3 +47,33 @@ def test_a_truncated_or_foreign_file_is_refused_with_what_is_wrong(tmp_path):
     foreign.write_bytes(b"PK\x03\x04" + bytes(100))
     result = serve(foreign)
     assert result.returncode == 2 and "not a GGUF file" in result.stderr, result.stderr
+
+
+def serve_llamacpp(model_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BINARY), "serve", "--listen", f"127.0.0.1:{free_port()}", "--engine", "llamacpp",
+         "--model-path", str(model_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_a_file_llama_cpp_cannot_load_stops_its_start_with_llama_cpps_reason(tmp_path):
+    # A sound GGUF header of an architecture llama.cpp has never heard of: the config
+    # check passes it (llama.cpp knows more than mistral.rs), llama.cpp itself refuses it.
+    unknown = tmp_path / "unknown.gguf"
+    unknown.write_bytes(gguf_header("no-such-architecture"))
+    result = serve_llamacpp(unknown)
+    assert result.returncode == 1, result.stderr
+    assert "llama.cpp could not load" in result.stderr, result.stderr
+    assert "no-such-architecture" in result.stderr
+    # A truncated file is refused before llama.cpp sees it, as for mistral.rs.
+    truncated = tmp_path / "truncated.gguf"
+    with open(ROOT / "models" / "SmolLM2-135M-Instruct.Q8_0.gguf", "rb") as source:
+        truncated.write_bytes(source.read(2_000_000))
+    result = serve_llamacpp(truncated)
+    assert result.returncode == 2 and "past the end of the file" in result.stderr, result.stderr
+    # Gemma 3, which mistral.rs 0.8.1 does not load, is not refused up front for llama.cpp.
+    gemma = tmp_path / "gemma-3-270m.gguf"
+    gemma.write_bytes(gguf_header("gemma3"))
+    result = serve_llamacpp(gemma)
+    assert "llama, mistral3, phi2" not in result.stderr, result.stderr

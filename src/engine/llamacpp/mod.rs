@@ -188,6 +188,7 @@ impl LlamaCppEngine {
     pub fn start(settings: LlamaCppSettings) -> Arc<Self> {
         let engine = Arc::new(Self::empty(&settings));
         let loader = Arc::clone(&engine);
+        let engine_path = settings.model_path.clone();
         let span = tracing::Span::current();
         let spawned = std::thread::Builder::new()
             .name("llamacpp-load".into())
@@ -204,15 +205,12 @@ impl LlamaCppEngine {
                         );
                         let _ = loader.loaded.set(loaded);
                     }
-                    Err(error) => {
-                        tracing::error!(path = %settings.model_path.display(), error = %format!("{error:#}"), "llama.cpp could not load the model.");
-                        std::process::exit(1);
-                    }
+                    Err(error) => super::load_failed(&settings.model_path, &error),
                 }
             });
         if let Err(error) = spawned {
-            tracing::error!(error = %error, "Could not start the llama.cpp loader thread.");
-            std::process::exit(1);
+            let error = anyhow::anyhow!("could not start the llama.cpp loader thread: {error}");
+            super::load_failed(&engine_path, &error);
         }
         engine
     }

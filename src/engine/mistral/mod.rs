@@ -214,10 +214,7 @@ impl MistralEngine {
                     );
                     let _ = loader.loaded.set(loaded);
                 }
-                Err(error) => {
-                    tracing::error!(path = %settings.model_path.display(), error = %format!("{error:#}"), "Could not load the model.");
-                    std::process::exit(1);
-                }
+                Err(error) => super::load_failed(&settings.model_path, &error),
             }
         });
         engine
