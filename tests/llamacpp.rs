@@ -293,5 +293,21 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     // its answer.
     ask(&server, &ask_with("Do you sell cakes?", Some(7))).await;
     assert_eq!(reused(&logs.lock().unwrap()).len(), 1);
+    // Another app's system prompt takes another sequence rather than overwrite the
+    // bakery's, so both stay: interleaved, each is read once.
+    let other = "You are the assistant of a hiking club. ".repeat(40);
+    let hiking = json!({"model": MODEL, "temperature": 0, "max_tokens": 1, "messages": [
+        {"role": "system", "content": other}, {"role": "user", "content": "Where do we meet?"}]});
+    ask(&server, &hiking).await;
+    ask(&server, &ask_with("Do you bake on Sundays?", None)).await;
+    let mut again = hiking.clone();
+    again["messages"][1]["content"] = json!("When do we leave?");
+    ask(&server, &again).await;
+    let hits = reused(&logs.lock().unwrap());
+    assert_eq!(hits.len(), 3, "{hits:?}");
+    assert!(
+        hits[1..].iter().all(|&n| n > 300),
+        "each app's prefix kept: {hits:?}"
+    );
     server.stop().await;
 }

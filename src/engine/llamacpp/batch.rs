@@ -10,8 +10,10 @@
 //! - a seeded request runs in a batch of its own, with chunks of a fixed size and no
 //!   prefix from another request: what its logits are cannot depend on what else ran,
 //!   so a replay gives the same text;
-//! - with [`Shape::reuse_prefixes`] a request takes the free slot whose cache shares the
-//!   longest prefix with its prompt (a system prompt) and reads only the rest;
+//! - with [`Shape::reuse_prefixes`] a request takes the free slot whose cache is mostly
+//!   its prompt's prefix (a system prompt; at least half of what the slot holds, as
+//!   llama.cpp's server judges a slot's similarity) and reads only the rest; otherwise
+//!   the free slot taken longest ago, so the prefixes of other recent requests stay;
 //! - each token is picked by the gateway's picker on the sequence's logits (penalties
 //!   first), stamped as it is picked, and sent on at once (the engine never waits for a
 //!   client: see `super::forward`);
@@ -78,6 +80,8 @@ struct Slot {
     /// The tokens whose keys and values are in the cache, in order.
     cached: Vec<u32>,
     running: Option<Running>,
+    /// When a request last took it (a count of admissions; 0: never).
+    taken: u64,
 }
 
 /// One sequence's part of a decode call.
@@ -100,16 +104,23 @@ pub(super) fn run(
     let mut slots: Vec<Slot> = (0..shape.sequences).map(|_| Slot::default()).collect();
     let mut batch = LlamaBatch::new(shape.batch as usize, 1);
     let tokens = Tokens { model, vocabulary };
+    let mut admitted = 0u64;
     loop {
         if slots.iter().all(|s| s.running.is_none()) {
             match jobs.recv() {
-                Ok(job) => admit(&mut ctx, &mut slots, job, shape),
+                Ok(job) => {
+                    admitted += 1;
+                    admit(&mut ctx, &mut slots, job, shape, admitted);
+                }
                 Err(_) => return,
             }
         }
         loop {
             match jobs.try_recv() {
-                Ok(job) => admit(&mut ctx, &mut slots, job, shape),
+                Ok(job) => {
+                    admitted += 1;
+                    admit(&mut ctx, &mut slots, job, shape, admitted);
+                }
                 Err(TryRecvError::Empty) => break,
                 // The engine is gone: the sequences still running end with it.
                 Err(TryRecvError::Disconnected) => return,
@@ -138,10 +149,11 @@ pub(super) fn run(
     }
 }
 
-/// Gives `job` a free slot: with prefix reuse, the one whose cache shares most of its
-/// prompt (never all of it: the last prompt token is read again for its logits);
-/// otherwise the one with least cached, so other prefixes stay.
-fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape) {
+/// Gives `job` a free slot (the `now`th admission): with prefix reuse, the one whose
+/// cache is mostly a prefix of its prompt, keeping that prefix (never all of the prompt:
+/// its last token is read again for its logits); otherwise the one taken longest ago,
+/// emptied.
+fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape, now: u64) {
     let reuse = shape.reuse_prefixes && !job.solo;
     let shared = |slot: &Slot| {
         let common = slot
@@ -152,17 +164,25 @@ fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape)
             .count();
         common.min(job.prompt.len().saturating_sub(1))
     };
-    let free = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.running.is_none());
-    let chosen = if reuse {
-        free.max_by_key(|(_, s)| shared(s))
-            .map(|(i, s)| (i, shared(s)))
-    } else {
-        free.min_by_key(|(_, s)| s.cached.len())
-            .map(|(i, _)| (i, 0))
+    // Half of what the slot holds or more: the same prefix, not a common opening.
+    let similar = |slot: &Slot| {
+        let common = shared(slot);
+        (common > 0 && common * 2 >= slot.cached.len()).then_some(common)
     };
+    let free = || {
+        slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.running.is_none())
+    };
+    let reused = reuse
+        .then(|| {
+            free()
+                .filter_map(|(i, s)| similar(s).map(|common| (i, common)))
+                .max_by_key(|&(_, common)| common)
+        })
+        .flatten();
+    let chosen = reused.or_else(|| free().min_by_key(|(_, s)| s.taken).map(|(i, _)| (i, 0)));
     let Some((index, keep)) = chosen else {
         // The gateway's semaphore holds back more requests than slots; this is a bug.
         let _ = job.events.send(EngineEvent::Failed(EngineError::Internal(
@@ -171,6 +191,7 @@ fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape)
         return;
     };
     let slot = &mut slots[index];
+    slot.taken = now;
     forget_from(ctx, index, slot, keep);
     if keep > 0 {
         tracing::debug!(
