@@ -527,6 +527,7 @@ pub trait Engine: Send + Sync + 'static {
 /// nothing. The reason goes to the log and, because the log's writer is not flushed by
 /// an exit, to stderr as well, where an operator starting it by hand or a container's
 /// runtime sees it.
+#[cfg(any(feature = "mistral", feature = "llamacpp"))]
 pub(crate) fn load_failed(path: &std::path::Path, error: &anyhow::Error) -> ! {
     let why = format!("{error:#}");
     tracing::error!(path = %path.display(), error = %why, "Could not load the model.");
