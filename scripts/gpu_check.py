@@ -82,10 +82,40 @@ def load(directory, name):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def bench(directory, streams):
-    """The one report `llmgate bench --json` writes (a list of reports) for a run."""
-    reports = load(directory, f"bench-c{streams}.json")
+def bench(directory, streams, engine=""):
+    """The one report `llmgate bench --json` writes (a list of reports) for a run;
+    `engine` is the file names' prefix of a run on another engine ("llamacpp-")."""
+    reports = load(directory, f"bench-{engine}c{streams}.json")
     return reports[0] if reports else None
+
+
+def bench_table(directory, engine=""):
+    """The rows of one engine's runs at 1, 8 and 32 streams, and how 32 compare to one."""
+    lines = [
+        "| streams | TTFT p50 / p95 ms | TPOT p50 / p95 ms | ITL p50 / p95 ms | output tok/s | errors |",
+        "|---|---|---|---|---|---|",
+    ]
+    one_stream = None
+    for c in (1, 8, 32):
+        b = bench(directory, c, engine)
+        if b is None:
+            lines.append(f"| {c} | did not run | | | | |")
+            continue
+        if c == 1:
+            one_stream = b["output_tokens_per_s"]
+
+        def pair(key):
+            p = b.get(key)
+            return "n/a" if p is None else f"{fmt(p['p50'], 2)} / {fmt(p['p95'], 2)}"
+
+        lines.append(
+            f"| {c} | {pair('ttft_ms')} | {pair('tpot_ms')} | {pair('itl_ms')} | "
+            f"{fmt(b['output_tokens_per_s'])} | {b['errors']} |"
+        )
+    b32 = bench(directory, 32, engine)
+    if one_stream and b32:
+        lines += ["", f"32 streams give {b32['output_tokens_per_s'] / one_stream:.1f}x the tokens/s of one."]
+    return lines
 
 
 def fmt(value, digits=1):
@@ -105,29 +135,8 @@ def report(directory):
         "Mixed prompts (prompts/mixed.jsonl), greedy, 64 tokens, default batch size "
         f"({env.get('max_batch_size', '?')}), `llmgate bench` against the gateway:",
         "",
-        "| streams | TTFT p50 / p95 ms | TPOT p50 / p95 ms | ITL p50 / p95 ms | output tok/s | errors |",
-        "|---|---|---|---|---|---|",
     ]
-    one_stream = None
-    for c in (1, 8, 32):
-        b = bench(directory, c)
-        if b is None:
-            lines.append(f"| {c} | did not run | | | | |")
-            continue
-        if c == 1:
-            one_stream = b["output_tokens_per_s"]
-
-        def pair(key):
-            p = b.get(key)
-            return "n/a" if p is None else f"{fmt(p['p50'], 2)} / {fmt(p['p95'], 2)}"
-
-        lines.append(
-            f"| {c} | {pair('ttft_ms')} | {pair('tpot_ms')} | {pair('itl_ms')} | "
-            f"{fmt(b['output_tokens_per_s'])} | {b['errors']} |"
-        )
-    b32 = bench(directory, 32)
-    if one_stream and b32:
-        lines += ["", f"32 streams give {b32['output_tokens_per_s'] / one_stream:.1f}x the tokens/s of one."]
+    lines += bench_table(directory)
     canary = directory / "canary.txt"
     if canary.exists():
         lines += ["", f"Start-up batching check (server log): `{canary.read_text().strip()[:400]}`"]
@@ -148,6 +157,24 @@ def report(directory):
         if r is None:
             lines += ["", f"{title}: did not run."]
             continue
+        verdict = "identical to the answer alone" if r["all_equal_alone"] else "DIFFERENT"
+        lines += ["", f"{title}: {r['copies']} copies, {r['distinct_texts']} distinct text(s), "
+                      f"{verdict}; {len(r['errors'])} error(s)."]
+    lines += [
+        "",
+        "The llama.cpp engine (`--engine llamacpp`, every layer on the GPU, its default of 4 "
+        "sequences decoded together), the same runs:",
+        "",
+    ]
+    lines += bench_table(directory, "llamacpp-")
+    offload = directory / "llamacpp-offload.txt"
+    if offload.exists() and offload.read_text().strip():
+        lines += ["", "llama.cpp's own log of the load:", "", "```", offload.read_text().strip()[:1200], "```"]
+    r = load(directory, "seeded-llamacpp.json")
+    title = "llama.cpp engine, seeded (temperature 0.8, seed 1234) x8 among 32 concurrent"
+    if r is None:
+        lines += ["", f"{title}: did not run."]
+    else:
         verdict = "identical to the answer alone" if r["all_equal_alone"] else "DIFFERENT"
         lines += ["", f"{title}: {r['copies']} copies, {r['distinct_texts']} distinct text(s), "
                       f"{verdict}; {len(r['errors'])} error(s)."]
