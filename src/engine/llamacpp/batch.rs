@@ -182,7 +182,14 @@ fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape,
                 .max_by_key(|&(_, common)| common)
         })
         .flatten();
-    let chosen = reused.or_else(|| free().min_by_key(|(_, s)| s.taken).map(|(i, _)| (i, 0)));
+    // Otherwise a slot beside the running ones (see `runs_with`), the one taken longest
+    // ago among those.
+    let busy: Vec<bool> = slots.iter().map(|s| s.running.is_some()).collect();
+    let chosen = reused.or_else(|| {
+        free()
+            .min_by_key(|&(i, s)| (runs_with(&busy, i), s.taken))
+            .map(|(i, _)| (i, 0))
+    });
     let Some((index, keep)) = chosen else {
         // The gateway's semaphore holds back more requests than slots; this is a bug.
         let _ = job.events.send(EngineEvent::Failed(EngineError::Internal(
@@ -192,7 +199,7 @@ fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape,
     };
     let slot = &mut slots[index];
     slot.taken = now;
-    forget_from(ctx, index, slot, keep);
+    let keep = forget_from(ctx, index, slot, keep);
     if keep > 0 {
         tracing::debug!(
             sequence = index,
@@ -211,16 +218,33 @@ fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape,
     });
 }
 
-/// Drops the cache of sequence `index` from position `keep` on.
-fn forget_from(ctx: &mut LlamaContext<'_>, index: usize, slot: &mut Slot, keep: usize) {
+/// Drops the cache of sequence `index` from position `keep` on; how many tokens it
+/// kept. Where llama.cpp cannot cut the sequence there (it answers false, as a recurrent
+/// state does), all of it goes.
+fn forget_from(ctx: &mut LlamaContext<'_>, index: usize, slot: &mut Slot, keep: usize) -> usize {
     let seq = u32::try_from(index).unwrap_or_default();
     let from = u32::try_from(keep).unwrap_or(u32::MAX);
-    if ctx.clear_kv_cache_seq(Some(seq), Some(from), None).is_err() {
+    if !matches!(
+        ctx.clear_kv_cache_seq(Some(seq), Some(from), None),
+        Ok(true)
+    ) {
         let _ = ctx.clear_kv_cache_seq(Some(seq), None, None);
         slot.cached.clear();
-        return;
+        return 0;
     }
     slot.cached.truncate(keep);
+    slot.cached.len()
+}
+
+/// How many runs of neighbouring sequence ids the `busy` slots form with `candidate`
+/// among them. llama.cpp splits a batch over separate caches into passes of consecutive
+/// sequence ids (`split_equal`): running slots 0 and 2 cost two passes of the model
+/// per step where 0 and 1 cost one.
+fn runs_with(busy: &[bool], candidate: usize) -> usize {
+    let taken = |i: usize| i == candidate || busy[i];
+    (0..busy.len())
+        .filter(|&i| taken(i) && (i == 0 || !taken(i - 1)))
+        .count()
 }
 
 /// The model's tokens as the loop needs them: their bytes, whether they end a
@@ -278,55 +302,50 @@ fn step(
 ) {
     batch.clear();
     let mut entries: Vec<Entry> = Vec::with_capacity(group.len());
-    // Every answering sequence's next token first: one position each.
-    for &i in group {
-        let slot = &slots[i];
-        let Some(next) = slot.running.as_ref().and_then(|r| r.next) else {
-            continue;
-        };
-        let at = batch.n_tokens();
-        let added = batch.add(
-            LlamaToken::new(i32::try_from(next).unwrap_or_default()),
-            position(slot.cached.len()),
-            &[sequence(i)],
-            true,
-        );
-        if added.is_ok() {
-            entries.push(Entry {
-                slot: i,
-                adds: vec![next],
-                logits: Some(at),
-            });
-        }
-    }
-    // Then chunks of the prompts still being read, in what room is left.
-    let answering = !entries.is_empty();
+    // Every answering sequence's next token has a place; prompts being read share the
+    // rest, a chunk each while others answer. The batch goes in sequence order (`group`
+    // is ascending), which is what lets llama.cpp take neighbouring sequences in one pass.
+    let answering = group
+        .iter()
+        .filter(|&&i| slots[i].running.as_ref().is_some_and(|r| r.next.is_some()))
+        .count();
+    let mut room = (shape.batch as usize).saturating_sub(answering);
     for &i in group {
         let slot = &slots[i];
         let Some(running) = slot.running.as_ref() else {
             continue;
         };
-        let prompt = &running.job.prompt;
-        if running.next.is_some() || slot.cached.len() >= prompt.len() {
+        let from = slot.cached.len();
+        if let Some(next) = running.next {
+            let at = batch.n_tokens();
+            let token = LlamaToken::new(i32::try_from(next).unwrap_or_default());
+            if batch
+                .add(token, position(from), &[sequence(i)], true)
+                .is_ok()
+            {
+                entries.push(Entry {
+                    slot: i,
+                    adds: vec![next],
+                    logits: Some(at),
+                });
+            }
             continue;
         }
-        let room = shape.batch as usize - batch.n_tokens() as usize;
-        let chunk = if solo || answering {
+        let prompt = &running.job.prompt;
+        let chunk = if solo || answering > 0 {
             shape.chunk as usize
         } else {
             room
         };
-        let from = slot.cached.len();
         let to = prompt.len().min(from + chunk.min(room));
         if to <= from {
             continue;
         }
         let mut logits = None;
+        let mut added = 0;
         for (pos, &id) in prompt[from..to].iter().enumerate() {
             let last = from + pos + 1 == prompt.len();
-            if last {
-                logits = Some(batch.n_tokens());
-            }
+            let at = batch.n_tokens();
             let token = LlamaToken::new(i32::try_from(id).unwrap_or_default());
             if batch
                 .add(token, position(from + pos), &[sequence(i)], last)
@@ -334,12 +353,19 @@ fn step(
             {
                 break;
             }
+            added += 1;
+            if last {
+                logits = Some(at);
+            }
         }
-        entries.push(Entry {
-            slot: i,
-            adds: prompt[from..to].to_vec(),
-            logits,
-        });
+        room -= added;
+        if added > 0 {
+            entries.push(Entry {
+                slot: i,
+                adds: prompt[from..from + added].to_vec(),
+                logits,
+            });
+        }
     }
     if entries.is_empty() {
         return;
@@ -455,4 +481,24 @@ fn position(index: usize) -> i32 {
 
 fn sequence(slot: usize) -> i32 {
     i32::try_from(slot).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_with;
+
+    #[test]
+    fn a_new_sequence_goes_beside_the_running_ones() {
+        // 0 runs: beside it (1) keeps one pass; 2 or 3 would make two.
+        let busy = [true, false, false, false];
+        assert_eq!(runs_with(&busy, 1), 1);
+        assert_eq!(runs_with(&busy, 2), 2);
+        assert_eq!(runs_with(&busy, 3), 2);
+        // 0 and 2 run: 1 joins them into one run, 3 leaves two.
+        let busy = [true, false, true, false];
+        assert_eq!(runs_with(&busy, 1), 1);
+        assert_eq!(runs_with(&busy, 3), 2);
+        // Nothing runs: any slot is one run.
+        assert_eq!(runs_with(&[false; 4], 3), 1);
+    }
 }

@@ -5,12 +5,14 @@
 //! later).
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
 
 use super::batch::{self, Shape};
 use super::{LlamaCppSettings, Loaded, DEFAULT_CONTEXT_CAP, ENGINE_NAME};
@@ -47,7 +49,6 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
     let facts = GgufFacts::read(path)
         .map_err(|e| anyhow::anyhow!("{} is not a GGUF llama.cpp can read: {e}", path.display()))?;
     let file_sha256 = fingerprint::file_sha256(path)?;
-    let eos: Arc<[u32]> = facts.end_of_sequence_ids().into();
     let vocabulary = match facts.vocabulary() {
         Ok(vocabulary) => Some(Arc::new(vocabulary)),
         Err(error) => {
@@ -69,6 +70,13 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         )
     })?;
     let model = Arc::new(model);
+    let eos = end_of_generation(&facts, &model);
+    // A recurrent state cannot be cut back to a prefix: such models start every request
+    // on an empty sequence.
+    let reuse_prefixes = settings.prefix_cache && !model.is_recurrent() && !model.is_hybrid();
+    if settings.prefix_cache && !reuse_prefixes {
+        tracing::warn!(path = %path.display(), "The model keeps a recurrent state, which cannot be cut back to a shared prefix: the prefix cache is off for it.");
+    }
     let trained = model.n_ctx_train();
     let context_length = settings
         .context_length
@@ -84,9 +92,16 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         context: context_length,
         batch: BATCH_TOKENS,
         chunk: PREFILL_CHUNK,
-        reuse_prefixes: settings.prefix_cache,
+        reuse_prefixes,
     };
-    let jobs = start_loop(Arc::clone(&model), settings, shape, vocabulary.clone())?;
+    let stopped = Arc::new(AtomicBool::new(false));
+    let jobs = start_loop(
+        Arc::clone(&model),
+        settings,
+        shape,
+        vocabulary.clone(),
+        Arc::clone(&stopped),
+    )?;
     let device = if on_gpu { "cuda" } else { "cpu" };
     let accelerator = if on_gpu {
         crate::gpu::accelerator()
@@ -116,7 +131,39 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         vocabulary,
         eos,
         jobs,
+        stopped,
     })
+}
+
+/// Every token that ends an answer: the file's end-of-sequence ids and every token
+/// llama.cpp ends generation on (`<|endoftext|>` beside `<|im_end|>`, `<|eom_id|>`, the
+/// fill-in-the-middle ends, ...), so `ignore_eos` and `min_tokens` hold back all of them,
+/// not only the ones the file names.
+fn end_of_generation(facts: &GgufFacts, model: &LlamaModel) -> Arc<[u32]> {
+    let vocab = model.vocab();
+    let mut ids = facts.end_of_sequence_ids();
+    for id in 0..model.n_vocab().max(0) {
+        let Ok(unsigned) = u32::try_from(id) else {
+            continue;
+        };
+        if vocab.is_eog(LlamaToken::new(id)) && !ids.contains(&unsigned) {
+            ids.push(unsigned);
+        }
+    }
+    ids.into()
+}
+
+/// Marks the decode loop stopped when its thread ends, a panic included, so the model
+/// reads as not ready instead of failing every request behind a ready /ready.
+struct Stopped(Arc<AtomicBool>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("llama.cpp's decode loop panicked: the model serves nothing until the gateway restarts.");
+        }
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Starts the decode loop on a thread of its own and waits until its context is made.
@@ -125,6 +172,7 @@ fn start_loop(
     settings: &LlamaCppSettings,
     shape: Shape,
     vocabulary: Option<Arc<crate::engine::grammar::Vocabulary>>,
+    stopped: Arc<AtomicBool>,
 ) -> anyhow::Result<std::sync::mpsc::Sender<batch::Job>> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (made_tx, made_rx) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -162,6 +210,7 @@ fn start_loop(
                     return;
                 }
             };
+            let _stopped = Stopped(stopped);
             batch::run(context, &model, vocabulary, jobs_rx, shape);
         })?;
     match made_rx.recv() {

@@ -34,13 +34,14 @@ use super::grammar::Vocabulary;
 use super::picking::{EndRules, TokenPicker};
 use super::{
     Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
-    Prepared, Prompt, TokenizeRequest,
+    Prepared, Prompt, Readiness, TokenizeRequest,
 };
 use crate::engine::config::EngineConfig;
 
 /// Engine name and version, part of the system fingerprint: the bindings' version pins
 /// the llama.cpp sources they build.
-pub const ENGINE_NAME: &str = "llama.cpp (llama-cpp-2 0.1.160)";
+/// Both crates are pinned in `Cargo.toml`: llama.cpp's sources come with the second.
+pub const ENGINE_NAME: &str = "llama.cpp (llama-cpp-2 0.1.160, llama-cpp-sys-2 0.1.161)";
 /// Sequences decoded together when the config does not say [`LlamaCppSettings::sequences`].
 pub const DEFAULT_SEQUENCES: usize = 4;
 /// Each sequence's context when the config does not say: the model's trained context, at
@@ -117,6 +118,8 @@ struct Loaded {
     eos: Arc<[u32]>,
     /// Where requests go to the decode loop.
     jobs: std::sync::mpsc::Sender<batch::Job>,
+    /// The decode loop's thread has ended (a panic: it ends otherwise only with the engine).
+    stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub struct LlamaCppEngine {
@@ -297,6 +300,17 @@ impl Engine for LlamaCppEngine {
         self.loaded.get().map(|l| Arc::clone(&l.info))
     }
 
+    fn readiness(&self) -> Readiness {
+        match self.loaded.get() {
+            None => Readiness::Loading,
+            Some(loaded) if loaded.stopped.load(Ordering::SeqCst) => Readiness::Unreachable(
+                "llama.cpp's decode loop has stopped (the log says why); restart the gateway"
+                    .into(),
+            ),
+            Some(_) => Readiness::Ready,
+        }
+    }
+
     fn load(&self) -> EngineLoad {
         EngineLoad {
             running: self.running.load(Ordering::SeqCst),
@@ -317,6 +331,13 @@ impl Engine for LlamaCppEngine {
     async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let ids = tokenize_prompt(loaded, &request.prompt, true, true)?;
+        if ids.is_empty() {
+            // Nothing to decode from (an empty text, a model that adds no start token).
+            return Err(EngineError::InvalidParameter {
+                param: "prompt".into(),
+                message: "is empty: it gives no tokens to continue from".into(),
+            });
+        }
         let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
         request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
         if request.sampling.min_tokens > request.max_tokens {
