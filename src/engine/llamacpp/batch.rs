@@ -13,7 +13,8 @@
 //! - with [`Shape::reuse_prefixes`] a request takes the free slot whose cache is mostly
 //!   its prompt's prefix (a system prompt; at least half of what the slot holds, as
 //!   llama.cpp's server judges a slot's similarity) and reads only the rest; otherwise
-//!   the free slot taken longest ago, so the prefixes of other recent requests stay;
+//!   a free slot beside the running ones (see [`runs_with`]), the one taken longest ago
+//!   among those, so the prefixes of other recent requests stay;
 //! - each token is picked by the gateway's picker on the sequence's logits (penalties
 //!   first), stamped as it is picked, and sent on at once (the engine never waits for a
 //!   client: see `super::forward`);
@@ -151,8 +152,8 @@ pub(super) fn run(
 
 /// Gives `job` a free slot (the `now`th admission): with prefix reuse, the one whose
 /// cache is mostly a prefix of its prompt, keeping that prefix (never all of the prompt:
-/// its last token is read again for its logits); otherwise the one taken longest ago,
-/// emptied.
+/// its last token is read again for its logits); otherwise one beside the running
+/// slots, taken longest ago among those, emptied.
 fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape, now: u64) {
     let reuse = shape.reuse_prefixes && !job.solo;
     let shared = |slot: &Slot| {
