@@ -377,12 +377,8 @@ fn step(
             let slot = &mut slots[entry.slot];
             forget_from(ctx, entry.slot, slot, 0);
             if let Some(running) = slot.running.take() {
-                let _ = running
-                    .job
-                    .events
-                    .send(EngineEvent::Failed(EngineError::Internal(format!(
-                        "llama.cpp failed to decode: {error}"
-                    ))));
+                let failed = EngineError::Internal(format!("llama.cpp failed to decode: {error}"));
+                tell_last(running.job, EngineEvent::Failed(failed));
             }
         }
         return;
@@ -473,7 +469,15 @@ fn finish(slot: &mut Slot, ending: Ending) {
         },
         Ending::Failed(error) => EngineEvent::Failed(error),
     };
-    let _ = running.job.events.send(event);
+    tell_last(running.job, event);
+}
+
+/// Sends a sequence's last event after giving back its claim: whoever sees the end sees
+/// the engine without the sequence (its running count, its KV positions, a free slot).
+fn tell_last(job: Job, event: EngineEvent) {
+    let Job { events, claim, .. } = job;
+    drop(claim);
+    let _ = events.send(event);
 }
 
 fn position(index: usize) -> i32 {
