@@ -523,6 +523,21 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// The first of `ids` the model does not know, as the error naming it (`param[i]`).
+pub(crate) fn known_token_ids(
+    param: &str,
+    ids: &[u32],
+    known: impl Fn(u32) -> bool,
+) -> Result<(), EngineError> {
+    match ids.iter().enumerate().find(|(_, &id)| !known(id)) {
+        Some((at, bad)) => Err(EngineError::InvalidParameter {
+            param: format!("{param}[{at}]"),
+            message: format!("{bad} is not a token id of this model"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Ends the process because a model could not load: a gateway without its model serves
 /// nothing. The reason goes to the log and, because the log's writer is not flushed by
 /// an exit, to stderr as well, where an operator starting it by hand or a container's

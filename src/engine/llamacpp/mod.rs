@@ -37,6 +37,7 @@ use super::{
     Prepared, Prompt, Readiness, TokenizeRequest,
 };
 use crate::engine::config::EngineConfig;
+use crate::engine::known_token_ids;
 
 /// Engine name and version, part of the system fingerprint: the bindings' version pins
 /// the llama.cpp sources they build.
@@ -350,18 +351,9 @@ impl Engine for LlamaCppEngine {
             });
         }
         let n_vocab = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
-        if let Some((at, bad)) = request
-            .sampling
-            .stop_token_ids
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id >= n_vocab)
-        {
-            return Err(EngineError::InvalidParameter {
-                param: format!("stop_token_ids[{at}]"),
-                message: format!("{bad} is not a token id of this model"),
-            });
-        }
+        known_token_ids("stop_token_ids", &request.sampling.stop_token_ids, |id| {
+            id < n_vocab
+        })?;
         if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
             return Err(EngineError::Unsupported {
                 param: "logprobs".into(),
@@ -464,12 +456,7 @@ impl Engine for LlamaCppEngine {
     ) -> Result<String, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let n_vocab = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
-        if let Some((at, bad)) = ids.iter().enumerate().find(|(_, &id)| id >= n_vocab) {
-            return Err(EngineError::InvalidParameter {
-                param: format!("tokens[{at}]"),
-                message: format!("{bad} is not a token id of this model"),
-            });
-        }
+        known_token_ids("tokens", &ids, |id| id < n_vocab)?;
         if ids.is_empty() {
             return Ok(String::new());
         }

@@ -39,6 +39,7 @@ use super::{
     KvCacheUse, ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
 };
 use crate::engine::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
+use crate::engine::known_token_ids;
 use load::load;
 use picker::{EndRules, PickedIds, Picker};
 
@@ -457,18 +458,9 @@ impl Engine for MistralEngine {
                 reason: "this model's file names no end-of-sequence token to stop with".into(),
             });
         }
-        if let Some((at, bad)) = request
-            .sampling
-            .stop_token_ids
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| self.spellings(&[id]).is_none() && loaded.vocabulary.is_some())
-        {
-            return Err(EngineError::InvalidParameter {
-                param: format!("stop_token_ids[{at}]"),
-                message: format!("{bad} is not a token id of this model"),
-            });
-        }
+        known_token_ids("stop_token_ids", &request.sampling.stop_token_ids, |id| {
+            self.spellings(&[id]).is_some() || loaded.vocabulary.is_none()
+        })?;
         if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
             return Err(EngineError::Unsupported {
                 param: "logprobs".into(),
@@ -502,17 +494,12 @@ impl Engine for MistralEngine {
         skip_special_tokens: bool,
     ) -> Result<String, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        if let Some((at, bad)) = ids.iter().enumerate().find(|(_, &id)| {
+        known_token_ids("tokens", &ids, |id| {
             loaded
                 .vocabulary
                 .as_ref()
-                .is_some_and(|v| v.spellings(&[id]).is_none())
-        }) {
-            return Err(EngineError::InvalidParameter {
-                param: format!("tokens[{at}]"),
-                message: format!("{bad} is not a token id of this model"),
-            });
-        }
+                .is_none_or(|v| v.spellings(&[id]).is_some())
+        })?;
         self.idlest(loaded)
             .detokenize(ids, skip_special_tokens)
             .await

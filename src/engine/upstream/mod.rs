@@ -270,16 +270,7 @@ impl Engine for UpstreamEngine {
                 reason: "this upstream model has no tokenizer configured (models.tokenizer)".into(),
             });
         };
-        if let Some((at, bad)) = ids
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| tokenizer.id_to_token(id).is_none())
-        {
-            return Err(EngineError::InvalidParameter {
-                param: format!("tokens[{at}]"),
-                message: format!("{bad} is not a token id of this model"),
-            });
-        }
+        crate::engine::known_token_ids("tokens", &ids, |id| tokenizer.id_to_token(id).is_some())?;
         tokenizer
             .decode(&ids, skip_special_tokens)
             .map_err(|e| EngineError::Internal(e.to_string()))
