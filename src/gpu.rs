@@ -78,3 +78,9 @@ pub fn memory() -> Vec<GpuMemory> {
 pub fn accelerator() -> Accelerator {
     Accelerator::default()
 }
+
+/// Whether NVML sees at least one GPU (`engine = "auto"` runs mistral.rs on it in a CUDA
+/// build); always false without NVML.
+pub fn visible() -> bool {
+    !memory().is_empty()
+}

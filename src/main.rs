@@ -544,18 +544,17 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     state.semlog = semlog.status();
     for model in &config.models {
         match &model.engine {
-            ModelEngine::Mistral { model_path } => tracing::info!(
-                model = %model.id,
-                path = %model_path.display(),
-                engine = "mistral.rs",
-                "Serving a GGUF in this process; it is loading."
-            ),
-            ModelEngine::Llamacpp { model_path } => tracing::info!(
-                model = %model.id,
-                path = %model_path.display(),
-                engine = "llama.cpp",
-                "Serving a GGUF in this process; it is loading."
-            ),
+            ModelEngine::Mistral { model_path } | ModelEngine::Llamacpp { model_path } => {
+                tracing::info!(
+                    model = %model.id,
+                    path = %model_path.display(),
+                    engine = model.engine.name(),
+                    chosen_by = %model
+                        .auto_reason
+                        .map_or_else(|| "the config".to_owned(), |why| format!("auto ({why})")),
+                    "Serving a GGUF in this process; it is loading."
+                )
+            }
             ModelEngine::Upstream(upstream) => tracing::info!(
                 model = %model.id,
                 upstream_urls = %llmgate::engine::upstream::fault::strip_credentials(&upstream.urls.join(",")),

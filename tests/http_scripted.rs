@@ -459,6 +459,9 @@ async fn probes_models_and_request_ids() {
         .expect("json");
     assert_eq!(ready["status"], "ready");
     assert_eq!(ready["system_fingerprint"], "fp_test");
+    // Which engine serves, for the default model and for each.
+    assert_eq!(ready["engine"], "scripted");
+    assert_eq!(ready["models"][0]["engine"], "scripted");
 
     let models: Value = client
         .get(server.url("/v1/models"))

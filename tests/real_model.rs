@@ -377,3 +377,94 @@ async fn the_batching_canary_catches_the_cpu_defect() {
         outcome.describe()
     );
 }
+
+/// A client that gives up on a long prompt, then one that gives up while its short
+/// prompt waits to be counted behind the long one's prefill, then a patient one (the
+/// reproduction: mistral.rs 0.8.1's engine thread panicked when the second one's token
+/// count found nobody waiting for it, `add_request.rs:774`, and the next request got
+/// nothing). The engine thread keeps running (the watchdog would have restarted it and
+/// counted the restart), the patient request is answered, and the slots of the two that
+/// left are given back once mistral.rs has let their sequences go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_leave_do_not_stop_the_engine() {
+    let engine = MistralEngine::load_now(MistralSettings {
+        force_cpu: true,
+        ..MistralSettings::new(model_path(), MODEL)
+    })
+    .await
+    .expect("the default model loads");
+    let server = start(engine.clone(), &test_config("")).await;
+    let impatient = |seconds: f64| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs_f64(seconds))
+            .build()
+            .expect("client")
+    };
+    // About 1,500 tokens: a prefill of seconds on CPU, one mistral.rs step.
+    let long = format!(
+        "Summarise this. {}",
+        "The sea is wide and deep. ".repeat(210)
+    );
+    let gave_up = impatient(1.0)
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(&long, json!({"max_tokens": 8})))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the long prompt outlasted its client");
+    let short = chat_body("Hello there", json!({"max_tokens": 4}));
+    let gave_up = impatient(0.3)
+        .post(server.url("/v1/chat/completions"))
+        .json(&short)
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "counted while the long prefill ran");
+
+    let answer = ask(&server, "Hello there", json!({"max_tokens": 4})).await;
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+    assert_eq!(
+        engine.engine_restarts(),
+        0,
+        "mistral.rs's engine thread stopped"
+    );
+    for _ in 0..200 {
+        if engine.load().running == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        engine.load().running,
+        0,
+        "a departed client's slot is still held"
+    );
+    assert_eq!(engine.kv_cache().expect("loaded").used_tokens, 0);
+    server.stop().await;
+}
+
+/// An engine thread that stops (as a panic inside mistral.rs stops it) is restarted by
+/// the watchdog on the loaded weights, counted, and the model serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_engine_thread_is_restarted() {
+    let engine = MistralEngine::load_now(MistralSettings {
+        force_cpu: true,
+        ..MistralSettings::new(model_path(), MODEL)
+    })
+    .await
+    .expect("the default model loads");
+    let server = start(engine.clone(), &test_config("")).await;
+    // The watchdog has looked once: it knows the running thread's channel.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    engine.stop_engine_threads().await.expect("stopped");
+    for _ in 0..100 {
+        if engine.engine_restarts() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(engine.engine_restarts(), 1, "the watchdog restarted it");
+    let ready = reqwest::get(server.url("/ready")).await.expect("ready");
+    assert_eq!(ready.status(), 200);
+    let answer = ask(&server, "Hello there", json!({"max_tokens": 4})).await;
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+    server.stop().await;
+}

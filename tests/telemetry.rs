@@ -239,13 +239,20 @@ async fn metrics_count_every_outcome_and_pass_promtool() {
 
 /// Runs `promtool check metrics` on an exposition; `(passed, output)`.
 fn promtool_check(exposition: &str) -> (bool, String) {
-    let mut child = std::process::Command::new("promtool")
+    // scripts/setup puts it in the checkout's .tools/bin; elsewhere, whatever PATH has.
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/promtool");
+    let promtool = if local.is_file() {
+        local
+    } else {
+        "promtool".into()
+    };
+    let mut child = std::process::Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool is installed (Debian package prometheus; .ci/run installs it)");
+        .expect("promtool is installed (scripts/setup test puts it in .tools/bin)");
     child
         .stdin
         .take()

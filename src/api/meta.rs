@@ -61,8 +61,12 @@ pub struct Health {
 /// `llmgate_model_info` and `llmgate_build_info`, for a probe or a person.
 #[derive(Default, Serialize, ToSchema)]
 pub struct Ready<'a> {
-    /// `ready`, `loading`, `unreachable` or `stopping`.
+    /// `ready`, `loading`, `unreachable`, `down` or `stopping`.
     status: &'static str,
+    /// The default model's engine (each model's is in `models`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    engine: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(required = false)]
     models: Vec<ModelState<'a>>,
@@ -103,9 +107,12 @@ pub struct Ready<'a> {
 #[derive(Serialize, ToSchema)]
 pub struct ModelState<'a> {
     id: &'a str,
-    /// `ready`, `loading` or `unreachable`.
+    /// The engine that serves it: `llamacpp` or `mistral` in this process, or `upstream`.
+    engine: &'static str,
+    /// `ready`, `loading`, `unreachable` (an upstream) or `down` (an in-process engine
+    /// that stopped).
     status: &'static str,
-    /// Why it is unreachable: the fault's kind.
+    /// Why it is unreachable or down: an upstream's fault kind, an engine's reason.
     reason: Option<String>,
     system_fingerprint: Option<String>,
     device: Option<String>,
@@ -226,13 +233,15 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     }
     let ready = state.models.any_ready();
     let default = &state.models.default_model().engine;
-    let status = match (ready, default.model_info()) {
+    let status = match (ready, default.readiness()) {
         (true, _) => "ready",
-        (false, None) => "loading",
-        (false, Some(_)) => "unreachable",
+        (false, Readiness::Down(_)) => "down",
+        (false, _) if default.model_info().is_none() => "loading",
+        (false, _) => "unreachable",
     };
     let mut body = Ready {
         status,
+        engine: Some(default.name()),
         models: state.models.iter().map(model_state).collect(),
         semlog: Some(state.semlog.to_json()),
         ..Ready::default()
@@ -260,9 +269,11 @@ fn model_state(model: &ServedModel) -> ModelState<'_> {
         Readiness::Ready => ("ready", None),
         Readiness::Loading => ("loading", None),
         Readiness::Unreachable(why) => ("unreachable", Some(why)),
+        Readiness::Down(why) => ("down", Some(why)),
     };
     ModelState {
         id: model.id(),
+        engine: model.engine.name(),
         status,
         reason: reason.map(|r| r.to_string()),
         system_fingerprint: info.as_ref().map(|i| i.system_fingerprint.clone()),

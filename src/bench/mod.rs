@@ -332,7 +332,7 @@ pub async fn bench(args: &BenchArgs, direct: Option<&Config>) -> anyhow::Result<
 }
 
 /// `--engine-direct`: the engine in this process, and the gateway over it on loopback,
-/// as `llmgate serve` would run them by default.
+/// as `llmgate serve` would run them by default (`engine = "auto"`).
 #[cfg(feature = "mistral")]
 async fn engine_direct(
     config: &Config,
@@ -340,11 +340,22 @@ async fn engine_direct(
     prompts: &[Value],
     http: impl Fn(String) -> Target,
 ) -> anyhow::Result<Vec<Report>> {
-    let engine = crate::engine::mistral::MistralEngine::load_now(
-        crate::engine::mistral::MistralSettings::from_config(&config.engine),
-    )
-    .await?;
-    let engine: Arc<dyn Engine> = engine;
+    let engine = match config.models.first().map(|m| &m.engine) {
+        #[cfg(feature = "llamacpp")]
+        Some(crate::config::ModelEngine::Llamacpp { .. }) => {
+            let engine: Arc<dyn Engine> = crate::engine::llamacpp::LlamaCppEngine::load_now(
+                crate::engine::llamacpp::LlamaCppSettings::from_config(&config.engine),
+            )?;
+            engine
+        }
+        _ => {
+            let engine: Arc<dyn Engine> = crate::engine::mistral::MistralEngine::load_now(
+                crate::engine::mistral::MistralSettings::from_config(&config.engine),
+            )
+            .await?;
+            engine
+        }
+    };
 
     // The gateway over the same engine, on loopback.
     let telemetry = Arc::new(crate::telemetry::Telemetry::without_traces(

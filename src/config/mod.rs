@@ -257,7 +257,8 @@ impl Config {
                 .map_err(|(setting, message)| ConfigError::invalid(setting, message))?,
         };
         config.validate()?;
-        config.models = models::resolve(model_tables, &engine_table, guard)?;
+        let host = crate::engine::config::Host::detect(config.engine.force_cpu);
+        config.models = models::resolve(model_tables, &engine_table, guard, host)?;
         Ok(config)
     }
 

@@ -30,6 +30,7 @@ use super::settings::EngineTable;
 use super::table::{EngineKind, ModelTable};
 use super::upstream::upstream;
 use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
+use crate::engine::config::{Host, InProcess};
 use crate::engine::served::ModelPolicy;
 use crate::engine::upstream::config::UpstreamConfig;
 
@@ -48,6 +49,9 @@ pub struct ModelConfig {
     /// Whether the degeneration guard watches this model's answers.
     pub degeneration_guard: bool,
     pub engine: ModelEngine,
+    /// Why `engine = "auto"` (the default) chose this model's engine, for the start-up
+    /// log; `None` where the config named the engine.
+    pub auto_reason: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +64,17 @@ pub enum ModelEngine {
     Llamacpp { model_path: PathBuf },
     /// Boxed: it is much the larger.
     Upstream(Box<UpstreamConfig>),
+}
+
+impl ModelEngine {
+    /// The engine's name as the config spells it (`engine = "llamacpp"`), for `/ready`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelEngine::Mistral { .. } => EngineKind::Mistral.as_str(),
+            ModelEngine::Llamacpp { .. } => EngineKind::Llamacpp.as_str(),
+            ModelEngine::Upstream(_) => EngineKind::Upstream.as_str(),
+        }
+    }
 }
 
 /// What the request path needs of a model's settings.
@@ -105,11 +120,13 @@ const UPSTREAM_ONLY: &[&str] = &[
 ];
 
 /// The served models: the file's `[[models]]`, or the single model `engine` describes.
-/// `guard`: `quality.degeneration_guard` where it is set.
+/// `guard`: `quality.degeneration_guard` where it is set; `host`: what `engine = "auto"`
+/// chooses from.
 pub(super) fn resolve(
     tables: Vec<ModelTable>,
     engine: &EngineTable,
     guard: Option<bool>,
+    host: Host,
 ) -> Result<Vec<ModelConfig>, ConfigError> {
     let cap = engine.max_tokens_cap.unwrap_or(2048);
     if tables.is_empty() {
@@ -138,7 +155,7 @@ pub(super) fn resolve(
             },
             None => ModelTable {
                 id: Some(id),
-                engine: Some(engine.engine.unwrap_or(EngineKind::Mistral)),
+                engine: Some(engine.engine.unwrap_or(EngineKind::Auto)),
                 default_max_tokens: engine.default_max_tokens,
                 default_temperature: engine.default_temperature,
                 default_top_p: engine.default_top_p,
@@ -146,7 +163,7 @@ pub(super) fn resolve(
             },
         };
         // The flags' own names in errors: there is no [[models]] entry to point at.
-        return model(table, 0, engine, cap, guard)
+        return model(table, 0, engine, cap, guard, host)
             .map(|m| vec![m])
             .map_err(|error| match error {
                 ConfigError::Entry { key, message, .. } => {
@@ -171,7 +188,7 @@ pub(super) fn resolve(
         .into_iter()
         .enumerate()
         .map(|(i, t)| {
-            model(t, i, engine, cap, guard).map(|m| ModelConfig {
+            model(t, i, engine, cap, guard, host).map(|m| ModelConfig {
                 entry: Some(i + 1),
                 ..m
             })
@@ -212,6 +229,7 @@ fn model(
     engine: &EngineTable,
     cap: u32,
     guard: Option<bool>,
+    host: Host,
 ) -> Result<ModelConfig, ConfigError> {
     let at = |key: &str| format!("[[models]] entry {} ({key})", index + 1);
     let invalid = |key: &'static str, message: String| ConfigError::Entry {
@@ -226,7 +244,7 @@ fn model(
     let kind = t.engine.ok_or_else(|| {
         invalid(
             "engine",
-            "say which engine serves it: \"mistral\" or \"llamacpp\" (in this process) or \"upstream\"".into(),
+            "say which engine serves it: \"auto\", \"llamacpp\" or \"mistral\" (in this process) or \"upstream\"".into(),
         )
     })?;
     let set = serde_json::to_value(&t).unwrap_or_default();
@@ -300,13 +318,25 @@ fn model(
             format!("must be between 1 and max_tokens_cap ({max_tokens_cap})"),
         ));
     }
-    let engine = match kind {
-        EngineKind::Mistral => ModelEngine::Mistral { model_path },
-        EngineKind::Llamacpp => ModelEngine::Llamacpp { model_path },
+    let in_process = |engine: InProcess| match engine {
+        InProcess::Mistral => ModelEngine::Mistral {
+            model_path: model_path.clone(),
+        },
+        InProcess::Llamacpp => ModelEngine::Llamacpp {
+            model_path: model_path.clone(),
+        },
+    };
+    let (engine, auto_reason) = match kind {
+        EngineKind::Auto => {
+            let (engine, why) = host.auto_engine();
+            (in_process(engine), Some(why))
+        }
+        EngineKind::Mistral => (in_process(InProcess::Mistral), None),
+        EngineKind::Llamacpp => (in_process(InProcess::Llamacpp), None),
         EngineKind::Upstream => {
             let mut upstream = upstream(&t, &id, &invalid)?;
             upstream.default_max_tokens = default_max_tokens;
-            ModelEngine::Upstream(Box::new(upstream))
+            (ModelEngine::Upstream(Box::new(upstream)), None)
         }
     };
     Ok(ModelConfig {
@@ -318,5 +348,6 @@ fn model(
         default_top_p,
         degeneration_guard,
         engine,
+        auto_reason,
     })
 }

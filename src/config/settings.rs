@@ -155,8 +155,9 @@ pub struct ServerTable {
 #[serde(deny_unknown_fields)]
 #[command(next_help_heading = "Engine")]
 pub struct EngineTable {
-    /// The in-process engine of the single model: mistral (mistral.rs) or llamacpp
-    /// (llama.cpp) [default: mistral].
+    /// The in-process engine of the single model: auto, llamacpp (llama.cpp) or mistral
+    /// (mistral.rs) [default: auto: llama.cpp on CPU, mistral.rs in a CUDA build that
+    /// sees a GPU].
     #[arg(long, env = "LLMGATE_ENGINE", value_enum)]
     pub engine: Option<super::EngineKind>,
     /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q8_0.gguf].

@@ -100,6 +100,9 @@ pub struct ModelTable {
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
 pub enum EngineKind {
+    /// The in-process engine for this build and host: llama.cpp on CPU, mistral.rs in a
+    /// CUDA build that sees a GPU (`engine::config::Host::auto_engine`).
+    Auto,
     /// mistral.rs in this process.
     Mistral,
     /// llama.cpp in this process.
@@ -111,6 +114,7 @@ pub enum EngineKind {
 impl EngineKind {
     pub fn as_str(self) -> &'static str {
         match self {
+            EngineKind::Auto => "auto",
             EngineKind::Mistral => "mistral",
             EngineKind::Llamacpp => "llamacpp",
             EngineKind::Upstream => "upstream",

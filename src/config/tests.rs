@@ -297,12 +297,30 @@ fn without_a_models_list_engine_names_the_one_model() {
     let config = Config::from_toml(&ServeArgs::default(), "").expect("defaults");
     assert_eq!(config.models.len(), 1);
     assert_eq!(config.models[0].id, DEFAULT_MODEL_ID);
+    // engine = "auto": the test build has both engines and no CUDA, so llama.cpp.
+    if cfg!(all(
+        feature = "mistral",
+        feature = "llamacpp",
+        not(feature = "cuda")
+    )) {
+        assert_eq!(
+            config.models[0].engine,
+            ModelEngine::Llamacpp {
+                model_path: PathBuf::from(DEFAULT_MODEL_PATH)
+            }
+        );
+        assert_eq!(config.models[0].auto_reason, Some("on CPU"));
+    }
+    // Named, it is kept, on CPU too.
+    let config = Config::from_toml(&ServeArgs::default(), "[engine]\nengine = \"mistral\"\n")
+        .expect("mistral by name");
     assert_eq!(
         config.models[0].engine,
         ModelEngine::Mistral {
             model_path: PathBuf::from(DEFAULT_MODEL_PATH)
         }
     );
+    assert_eq!(config.models[0].auto_reason, None);
     let args = ServeArgs {
         engine: EngineTable {
             model_id: Some("vllm-llama".into()),

@@ -67,3 +67,67 @@ impl Weights {
         }
     }
 }
+
+/// What `engine = "auto"` (the default) chooses from: the in-process engines this binary
+/// was built with, and whether it has CUDA and sees a GPU. Read once at start-up
+/// ([`Host::detect`]); a value in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Host {
+    /// Built with the mistral.rs engine (cargo feature `mistral`).
+    pub mistral: bool,
+    /// Built with the llama.cpp engine (cargo feature `llamacpp`).
+    pub llamacpp: bool,
+    /// Built with CUDA (`cuda`), a GPU is visible to NVML, and `engine.force_cpu` is off.
+    pub cuda_gpu: bool,
+}
+
+/// The in-process engines `auto` picks between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InProcess {
+    Mistral,
+    Llamacpp,
+}
+
+impl Host {
+    /// This binary on this machine.
+    pub fn detect(force_cpu: bool) -> Self {
+        Self {
+            mistral: cfg!(feature = "mistral"),
+            llamacpp: cfg!(feature = "llamacpp"),
+            cuda_gpu: cfg!(feature = "cuda") && !force_cpu && crate::gpu::visible(),
+        }
+    }
+
+    /// The engine `auto` stands for, and why, for the start-up log. On CPU llama.cpp:
+    /// its server's kernels, several sequences per batch and chunked prefill make it
+    /// 6 to 9 times faster than mistral.rs there (docs/engine.md, "Which engine").
+    /// On a GPU in a CUDA build mistral.rs, whose CUDA path the gateway was designed
+    /// around (paged attention, its batching checked by the canary). A build with only
+    /// one of the two takes that one.
+    pub fn auto_engine(&self) -> (InProcess, &'static str) {
+        match (self.mistral, self.llamacpp) {
+            (true, true) if self.cuda_gpu => (InProcess::Mistral, "a CUDA build on a GPU"),
+            (true, true) => (InProcess::Llamacpp, "on CPU"),
+            (true, false) => (InProcess::Mistral, "the only engine in this build"),
+            (false, _) => (InProcess::Llamacpp, "the only engine in this build"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_is_llamacpp_on_cpu_and_mistral_on_a_cuda_gpu() {
+        let host = |mistral, llamacpp, cuda_gpu| Host {
+            mistral,
+            llamacpp,
+            cuda_gpu,
+        };
+        assert_eq!(host(true, true, false).auto_engine().0, InProcess::Llamacpp);
+        assert_eq!(host(true, true, true).auto_engine().0, InProcess::Mistral);
+        assert_eq!(host(true, false, false).auto_engine().0, InProcess::Mistral);
+        assert_eq!(host(false, true, true).auto_engine().0, InProcess::Llamacpp);
+    }
+}

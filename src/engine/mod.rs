@@ -365,6 +365,9 @@ pub enum Readiness {
     Loading,
     /// An upstream that the last probe or request could not reach, and why.
     Unreachable(String),
+    /// An in-process engine that has stopped (its thread ended), and why; it may be
+    /// restarting.
+    Down(String),
 }
 
 /// Static facts about the served model, fixed once it is loaded.
@@ -453,6 +456,10 @@ impl Drop for Counted {
 
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
+    /// Which engine this is, as the config names it (`llamacpp`, `mistral`, `upstream`;
+    /// `scripted` in tests): `/ready` shows it beside each model.
+    fn name(&self) -> &'static str;
+
     /// The model's facts, or `None` while it is loading.
     fn model_info(&self) -> Option<Arc<ModelInfo>>;
 

@@ -118,6 +118,10 @@ impl ScriptedEngine {
 
 #[async_trait]
 impl Engine for ScriptedEngine {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
     fn model_info(&self) -> Option<Arc<ModelInfo>> {
         self.ready
             .load(Ordering::SeqCst)

@@ -20,9 +20,10 @@ def gguf_header(architecture: str) -> bytes:
     )
 
 
-def serve(model_path) -> subprocess.CompletedProcess:
+def serve(model_path, engine="auto") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(BINARY), "serve", "--listen", f"127.0.0.1:{free_port()}", "--model-path", str(model_path)],
+        [str(BINARY), "serve", "--listen", f"127.0.0.1:{free_port()}", "--engine", engine,
+         "--model-path", str(model_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
 
@@ -30,7 +31,7 @@ def serve(model_path) -> subprocess.CompletedProcess:
 def test_an_architecture_the_engine_cannot_load_is_named_at_start_up(tmp_path):
     model = tmp_path / "gemma-3-270m.gguf"
     model.write_bytes(gguf_header("gemma3"))
-    result = serve(model)
+    result = serve(model, engine="mistral")
     assert result.returncode == 2, result.stderr
     assert "'gemma3'" in result.stderr
     assert "llama, mistral3, phi2, phi3, qwen2, qwen3, qwen3moe, starcoder2" in result.stderr

@@ -297,6 +297,10 @@ fn tokenize_prompt(
 
 #[async_trait]
 impl Engine for LlamaCppEngine {
+    fn name(&self) -> &'static str {
+        "llamacpp"
+    }
+
     fn model_info(&self) -> Option<Arc<ModelInfo>> {
         self.loaded.get().map(|l| Arc::clone(&l.info))
     }
@@ -304,7 +308,7 @@ impl Engine for LlamaCppEngine {
     fn readiness(&self) -> Readiness {
         match self.loaded.get() {
             None => Readiness::Loading,
-            Some(loaded) if loaded.stopped.load(Ordering::SeqCst) => Readiness::Unreachable(
+            Some(loaded) if loaded.stopped.load(Ordering::SeqCst) => Readiness::Down(
                 "llama.cpp's decode loop has stopped (the log says why); restart the gateway"
                     .into(),
             ),

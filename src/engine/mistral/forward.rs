@@ -9,13 +9,14 @@ use mistralrs::Response;
 use tokio::sync::mpsc;
 
 use super::picker::Pick;
-use super::{PickedIds, Slot};
+use super::{ParkedSlot, PickedIds, Slot};
 use crate::engine::grammar::Vocabulary;
 use crate::engine::{EngineError, EngineEvent};
 use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 
 /// Translates mistral.rs responses into engine events until the request ends or the
-/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence).
+/// gateway drops its stream (which drops `engine_rx` and so cancels the sequence at its
+/// next step; the slot waits in `parked` until mistral.rs has let the sequence go).
 ///
 /// mistral.rs's engine loop awaits its send into `engine_rx`, for every sequence it runs.
 /// So this task drains `engine_rx` whether or not the gateway is taking events: those the
@@ -30,6 +31,7 @@ pub(super) async fn forward(
     max_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
     slot: Slot,
+    parked: ParkedSlot,
 ) {
     // Some while mistral.rs runs the sequence; given back as soon as it has ended.
     let mut running = Some(slot);
@@ -86,16 +88,24 @@ pub(super) async fn forward(
                 }
             }
             room = tx.reserve(), if !pending.is_empty() => {
-                let Ok(room) = room else { return };
+                let Ok(room) = room else { return park(running, &parked) };
                 if let Some(event) = pending.pop_front() {
                     room.send(event);
                 }
             }
-            () = tx.closed() => return,
+            () = tx.closed() => return park(running, &parked),
         }
         if running.is_none() && pending.is_empty() {
             return;
         }
+    }
+}
+
+/// The client has gone: a slot still running waits in the sequence's picker until
+/// mistral.rs drops the sequence ([`ParkedSlot`]).
+fn park(running: Option<Slot>, parked: &ParkedSlot) {
+    if let Ok(mut cell) = parked.lock() {
+        *cell = running;
     }
 }
 

@@ -35,7 +35,7 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
         if settings.on_cpu() {
             builder = builder.with_force_cpu();
         }
-        replicas.push(builder.build().await?);
+        replicas.push(Arc::new(builder.build().await?));
     }
     let context_length = replicas[0]
         .max_sequence_length()?
@@ -69,6 +69,7 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
         loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
     };
     Ok(Loaded {
+        health: Arc::new(super::watchdog::Health::new(replicas.len())),
         replicas,
         info: Arc::new(info),
         vocabulary,

@@ -18,30 +18,31 @@ mod forward;
 mod load;
 pub mod picker;
 pub mod process;
+mod prompt;
+mod watchdog;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use either::Either;
 use futures_util::FutureExt;
 use mistralrs::{
     Constraint, Model, NormalRequest, Request, RequestLike, RequestMessage, SamplingParams,
-    TextMessageRole, TextMessages,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use super::grammar::{Grammar, Vocabulary};
+use super::grammar::Vocabulary;
 use super::{
-    ChatMessage, Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest,
-    KvCacheUse, ModelInfo, Prepared, Prompt, ResponseFormat, Role, TokenizeRequest,
+    Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
+    Prepared, Prompt, Readiness, TokenizeRequest,
 };
 use crate::engine::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use crate::engine::known_token_ids;
 use load::load;
 use picker::{EndRules, PickedIds, Picker};
+use prompt::{compile, count_prompt, detached, text_messages, tokenize};
 
 /// Engine name and version, part of the system fingerprint.
 pub const ENGINE_NAME: &str = "mistral.rs 0.8.1";
@@ -116,8 +117,11 @@ impl MistralSettings {
 
 struct Loaded {
     /// At least one; each renders chat templates and counts prompt tokens too (the
-    /// idlest, [`MistralEngine::idlest`]).
-    replicas: Vec<Model>,
+    /// idlest, [`MistralEngine::idlest`]). Shared with the [`watchdog`] and with the
+    /// tasks that wait out mistral.rs's answers ([`detached`]).
+    replicas: Vec<Arc<Model>>,
+    /// Whether each instance's engine thread runs ([`watchdog`]).
+    health: Arc<watchdog::Health>,
     info: Arc<ModelInfo>,
     /// The tokens' bytes, for structured output and `/tokenize`'s spellings; `None` when
     /// the file's tokenizer is not one the grammar knows.
@@ -159,6 +163,14 @@ impl Slot {
         self.kv_tokens.fetch_add(tokens, Ordering::SeqCst);
     }
 }
+
+/// Where a sequence's [`Slot`] goes when its client leaves: into the sequence's own
+/// picker, which mistral.rs drops with the sequence. mistral.rs cancels a sequence at its
+/// next step, when the answer finds no receiver (a long prompt's prefill is one step and
+/// runs to its end), so the slot is freed when mistral.rs has let the sequence go, not
+/// before: the next request waits for it in the gateway, where the wait is measured,
+/// rather than unseen inside mistral.rs, and the KV figures stay true.
+type ParkedSlot = Arc<Mutex<Option<Slot>>>;
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -213,6 +225,7 @@ impl MistralEngine {
                         system_fingerprint = %loaded.info.system_fingerprint,
                         "Model loaded; ready to serve."
                     );
+                    watch(&loaded);
                     let _ = loader.loaded.set(loaded);
                 }
                 Err(error) => super::load_failed(&settings.model_path, &error),
@@ -265,7 +278,9 @@ impl MistralEngine {
     /// Loads the model and waits until it is ready (for benchmarks and tests).
     pub async fn load_now(settings: MistralSettings) -> anyhow::Result<Arc<Self>> {
         let engine = Self::empty(&settings);
-        let _ = engine.loaded.set(load(&settings).await?);
+        let loaded = load(&settings).await?;
+        watch(&loaded);
+        let _ = engine.loaded.set(loaded);
         Ok(Arc::new(engine))
     }
 
@@ -273,7 +288,7 @@ impl MistralEngine {
     /// reads its requests between two steps of an instance's loop, and one step is a
     /// whole prefill, so counting a prompt on a busy instance waited for another
     /// request's prefill while an idle one was at hand.
-    fn idlest<'a>(&self, loaded: &'a Loaded) -> &'a Model {
+    fn idlest<'a>(&self, loaded: &'a Loaded) -> &'a Arc<Model> {
         let replica = self.running.lock().map_or(0, |running| {
             (0..running.len())
                 .min_by_key(|&i| running[i])
@@ -309,67 +324,6 @@ impl MistralEngine {
             _permit: permit,
         })
     }
-}
-
-/// Renders and tokenizes a prompt on the first instance (mistral.rs does it on its engine
-/// loop, between decode steps of running sequences).
-/// Tokenizes on `model`: mistral.rs answers between two steps of that instance's engine
-/// loop, so the caller picks an idle instance (see [`MistralEngine::idlest`]).
-async fn tokenize(model: &Model, request: &TokenizeRequest) -> Result<Vec<u32>, EngineError> {
-    let input = match &request.prompt {
-        Prompt::Chat(messages) => Either::Left(text_messages(messages)),
-        Prompt::Text(text) => Either::Right(text.clone()),
-    };
-    model
-        .tokenize(
-            input,
-            None,
-            request.add_special_tokens,
-            request.add_generation_prompt,
-            None,
-        )
-        .await
-        .map_err(|e| EngineError::Internal(e.to_string()))
-}
-
-/// Counts the prompt as the engine will see it before committing to a stream, so a
-/// prompt that cannot fit is a clean 400 instead of a mid-stream failure.
-async fn count_prompt(model: &Model, request: &GenerationRequest) -> Result<u32, EngineError> {
-    let ids = tokenize(
-        model,
-        &TokenizeRequest::as_generated(request.prompt.clone()),
-    )
-    .await?;
-    Ok(u32::try_from(ids.len()).unwrap_or(u32::MAX))
-}
-
-/// Compiles the request's `response_format` off the async threads (a schema's grammar
-/// takes milliseconds to build).
-async fn compile(loaded: &Loaded, format: &ResponseFormat) -> Result<Option<Grammar>, EngineError> {
-    if *format == ResponseFormat::Text {
-        return Ok(None);
-    }
-    let Some(vocabulary) = loaded.vocabulary.clone() else {
-        return Err(EngineError::Unsupported {
-            param: "response_format".into(),
-            reason: "this model's tokenizer is not one structured output knows".into(),
-        });
-    };
-    let format = format.clone();
-    tokio::task::spawn_blocking(move || vocabulary.compile(&format))
-        .await
-        .map_err(|e| EngineError::Internal(e.to_string()))?
-}
-
-fn text_messages(messages: &[ChatMessage]) -> TextMessages {
-    messages.iter().fold(TextMessages::new(), |acc, m| {
-        let role = match m.role {
-            Role::System => TextMessageRole::System,
-            Role::User => TextMessageRole::User,
-            Role::Assistant => TextMessageRole::Assistant,
-        };
-        acc.add_message(role, &m.content)
-    })
 }
 
 /// Engine-side sampling: penalties and the budget only. The token itself is chosen by
@@ -415,8 +369,23 @@ impl canary::Subject for Canary<'_> {
 
 #[async_trait]
 impl Engine for MistralEngine {
+    fn name(&self) -> &'static str {
+        "mistral"
+    }
+
     fn model_info(&self) -> Option<Arc<ModelInfo>> {
         self.loaded.get().map(|l| Arc::clone(&l.info))
+    }
+
+    fn readiness(&self) -> Readiness {
+        match self.loaded.get() {
+            None => Readiness::Loading,
+            Some(loaded) if loaded.health.all_down() => Readiness::Down(
+                "mistral.rs's engine thread has stopped (the log says why); it is restarting"
+                    .into(),
+            ),
+            Some(_) => Readiness::Ready,
+        }
     }
 
     fn load(&self) -> EngineLoad {
@@ -500,14 +469,38 @@ impl Engine for MistralEngine {
                 .as_ref()
                 .is_none_or(|v| v.spellings(&[id]).is_some())
         })?;
-        self.idlest(loaded)
-            .detokenize(ids, skip_special_tokens)
-            .await
-            .map_err(|e| EngineError::Internal(e.to_string()))
+        detached(self.idlest(loaded), move |model| async move {
+            model.detokenize(ids, skip_special_tokens).await
+        })
+        .await
     }
 
     fn spellings(&self, ids: &[u32]) -> Option<Vec<String>> {
         self.loaded.get()?.vocabulary.as_ref()?.spellings(ids)
+    }
+}
+
+/// Starts the [`watchdog`] of a loaded model's engine threads; it ends with the model.
+fn watch(loaded: &Loaded) {
+    tokio::spawn(watchdog::watch(
+        loaded.info.id.clone(),
+        loaded.replicas.iter().map(Arc::downgrade).collect(),
+        Arc::clone(&loaded.health),
+    ));
+}
+
+impl MistralEngine {
+    /// Ends every engine thread as a panic in mistral.rs would; the watchdog restarts
+    /// them. For the tests of what a stopped engine does to `/ready` and to requests.
+    #[doc(hidden)]
+    pub async fn stop_engine_threads(&self) -> anyhow::Result<()> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        watchdog::stop_threads(&loaded.replicas).await
+    }
+
+    /// Engine threads the watchdog has restarted since the model loaded.
+    pub fn engine_restarts(&self) -> u64 {
+        self.loaded.get().map_or(0, |l| l.health.restarts())
     }
 }
 
@@ -533,6 +526,7 @@ impl MistralEngine {
         let started = std::time::Instant::now();
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
+        let parked = ParkedSlot::default();
         let messages = match &request.prompt {
             Prompt::Chat(messages) => text_messages(messages).take_messages(),
             Prompt::Text(text) => RequestMessage::Completion {
@@ -552,19 +546,22 @@ impl MistralEngine {
             suffix: None,
             tools: None,
             tool_choice: None,
-            logits_processors: Some(vec![Arc::new(Picker::new(
-                &request.sampling,
-                grammar,
-                request.top_logprobs,
-                EndRules {
-                    eos: Arc::clone(&loaded.eos),
-                    prompt_tokens: prompt_tokens as usize,
-                    ignore_eos: request.sampling.ignore_eos,
-                    min_tokens: request.sampling.min_tokens as usize,
-                    stop_token_ids: request.sampling.stop_token_ids.clone(),
-                },
-                Arc::clone(&picked),
-            ))]),
+            logits_processors: Some(vec![Arc::new(
+                Picker::new(
+                    &request.sampling,
+                    grammar,
+                    request.top_logprobs,
+                    EndRules {
+                        eos: Arc::clone(&loaded.eos),
+                        prompt_tokens: prompt_tokens as usize,
+                        ignore_eos: request.sampling.ignore_eos,
+                        min_tokens: request.sampling.min_tokens as usize,
+                        stop_token_ids: request.sampling.stop_token_ids.clone(),
+                    },
+                    Arc::clone(&picked),
+                )
+                .parking(Arc::clone(&parked)),
+            )]),
             return_raw_logits: false,
             web_search_options: None,
             model_id: None,
@@ -590,6 +587,7 @@ impl MistralEngine {
                 budget,
                 tx,
                 slot,
+                parked,
             )
             .in_current_span(),
         );

@@ -26,6 +26,10 @@ pub type PickedIds = Arc<Mutex<Vec<Pick>>>;
 pub struct Picker {
     core: TokenPicker,
     picked: PickedIds,
+    /// Held, never read: mistral.rs owns the picker with the sequence, so what is parked
+    /// here lives exactly as long as mistral.rs keeps the sequence (see
+    /// [`super::ParkedSlot`]).
+    _parked: Option<super::ParkedSlot>,
 }
 
 impl Picker {
@@ -39,7 +43,14 @@ impl Picker {
         Self {
             core: TokenPicker::new(sampling, grammar, top_logprobs, ends),
             picked,
+            _parked: None,
         }
+    }
+
+    /// Keeps `parked` until mistral.rs drops the sequence.
+    pub(super) fn parking(mut self, parked: super::ParkedSlot) -> Self {
+        self._parked = Some(parked);
+        self
     }
 
     fn record(&self, pick: Pick) {

@@ -174,6 +174,10 @@ async fn probe(shared: Weak<Shared>) {
 
 #[async_trait]
 impl Engine for UpstreamEngine {
+    fn name(&self) -> &'static str {
+        "upstream"
+    }
+
     fn model_info(&self) -> Option<Arc<ModelInfo>> {
         Some(Arc::clone(&self.shared.info))
     }

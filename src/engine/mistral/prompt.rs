@@ -1,0 +1,96 @@
+//! The prompt's way into mistral.rs: rendered by its chat template and counted on an
+//! instance's engine loop, with every answer waited out by a task of its own
+//! ([`detached`]), and the request's grammar compiled.
+
+use std::sync::Arc;
+
+use either::Either;
+use mistralrs::{Model, TextMessageRole, TextMessages};
+
+use super::Loaded;
+use crate::engine::grammar::Grammar;
+use crate::engine::{
+    ChatMessage, EngineError, GenerationRequest, Prompt, ResponseFormat, Role, TokenizeRequest,
+};
+
+/// Renders and tokenizes a prompt on `model`: mistral.rs answers between two steps of
+/// that instance's engine loop, so the caller picks an idle instance (see
+/// [`MistralEngine::idlest`]).
+pub(super) async fn tokenize(
+    model: &Arc<Model>,
+    request: &TokenizeRequest,
+) -> Result<Vec<u32>, EngineError> {
+    let input = match &request.prompt {
+        Prompt::Chat(messages) => Either::Left(text_messages(messages)),
+        Prompt::Text(text) => Either::Right(text.clone()),
+    };
+    let (special, generation) = (request.add_special_tokens, request.add_generation_prompt);
+    detached(model, move |model| async move {
+        model.tokenize(input, None, special, generation, None).await
+    })
+    .await
+}
+
+/// Runs `call` on `model` in a task of its own and waits for it. A request that leaves
+/// (its client gone, its deadline passed) drops this future, not the task: the task
+/// holds mistral.rs's answer channel until the answer comes. mistral.rs 0.8.1's engine
+/// thread panics when a tokenize or detokenize answer finds its receiver gone
+/// (`engine/add_request.rs:774`, `expect("Sender disconnected unexpectedly!")`), so a
+/// client that gave up while its prompt waited to be counted took the engine down.
+pub(super) async fn detached<T, F, Fut>(model: &Arc<Model>, call: F) -> Result<T, EngineError>
+where
+    T: Send + 'static,
+    F: FnOnce(Arc<Model>) -> Fut,
+    Fut: std::future::Future<Output = mistralrs::error::Result<T>> + Send + 'static,
+{
+    tokio::spawn(call(Arc::clone(model)))
+        .await
+        .map_err(|e| EngineError::Internal(format!("mistral.rs's answer was lost: {e}")))?
+        .map_err(|e| EngineError::Internal(e.to_string()))
+}
+
+/// Counts the prompt as the engine will see it before committing to a stream, so a
+/// prompt that cannot fit is a clean 400 instead of a mid-stream failure.
+pub(super) async fn count_prompt(
+    model: &Arc<Model>,
+    request: &GenerationRequest,
+) -> Result<u32, EngineError> {
+    let ids = tokenize(
+        model,
+        &TokenizeRequest::as_generated(request.prompt.clone()),
+    )
+    .await?;
+    Ok(u32::try_from(ids.len()).unwrap_or(u32::MAX))
+}
+
+/// Compiles the request's `response_format` off the async threads (a schema's grammar
+/// takes milliseconds to build).
+pub(super) async fn compile(
+    loaded: &Loaded,
+    format: &ResponseFormat,
+) -> Result<Option<Grammar>, EngineError> {
+    if *format == ResponseFormat::Text {
+        return Ok(None);
+    }
+    let Some(vocabulary) = loaded.vocabulary.clone() else {
+        return Err(EngineError::Unsupported {
+            param: "response_format".into(),
+            reason: "this model's tokenizer is not one structured output knows".into(),
+        });
+    };
+    let format = format.clone();
+    tokio::task::spawn_blocking(move || vocabulary.compile(&format))
+        .await
+        .map_err(|e| EngineError::Internal(e.to_string()))?
+}
+
+pub(super) fn text_messages(messages: &[ChatMessage]) -> TextMessages {
+    messages.iter().fold(TextMessages::new(), |acc, m| {
+        let role = match m.role {
+            Role::System => TextMessageRole::System,
+            Role::User => TextMessageRole::User,
+            Role::Assistant => TextMessageRole::Assistant,
+        };
+        acc.add_message(role, &m.content)
+    })
+}
