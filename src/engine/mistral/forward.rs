@@ -30,8 +30,7 @@ pub(super) async fn forward(
     prompt_tokens: u32,
     max_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
-    slot: Slot,
-    parked: ParkedSlot,
+    (slot, parked): (Slot, ParkedSlot),
 ) {
     // Some while mistral.rs runs the sequence; given back as soon as it has ended.
     let mut running = Some(slot);

@@ -586,8 +586,7 @@ impl MistralEngine {
                 prompt_tokens,
                 budget,
                 tx,
-                slot,
-                parked,
+                (slot, parked),
             )
             .in_current_span(),
         );

@@ -76,12 +76,17 @@ pub(super) async fn watch(model_id: String, instances: Vec<Weak<Model>>, health:
                     senders[i] = Some(sender);
                 }
                 Ok(_) => {}
-                Err(error) => tracing::error!(
-                    model = %model_id,
-                    instance = i,
-                    error = %error,
-                    "mistral.rs's engine thread could not be restarted; trying again."
-                ),
+                // Down until mistral.rs gives a sender again; said once per outage.
+                Err(error) => {
+                    if !health.down[i].swap(true, Ordering::SeqCst) {
+                        tracing::error!(
+                            model = %model_id,
+                            instance = i,
+                            error = %error,
+                            "mistral.rs's engine thread could not be restarted; trying again."
+                        );
+                    }
+                }
             }
         }
     }
