@@ -378,6 +378,18 @@ async fn the_batching_canary_catches_the_cpu_defect() {
     );
 }
 
+/// The default model on one mistral.rs instance, behind the gateway.
+async fn one_instance() -> (std::sync::Arc<MistralEngine>, TestServer) {
+    let engine = MistralEngine::load_now(MistralSettings {
+        force_cpu: true,
+        ..MistralSettings::new(model_path(), MODEL)
+    })
+    .await
+    .expect("the default model loads");
+    let server = start(engine.clone(), &test_config("")).await;
+    (engine, server)
+}
+
 /// A client that gives up on a long prompt, then one that gives up while its short
 /// prompt waits to be counted behind the long one's prefill, then a patient one (the
 /// reproduction: mistral.rs 0.8.1's engine thread panicked when the second one's token
@@ -387,13 +399,7 @@ async fn the_batching_canary_catches_the_cpu_defect() {
 /// left are given back once mistral.rs has let their sequences go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_leave_do_not_stop_the_engine() {
-    let engine = MistralEngine::load_now(MistralSettings {
-        force_cpu: true,
-        ..MistralSettings::new(model_path(), MODEL)
-    })
-    .await
-    .expect("the default model loads");
-    let server = start(engine.clone(), &test_config("")).await;
+    let (engine, server) = one_instance().await;
     let impatient = |seconds: f64| {
         reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs_f64(seconds))
@@ -445,13 +451,7 @@ async fn clients_that_leave_do_not_stop_the_engine() {
 /// the watchdog on the loaded weights, counted, and the model serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_engine_thread_is_restarted() {
-    let engine = MistralEngine::load_now(MistralSettings {
-        force_cpu: true,
-        ..MistralSettings::new(model_path(), MODEL)
-    })
-    .await
-    .expect("the default model loads");
-    let server = start(engine.clone(), &test_config("")).await;
+    let (engine, server) = one_instance().await;
     // The watchdog has looked once: it knows the running thread's channel.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     engine.stop_engine_threads().await.expect("stopped");
