@@ -6,12 +6,15 @@
 //! chat request on its own response channel; a forwarder task ([`forward`]) turns
 //! mistral.rs responses into [`EngineEvent`]s. When the gateway drops its
 //! [`TokenStream`](super::TokenStream), the forwarder drops the mistral.rs receiver, and
-//! mistral.rs cancels the sequence at its next token.
+//! mistral.rs cancels the sequence at its next step; the sequence's slot waits in its
+//! picker until then ([`ParkedSlot`]).
 //!
 //! Requests wait for a slot in the gateway (where the wait is measured), then run on one
 //! of `replicas` independent model instances: on CPU, where mistral.rs 0.8.1 cannot
 //! batch correctly, replicas are how concurrent streams share the cores.
-//! [`process`] holds the settings candle and rayon read once per process.
+//! [`process`] holds the settings candle and rayon read once per process; [`prompt`]
+//! renders and counts prompts on an instance's engine loop; [`watchdog`] restarts an
+//! instance's engine thread that stopped.
 
 pub mod canary;
 mod forward;
