@@ -21,6 +21,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use sha2::Sha256;
 
+mod names;
 mod validate;
 
 use validate::{judge, Verdict};
@@ -43,11 +44,18 @@ pub enum Kind {
     Jwt,
     PrivateKey,
     Password,
+    /// A Chinese resident identity number (居民身份证号码): 18 characters, the last a
+    /// check character.
+    ResidentId,
+    /// A person's name, where a cue marks it ("my name is", "Dr.", 我叫, 姓名：, 先生).
+    Name,
+    /// A street address: a number and a street word, or China's 省/市/区/路/号 chain.
+    Address,
 }
 
 impl Kind {
     /// Every kind, in the order used for counts, documents and metric labels.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Email,
         Kind::Phone,
         Kind::Card,
@@ -60,6 +68,9 @@ impl Kind {
         Kind::Jwt,
         Kind::PrivateKey,
         Kind::Password,
+        Kind::ResidentId,
+        Kind::Name,
+        Kind::Address,
     ];
 
     /// snake_case name, used as a field name in documents and as a metric label value (a
@@ -79,6 +90,9 @@ impl Kind {
             Kind::Jwt => "jwt",
             Kind::PrivateKey => "private_key",
             Kind::Password => "password",
+            Kind::ResidentId => "resident_id",
+            Kind::Name => "name",
+            Kind::Address => "address",
         }
     }
 
@@ -98,6 +112,9 @@ impl Kind {
             Kind::Jwt => "JWT",
             Kind::PrivateKey => "PRIVATE_KEY",
             Kind::Password => "PASSWORD",
+            Kind::ResidentId => "RESIDENT_ID",
+            Kind::Name => "NAME",
+            Kind::Address => "ADDRESS",
         }
     }
 }
@@ -251,16 +268,77 @@ const PATTERN: &str = concat!(
     r"|(?-u:\b)(?P<ipv6>[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){2,8}(?:\.[0-9]{1,3}){0,3})",
     r"|(?-u:\b)(?P<ipv4>(?:[0-9]{1,3}\.){3}[0-9]{1,3})(?-u:\b)",
     r"|(?-u:\b)(?P<ssn>[0-9]{3}-[0-9]{2}-[0-9]{4})(?-u:\b)",
+    // Nine digits in one run are an SSN only where the text says so.
+    r"|(?-u:\b)(?:SSN|(?i:social\s+security\s+(?:number|no\.?)))(?:\s+is|\s*[:#])?\s*(?P<ssn__run>[0-9]{9})(?-u:\b)",
+    // Chinese resident identity number: region, birth date, sequence, check character.
+    // Before phones and cards: eighteen digits are also a card's length.
+    r"|(?-u:\b)(?P<resident_id>[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])",
+    r"(?:0[1-9]|[12][0-9]|3[01])[0-9]{3}[0-9Xx])(?-u:\b)",
     // Phones: `+` country code (not after a word character, so `3+4` is left alone);
     // `00` + country code with separated groups (a bare digit run is an order number,
     // not a phone); North-American `(202) 555-0143`, `202-555-0143`, `202.555.0143`.
     r"|(?P<phone>(?-u:\B)\+[1-9][0-9]{0,3}(?:[ .-]?(?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,6}){1,7}",
     r"|(?-u:\b)00[1-9][0-9]{0,3}(?:[ .-](?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,6}){2,7}",
     r"|\([0-9]{3}\) ?[0-9]{3}[-. ][0-9]{4}",
-    r"|(?-u:\b)[0-9]{3}-[0-9]{3}-[0-9]{4}|(?-u:\b)[0-9]{3}\.[0-9]{3}\.[0-9]{4})(?-u:\b)",
+    r"|(?-u:\b)[0-9]{3}-[0-9]{3}-[0-9]{4}|(?-u:\b)[0-9]{3}\.[0-9]{3}\.[0-9]{4}",
+    // China: mobiles (11 digits from 13 to 19, `86` or `0086` before them or not, in
+    // one run or 3-4-4), and landlines with their area code (`010-62345678`).
+    r"|(?-u:\b)(?:(?:00)?86[ -]?)?1[3-9][0-9](?:[ -]?[0-9]{4}){2}",
+    r"|(?-u:\b)0[1-9][0-9]{1,2}-[0-9]{7,8}",
+    // A national number with its trunk 0 in three groups: 020 7946 0958, 024 123 4567.
+    r"|(?-u:\b)0[1-9][0-9]{1,3}[ -][0-9]{3,4}[ -][0-9]{3,4})(?-u:\b)",
     // Cards: groups of four (13-19 digits), Amex/Diners 4-6-5 and 4-6-4, or one run.
     r"|(?-u:\b)(?P<card>[0-9]{4}(?:[ -][0-9]{4}){2}[ -][0-9]{1,4}(?:[ -][0-9]{1,3})?",
     r"|[0-9]{4}[ -][0-9]{6}[ -][0-9]{4,5}|[0-9]{13,19})(?-u:\b)",
+    // Names and addresses have no checksum: a cue marks them, and the validators take
+    // the cue back off (see `validate::name` and `validate::address`). Last, so any
+    // structured value starting at the same place wins.
+    // "my name is Jane Doe", "hi Jane", "account holder: Jane Doe", "my roommate Noah":
+    // one to three capitalised words after a cue.
+    r"|(?-u:\b)(?i:my\s+name\s+is|my\s+name's|my\s+name’s|i\s+am\s+called|i'm\s+called",
+    r"|call\s+me|i\s+am|i'm|i’m|it's|it’s|this\s+is|reached|hi|hey|hello|name|signed|regards",
+    r"|sincerely",
+    r"|holder|contact|customer|passenger|patient|policyholder|applicant|employee|recipient",
+    r"|attn|(?:my\s+)?(?:friend|roommate|wife|husband|son|daughter|boss|colleague|coworker",
+    r"|manager|mother|father|mom|dad|brother|sister|partner|boyfriend|girlfriend|neighbou?r",
+    r"|tenant|landlord|client))[ \t]*[:,]?\s+",
+    r"(?P<name__cue>\p{Lu}[\p{Ll}'’-]+(?:[ \t]+\p{Lu}[\p{Ll}'’-]+){0,2})",
+    // "Dear Jane", "Dr. Chen": the title stays.
+    r"|(?-u:\b)(?:[Dd]ear|Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+",
+    r"(?P<name__title>\p{Lu}[\p{Ll}'’-]+(?:[ \t]+\p{Lu}[\p{Ll}'’-]+){0,2})",
+    // 我叫王小明, 姓名：张三, 收件人：李四: the name runs on into the next words (Chinese
+    // has no spaces); the validator keeps a surname and one or two given characters.
+    r"|(?:我叫|我是|我的名字是|我的名字叫|名字叫|名叫|本人|配偶|(?:姓名|联系人|收件人|收货人|寄件人",
+    r"|乘机人|乘车人|患者|申请人|户名为?|持卡人|账户名|客户|学生|员工表?|经办人|家长|业主|收款人",
+    r"|付款人|师傅|负责人|担保人|法人|房东|租客)[:：]?)[ \t]*(?P<name__zh>\p{Han}{2,4})",
+    // 王小明先生, 李老师 is only a surname and stays.
+    r"|(?P<name__honorific>\p{Han}{2,4})(?:先生|女士|小姐|老师|同学|医生|经理|律师|教授|的家长",
+    r"|的妈妈|的爸爸|的家属)",
+    // A number, zero to four capitalised words, a street word, then what may follow:
+    // a flat, a town or two, a state and a ZIP code.
+    r"|(?-u:\b)(?P<address__en>[0-9]{1,6}[A-Za-z]?[ \t]+(?:\p{Lu}\p{Ll}*\.?[ \t]+){0,4}",
+    r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Terrace|Court|Ct|Place",
+    r"|Pl|Way|Parkway|Pkwy|Square|Sq|Circle|Highway|Hwy|Crescent|Close|Row|Alley|Plaza|Trail)",
+    r"(?-u:\b)\.?(?:[ \t]+(?:North|South|East|West|[NSEW]|NE|NW|SE|SW)(?-u:\b))?",
+    r"(?:,?[ \t]+(?:Apt|Apartment|Suite|Ste|Unit|Flat|Floor|\#)\.?[ \t]*[0-9A-Za-z-]+)?",
+    r"(?:,[ \t]+\p{Lu}\p{Ll}+(?:[ \t]+\p{Lu}\p{Ll}+){0,2}){0,2}(?:,?[ \t]+[A-Z]{2,3}(?-u:\b))?",
+    // ZIP, a UK or Canadian postcode, four digits (Australia, much of Europe).
+    r"(?:,?[ \t]+(?:[0-9]{5}(?:-[0-9]{4})?|[A-Z]{1,2}[0-9][A-Z0-9]?[ \t]?[0-9][A-Z]{2}",
+    r"|[A-Z][0-9][A-Z][ \t]?[0-9][A-Z][0-9]|[0-9]{4})(?-u:\b))?",
+    // "12 Rue de Rivoli, 75004 Paris", "8 Via Roma": the street word first.
+    r"|[0-9]{1,5}(?:bis|ter)?,?[ \t]+(?:[Rr]ue|[Aa]venue|[Bb]oulevard|[Pp]lace|[Cc]hemin|[Aa]llée",
+    r"|[Qq]uai|[Vv]ia|[Vv]iale|[Cc]alle|[Rr]ua|[Aa]venida)(?:[ \t]+[\p{L}'’-]+){1,4}",
+    r"(?:,[ \t]+[0-9]{4,5}[ \t]+\p{Lu}\p{Ll}+)?)",
+    // China's chain: province, city, district, road and number (the number, or a city
+    // and district before the road, must be there). The chain runs on backwards into
+    // the words before it; the validator cuts those off (住在, 寄到).
+    r"|(?P<address__zh>(?:\p{Han}{2,3}(?:省|自治区))?(?:\p{Han}{2,4}市)?(?:\p{Han}{1,4}(?:区|县|旗))?",
+    r"(?:\p{Han}{1,6}(?:路|街|大道|巷|弄|胡同)(?:(?:[0-9]{1,3}|[一二三四五六七八九十]{1,3})段)?",
+    r"(?:[0-9]{1,5}|[一二三四五六七八九十百零]{1,5})[号號]",
+    // Then a building and its parts: 软件园5号楼, SOHO现代城C座1806, 大厦23楼.
+    r"(?:[\p{Han}A-Za-z]{0,12}(?:[0-9A-Za-z]{1,5}|[一二三四五六七八九十]{1,3})",
+    r"(?:号楼|栋|幢|座|单元|楼|层|室|号))*[0-9]{0,5}",
+    r"|\p{Han}{2,4}市\p{Han}{1,4}(?:区|县)\p{Han}{1,6}(?:路|街|大道|巷|弄|胡同)))",
 );
 
 /// Finds and replaces personal data and secrets. Compiling the pattern takes a few
@@ -269,8 +347,9 @@ const PATTERN: &str = concat!(
 pub struct Redactor {
     /// The compiled [`PATTERN`].
     regex: Regex,
-    /// Capture-group index of each kind's group, indexed by `Kind as usize`.
-    groups: [usize; Kind::ALL.len()],
+    /// Capture-group index and kind of each group in the pattern: `<kind>` or
+    /// `<kind>__<form>` (names and addresses come in several forms).
+    groups: Vec<(usize, Kind)>,
     /// Already keyed HMAC state in keyed-hash mode, cloned per match: keying costs two
     /// SHA-256 blocks that need not be redone for every value. `None`: placeholders.
     mac: Option<HmacSha256>,
@@ -281,12 +360,18 @@ impl Redactor {
         // The pattern is a constant, covered by every test below: failing here is a bug
         // in this file, not something input can cause.
         let regex = Regex::new(PATTERN).expect("the redaction pattern compiles");
-        let groups = Kind::ALL.map(|kind| {
-            regex
-                .capture_names()
-                .position(|name| name == Some(kind.as_str()))
-                .expect("the redaction pattern has a group for every kind")
-        });
+        let groups: Vec<(usize, Kind)> = regex
+            .capture_names()
+            .enumerate()
+            .filter_map(|(index, name)| {
+                let kind = name?.split("__").next()?;
+                let kind = Kind::ALL.into_iter().find(|k| k.as_str() == kind);
+                Some((
+                    index,
+                    kind.expect("every group in the redaction pattern names a kind"),
+                ))
+            })
+            .collect();
         let mac = match mode {
             Mode::Placeholder => None,
             Mode::KeyedHash(key) => {
@@ -360,6 +445,31 @@ impl Redactor {
     /// One pass behind [`redact`](Self::redact) and [`excerpt`](Self::excerpt):
     /// appends the redacted `text` to `out`; returns how many values it replaced.
     fn redact_into(&self, text: &str, counts: &mut RedactionCounts, out: &mut String) -> usize {
+        self.replace_into(text, counts, out, None)
+    }
+
+    /// Where values are in `text` (byte ranges, in order), as one pass of
+    /// [`redact`](Self::redact) finds them: for measuring the redactor on a labelled
+    /// corpus (`tests/redaction_corpus.rs`) and for callers that must know what would go.
+    pub fn find(&self, text: &str) -> Vec<(Kind, std::ops::Range<usize>)> {
+        let mut found = Vec::new();
+        let mut out = String::with_capacity(text.len());
+        self.replace_into(
+            text,
+            &mut RedactionCounts::default(),
+            &mut out,
+            Some(&mut found),
+        );
+        found
+    }
+
+    fn replace_into(
+        &self,
+        text: &str,
+        counts: &mut RedactionCounts,
+        out: &mut String,
+        mut spans: Option<&mut Vec<(Kind, std::ops::Range<usize>)>>,
+    ) -> usize {
         let mut replaced = 0;
         let mut locs: CaptureLocations = self.regex.capture_locations();
         // `copied`: bytes of `text` already in `out`. `at`: where the next search starts.
@@ -378,20 +488,26 @@ impl Redactor {
         {
             let (m_start, m_end) = (base + m.start(), base + m.end());
             // Exactly one kind's group takes part in a match.
-            let found = Kind::ALL.into_iter().find_map(|kind| {
-                let (start, end) = locs.get(self.groups[kind as usize])?;
+            let found = self.groups.iter().find_map(|&(group, kind)| {
+                let (start, end) = locs.get(group)?;
                 Some((kind, (base + start, base + end)))
             });
             let Some((kind, (start, group_end))) = found else {
                 at = m_end;
                 continue;
             };
-            match judge(kind, text, start, group_end) {
+            let (kind, verdict) = match judge(kind, text, start, group_end) {
+                Verdict::Accept(end) => (kind, Verdict::Within(start, end)),
+                // A resident-id-shaped number that is a card.
+                Verdict::As(other, end) => (other, Verdict::Within(start, end)),
+                verdict => (kind, verdict),
+            };
+            match verdict {
                 // A placeholder is no value: a URL's password already redacted,
                 // `://admin:<PASSWORD>@`, stays as it is and is not counted again.
-                Verdict::Accept(end) if placeholder_len(&text[start..end]) == Some(end - start) => {
-                }
-                Verdict::Accept(end)
+                Verdict::Within(start, end)
+                    if placeholder_len(&text[start..end]) == Some(end - start) => {}
+                Verdict::Within(start, end)
                     if look_alike.is_none_or(|(other, until)| {
                         other == kind || m_start >= until || end > until
                     }) =>
@@ -399,6 +515,9 @@ impl Redactor {
                     out.push_str(&text[copied..start]);
                     self.write_replacement(kind, &text[start..end], out);
                     counts.add(kind);
+                    if let Some(spans) = spans.as_deref_mut() {
+                        spans.push((kind, start..end));
+                    }
                     replaced += 1;
                     copied = end;
                     base = end;
@@ -408,7 +527,8 @@ impl Redactor {
                     continue;
                 }
                 Verdict::LookAlike => look_alike = Some((kind, m_end)),
-                Verdict::Accept(_) | Verdict::Unrelated => {}
+                Verdict::Within(..) | Verdict::Accept(_) | Verdict::As(..) | Verdict::Unrelated => {
+                }
             }
             // Rejected (a Luhn-invalid order number, `12:30:45`): search again from the
             // next character, so a value that starts inside the candidate and runs past
@@ -473,6 +593,13 @@ fn placeholder_len(text: &str) -> Option<usize> {
         14
     };
     Some(1 + name.len() + tail)
+}
+
+/// A placeholder-mode redactor for the whole process, for checks outside the semantic
+/// log (a client's request id, an upstream's error text); compiled on first use.
+pub fn shared() -> &'static Redactor {
+    static SHARED: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::default);
+    &SHARED
 }
 
 impl Default for Redactor {

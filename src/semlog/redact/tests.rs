@@ -124,6 +124,40 @@ const POSITIVES: &[(Kind, &str, &str)] = &[
         "https://user:p@ss@host.example/x",
         "https://user:<PASSWORD>@host.example/x",
     ),
+    // Chinese: mobiles with and without +86, a landline, a resident id (check X).
+    (Kind::Phone, "手机号码是13812345678，谢谢", "手机号码是<PHONE>，谢谢"),
+    (Kind::Phone, "电话：138 1234 5678。", "电话：<PHONE>。"),
+    (Kind::Phone, "+86 138-1234-5678", "<PHONE>"),
+    (Kind::Phone, "座机010-62345678", "座机<PHONE>"),
+    (Kind::ResidentId, "身份证号码是11010519491231002X，", "身份证号码是<RESIDENT_ID>，"),
+    (Kind::ResidentId, "id 440305198309198550.", "id <RESIDENT_ID>."),
+    // The shape of an id, the check of a card: a card.
+    (Kind::Card, "卡号621483199001011237", "卡号<CARD>"),
+    (Kind::Name, "My name is Bartholomew Quigglesworth and", "My name is <NAME> and"),
+    (Kind::Name, "Dear Ms. Chen,", "Dear Ms. <NAME>,"),
+    (Kind::Name, "I'm Jane From Accounting", "I'm <NAME> From Accounting"),
+    (Kind::Name, "我叫王小明，今年十岁", "我叫<NAME>，今年十岁"),
+    (Kind::Name, "我叫李雷今年十岁", "我叫<NAME>今年十岁"),
+    (Kind::Name, "请联系张三先生", "请联系<NAME>先生"),
+    (Kind::Name, "给导师王建华教授", "给导师<NAME>教授"),
+    (Kind::Name, "收件人：欧阳娜娜", "收件人：<NAME>"),
+    (
+        Kind::Address,
+        "I live at 742 Evergreen Terrace, Springfield.",
+        "I live at <ADDRESS>.",
+    ),
+    (
+        Kind::Address,
+        "ship to 1600 Amphitheatre Parkway, Mountain View, CA 94043 today",
+        "ship to <ADDRESS> today",
+    ),
+    (Kind::Address, "221B Baker Street, London NW1 6XE", "<ADDRESS>"),
+    (Kind::Address, "我住在北京市海淀区中关村大街27号", "我住在<ADDRESS>"),
+    (
+        Kind::Address,
+        "寄到广东省深圳市南山区科技园路8号3栋501室，谢谢",
+        "寄到<ADDRESS>，谢谢",
+    ),
 ];
 
 /// Look-alikes that must come out byte for byte, with nothing counted.
@@ -165,6 +199,15 @@ const NEGATIVES: &[&str] = &[
     "2024-01-15T10:00:00+01:00",
     "total: 1,234,567.89 USD",
     "café ✓ 日本語 naïve",
+    // Eighteen digits shaped like an id that fail its check and Luhn.
+    "编号110105194912310021",
+    "订单号2024112312345678，金额¥1,299.00",
+    "我叫外卖了，我是学生，我是程序员",
+    "I am Chinese and I'm happy to help",
+    "北京是中国的首都，上海的天气怎么样",
+    "I visited Springfield last year",
+    "李老师和王先生",
+    "3+4=7 and 2^31-1 = 2147483647",
 ];
 
 #[test]

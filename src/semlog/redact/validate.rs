@@ -2,13 +2,19 @@
 //! whether a candidate is the kind (Luhn for cards, mod-97 for IBANs, octet ranges for
 //! IPv4, SSN area rules...), only shaped like it, or unrelated.
 
-use super::Kind;
+use super::{names, Kind};
 
 /// What a kind's validator makes of a candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verdict {
     /// A value; it ends here (at most the candidate's end).
     Accept(usize),
+    /// A value between these two byte offsets (inside the candidate): a name or an
+    /// address without the words that led the pattern to it.
+    Within(usize, usize),
+    /// A value of another kind, ending here: an 18-digit number that fails the resident
+    /// id's check but passes a card's.
+    As(Kind, usize),
     /// Shaped like the kind but fails its check: an order number in card format, an
     /// IBAN with a typo, `999.1.1.1`. It survives as a whole: a value of another kind
     /// lying entirely inside it is part of it, not redacted (the digits of a bad IBAN
@@ -28,6 +34,11 @@ pub(super) fn judge(kind: Kind, text: &str, start: usize, end: usize) -> Verdict
         Kind::Iban => return judge_groups(text, start, end, b" ", iban_valid, iban_shaped),
         Kind::Ipv4 => (ipv4_valid(text, start, end), true),
         Kind::Ssn => (ssn_valid(value), true),
+        Kind::ResidentId if resident_id_valid(value) => (true, true),
+        Kind::ResidentId if card_valid(value) => return Verdict::As(Kind::Card, end),
+        Kind::ResidentId => (false, true),
+        Kind::Name => return names::name(text, start, end),
+        Kind::Address => return names::address(text, start, end),
         Kind::Ipv6 => (ipv6_valid(text, start, end), false),
         Kind::Phone => return judge_groups(text, start, end, b" .-", phone_valid, |_| false),
         Kind::BearerToken => {
@@ -231,6 +242,27 @@ fn ipv6_valid(text: &str, start: usize, end: usize) -> bool {
 
 /// SSA rules: area 000, 666 and 900-999, group 00 and serial 0000 are never issued.
 fn ssn_valid(value: &str) -> bool {
-    let (area, group, serial) = (&value[0..3], &value[4..6], &value[7..11]);
+    let digits: String = value.chars().filter(char::is_ascii_digit).collect();
+    if digits.len() != 9 {
+        return false;
+    }
+    let (area, group, serial) = (&digits[0..3], &digits[3..5], &digits[5..9]);
     area != "000" && area != "666" && !area.starts_with('9') && group != "00" && serial != "0000"
+}
+
+/// GB 11643: the 18th character is the ISO 7064 MOD 11-2 check over the first 17 digits
+/// (`X` stands for 10).
+fn resident_id_valid(value: &str) -> bool {
+    const WEIGHTS: [u32; 17] = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2];
+    const CHECK: &[u8; 11] = b"10X98765432";
+    let bytes = value.as_bytes();
+    if bytes.len() != 18 || !bytes[..17].iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    let sum: u32 = bytes[..17]
+        .iter()
+        .zip(WEIGHTS)
+        .map(|(&b, w)| u32::from(b - b'0') * w)
+        .sum();
+    bytes[17].to_ascii_uppercase() == CHECK[(sum % 11) as usize]
 }
