@@ -1,8 +1,55 @@
 //! Secrets the gateway is given (upstream API keys, Elasticsearch credentials, the
-//! redaction key): a type whose `Debug` shows none of it, and the one way a secret is read
-//! from a file, as Kubernetes and compose mount them.
+//! redaction key, passwords in URLs): a type whose `Debug` shows none of it, the one way
+//! a secret is read from a file, as Kubernetes and compose mount them, and [`scrub`],
+//! which takes every secret the gateway holds out of text that came from elsewhere (an
+//! upstream's error message) before a client, a log line, a span or a document sees it.
 
 use std::path::Path;
+use std::sync::RwLock;
+
+use crate::semlog::redact::{self, RedactionCounts};
+
+/// Every secret value made in this process ([`Secret::new`], [`hold`]), longest first,
+/// so [`scrub`] replaces a key before a shorter secret inside it.
+static HELD: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Values shorter than this are not held: replacing every "admin" in an error message
+/// would say more about the password than leaving it.
+const SHORTEST_HELD: usize = 6;
+
+/// Remembers `value` as a secret the gateway holds (a password found in a URL).
+pub fn hold(value: &str) {
+    if value.len() < SHORTEST_HELD {
+        return;
+    }
+    let mut held = HELD.write().unwrap_or_else(|e| e.into_inner());
+    if !held.iter().any(|h| h == value) {
+        held.push(value.to_owned());
+        held.sort_by_key(|h| std::cmp::Reverse(h.len()));
+    }
+}
+
+/// The placeholder [`scrub`] leaves where a secret the gateway holds was.
+pub const SCRUBBED: &str = "<SECRET>";
+
+/// `text` from outside (an upstream's error body, a transport error) without any secret
+/// the gateway holds, and without what the redactor finds in it (any API key, password
+/// in a URL, card or phone number, name...). Costs a pass of the redactor: for error
+/// paths, not for every token.
+pub fn scrub(text: &str) -> String {
+    let mut out = text.to_owned();
+    {
+        let held = HELD.read().unwrap_or_else(|e| e.into_inner());
+        for secret in held.iter() {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), SCRUBBED);
+            }
+        }
+    }
+    redact::shared()
+        .redact(&out, &mut RedactionCounts::default())
+        .into_string()
+}
 
 /// A secret read from a file or the environment at start-up. Its `Debug` prints no
 /// part of it, so a config dump or an error cannot leak it.
@@ -10,8 +57,11 @@ use std::path::Path;
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret; [`scrub`] keeps it out of text from outside from now on.
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        let value = value.into();
+        hold(&value);
+        Self(value)
     }
 
     pub fn expose(&self) -> &str {
@@ -40,6 +90,23 @@ pub fn read_file(path: &Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrub_takes_out_every_secret_held_and_what_the_redactor_finds() {
+        let key = Secret::new("upstream-key-Zq81vX0");
+        hold("pa55word-in-url");
+        let text = format!(
+            "bad request (key {}) for postgres://u:pa55word-in-url@db and sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123 from jane@example.com",
+            key.expose()
+        );
+        let clean = scrub(&text);
+        for leaked in [key.expose(), "pa55word-in-url", "sk-AbCdEf", "jane@"] {
+            assert!(!clean.contains(leaked), "{leaked} in {clean}");
+        }
+        assert!(clean.starts_with("bad request (key <SECRET>)"), "{clean}");
+        hold("short");
+        assert_eq!(scrub("a short answer"), "a short answer");
+    }
 
     #[test]
     fn secrets_do_not_print() {

@@ -188,16 +188,21 @@ fn new_request_id() -> String {
 }
 
 /// A client-supplied id is kept when it is a short token of safe characters (so it can
-/// go into logs and headers as is); otherwise a new one is made.
+/// go into logs, headers and documents as is) in which the redactor finds nothing: an
+/// id is stored unredacted in `llm.request_id`, so `4539-1488-0343-6467` (a card
+/// number) or `13812345678` (a phone) is replaced by a new id, as is anything else.
 fn acceptable_id(value: &HeaderValue) -> Option<String> {
     let text = value.to_str().ok()?;
-    let ok = !text.is_empty()
-        && text.len() <= 128
+    let token = !text.is_empty()
+        && text.len() <= MAX_REQUEST_ID_LEN
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    ok.then(|| text.to_owned())
+    (token && crate::semlog::redact::shared().find(text).is_empty()).then(|| text.to_owned())
 }
+
+/// The longest client request id kept: a UUID is 36, a W3C trace id 32, a ULID 26.
+const MAX_REQUEST_ID_LEN: usize = 64;
 
 /// Middleware: give every request an id and every response the `x-request-id` header.
 pub async fn request_id(

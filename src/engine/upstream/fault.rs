@@ -6,6 +6,8 @@
 //! An upstream's own words reach the client only where they are about the client's
 //! request (a 400 naming a parameter); an authentication failure or a server error may
 //! echo credentials or internals, so those are logged and replaced by a fixed sentence.
+//! Every text a fault carries is scrubbed ([`Fault::scrubbed`]) where it is made: no
+//! secret the gateway holds, and nothing the redactor finds, is in it.
 
 use std::time::Duration;
 
@@ -92,6 +94,10 @@ impl Fault {
     /// sent to that replica again (another may take it, while nothing of the answer has
     /// reached the client); a timeout says how long it waited.
     pub fn from_transport(error: &reqwest::Error, waited: Duration) -> Self {
+        Self::transport(error, waited).scrubbed()
+    }
+
+    fn transport(error: &reqwest::Error, waited: Duration) -> Self {
         if error.is_connect() {
             return Fault::Unreachable(describe(error));
         }
@@ -109,6 +115,10 @@ impl Fault {
 
     /// An answer with a status other than 2xx, and its body (cut to a few KiB).
     pub fn from_answer(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Self {
+        Self::answer(status, retry_after, body).scrubbed()
+    }
+
+    fn answer(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Self {
         let said = Said::parse(body);
         match status.as_u16() {
             401 | 403 => Fault::Auth {
@@ -136,6 +146,39 @@ impl Fault {
                     .take(200)
                     .collect(),
             },
+        }
+    }
+
+    /// The fault with every text in it passed through [`crate::secret::scrub`]: an
+    /// upstream's words may quote the key the gateway sent it, a URL's password, or a
+    /// user's personal data, and they go on to the client, the log, spans and documents.
+    pub fn scrubbed(self) -> Self {
+        use crate::secret::scrub;
+        match self {
+            Fault::Unreachable(text) => Fault::Unreachable(scrub(&text)),
+            Fault::Failed {
+                status,
+                retry_after,
+                detail,
+            } => Fault::Failed {
+                status,
+                retry_after,
+                detail: scrub(&detail),
+            },
+            Fault::Refused { param, message } => Fault::Refused {
+                param: param.map(|p| scrub(&p)),
+                message: scrub(&message),
+            },
+            Fault::Cut(text) => Fault::Cut(scrub(&text)),
+            Fault::Protocol(text) => Fault::Protocol(scrub(&text)),
+            Fault::ModelMismatch { expected, got } => Fault::ModelMismatch {
+                expected,
+                got: scrub(&got),
+            },
+            Fault::Stream(text) => Fault::Stream(scrub(&text)),
+            fault @ (Fault::Auth { .. } | Fault::RateLimited { .. } | Fault::Timeout { .. }) => {
+                fault
+            }
         }
     }
 

@@ -238,7 +238,8 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
             break end_of_stream(&ending);
         }
     };
-    let ending = match outcome {
+    // The upstream's own words (an error event, a refusal) may quote secrets.
+    let ending = match outcome.map_err(Fault::scrubbed) {
         Ok(ending) => ending,
         // Nothing handed on: another endpoint may answer instead.
         Err(fault) if first_content.is_none() => return Ended::Unsent(fault),
