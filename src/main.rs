@@ -49,6 +49,9 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// The semantic log's dead letters.
+    #[command(subcommand)]
+    Semlog(SemlogCommand),
     /// Serve a scripted OpenAI-compatible API with no model behind it (one-token chunks
     /// at a fixed rate): the upstream of `scripts/proxy-bench`, which measures what a
     /// gateway in front of a server costs.
@@ -99,6 +102,20 @@ enum KeysCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum SemlogCommand {
+    /// Send the dead-letter files (documents the cluster refused, as `_bulk` pairs)
+    /// to the cluster again, once what refused them is fixed; idempotent by event id.
+    /// Takes serve's configuration (--config, --semlog-*, LLMGATE_*).
+    Replay {
+        #[command(flatten)]
+        serve: Box<ServeArgs>,
+        /// Dead-letter files to send (default: all in the data directory's dead-letter/).
+        #[arg(long = "file")]
+        files: Vec<PathBuf>,
+    },
+}
+
 #[derive(clap::Args)]
 struct ReplayArgs {
     /// Base URL of the gateway.
@@ -117,6 +134,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => run_bench(&args),
         Command::Compare(args) => run_compare(&args),
         Command::ScriptedUpstream(args) => run_scripted_upstream(&args),
+        Command::Semlog(SemlogCommand::Replay { serve, files }) => {
+            run_semlog_replay(&serve, &files)
+        }
         Command::Keys(KeysCommand::Add { key_id, file }) => {
             match llmgate::auth::add_key(&file, &key_id) {
                 Ok(key) => {
@@ -274,6 +294,42 @@ fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
 
 /// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
 /// checked.
+/// `llmgate semlog replay`: exit 0 when every dead letter is in the index, 1 when the
+/// cluster refused some again (each is named), 2 when it could not be reached.
+fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
+    let config = match Config::load(args) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("llmgate: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("llmgate: could not start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(llmgate::semlog::replay::replay(&config.semlog, files));
+    let (report, failure) = match result {
+        Ok(report) => (report, None),
+        Err((report, why)) => (report, Some(why)),
+    };
+    for (id, status, error_type, reason) in &report.refused {
+        eprintln!("refused again: {id} ({status} {error_type}): {reason}");
+    }
+    println!("llmgate semlog replay: {report}");
+    match failure {
+        Some(why) => {
+            eprintln!("llmgate semlog replay: stopped: {why}; run it again later (nothing is lost, and documents already sent count as already indexed).");
+            ExitCode::from(2)
+        }
+        None if report.refused.is_empty() => ExitCode::SUCCESS,
+        None => ExitCode::from(1),
+    }
+}
+
 fn run_replay(args: &ReplayArgs) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

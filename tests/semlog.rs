@@ -138,20 +138,41 @@ async fn set_up_then_per_item_outcomes_partial_retries_and_dead_letters() {
         vec![bulks[0].ids[1].clone(), bulks[0].ids[3].clone()]
     );
 
-    // The dead letter: the refused document with its error type.
-    let dead = std::fs::read_dir(dir.path().join("dead-letter"))
-        .expect("dead-letter dir")
-        .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("read"))
-        .collect::<String>();
-    let lines: Vec<Value> = dead
+    // The dead letter: the refused document as the bulk pair it was sent as, and beside
+    // it why it was refused.
+    let read = |prefix: &str| {
+        std::fs::read_dir(dir.path().join("dead-letter"))
+            .expect("dead-letter dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .map(|p| std::fs::read_to_string(p).expect("read"))
+            .collect::<String>()
+    };
+    let dead = read("dead-letter-");
+    let pair: Vec<Value> = dead
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect();
-    assert_eq!(lines.len(), 1, "{dead}");
-    assert_eq!(lines[0]["status"], 400);
-    assert_eq!(lines[0]["error_type"], "document_parsing_exception");
-    assert_eq!(lines[0]["_id"], bulks[0].ids[2].as_str());
-    assert!(lines[0]["document"]["llm"]["request_id"].is_string());
+    assert_eq!(pair.len(), 2, "{dead}");
+    assert_eq!(pair[0]["create"]["_id"], bulks[0].ids[2].as_str());
+    assert!(pair[1]["llm"]["request_id"].is_string());
+    let refusals = read("refusals-");
+    let why: Value = serde_json::from_str(refusals.trim()).expect("one refusal");
+    assert_eq!(why["status"], 400);
+    assert_eq!(why["error_type"], "document_parsing_exception");
+    assert_eq!(why["_id"], bulks[0].ids[2].as_str());
+    let ready: Value = reqwest::get(server.url("/ready"))
+        .await
+        .expect("ready")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(ready["semlog"]["dead_letters"], 1, "{ready}");
+    assert_eq!(ready["semlog"]["state"], "ok", "{ready}");
 
     assert_eq!(metric(&server, "llmgate_semlog_indexed_total").await, 4.0);
     assert_eq!(metric(&server, "llmgate_semlog_retried_total").await, 2.0);

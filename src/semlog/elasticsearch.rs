@@ -3,9 +3,12 @@
 //! set-up (`setup`) and `_bulk` with `create`.
 //!
 //! [`parse_bulk`] turns a bulk answer into data, per item: indexed (2xx), duplicate (409:
-//! already indexed, not retried), retry (429, 5xx), rejected (any other 4xx: dead
-//! letter); or, for the whole request: retry it (429, 5xx, no answer), split it (413) or
-//! reject it (400). The indexer acts on that data; it is unit-tested on canned answers.
+//! already indexed, not retried), retry with its [`Trouble`] (a state of the cluster that
+//! passes: a block, a closed index, 429, 5xx, credentials or an index the operator must
+//! fix), or rejected (the document itself: a mapping or parsing error, too large; dead
+//! letter); or, for the whole request: retry it, split it (413) or reject it (a 400 about
+//! the request). [`decide`] is the one table of which is which. The indexer acts on that
+//! data; it is unit-tested on canned answers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,6 +25,7 @@ use serde_json::Value;
 
 use super::config::{EsAuth, EsConfig};
 use super::document::Encoded;
+use super::health::Trouble;
 
 /// The answer to one bulk attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +35,7 @@ pub enum BulkResult {
     /// Nothing was indexed and trying again later may work: connection refused, timeout,
     /// 429 or 5xx for the whole request. `retry_after` from the `Retry-After` header.
     RetryAll {
+        trouble: Trouble,
         reason: String,
         retry_after: Option<Duration>,
     },
@@ -45,9 +50,12 @@ pub enum Item {
     Indexed,
     /// 409: a document with this `_id` is already in the index.
     Duplicate,
-    /// 429 or 5xx for this document alone.
-    Retry,
-    /// Any other 4xx: this document will never be accepted as it is.
+    /// The cluster cannot take this document now (see [`decide`]).
+    Retry {
+        trouble: Trouble,
+        reason: String,
+    },
+    /// The document itself is refused: it will never be accepted as it is.
     Rejected {
         status: u16,
         error_type: String,
@@ -55,55 +63,96 @@ pub enum Item {
     },
 }
 
+/// What to do with a document (or a whole request) the cluster answered `status` and
+/// `error_type` for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Indexed,
+    Duplicate,
+    /// Keep it and send it again later, however long that takes.
+    Retry(Trouble),
+    /// The document is refused for what it is: to the dead-letter file.
+    DeadLetter,
+}
+
+/// The retry table. Everything that says the cluster is not taking writes now is a
+/// state that passes (an operator lifts a block, opens an index, frees disk, fixes a
+/// key), so the document waits in the spool; only a refusal of the document itself
+/// (mapping, parsing, size) is final.
+pub fn decide(status: u16, error_type: &str) -> Decision {
+    match (status, error_type) {
+        (200..=299, _) => Decision::Indexed,
+        (409, _) => Decision::Duplicate,
+        // 403 FORBIDDEN/8 (index.blocks.write), 429 TOO_MANY_REQUESTS/12 (the flood
+        // stage's read_only_allow_delete), or a cluster-wide block.
+        (_, "cluster_block_exception") => Decision::Retry(Trouble::Blocked),
+        (_, "index_closed_exception") => Decision::Retry(Trouble::Closed),
+        (429, _) => Decision::Retry(Trouble::Throttled),
+        (500..=599, _) | (_, "unavailable_shards_exception") => {
+            Decision::Retry(Trouble::Unavailable)
+        }
+        // The credentials, a privilege, or a missing index (auto-create off): fixed on
+        // the operator's side, not in the document.
+        (401 | 403 | 404 | 408, _) | (_, "security_exception" | "index_not_found_exception") => {
+            Decision::Retry(Trouble::Refused)
+        }
+        // 400 mapper_parsing_exception, document_parsing_exception,
+        // illegal_argument_exception; 413 for one document; anything else.
+        _ => Decision::DeadLetter,
+    }
+}
+
 /// Classifies a bulk response (status, `Retry-After`, body) for `sent` documents.
 pub fn parse_bulk(status: u16, retry_after: Option<&str>, body: &[u8], sent: usize) -> BulkResult {
     let retry_after = retry_after
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
-    let error_reason = || {
-        serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|v| {
-                v["error"]["reason"]
-                    .as_str()
-                    .or(v["error"]["type"].as_str())
-                    .map(clipped)
-            })
+    let error = serde_json::from_slice::<Value>(body)
+        .ok()
+        .map(|v| v["error"].clone())
+        .unwrap_or(Value::Null);
+    let error_type = error["type"].as_str().unwrap_or_default();
+    let reason = || {
+        error["reason"]
+            .as_str()
+            .or(error["type"].as_str())
+            .map(clipped)
             .unwrap_or_else(|| format!("status {status}"))
     };
     match status {
         200..=299 => {}
         413 => return BulkResult::Split,
-        429 | 500..=599 => {
-            return BulkResult::RetryAll {
-                reason: error_reason(),
-                retry_after,
-            }
-        }
-        // Elasticsearch refusing the request body itself: no retry will change that.
-        400 => {
+        // A 400 about the request itself (a malformed line): no retry will change that.
+        400 if decide(status, error_type) == Decision::DeadLetter => {
             return BulkResult::RejectAll {
                 status,
-                reason: error_reason(),
+                reason: reason(),
             }
         }
-        // Anything else (authentication, permissions, a proxy's 404 or 502) is fixed on
-        // the operator's side, not in the documents: keep them and try again later.
+        // Anything else (a block, 429, 5xx, authentication, a proxy's 404 or 502) is
+        // a state of the cluster or fixed on the operator's side: keep the documents.
         _ => {
+            let trouble = match decide(status, error_type) {
+                Decision::Retry(trouble) => trouble,
+                _ => Trouble::Refused,
+            };
             return BulkResult::RetryAll {
-                reason: error_reason(),
+                trouble,
+                reason: reason(),
                 retry_after,
-            }
+            };
         }
     }
     let Ok(answer) = serde_json::from_slice::<Value>(body) else {
         return BulkResult::RetryAll {
+            trouble: Trouble::Unavailable,
             reason: "the bulk answer is not JSON".into(),
             retry_after: None,
         };
     };
     let Some(items) = answer["items"].as_array().filter(|i| i.len() == sent) else {
         return BulkResult::RetryAll {
+            trouble: Trouble::Unavailable,
             reason: format!("the bulk answer does not have {sent} items"),
             retry_after: None,
         };
@@ -122,18 +171,25 @@ fn item(entry: &Value) -> Item {
         .as_u64()
         .and_then(|s| u16::try_from(s).ok())
         .unwrap_or(0);
-    match status {
-        200..=299 => Item::Indexed,
-        409 => Item::Duplicate,
-        429 | 500..=599 => Item::Retry,
-        _ => Item::Rejected {
+    let error_type = result["error"]["type"].as_str().unwrap_or("unknown");
+    let reason = || {
+        clipped(
+            result["error"]["reason"]
+                .as_str()
+                .unwrap_or("no reason given"),
+        )
+    };
+    match decide(status, error_type) {
+        Decision::Indexed => Item::Indexed,
+        Decision::Duplicate => Item::Duplicate,
+        Decision::Retry(trouble) => Item::Retry {
+            trouble,
+            reason: reason(),
+        },
+        Decision::DeadLetter => Item::Rejected {
             status,
-            error_type: clipped(result["error"]["type"].as_str().unwrap_or("unknown")),
-            reason: clipped(
-                result["error"]["reason"]
-                    .as_str()
-                    .unwrap_or("no reason given"),
-            ),
+            error_type: clipped(error_type),
+            reason: reason(),
         },
     }
 }
@@ -296,6 +352,7 @@ impl Cluster {
             Ok(response) => response,
             Err(error) => {
                 return BulkResult::RetryAll {
+                    trouble: Trouble::Unreachable,
                     reason: error.to_string(),
                     retry_after: None,
                 }
@@ -310,6 +367,7 @@ impl Cluster {
         match response.bytes().await {
             Ok(body) => parse_bulk(status, retry_after.as_deref(), &body, docs.len()),
             Err(error) => BulkResult::RetryAll {
+                trouble: Trouble::Unreachable,
                 reason: error.to_string(),
                 retry_after: None,
             },
@@ -335,15 +393,73 @@ mod tests {
             BulkResult::Items(vec![
                 Item::Indexed,
                 Item::Duplicate,
-                Item::Retry,
+                Item::Retry {
+                    trouble: Trouble::Throttled,
+                    reason: "rejected execution".into()
+                },
                 Item::Rejected {
                     status: 400,
                     error_type: "document_parsing_exception".into(),
                     reason: "failed to parse field [llm.ttft_ms]".into(),
                 },
-                Item::Retry,
+                Item::Retry {
+                    trouble: Trouble::Unavailable,
+                    reason: "primary shard is not active".into()
+                },
             ])
         );
+    }
+
+    #[test]
+    fn a_block_or_a_closed_index_is_retried_and_only_the_document_itself_is_final() {
+        // OpenSearch 2.19's answers to `index.blocks.write: true`, the flood stage and
+        // a closed backing index.
+        let body = br#"{"took":0,"errors":true,"items":[
+            {"create":{"_index":".ds-logs-x-000001","_id":"a","status":403,"error":{"type":"cluster_block_exception","reason":"index [.ds-logs-x-000001] blocked by: [FORBIDDEN/8/index write (api)];"}}},
+            {"create":{"_index":".ds-logs-x-000001","_id":"b","status":429,"error":{"type":"cluster_block_exception","reason":"index [.ds-logs-x-000001] blocked by: [TOO_MANY_REQUESTS/12/disk usage exceeded flood-stage watermark, index has read-only-allow-delete block];"}}},
+            {"create":{"_index":".ds-logs-x-000001","_id":"c","status":400,"error":{"type":"index_closed_exception","reason":"closed"}}},
+            {"create":{"_index":".ds-logs-x-000001","_id":"d","status":400,"error":{"type":"mapper_parsing_exception","reason":"failed to parse field [llm.ttft_ms] of type [float]"}}},
+            {"create":{"_index":".ds-logs-x-000001","_id":"e","status":403,"error":{"type":"security_exception","reason":"action [indices:data/write/bulk[s]] is unauthorized"}}}
+        ]}"#;
+        let BulkResult::Items(items) = parse_bulk(200, None, body, 5) else {
+            panic!("items");
+        };
+        let troubles: Vec<Option<Trouble>> = items
+            .iter()
+            .map(|item| match item {
+                Item::Retry { trouble, .. } => Some(*trouble),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            troubles,
+            [
+                Some(Trouble::Blocked),
+                Some(Trouble::Blocked),
+                Some(Trouble::Closed),
+                None,
+                Some(Trouble::Refused)
+            ]
+        );
+        assert!(matches!(&items[3], Item::Rejected { status: 400, .. }));
+        // A whole request against a closed index or a block is kept too.
+        let closed =
+            br#"{"error":{"type":"index_closed_exception","reason":"closed"},"status":400}"#;
+        assert!(matches!(
+            parse_bulk(400, None, closed, 1),
+            BulkResult::RetryAll {
+                trouble: Trouble::Closed,
+                ..
+            }
+        ));
+        let blocked = br#"{"error":{"type":"cluster_block_exception","reason":"blocked by: [FORBIDDEN/12/index read-only / allow delete (api)]"},"status":403}"#;
+        assert!(matches!(
+            parse_bulk(403, None, blocked, 1),
+            BulkResult::RetryAll {
+                trouble: Trouble::Blocked,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -361,6 +477,7 @@ mod tests {
         assert_eq!(
             parse_bulk(429, Some("7"), err, 2),
             BulkResult::RetryAll {
+                trouble: Trouble::Throttled,
                 reason: "[parent] Data too large".into(),
                 retry_after: Some(Duration::from_secs(7)),
             }

@@ -1,6 +1,7 @@
 //! Local files: the default sink (rotating NDJSON files of bulk pairs, ready for
-//! `curl -H 'Content-Type: application/x-ndjson' --data-binary @FILE .../_bulk`) and the
-//! dead-letter file for documents Elasticsearch refused.
+//! `curl -H 'Content-Type: application/x-ndjson' --data-binary @FILE .../_bulk`), the
+//! dead-letter files for documents the cluster refused (the same bulk pairs), and the
+//! refusals files beside them (why each was refused).
 //!
 //! Every file the semantic log writes holds redacted excerpts of prompts and answers, so
 //! [`private_dir`] and [`private_file`] create folders 0700 and files 0600: readable by
@@ -146,20 +147,14 @@ impl RotatingFile {
     }
 }
 
-/// One line per refused document: why, and the (redacted) document itself.
-pub fn dead_letter_line(doc: &Encoded, status: u16, error_type: &str, reason: &str) -> Vec<u8> {
-    let source = doc
-        .lines
-        .split(|b| *b == b'\n')
-        .nth(1)
-        .and_then(|s| serde_json::from_slice::<serde_json::Value>(s).ok())
-        .unwrap_or(serde_json::Value::Null);
+/// One line per refused document, beside the dead-letter file's `_bulk` pair: its id
+/// and why the cluster refused it (the document itself is in the dead-letter file).
+pub fn refusal_line(doc: &Encoded, status: u16, error_type: &str, reason: &str) -> Vec<u8> {
     let mut line = serde_json::to_vec(&serde_json::json!({
         "_id": doc.id,
         "status": status,
         "error_type": error_type,
         "reason": reason,
-        "document": source,
     }))
     .unwrap_or_default();
     line.push(b'\n');

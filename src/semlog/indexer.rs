@@ -5,12 +5,16 @@
 //!
 //! - Elasticsearch: the policy and templates are set up first (retried until the
 //!   cluster answers; no document is sent before, or the data stream would be created
-//!   from the built-in `logs` template). Each batch is one `_bulk`; items answered 429
-//!   or 5xx are retried alone with exponential backoff and full jitter (`Retry-After`
-//!   honoured for whole-request answers), 409s are counted as already indexed, other
-//!   4xx go to the dead-letter file, 413 splits the batch. A whole-request failure
-//!   (connection refused, timeout, 429, 5xx) retries the batch a few times, then leaves
-//!   it in the spool and backs off.
+//!   from the built-in `logs` template). Each batch is one `_bulk`; what
+//!   [`elasticsearch::decide`](super::elasticsearch::decide) calls a passing state of the
+//!   cluster (a block, a closed index, 429, 5xx, credentials) is retried alone with
+//!   exponential backoff and full jitter (`Retry-After` honoured for whole-request
+//!   answers), then goes back to the spool and is tried again, however long it takes;
+//!   409s are counted as already indexed; documents refused for what they are (mapping,
+//!   parsing) go to the dead-letter file as `_bulk` NDJSON (`llmgate semlog replay`
+//!   sends them again) with the cluster's reason beside them; 413 splits the batch. A
+//!   whole-request failure retries the batch a few times, then leaves it in the spool
+//!   and backs off. Every trouble and recovery goes to [`Health`].
 //! - Files: batches are appended to rotating NDJSON files. A crash between that write
 //!   and the acknowledgement writes those documents again at the next start (at least
 //!   once; a reader can drop repeats by `event.id`).
@@ -29,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::document::Encoded;
 use super::elasticsearch::{BulkResult, Cluster, Item};
-use super::files::{dead_letter_line, RotatingFile};
+use super::files::{refusal_line, RotatingFile};
+use super::health::{Health, Trouble};
 use super::setup;
 use super::spool::Spool;
 use super::target::Lifecycle;
@@ -60,7 +65,9 @@ pub struct Indexer {
     /// Woken by every append to the spool.
     pub arrived: Arc<Notify>,
     pub destination: Destination,
+    /// Refused documents as `_bulk` pairs, and why each was refused (same numbering).
     pub dead_letter: RotatingFile,
+    pub refusals: RotatingFile,
     pub pacing: Pacing,
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
@@ -72,6 +79,7 @@ pub struct Indexer {
     pub retention_days: u32,
     /// Where the set-up's report goes, for `/ready`.
     pub status: super::Status,
+    pub health: Arc<Health>,
 }
 
 /// How a delivery attempt ended.
@@ -142,6 +150,8 @@ impl Indexer {
             }
         };
         let read = batch.docs.len();
+        self.health
+            .oldest(batch.docs.first().and_then(Encoded::created_ms));
         if read == 0 {
             // Only a torn tail or a missing file: step over it.
             self.ack(batch.end, 0);
@@ -169,6 +179,9 @@ impl Indexer {
     fn ack(&self, end: super::spool::Position, docs: usize) {
         if let Err(error) = self.spool.ack(end, docs) {
             tracing::error!(error = %error, "Could not advance the spool cursor.");
+        }
+        if self.spool.is_empty() {
+            self.health.oldest(None);
         }
     }
 
@@ -232,11 +245,16 @@ impl Indexer {
                     self.status.set(report);
                     self.ready = true;
                     self.metrics.semlog_ready(true);
+                    self.health.delivered();
                     return;
                 }
                 Err(error) => {
                     attempt += 1;
-                    tracing::warn!(error = %error, attempt, "Could not set up the cluster; documents wait in the spool.");
+                    self.health.trouble(
+                        Trouble::SetUp,
+                        &error.to_string(),
+                        self.spool.pending_docs() as usize,
+                    );
                     let wait = backoff(&self.pacing, attempt, None, rng);
                     if !self.pause(wait).await {
                         return;
@@ -298,6 +316,7 @@ impl Indexer {
                     tokio::time::timeout(DRAIN_BULK_TIMEOUT, cluster.bulk(&pending))
                         .await
                         .unwrap_or_else(|_| BulkResult::RetryAll {
+                            trouble: Trouble::Unreachable,
                             reason: "no answer while the gateway stops".into(),
                             retry_after: None,
                         })
@@ -305,6 +324,7 @@ impl Indexer {
                     tokio::select! {
                         r = cluster.bulk(&pending) => r,
                         () = self.shutdown.cancelled() => BulkResult::RetryAll {
+                            trouble: Trouble::Unreachable,
                             reason: "the gateway is stopping".into(),
                             retry_after: None,
                         },
@@ -314,13 +334,17 @@ impl Indexer {
                 let retry_after = match result {
                     BulkResult::Items(items) => {
                         let mut retry = Vec::new();
+                        let mut why = None;
                         for (doc, item) in pending.into_iter().zip(items) {
                             match item {
                                 Item::Indexed => self.metrics.semlog_count(SemlogEvent::Indexed, 1),
                                 Item::Duplicate => {
                                     self.metrics.semlog_count(SemlogEvent::Duplicate, 1)
                                 }
-                                Item::Retry => retry.push(doc),
+                                Item::Retry { trouble, reason } => {
+                                    why.get_or_insert((trouble, reason));
+                                    retry.push(doc);
+                                }
                                 Item::Rejected {
                                     status,
                                     error_type,
@@ -328,19 +352,24 @@ impl Indexer {
                                 } => self.dead_letter(&doc, status, &error_type, &reason),
                             }
                         }
-                        if retry.is_empty() {
+                        let Some((trouble, reason)) = why else {
+                            self.health.delivered();
                             break;
-                        }
+                        };
                         self.metrics
                             .semlog_count(SemlogEvent::Retried, retry.len() as u64);
+                        self.health.trouble(trouble, &reason, retry.len());
                         pending = retry;
                         None
                     }
                     BulkResult::RetryAll {
+                        trouble,
                         reason,
                         retry_after,
                     } => {
-                        tracing::warn!(reason = %reason, documents = pending.len(), attempt, "A bulk request failed as a whole.");
+                        if !self.shutdown.is_cancelled() {
+                            self.health.trouble(trouble, &reason, pending.len());
+                        }
                         retry_after
                     }
                     BulkResult::Split if pending.len() > 1 => {
@@ -385,18 +414,26 @@ impl Indexer {
         }
     }
 
+    /// Writes a refused document to the dead-letter file as the `_bulk` pair it was sent
+    /// as (so `llmgate semlog replay`, or `curl --data-binary @file .../_bulk`, can send
+    /// it again once the mapping is fixed) and the cluster's reason to the refusals file.
     fn dead_letter(&mut self, doc: &Encoded, status: u16, error_type: &str, reason: &str) {
-        tracing::warn!(id = %doc.id, status, error_type, reason, "Elasticsearch refused a document; it goes to the dead-letter file.");
+        self.health
+            .dead_lettered(&doc.id, status, error_type, reason);
         self.metrics.semlog_count(SemlogEvent::DeadLettered, 1);
-        if let Err(error) = self
-            .dead_letter
-            .write(&dead_letter_line(doc, status, error_type, reason))
-        {
+        if let Err(error) = self.dead_letter.write(&doc.lines) {
             tracing::error!(error = %error, "Could not write the dead-letter file.");
             self.metrics.semlog_dropped("dead_letter_error");
         }
+        if let Err(error) = self
+            .refusals
+            .write(&refusal_line(doc, status, error_type, reason))
+        {
+            tracing::error!(error = %error, "Could not write the refusals file.");
+        }
         self.metrics
             .semlog_files_deleted("dead_letter", self.dead_letter.take_deleted());
+        self.refusals.take_deleted();
     }
 
     /// Shutdown: the spool is made durable, then delivered, oldest first, for as long
@@ -415,6 +452,7 @@ impl Indexer {
             let _ = files.sync();
         }
         let _ = self.dead_letter.sync();
+        let _ = self.refusals.sync();
     }
 }
 

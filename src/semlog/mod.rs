@@ -18,7 +18,8 @@
 //! - [`target`]: what kind of cluster it is (Elasticsearch 8/9, Serverless, OpenSearch)
 //!   and what it accepts; [`setup`]: the set-up that fits it (retention, mappings, the
 //!   data stream); [`elasticsearch`]: the client, `_bulk`, and bulk answers as data.
-//! - [`indexer`]: batching, retries, dead letters.
+//! - [`indexer`]: batching, retries, dead letters; [`health`]: the sink's state for
+//!   `/ready`, the gauge and the log; [`replay`]: `llmgate semlog replay`.
 //! - [`spool`], [`files`]: the on-disk parts.
 //! - [`config`]: the `[semlog]` settings.
 //!
@@ -29,8 +30,10 @@ pub mod config;
 pub mod document;
 pub mod elasticsearch;
 pub mod files;
+pub mod health;
 pub mod indexer;
 pub mod redact;
+pub mod replay;
 pub mod setup;
 pub mod spool;
 pub mod target;
@@ -50,22 +53,26 @@ use indexer::{Destination, Indexer, Pacing};
 use redact::{Mode, Redactor};
 use spool::Spool;
 
-/// Where the semantic log goes, for `/ready`: files, or a cluster and what its set-up
-/// found (once it has run).
+/// Where the semantic log goes and how it is doing, for `/ready`: files, or a cluster
+/// and what its set-up found (once it has run); the sink's [`health::Health`] and the
+/// spool's depth.
 #[derive(Debug, Clone, Default)]
 pub struct Status {
     /// Documents go to a cluster (else to files).
     cluster: bool,
     /// Its set-up's report, once the set-up has run.
     report: Arc<Mutex<Option<setup::Report>>>,
+    /// `None` without a semantic log (tests of other parts).
+    sink: Option<(Arc<health::Health>, Arc<Spool>)>,
 }
 
 impl Status {
     /// Files, or a cluster whose set-up is yet to run.
-    fn new(cluster: bool) -> Self {
+    fn new(cluster: bool, health: Arc<health::Health>, spool: Arc<Spool>) -> Self {
         Self {
             cluster,
             report: Arc::default(),
+            sink: Some((health, spool)),
         }
     }
 
@@ -76,8 +83,20 @@ impl Status {
     }
 
     /// `{"sink": "files"}`, or the cluster's kind, retention and set-up problems (each
-    /// step and what to change; the cluster's own words stay in the log).
+    /// step and what to change; the cluster's own words stay in the log); then the
+    /// sink's state: `ok` or `degraded` with the `problem`, documents `queued`, the
+    /// oldest one's age, and what was retried, dead-lettered and dropped since the start.
     pub fn to_json(&self) -> serde_json::Value {
+        let mut value = self.where_to();
+        if let (Some((health, spool)), Some(object)) = (&self.sink, value.as_object_mut()) {
+            if let serde_json::Value::Object(state) = health.to_json(spool.pending_docs()) {
+                object.extend(state);
+            }
+        }
+        value
+    }
+
+    fn where_to(&self) -> serde_json::Value {
         if !self.cluster {
             return serde_json::json!({"sink": "files"});
         }
@@ -109,6 +128,7 @@ pub struct Semlog {
     shutdown: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
     status: Status,
+    health: Arc<health::Health>,
     /// The last [`RECENT_DOCUMENTS`] documents and their requests' API key ids, newest
     /// last, for the live view (serialised only when it asks).
     recent: Mutex<std::collections::VecDeque<(Option<String>, Arc<RedactedLog>)>>,
@@ -190,14 +210,27 @@ impl Semlog {
             config.files_max_bytes,
         )
         .map_err(|e| format!("could not open the dead-letter file: {e}"))?;
+        let refusals = files::RotatingFile::open(
+            &indexer::dead_letter_dir(dir),
+            "refusals",
+            config.file_max_bytes,
+            config.files_max_bytes,
+        )
+        .map_err(|e| format!("could not open the refusals file: {e}"))?;
         let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
-        let status = Status::new(config.elasticsearch.is_some());
+        let health = Arc::new(health::Health::new(Arc::clone(&metrics)));
+        let status = Status::new(
+            config.elasticsearch.is_some(),
+            Arc::clone(&health),
+            Arc::clone(&spool),
+        );
         let indexer = Indexer {
             spool: Arc::clone(&spool),
             arrived: Arc::clone(&arrived),
             destination,
             dead_letter,
+            refusals,
             pacing: Pacing {
                 batch_docs: config.batch_docs,
                 batch_bytes: config.batch_bytes,
@@ -213,6 +246,7 @@ impl Semlog {
                 .as_ref()
                 .map_or(30, |es| es.retention_days),
             status: status.clone(),
+            health: Arc::clone(&health),
         };
         let task = tokio::spawn(indexer.run());
         if !config.fsync.is_zero() {
@@ -235,6 +269,7 @@ impl Semlog {
             shutdown,
             task: Mutex::new(Some(task)),
             status,
+            health,
             recent: Mutex::default(),
         })
     }
@@ -292,10 +327,14 @@ impl RequestObserver for Semlog {
                 self.metrics.semlog_count(SemlogEvent::Queued, 1);
                 self.arrived.notify_one();
             }
-            Err(spool::SpoolError::Full(_)) => self.metrics.semlog_dropped("spool_full"),
+            Err(spool::SpoolError::Full(_)) => {
+                self.metrics.semlog_dropped("spool_full");
+                self.health.dropped("spool_full");
+            }
             Err(error) => {
                 tracing::error!(error = %error, "Could not write to the spool; the document is lost.");
                 self.metrics.semlog_dropped("spool_error");
+                self.health.dropped("spool_error");
             }
         }
     }

@@ -462,6 +462,20 @@ pub struct Encoded {
     pub lines: bytes::Bytes,
 }
 
+impl Encoded {
+    /// When the document was made (its `@timestamp`, ms since the epoch), read from its
+    /// source line: for the age of the oldest queued document.
+    pub fn created_ms(&self) -> Option<i64> {
+        let source = self.lines.split(|b| *b == b'\n').nth(1)?;
+        // `@timestamp` is the first field; read only as far as it.
+        let text = std::str::from_utf8(&source[..source.len().min(64)]).ok()?;
+        let at = text.split("\"@timestamp\":\"").nth(1)?.split('"').next()?;
+        chrono::DateTime::parse_from_rfc3339(at)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    }
+}
+
 /// The bulk action line of a document: `create` (a data stream accepts only `create`),
 /// with the document's own id.
 fn action_line(id: &str) -> String {

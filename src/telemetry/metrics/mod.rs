@@ -323,7 +323,7 @@ impl Metrics {
         );
         r.register(
             names::SEMLOG_READY,
-            "1 once the semantic-log sink is set up (Elasticsearch policy and templates)",
+            "1 while the semantic-log sink is set up and taking documents; 0 before its set-up and while it is degraded (/ready names the problem; documents wait in the spool)",
             m.semlog_ready.clone(),
         );
         r.register(

@@ -1,0 +1,278 @@
+//! How the sink is doing, for the operator: `/ready`'s `semlog` (degraded and why, for
+//! how long, documents queued and the oldest one's age, dead letters and drops since the
+//! start), the `llmgate_semlog_ready` gauge (0 while degraded), and log lines that say
+//! so without flooding: the first trouble at once, then at most one line per
+//! [`LOG_EVERY`] with the counts since the last, and one when the sink recovers.
+//!
+//! Degraded never makes the gateway unready: documents wait in the spool, and a gateway
+//! that stopped answering because its log sink is down would turn a logging problem
+//! into an outage.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::telemetry::metrics::Metrics;
+
+/// Log lines about the same trouble are at least this far apart.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Why documents are not going out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trouble {
+    /// No answer: connection refused, DNS, TLS, timeout.
+    Unreachable,
+    /// A cluster block: `index.blocks.write`, `read_only_allow_delete` after the disk
+    /// flood stage, a cluster-wide block.
+    Blocked,
+    /// 429: the cluster asks the gateway to slow down.
+    Throttled,
+    /// 5xx, or shards not available.
+    Unavailable,
+    /// The write index is closed.
+    Closed,
+    /// 401, 403 for the credentials, 404 for the index: fixed on the operator's side.
+    Refused,
+    /// The set-up (policy, templates) has not gone through yet.
+    SetUp,
+    /// The spool is full: new documents are dropped.
+    SpoolFull,
+}
+
+impl Trouble {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trouble::Unreachable => "unreachable",
+            Trouble::Blocked => "blocked",
+            Trouble::Throttled => "throttled",
+            Trouble::Unavailable => "unavailable",
+            Trouble::Closed => "index_closed",
+            Trouble::Refused => "refused",
+            Trouble::SetUp => "set_up",
+            Trouble::SpoolFull => "spool_full",
+        }
+    }
+}
+
+/// The sink's health, shared by the indexer (which reports), the request path (spool
+/// drops) and `/ready` (which reads).
+#[derive(Debug)]
+pub struct Health {
+    inner: Mutex<Inner>,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The trouble now, its latest reason, since when.
+    trouble: Option<(Trouble, String, Instant)>,
+    /// Since the start.
+    dead_letters: u64,
+    dropped: u64,
+    retried: u64,
+    /// Since the last log line about them (see [`LOG_EVERY`]).
+    unlogged: Unlogged,
+    last_line: Option<Instant>,
+    /// When the oldest document still queued was made (ms since the epoch), as the
+    /// indexer last read it.
+    oldest_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Unlogged {
+    retried: u64,
+    dead_letters: u64,
+    dropped: u64,
+}
+
+impl Health {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `documents` could not go out for `trouble` (`reason`: the cluster's words, short).
+    pub fn trouble(&self, trouble: Trouble, reason: &str, documents: usize) {
+        let mut inner = self.lock();
+        inner.retried += documents as u64;
+        inner.unlogged.retried += documents as u64;
+        let new = inner.trouble.as_ref().is_none_or(|(t, _, _)| *t != trouble);
+        let since = match &inner.trouble {
+            Some((_, _, since)) if !new => *since,
+            _ => Instant::now(),
+        };
+        inner.trouble = Some((trouble, reason.to_owned(), since));
+        self.metrics.semlog_ready(false);
+        if new || due(inner.last_line) {
+            let counts = std::mem::take(&mut inner.unlogged);
+            inner.last_line = Some(Instant::now());
+            let for_s = since.elapsed().as_secs();
+            drop(inner);
+            tracing::warn!(
+                trouble = trouble.as_str(),
+                reason,
+                for_s,
+                retried = counts.retried,
+                dead_lettered = counts.dead_letters,
+                dropped = counts.dropped,
+                "The semantic-log sink is degraded; documents wait in the spool and are retried."
+            );
+        }
+    }
+
+    /// A batch went through (every document indexed, already there, or dead-lettered):
+    /// the trouble is over.
+    pub fn delivered(&self) {
+        let mut inner = self.lock();
+        let Some((trouble, _, since)) = inner.trouble.take() else {
+            return;
+        };
+        let counts = std::mem::take(&mut inner.unlogged);
+        inner.last_line = Some(Instant::now());
+        drop(inner);
+        self.metrics.semlog_ready(true);
+        tracing::info!(
+            trouble = trouble.as_str(),
+            after_s = since.elapsed().as_secs(),
+            retried = counts.retried,
+            dead_lettered = counts.dead_letters,
+            dropped = counts.dropped,
+            "The semantic-log sink recovered."
+        );
+    }
+
+    /// The cluster refused a document for good; it went to the dead-letter file.
+    pub fn dead_lettered(&self, id: &str, status: u16, error_type: &str, reason: &str) {
+        let mut inner = self.lock();
+        inner.dead_letters += 1;
+        inner.unlogged.dead_letters += 1;
+        if !due(inner.last_line) {
+            return;
+        }
+        let counts = std::mem::take(&mut inner.unlogged);
+        inner.last_line = Some(Instant::now());
+        drop(inner);
+        tracing::warn!(
+            id,
+            status,
+            error_type,
+            reason,
+            dead_lettered = counts.dead_letters,
+            "The cluster refused documents; they are in the dead-letter file (llmgate semlog replay sends them again)."
+        );
+    }
+
+    /// A document was dropped on the request path (the spool was full or failed).
+    pub fn dropped(&self, why: &'static str) {
+        let mut inner = self.lock();
+        inner.dropped += 1;
+        inner.unlogged.dropped += 1;
+        if why == "spool_full" && inner.trouble.is_none() {
+            inner.trouble = Some((
+                Trouble::SpoolFull,
+                "the spool is full (semlog.spool_max_bytes)".into(),
+                Instant::now(),
+            ));
+            self.metrics.semlog_ready(false);
+        }
+        if !due(inner.last_line) {
+            return;
+        }
+        let counts = std::mem::take(&mut inner.unlogged);
+        inner.last_line = Some(Instant::now());
+        drop(inner);
+        tracing::error!(
+            reason = why,
+            dropped = counts.dropped,
+            "Semantic-log documents were dropped: the spool could not take them."
+        );
+    }
+
+    /// When the oldest queued document was made (ms since the epoch), or `None` when
+    /// the spool is empty.
+    pub fn oldest(&self, at_ms: Option<i64>) {
+        self.lock().oldest_ms = at_ms;
+    }
+
+    /// The sink's part of `/ready`: `queued` documents are in the spool now.
+    pub fn to_json(&self, queued: u64) -> Value {
+        let inner = self.lock();
+        let oldest_age_s = match (queued, inner.oldest_ms) {
+            (0, _) | (_, None) => None,
+            (_, Some(at)) => {
+                let now = chrono::Utc::now().timestamp_millis();
+                Some(((now - at).max(0) as f64 / 1000.0).round())
+            }
+        };
+        let mut value = json!({
+            "state": if inner.trouble.is_some() { "degraded" } else { "ok" },
+            "queued": queued,
+            "oldest_queued_age_s": oldest_age_s,
+            "retried": inner.retried,
+            "dead_letters": inner.dead_letters,
+            "dropped": inner.dropped,
+        });
+        if let Some((trouble, reason, since)) = &inner.trouble {
+            value["problem"] = json!({
+                "kind": trouble.as_str(),
+                "reason": reason,
+                "for_s": since.elapsed().as_secs(),
+            });
+        }
+        value
+    }
+
+    /// Whether a trouble is current.
+    pub fn degraded(&self) -> bool {
+        self.lock().trouble.is_some()
+    }
+}
+
+fn due(last: Option<Instant>) -> bool {
+    last.is_none_or(|at| at.elapsed() >= LOG_EVERY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trouble_degrades_until_a_delivery_and_counts_since_the_start() {
+        let health = Health::new(Arc::new(Metrics::for_models(&["m"], &[])));
+        assert_eq!(health.to_json(0)["state"], "ok");
+        health.trouble(
+            Trouble::Blocked,
+            "index [x] blocked by: [FORBIDDEN/8/index write (api)]",
+            18,
+        );
+        health.trouble(Trouble::Blocked, "still blocked", 18);
+        health.dead_lettered("a", 400, "document_parsing_exception", "failed to parse");
+        health.oldest(Some(chrono::Utc::now().timestamp_millis() - 61_000));
+        let json = health.to_json(18);
+        assert_eq!(json["state"], "degraded");
+        assert_eq!(json["problem"]["kind"], "blocked");
+        assert_eq!(json["problem"]["reason"], "still blocked");
+        assert_eq!(json["retried"], 36);
+        assert_eq!(json["dead_letters"], 1);
+        assert_eq!(json["queued"], 18);
+        assert!(
+            json["oldest_queued_age_s"].as_f64().unwrap() >= 61.0,
+            "{json}"
+        );
+        health.delivered();
+        let json = health.to_json(0);
+        assert_eq!(json["state"], "ok");
+        assert!(json.get("problem").is_none());
+        assert!(json["oldest_queued_age_s"].is_null());
+        assert_eq!(json["dead_letters"], 1, "counts are since the start");
+        health.dropped("spool_full");
+        assert_eq!(health.to_json(0)["problem"]["kind"], "spool_full");
+    }
+}

@@ -1,0 +1,219 @@
+//! `llmgate semlog replay`: sends the dead-letter files (documents the cluster refused,
+//! kept as the `_bulk` pairs they were sent as) to the cluster again, once the mapping
+//! or template that refused them is fixed, and says how many went in.
+//!
+//! Idempotent by event id: each pair is a `create` with the document's own `_id`, so a
+//! document already indexed (by an earlier replay, or by `curl --data-binary`) is
+//! answered 409 and counted as already there, never indexed twice. The files are left
+//! where they are (the gateway may be appending to the newest), so running it again is
+//! safe and says the same; `semlog.files_max_bytes` bounds them.
+
+use std::path::{Path, PathBuf};
+
+use super::config::SemlogConfig;
+use super::document::Encoded;
+use super::elasticsearch::{BulkResult, Cluster, Item};
+use super::indexer::dead_letter_dir;
+
+/// Documents per `_bulk` request.
+const BATCH: usize = 500;
+
+/// What a replay did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub files: usize,
+    pub documents: usize,
+    /// Indexed now.
+    pub indexed: usize,
+    /// Already in the index (409): an earlier replay took them.
+    pub already: usize,
+    /// Refused again: (id, status, error type, reason).
+    pub refused: Vec<(String, u16, String, String)>,
+    /// Lines that are not a `create` pair (a torn tail).
+    pub unreadable: usize,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} documents in {} dead-letter files: {} indexed, {} already indexed, {} refused again",
+            self.documents,
+            self.files,
+            self.indexed,
+            self.already,
+            self.refused.len()
+        )?;
+        if self.unreadable > 0 {
+            write!(f, ", {} unreadable lines skipped", self.unreadable)?;
+        }
+        Ok(())
+    }
+}
+
+/// The dead-letter files in `data_dir`, oldest first.
+pub fn dead_letter_files(data_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let dir = dead_letter_dir(data_dir);
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("dead-letter-") && n.ends_with(".ndjson"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The `create` pairs of a dead-letter file, and how many lines were not one.
+pub fn read_pairs(text: &[u8]) -> (Vec<Encoded>, usize) {
+    let mut docs = Vec::new();
+    let mut unreadable = 0;
+    let mut lines = text.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+    while let Some(action) = lines.next() {
+        let id = serde_json::from_slice::<serde_json::Value>(action)
+            .ok()
+            .and_then(|a| a["create"]["_id"].as_str().map(str::to_owned));
+        let (Some(id), Some(source)) = (id, lines.next()) else {
+            unreadable += 1;
+            continue;
+        };
+        let mut pair = Vec::with_capacity(action.len() + source.len() + 2);
+        pair.extend_from_slice(action);
+        pair.push(b'\n');
+        pair.extend_from_slice(source);
+        pair.push(b'\n');
+        docs.push(Encoded {
+            id,
+            lines: pair.into(),
+        });
+    }
+    (docs, unreadable)
+}
+
+/// Sends `files` (the data directory's dead-letter files when empty) to the cluster of
+/// `config`. An error when the cluster is not taking documents: the report so far and
+/// why (nothing is lost: the files stay).
+pub async fn replay(config: &SemlogConfig, files: &[PathBuf]) -> Result<Report, (Report, String)> {
+    let mut report = Report::default();
+    let Some(es) = &config.elasticsearch else {
+        return Err((
+            report,
+            "no cluster is configured (semlog.es_url or semlog.es_cloud_id): replay sends the dead letters to one".into(),
+        ));
+    };
+    let mut es = es.clone();
+    if let Some(path) = &es.ca_cert {
+        match std::fs::read(path) {
+            Ok(pem) => es.ca_cert_pem = Some(pem),
+            Err(e) => return Err((report, format!("{}: {e}", path.display()))),
+        }
+    }
+    let cluster = match Cluster::new(&es, config.data_stream()) {
+        Ok(cluster) => cluster,
+        Err(e) => return Err((report, e)),
+    };
+    let files = if files.is_empty() {
+        dead_letter_files(&config.data_dir).map_err(|e| (Report::default(), e.to_string()))?
+    } else {
+        files.to_vec()
+    };
+    for file in &files {
+        let text = match std::fs::read(file) {
+            Ok(text) => text,
+            Err(e) => return Err((report, format!("{}: {e}", file.display()))),
+        };
+        let (docs, unreadable) = read_pairs(&text);
+        report.files += 1;
+        report.documents += docs.len();
+        report.unreadable += unreadable;
+        for batch in docs.chunks(BATCH) {
+            if let Err(why) = send(&cluster, batch, &mut report).await {
+                return Err((report, why));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// One batch; a 413 sends it in halves.
+async fn send(cluster: &Cluster, batch: &[Encoded], report: &mut Report) -> Result<(), String> {
+    match cluster.bulk(batch).await {
+        BulkResult::Items(items) => {
+            for (doc, item) in batch.iter().zip(items) {
+                match item {
+                    Item::Indexed => report.indexed += 1,
+                    Item::Duplicate => report.already += 1,
+                    Item::Retry { trouble, reason } => {
+                        return Err(format!(
+                            "the cluster is not taking documents ({}): {reason}",
+                            trouble.as_str()
+                        ))
+                    }
+                    Item::Rejected {
+                        status,
+                        error_type,
+                        reason,
+                    } => report
+                        .refused
+                        .push((doc.id.clone(), status, error_type, reason)),
+                }
+            }
+            Ok(())
+        }
+        BulkResult::RetryAll {
+            trouble, reason, ..
+        } => Err(format!(
+            "the cluster is not taking documents ({}): {reason}",
+            trouble.as_str()
+        )),
+        BulkResult::Split if batch.len() > 1 => {
+            let (first, second) = batch.split_at(batch.len() / 2);
+            Box::pin(send(cluster, first, report)).await?;
+            Box::pin(send(cluster, second, report)).await
+        }
+        BulkResult::Split => {
+            report.refused.push((
+                batch[0].id.clone(),
+                413,
+                "request_entity_too_large".into(),
+                "over the cluster's request size limit".into(),
+            ));
+            Ok(())
+        }
+        BulkResult::RejectAll { status, reason } => {
+            for doc in batch {
+                report.refused.push((
+                    doc.id.clone(),
+                    status,
+                    "bulk_request_rejected".into(),
+                    reason.clone(),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_read_back_as_they_were_sent_and_a_torn_tail_is_counted() {
+        let text = b"{\"create\":{\"_id\":\"a\"}}\n{\"x\":1}\n{\"create\":{\"_id\":\"b\"}}\n{\"x\":2}\n{\"create\":{\"_id\":\"c\"}}\n";
+        let (docs, unreadable) = read_pairs(text);
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1].id, "b");
+        assert_eq!(
+            &docs[0].lines[..],
+            b"{\"create\":{\"_id\":\"a\"}}\n{\"x\":1}\n"
+        );
+        assert_eq!(unreadable, 1);
+    }
+}

@@ -1,0 +1,199 @@
+"""The real node's bad days, and what users write, against the OpenSearch 2.19 node of
+scripts/search-node: a write block and the flood stage's read-only block while requests
+run (every document indexed once the block is lifted, none dead-lettered), a node that is
+down (the sink says so in /ready and in the gauge, without making the gateway unready),
+documents refused for their mapping then replayed by `llmgate semlog replay` (exactly
+once, however often it runs), and Chinese and English personal data and a client's
+request id that is a card number (found in no stored field, log line or answer).
+"""
+
+import json
+import subprocess
+import time
+import urllib.request
+
+from conftest import BINARY, ROOT, eventually, launch_with_semlog, ready_semlog, stop_gateway
+from test_semlog_opensearch import STREAM, chat, metric, node  # noqa: F401  (the fixture)
+
+
+def backing_index(node):
+    _, stream = node.call("GET", f"/_data_stream/{STREAM}")
+    return stream["data_streams"][0]["indices"][-1]["index_name"]
+
+
+def event_ids(node):
+    return [source["event"]["id"] for source in node.sources()]
+
+
+def test_a_write_block_and_the_flood_stage_hold_documents_until_they_are_lifted(node, tmp_path):
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
+    try:
+        assert chat(gw.base, "before the block") == 200
+        eventually(lambda: node.count({"match_all": {}}) == 1)
+        index = backing_index(node)
+        for setting, kind in (("index.blocks.write", "blocked"),
+                              ("index.blocks.read_only_allow_delete", "blocked")):
+            status, answer = node.call("PUT", f"/{index}/_settings", {setting: True})
+            assert status == 200, answer
+            before = node.count({"match_all": {}})
+            for i in range(20):
+                assert chat(gw.base, f"while {setting} is on {i}") == 200
+            # The sink says what is wrong, the gateway stays ready, nothing is lost.
+            eventually(lambda: ready_semlog(gw).get("state") == "degraded")
+            state = ready_semlog(gw)
+            assert state["problem"]["kind"] == kind, state
+            assert "blocked" in state["problem"]["reason"], state
+            assert state["queued"] >= 1 and state["oldest_queued_age_s"] is not None, state
+            assert metric(gw, "llmgate_semlog_ready") == 0
+            with urllib.request.urlopen(f"{gw.base}/ready", timeout=5) as ready:
+                assert ready.status == 200
+            time.sleep(5)
+            assert metric(gw, "llmgate_semlog_dead_lettered_total") == 0
+            status, answer = node.call("PUT", f"/{index}/_settings", {setting: None})
+            assert status == 200, answer
+            eventually(lambda: node.count({"match_all": {}}) == before + 20, seconds=90)
+            eventually(lambda: ready_semlog(gw).get("state") == "ok")
+            assert metric(gw, "llmgate_semlog_ready") == 1
+        ids = event_ids(node)
+        assert len(ids) == 41 and len(set(ids)) == 41
+        assert metric(gw, "llmgate_semlog_dead_lettered_total") == 0
+        log = gw.log_text()
+        degraded = [json.loads(line) for line in log.splitlines()
+                    if "The semantic-log sink is degraded" in line]
+        # Said at once, then at most every 10 s: a handful of lines, not one per retry.
+        assert 1 <= len(degraded) <= 20, len(degraded)
+        assert any(line.get("trouble") == "blocked" for line in degraded), degraded[:2]
+        assert "The semantic-log sink recovered." in log
+    finally:
+        stop_gateway(gw)
+
+
+def test_a_node_that_is_down_degrades_the_sink_not_the_gateway(node, tmp_path):
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
+    try:
+        assert chat(gw.base, "hello") == 200
+        eventually(lambda: node.count({"match_all": {}}) == 1)
+        assert ready_semlog(gw)["state"] == "ok"
+        node.stop()
+        for i in range(5):
+            assert chat(gw.base, f"while the node is down {i}") == 200
+        eventually(lambda: ready_semlog(gw).get("state") == "degraded")
+        state = ready_semlog(gw)
+        assert state["problem"]["kind"] == "unreachable", state
+        assert state["queued"] == 5, state
+        assert metric(gw, "llmgate_semlog_ready") == 0
+        node.start()
+        eventually(lambda: node.count({"match_all": {}}) == 6, seconds=90)
+        eventually(lambda: ready_semlog(gw).get("state") == "ok")
+        assert ready_semlog(gw)["queued"] == 0
+    finally:
+        stop_gateway(gw)
+
+
+def replay(node, data_dir):
+    return subprocess.run(
+        [str(BINARY), "semlog", "replay", "--es-url", node.url, "--data-dir", str(data_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_dead_letters_are_replayed_exactly_once(node, tmp_path):
+    # An operator's template maps `llm.intent` as a number: every document is refused
+    # for what it is, and dead-lettered.
+    status, answer = node.call("PUT", "/_index_template/operator-override", {
+        "index_patterns": ["logs-llmgate.requests-*"], "priority": 300, "data_stream": {},
+        "template": {"mappings": {"properties": {"llm": {"properties": {"intent": {"type": "long"}}}}}},
+    })
+    assert status == 200, answer
+    data_dir = tmp_path / "gw"
+    gw = launch_with_semlog(node.url, data_dir)
+    try:
+        for i in range(3):
+            assert chat(gw.base, f"conflict {i}") == 200
+        eventually(lambda: metric(gw, "llmgate_semlog_dead_lettered_total") == 3)
+        assert ready_semlog(gw)["dead_letters"] == 3
+    finally:
+        stop_gateway(gw)
+    assert node.count({"match_all": {}}) == 0
+    # The dead letters are the bulk pairs as sent; the reasons are beside them.
+    letters = [line for path in sorted((data_dir / "dead-letter").glob("dead-letter-*.ndjson"))
+               for line in path.read_text().splitlines() if line.strip()]
+    assert len(letters) == 6 and all("create" in json.loads(a) for a in letters[::2]), letters[:2]
+    reasons = "".join(p.read_text() for p in (data_dir / "dead-letter").glob("refusals-*.ndjson"))
+    assert "mapper_parsing_exception" in reasons or "document_parsing_exception" in reasons, reasons
+
+    # Still refused: replay says so and exits 1, and nothing is indexed.
+    refused = replay(node, data_dir)
+    assert refused.returncode == 1, refused.stderr
+    assert "3 refused again" in refused.stdout, refused.stdout
+
+    # The operator fixes the template (the data stream uses it: it cannot be deleted),
+    # and the next backing index takes the fixed mapping.
+    status, answer = node.call("PUT", "/_index_template/operator-override", {
+        "index_patterns": ["logs-llmgate.requests-*"], "priority": 300, "data_stream": {},
+        "composed_of": ["llmgate-requests@mappings"],
+    })
+    assert status == 200, answer
+    status, answer = node.call("POST", f"/{STREAM}/_rollover")
+    assert status == 200, answer
+    first = replay(node, data_dir)
+    assert first.returncode == 0, first.stderr
+    assert "3 indexed, 0 already indexed" in first.stdout, first.stdout
+    again = replay(node, data_dir)
+    assert again.returncode == 0, again.stderr
+    assert "0 indexed, 3 already indexed" in again.stdout, again.stdout
+    ids = event_ids(node)
+    assert len(ids) == 3 and len(set(ids)) == 3
+
+
+PLANTED = {
+    "name": "Bartholomew Quigglesworth",
+    "street": "742 Evergreen Terrace",
+    "chinese name": "王小明",
+    "mobile": "13812345678",
+    "resident id": "11010519491231002X",
+    "second id": "440305198309198550",
+    "chinese address": "北京市海淀区中关村大街27号",
+    "card id": "4539-1488-0343-6467",
+}
+
+
+def test_personal_data_in_english_and_chinese_and_a_card_as_request_id_are_stored_nowhere(node, tmp_path):
+    gw = launch_with_semlog(node.url, tmp_path / "gw")
+    prompts = [
+        "My name is Bartholomew Quigglesworth and I live at 742 Evergreen Terrace, Springfield.",
+        "我叫王小明，我的手机号码是13812345678，身份证号码是11010519491231002X，"
+        "我太太的身份证号码是440305198309198550，我住在北京市海淀区中关村大街27号。",
+        "Write a Python function that reverses a string.",
+        "解释一下递归",
+    ]
+    answers = []
+    try:
+        for i, prompt in enumerate(prompts):
+            body = {"model": "smollm2-135m-instruct", "max_tokens": 8,
+                    "messages": [{"role": "user", "content": prompt}]}
+            headers = {"Content-Type": "application/json"}
+            if i == 0:
+                headers["x-request-id"] = PLANTED["card id"]
+            request = urllib.request.Request(f"{gw.base}/v1/chat/completions",
+                                             data=json.dumps(body).encode(), headers=headers)
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                answers.append(answer.headers.get("x-request-id", "") + answer.read().decode())
+        eventually(lambda: node.count({"match_all": {}}) == len(prompts))
+    finally:
+        stop_gateway(gw)
+    sources = node.sources()
+    stored = json.dumps(sources, ensure_ascii=False)
+    log = gw.log_text()
+    for what, value in PLANTED.items():
+        for place, text in (("stored", stored), ("log", log), ("answers", "".join(answers))):
+            assert value not in text, f"{what} in {place}"
+        assert node.count({"query_string": {"query": f'"{value}"', "default_field": "*"}}) == 0, what
+    redactions = {}
+    for source in sources:
+        for kind, n in source["llm"].get("redactions", {}).items():
+            redactions[kind] = redactions.get(kind, 0) + n
+    assert redactions.get("name", 0) >= 2 and redactions.get("address", 0) >= 2, redactions
+    assert redactions.get("resident_id") == 2 and redactions.get("phone") == 1, redactions
+    # Short prompts get their language.
+    languages = sorted(source["llm"]["language"] for source in sources)
+    assert languages == ["cmn", "cmn", "eng", "eng"], languages
