@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use llmgate::semlog::redact::{Mode, RedactionCounts, Redactor};
+use llmgate::redact::{Mode, RedactionCounts, Redactor};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

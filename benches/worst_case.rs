@@ -25,7 +25,7 @@ use llmgate::api::request::{parse_chat_request, RequestLimits};
 use llmgate::engine::gguf::GgufFacts;
 use llmgate::engine::upstream::stream::events_of;
 use llmgate::engine::{EngineEvent, ResponseFormat};
-use llmgate::semlog::redact::{Mode, RedactionCounts, Redactor};
+use llmgate::redact::{Mode, RedactionCounts, Redactor};
 use llmgate::stream::stops::StopScreen;
 use serde_json::{json, Value};
 

@@ -72,6 +72,7 @@ pub mod names;
 pub mod page;
 pub mod quality;
 pub mod record;
+pub mod redact;
 pub mod replay;
 pub mod routes;
 pub mod secret;

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::RwLock;
 
-use crate::semlog::redact::{self, RedactionCounts};
+use crate::redact::{self, RedactionCounts};
 
 /// Every secret value made in this process ([`Secret::new`], [`hold`]), longest first,
 /// so [`scrub`] replaces a key before a shorter secret inside it.

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use llmgate::quality::language::language_of;
-use llmgate::semlog::redact::{Kind, Redactor};
+use llmgate::redact::{Kind, Redactor};
 
 /// One corpus line: its language, its text without the markup, and the labelled values.
 struct Line {

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use llmgate::semlog::redact::{Mode, RedactionCounts, Redactor};
+use llmgate::redact::{Mode, RedactionCounts, Redactor};
 
 /// The input's layout: the kind of value planted (1 byte), keyed hashes or placeholders
 /// (1 byte, odd: keyed), the excerpt's length (1 byte), then text (UTF-8, lossily)

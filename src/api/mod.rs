@@ -198,7 +198,7 @@ fn acceptable_id(value: &HeaderValue) -> Option<String> {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    (token && crate::semlog::redact::shared().find(text).is_empty()).then(|| text.to_owned())
+    (token && crate::redact::shared().find(text).is_empty()).then(|| text.to_owned())
 }
 
 /// The longest client request id kept: a UUID is 36, a W3C trace id 32, a ULID 26.

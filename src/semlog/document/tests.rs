@@ -1,7 +1,7 @@
 use std::time::UNIX_EPOCH;
 
 use super::*;
-use crate::semlog::redact::Mode;
+use crate::redact::Mode;
 
 fn record() -> RequestRecord {
     crate::record::sample()

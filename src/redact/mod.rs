@@ -24,9 +24,31 @@ use sha2::Sha256;
 mod names;
 mod validate;
 
-use validate::{judge, Verdict};
+use validate::judge;
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// What a kind's validator makes of a candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// A value; it ends here (at most the candidate's end).
+    Accept(usize),
+    /// A value between these two byte offsets (inside the candidate): a name or an
+    /// address without the words that led the pattern to it.
+    Within(usize, usize),
+    /// A value of another kind, ending here: an 18-digit number that fails the resident
+    /// id's check but passes a card's.
+    As(Kind, usize),
+    /// Shaped like the kind but fails its check: an order number in card format, an
+    /// IBAN with a typo, `999.1.1.1`. It survives as a whole: a value of another kind
+    /// lying entirely inside it is part of it, not redacted (the digits of a bad IBAN
+    /// may pass Luhn). A value of the same kind inside it still is: where a card starts
+    /// in `0100 4111 1111 1111 1111` only the checksum can tell, and a false positive
+    /// is the cheaper mistake.
+    LookAlike,
+    /// Not the kind after all (the pattern is looser than the kind); claims nothing.
+    Unrelated,
+}
 
 /// What kind of value was replaced. The kind stays visible in the placeholder, so a log
 /// reader still knows *that* the user sent a card number, just not which.

@@ -2,29 +2,7 @@
 //! whether a candidate is the kind (Luhn for cards, mod-97 for IBANs, octet ranges for
 //! IPv4, SSN area rules...), only shaped like it, or unrelated.
 
-use super::{names, Kind};
-
-/// What a kind's validator makes of a candidate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
-    /// A value; it ends here (at most the candidate's end).
-    Accept(usize),
-    /// A value between these two byte offsets (inside the candidate): a name or an
-    /// address without the words that led the pattern to it.
-    Within(usize, usize),
-    /// A value of another kind, ending here: an 18-digit number that fails the resident
-    /// id's check but passes a card's.
-    As(Kind, usize),
-    /// Shaped like the kind but fails its check: an order number in card format, an
-    /// IBAN with a typo, `999.1.1.1`. It survives as a whole: a value of another kind
-    /// lying entirely inside it is part of it, not redacted (the digits of a bad IBAN
-    /// may pass Luhn). A value of the same kind inside it still is: where a card starts
-    /// in `0100 4111 1111 1111 1111` only the checksum can tell, and a false positive
-    /// is the cheaper mistake.
-    LookAlike,
-    /// Not the kind after all (the pattern is looser than the kind); claims nothing.
-    Unrelated,
-}
+use super::{names, Kind, Verdict};
 
 /// Runs `kind`'s validator on the candidate `text[start..end]`.
 pub(super) fn judge(kind: Kind, text: &str, start: usize, end: usize) -> Verdict {

@@ -3,7 +3,7 @@
 //! what around it is the value: the cue's own words come off, a Chinese name is a
 //! known surname and one or two given characters, words that are not names are not.
 
-use super::validate::Verdict;
+use super::Verdict;
 
 /// A name candidate `text[start..end]`: Latin words after a cue or a title, or Chinese
 /// characters after a cue or before an honorific.
