@@ -4,12 +4,16 @@ run (every document indexed once the block is lifted, none dead-lettered), a nod
 down (the sink says so in /ready and in the gauge, without making the gateway unready),
 documents refused for their mapping then replayed by `llmgate semlog replay` (exactly
 once, however often it runs), and Chinese and English personal data and a client's
-request id that is a card number (found in no stored field, log line or answer).
+request id that is a card number, and an upstream replica that quotes the gateway's key
+in its errors (found in no stored field, log line or answer).
 """
 
+import http.server
 import json
 import subprocess
+import threading
 import time
+import urllib.error
 import urllib.request
 
 from conftest import BINARY, ROOT, eventually, launch_with_semlog, ready_semlog, stop_gateway
@@ -197,3 +201,74 @@ def test_personal_data_in_english_and_chinese_and_a_card_as_request_id_are_store
     # Short prompts get their language.
     languages = sorted(source["llm"]["language"] for source in sources)
     assert languages == ["cmn", "cmn", "eng", "eng"], languages
+
+
+UPSTREAM_KEY = "upstream-key-Zq81vX0pLmN3bVc7"
+
+
+class CarelessReplica(http.server.BaseHTTPRequestHandler):
+    """An upstream replica that quotes the key it was sent, and a user's card, in its
+    errors: a 400, a 500, and an error event inside a stream."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.answer(200, "application/json", json.dumps({"object": "list", "data": [{"id": "careless"}]}))
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        key = self.headers.get("authorization", "").removeprefix("Bearer ")
+        said = f"rejected for key {key} and card 4111 1111 1111 1111"
+        prompt = body["messages"][0]["content"]
+        if prompt == "fault:400":
+            self.answer(400, "application/json",
+                        json.dumps({"error": {"message": said, "type": "invalid_request_error"}}))
+        elif prompt == "fault:500":
+            self.answer(500, "text/plain", f"panic: {said}")
+        else:
+            chunk = {"id": "x", "object": "chat.completion.chunk", "model": body["model"],
+                     "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}
+            self.answer(200, "text/event-stream",
+                        f"data: {json.dumps(chunk)}\n\nevent: error\ndata: {json.dumps({'message': said})}\n\n")
+
+    def answer(self, status, kind, text):
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_an_upstreams_error_text_carries_no_key_into_the_node_the_log_or_the_answer(node, tmp_path, monkeypatch):
+    replica = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CarelessReplica)
+    threading.Thread(target=replica.serve_forever, daemon=True).start()
+    monkeypatch.setenv("CARELESS_KEY", UPSTREAM_KEY)
+    gw = launch_with_semlog(node.url, tmp_path / "gw",
+                            "--upstream-url", f"http://127.0.0.1:{replica.server_address[1]}/v1",
+                            "--upstream-api-key-env", "CARELESS_KEY")
+    answers = []
+    try:
+        eventually(lambda: ready_semlog(gw).get("set_up") is True)
+        for prompt, stream in (("fault:400", False), ("fault:500", False), ("fault:event", True)):
+            body = {"model": "smollm2-135m-instruct", "max_tokens": 8, "stream": stream,
+                    "messages": [{"role": "user", "content": prompt}]}
+            request = urllib.request.Request(f"{gw.base}/v1/chat/completions",
+                                             data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    answers.append(answer.read().decode())
+            except urllib.error.HTTPError as error:
+                answers.append(error.read().decode())
+        eventually(lambda: node.count({"match_all": {}}) == 3)
+    finally:
+        stop_gateway(gw)
+        replica.shutdown()
+    assert "rejected for key <SECRET>" in answers[0], answers[0]
+    stored = json.dumps(node.sources())
+    for place, text in (("stored", stored), ("log", gw.log_text()), ("answers", "".join(answers))):
+        for planted in (UPSTREAM_KEY, "4111 1111 1111 1111"):
+            assert planted not in text, f"{planted} in {place}"
+    assert node.count({"query_string": {"query": f'"{UPSTREAM_KEY}"', "default_field": "*"}}) == 0
