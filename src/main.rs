@@ -220,12 +220,9 @@ fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match command_runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("llmgate: could not start the async runtime: {error}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let reports = match runtime.block_on(llmgate::bench::bench(args, direct.as_ref())) {
         Ok(reports) => reports,
@@ -294,6 +291,15 @@ fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
 
 /// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
 /// checked.
+/// The async runtime of a command that is not `serve`; exit status 2, said on stderr,
+/// when it cannot start.
+fn command_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|error| {
+        eprintln!("llmgate: could not start the async runtime: {error}");
+        ExitCode::from(2)
+    })
+}
+
 /// `llmgate semlog replay`: exit 0 when every dead letter is in the index, 1 when the
 /// cluster refused some again (each is named), 2 when it could not be reached.
 fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
@@ -304,12 +310,9 @@ fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match command_runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("llmgate: could not start the async runtime: {error}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(llmgate::semlog::replay::replay(&config.semlog, files));
     let (report, failure) = match result {
@@ -331,12 +334,9 @@ fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
 }
 
 fn run_replay(args: &ReplayArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match command_runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("llmgate: could not start the async runtime: {error}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let client = reqwest::Client::new();
     let mut status = ExitCode::SUCCESS;

@@ -153,11 +153,9 @@ impl Health {
         let mut inner = self.lock();
         inner.dead_letters += 1;
         inner.unlogged.dead_letters += 1;
-        if !due(inner.last_line) {
+        let Some(counts) = inner.line_due() else {
             return;
-        }
-        let counts = std::mem::take(&mut inner.unlogged);
-        inner.last_line = Some(Instant::now());
+        };
         drop(inner);
         tracing::warn!(
             id,
@@ -182,11 +180,9 @@ impl Health {
             ));
             self.metrics.semlog_ready(false);
         }
-        if !due(inner.last_line) {
+        let Some(counts) = inner.line_due() else {
             return;
-        }
-        let counts = std::mem::take(&mut inner.unlogged);
-        inner.last_line = Some(Instant::now());
+        };
         drop(inner);
         tracing::error!(
             reason = why,
@@ -237,6 +233,18 @@ impl Health {
 
 fn due(last: Option<Instant>) -> bool {
     last.is_none_or(|at| at.elapsed() >= LOG_EVERY)
+}
+
+impl Inner {
+    /// The counts since the last line, when a line is due now (and it then counts as
+    /// written).
+    fn line_due(&mut self) -> Option<Unlogged> {
+        if !due(self.last_line) {
+            return None;
+        }
+        self.last_line = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
 }
 
 #[cfg(test)]

@@ -160,6 +160,8 @@ impl Indexer {
         match self.deliver(batch.docs, rng).await {
             Delivery::Done => {
                 self.ack(batch.end, read);
+                // Also what ends a full spool's trouble when documents go to files.
+                self.health.delivered();
                 Sent::All
             }
             Delivery::Unavailable(rest) => {

@@ -202,6 +202,8 @@ async function send(event) {
   const body = requestBody();
   const answer = $("answer");
   answer.replaceChildren();
+  // Not done until this answer is: the last one's mark goes with its text.
+  delete answer.dataset.done;
   $("answer-error").hidden = true;
   $("summary").replaceChildren();
   // With log-probabilities each token is a mark; without them the browser sees only
