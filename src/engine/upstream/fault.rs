@@ -94,7 +94,13 @@ impl Fault {
     /// sent to that replica again (another may take it, while nothing of the answer has
     /// reached the client); a timeout says how long it waited.
     pub fn from_transport(error: &reqwest::Error, waited: Duration) -> Self {
-        Self::transport(error, waited).scrubbed()
+        // The gateway's own client wrote this text, about the operator's URL (already
+        // without its credentials): only the secrets held come out, the address stays.
+        match Self::transport(error, waited) {
+            Fault::Unreachable(text) => Fault::Unreachable(crate::secret::scrub_held(&text)),
+            Fault::Cut(text) => Fault::Cut(crate::secret::scrub_held(&text)),
+            fault => fault,
+        }
     }
 
     fn transport(error: &reqwest::Error, waited: Duration) -> Self {
