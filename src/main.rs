@@ -301,7 +301,8 @@ fn command_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 /// `llmgate semlog replay`: exit 0 when every dead letter is in the index, 1 when the
-/// cluster refused some again (each is named), 2 when it could not be reached.
+/// cluster refused some again (each is named) or lines could not be read, 2 when it could
+/// not be reached.
 fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
     let config = match Config::load(args) {
         Ok(config) => config,
@@ -328,7 +329,7 @@ fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
             eprintln!("llmgate semlog replay: stopped: {why}; run it again later (nothing is lost, and documents already sent count as already indexed).");
             ExitCode::from(2)
         }
-        None if report.refused.is_empty() => ExitCode::SUCCESS,
+        None if report.refused.is_empty() && report.unreadable == 0 => ExitCode::SUCCESS,
         None => ExitCode::from(1),
     }
 }

@@ -35,14 +35,23 @@ pub fn language_of(text: &str) -> &'static str {
     if scripts.han >= 2 && scripts.han > 2 * words.len() {
         return "cmn";
     }
-    if words.is_empty() {
+    // Cyrillic, Arabic, Devanagari...: whatlang's to tell.
+    let other_letters = prose
+        .chars()
+        .filter(|c| c.is_alphabetic() && !c.is_ascii_alphabetic())
+        .count();
+    if words.is_empty() && other_letters == 0 {
         return UNDETERMINED;
     }
-    let common = words
-        .iter()
-        .filter(|w| COMMON_ENGLISH.contains(&w.to_ascii_lowercase().as_str()))
-        .count() as f64
-        / words.len() as f64;
+    let common = if words.is_empty() {
+        0.0
+    } else {
+        words
+            .iter()
+            .filter(|w| COMMON_ENGLISH.contains(&w.to_ascii_lowercase().as_str()))
+            .count() as f64
+            / words.len() as f64
+    };
     match whatlang::detect(&prose) {
         Some(info)
             if info.is_reliable() && (info.lang() == whatlang::Lang::Eng || common < 0.5) =>
@@ -50,6 +59,11 @@ pub fn language_of(text: &str) -> &'static str {
             info.lang().code()
         }
         Some(info) if info.lang() == whatlang::Lang::Eng && words.len() >= 2 => "eng",
+        // Mostly another script (Cyrillic, Arabic, Devanagari): the script narrows it
+        // to a few languages, and whatlang's best guess among them beats `und`.
+        Some(info) if other_letters > words.iter().map(|w| w.len()).sum::<usize>() => {
+            info.lang().code()
+        }
         _ if words.len() >= 2 && common >= 0.2 => "eng",
         _ => UNDETERMINED,
     }
@@ -285,6 +299,7 @@ mod tests {
             ),
             ("法国的首都是哪里？为什么它很有名？", "cmn"),
             ("フランスの首都はどこですか？なぜ有名なのですか？", "jpn"),
+            ("Привет, расскажи мне о погоде в Москве завтра утром", "rus"),
             ("ok", UNDETERMINED),
             ("", UNDETERMINED),
         ];

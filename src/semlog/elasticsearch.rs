@@ -88,12 +88,12 @@ pub fn decide(status: u16, error_type: &str) -> Decision {
         (_, "cluster_block_exception") => Decision::Retry(Trouble::Blocked),
         (_, "index_closed_exception") => Decision::Retry(Trouble::Closed),
         (429, _) => Decision::Retry(Trouble::Throttled),
-        (500..=599, _) | (_, "unavailable_shards_exception") => {
+        (408 | 500..=599, _) | (_, "unavailable_shards_exception") => {
             Decision::Retry(Trouble::Unavailable)
         }
         // The credentials, a privilege, or a missing index (auto-create off): fixed on
         // the operator's side, not in the document.
-        (401 | 403 | 404 | 408, _) | (_, "security_exception" | "index_not_found_exception") => {
+        (401 | 403 | 404, _) | (_, "security_exception" | "index_not_found_exception") => {
             Decision::Retry(Trouble::Refused)
         }
         // 400 mapper_parsing_exception, document_parsing_exception,

@@ -41,6 +41,21 @@ pub enum Trouble {
 }
 
 impl Trouble {
+    /// What it means, for `/ready` (which needs no key): the cluster's own words, which
+    /// may name users, roles and indices, stay in the log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Trouble::Unreachable => "the cluster does not answer (connection, DNS, TLS or timeout)",
+            Trouble::Blocked => "the index is blocked for writes (index.blocks.write, or the disk flood stage's read_only_allow_delete)",
+            Trouble::Throttled => "the cluster asks the gateway to slow down (429)",
+            Trouble::Unavailable => "the cluster fails (5xx or shards unavailable)",
+            Trouble::Closed => "the write index is closed",
+            Trouble::Refused => "the cluster refuses the gateway's credentials or privileges, or the index is missing",
+            Trouble::SetUp => "the cluster has not been set up yet (it does not answer or asks to wait)",
+            Trouble::SpoolFull => "the spool is full (semlog.spool_max_bytes): new documents are dropped",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Trouble::Unreachable => "unreachable",
@@ -65,7 +80,7 @@ pub struct Health {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// The trouble now, its latest reason, since when.
+    /// The trouble now, the cluster's latest words about it (for the log), since when.
     trouble: Option<(Trouble, String, Instant)>,
     /// Since the start.
     dead_letters: u64,
@@ -103,14 +118,16 @@ impl Health {
         let mut inner = self.lock();
         inner.retried += documents as u64;
         inner.unlogged.retried += documents as u64;
-        let new = inner.trouble.as_ref().is_none_or(|(t, _, _)| *t != trouble);
-        let since = match &inner.trouble {
-            Some((_, _, since)) if !new => *since,
-            _ => Instant::now(),
-        };
+        // Since the first trouble: one that changes kind (timeouts between 429s) is the
+        // same bad spell.
+        let first = inner.trouble.is_none();
+        let since = inner
+            .trouble
+            .as_ref()
+            .map_or_else(Instant::now, |(_, _, since)| *since);
         inner.trouble = Some((trouble, reason.to_owned(), since));
         self.metrics.semlog_ready(false);
-        if new || due(inner.last_line) {
+        if first || due(inner.last_line) {
             let counts = std::mem::take(&mut inner.unlogged);
             inner.last_line = Some(Instant::now());
             let for_s = since.elapsed().as_secs();
@@ -132,12 +149,25 @@ impl Health {
     pub fn delivered(&self) {
         let mut inner = self.lock();
         let Some((trouble, _, since)) = inner.trouble.take() else {
+            // Counts no line has said yet (a dead letter soon after another line).
+            let pending = inner.unlogged;
+            if pending.dead_letters + pending.dropped > 0 {
+                if let Some(counts) = inner.line_due() {
+                    drop(inner);
+                    tracing::warn!(
+                        dead_lettered = counts.dead_letters,
+                        dropped = counts.dropped,
+                        "Semantic-log documents were dead-lettered or dropped since the last line."
+                    );
+                }
+            }
             return;
         };
+        // Under the lock, so a drop that degrades the sink again cannot be overwritten.
+        self.metrics.semlog_ready(true);
         let counts = std::mem::take(&mut inner.unlogged);
         inner.last_line = Some(Instant::now());
         drop(inner);
-        self.metrics.semlog_ready(true);
         tracing::info!(
             trouble = trouble.as_str(),
             after_s = since.elapsed().as_secs(),
@@ -215,10 +245,10 @@ impl Health {
             "dead_letters": inner.dead_letters,
             "dropped": inner.dropped,
         });
-        if let Some((trouble, reason, since)) = &inner.trouble {
+        if let Some((trouble, _, since)) = &inner.trouble {
             value["problem"] = json!({
                 "kind": trouble.as_str(),
-                "reason": reason,
+                "reason": trouble.describe(),
                 "for_s": since.elapsed().as_secs(),
             });
         }
@@ -266,7 +296,8 @@ mod tests {
         let json = health.to_json(18);
         assert_eq!(json["state"], "degraded");
         assert_eq!(json["problem"]["kind"], "blocked");
-        assert_eq!(json["problem"]["reason"], "still blocked");
+        // The cluster's words stay in the log: /ready needs no key.
+        assert_eq!(json["problem"]["reason"], Trouble::Blocked.describe());
         assert_eq!(json["retried"], 36);
         assert_eq!(json["dead_letters"], 1);
         assert_eq!(json["queued"], 18);

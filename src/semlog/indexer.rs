@@ -65,7 +65,7 @@ pub struct Indexer {
     /// Woken by every append to the spool.
     pub arrived: Arc<Notify>,
     pub destination: Destination,
-    /// Refused documents as `_bulk` pairs, and why each was refused (same numbering).
+    /// Refused documents as `_bulk` pairs, and why each was refused (by `_id`).
     pub dead_letter: RotatingFile,
     pub refusals: RotatingFile,
     pub pacing: Pacing,
@@ -252,10 +252,11 @@ impl Indexer {
                 }
                 Err(error) => {
                     attempt += 1;
-                    self.health.trouble(
-                        Trouble::SetUp,
-                        &error.to_string(),
-                        self.spool.pending_docs() as usize,
+                    // Nothing was sent: no document counts as retried.
+                    self.health.trouble(Trouble::SetUp, &error.to_string(), 0);
+                    let oldest = self.spool.peek(1, usize::MAX).ok();
+                    self.health.oldest(
+                        oldest.and_then(|batch| batch.docs.first().and_then(Encoded::created_ms)),
                     );
                     let wait = backoff(&self.pacing, attempt, None, rng);
                     if !self.pause(wait).await {

@@ -70,30 +70,46 @@ pub fn dead_letter_files(data_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The `create` pairs of a dead-letter file, and how many lines were not one.
+/// The documents of a dead-letter file, and how many lines were neither a `create` pair
+/// nor a line of the earlier format (`{"_id", "status", "error_type", "reason",
+/// "document"}`, one per document, written before dead letters were `_bulk` pairs). A
+/// source line is read only after a valid action, so one damaged line costs one document,
+/// not the pairing of the rest.
 pub fn read_pairs(text: &[u8]) -> (Vec<Encoded>, usize) {
     let mut docs = Vec::new();
     let mut unreadable = 0;
     let mut lines = text.split(|b| *b == b'\n').filter(|l| !l.is_empty());
-    while let Some(action) = lines.next() {
-        let id = serde_json::from_slice::<serde_json::Value>(action)
-            .ok()
-            .and_then(|a| a["create"]["_id"].as_str().map(str::to_owned));
-        let (Some(id), Some(source)) = (id, lines.next()) else {
+    while let Some(line) = lines.next() {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
             unreadable += 1;
             continue;
         };
-        let mut pair = Vec::with_capacity(action.len() + source.len() + 2);
-        pair.extend_from_slice(action);
-        pair.push(b'\n');
-        pair.extend_from_slice(source);
-        pair.push(b'\n');
-        docs.push(Encoded {
-            id,
-            lines: pair.into(),
-        });
+        if let Some(id) = value["create"]["_id"].as_str() {
+            match lines.next() {
+                Some(source) => docs.push(pair(id, line, source)),
+                None => unreadable += 1,
+            }
+        } else if let (Some(id), true) = (value["_id"].as_str(), value["document"].is_object()) {
+            let action = serde_json::json!({"create": {"_id": id}}).to_string();
+            let source = value["document"].to_string();
+            docs.push(pair(id, action.as_bytes(), source.as_bytes()));
+        } else {
+            unreadable += 1;
+        }
     }
     (docs, unreadable)
+}
+
+fn pair(id: &str, action: &[u8], source: &[u8]) -> Encoded {
+    let mut lines = Vec::with_capacity(action.len() + source.len() + 2);
+    lines.extend_from_slice(action);
+    lines.push(b'\n');
+    lines.extend_from_slice(source);
+    lines.push(b'\n');
+    Encoded {
+        id: id.to_owned(),
+        lines: lines.into(),
+    }
 }
 
 /// Sends `files` (the data directory's dead-letter files when empty) to the cluster of
@@ -145,15 +161,18 @@ pub async fn replay(config: &SemlogConfig, files: &[PathBuf]) -> Result<Report, 
 async fn send(cluster: &Cluster, batch: &[Encoded], report: &mut Report) -> Result<(), String> {
     match cluster.bulk(batch).await {
         BulkResult::Items(items) => {
+            // Every item is counted before a trouble stops the replay: the ones before
+            // and after it in the batch may have gone in.
+            let mut trouble_seen = None;
             for (doc, item) in batch.iter().zip(items) {
                 match item {
                     Item::Indexed => report.indexed += 1,
                     Item::Duplicate => report.already += 1,
                     Item::Retry { trouble, reason } => {
-                        return Err(format!(
+                        trouble_seen.get_or_insert(format!(
                             "the cluster is not taking documents ({}): {reason}",
                             trouble.as_str()
-                        ))
+                        ));
                     }
                     Item::Rejected {
                         status,
@@ -164,7 +183,7 @@ async fn send(cluster: &Cluster, batch: &[Encoded], report: &mut Report) -> Resu
                         .push((doc.id.clone(), status, error_type, reason)),
                 }
             }
-            Ok(())
+            trouble_seen.map_or(Ok(()), Err)
         }
         BulkResult::RetryAll {
             trouble, reason, ..
@@ -215,5 +234,22 @@ mod tests {
             b"{\"create\":{\"_id\":\"a\"}}\n{\"x\":1}\n"
         );
         assert_eq!(unreadable, 1);
+    }
+
+    #[test]
+    fn a_damaged_line_costs_one_document_and_the_earlier_format_is_read() {
+        let text = concat!(
+            "not json\n",
+            "{\"create\":{\"_id\":\"a\"}}\n{\"x\":1}\n",
+            "{\"_id\":\"b\",\"status\":400,\"error_type\":\"mapper_parsing_exception\",\"reason\":\"r\",\"document\":{\"x\":2}}\n",
+        );
+        let (docs, unreadable) = read_pairs(text.as_bytes());
+        assert_eq!(unreadable, 1);
+        let ids: Vec<&str> = docs.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(
+            &docs[1].lines[..],
+            b"{\"create\":{\"_id\":\"b\"}}\n{\"x\":2}\n"
+        );
     }
 }

@@ -94,13 +94,7 @@ impl Fault {
     /// sent to that replica again (another may take it, while nothing of the answer has
     /// reached the client); a timeout says how long it waited.
     pub fn from_transport(error: &reqwest::Error, waited: Duration) -> Self {
-        // The gateway's own client wrote this text, about the operator's URL (already
-        // without its credentials): only the secrets held come out, the address stays.
-        match Self::transport(error, waited) {
-            Fault::Unreachable(text) => Fault::Unreachable(crate::secret::scrub_held(&text)),
-            Fault::Cut(text) => Fault::Cut(crate::secret::scrub_held(&text)),
-            fault => fault,
-        }
+        Self::transport(error, waited).scrubbed()
     }
 
     fn transport(error: &reqwest::Error, waited: Duration) -> Self {
@@ -125,6 +119,7 @@ impl Fault {
     }
 
     fn answer(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Self {
+        use crate::secret::scrub;
         let said = Said::parse(body);
         match status.as_u16() {
             401 | 403 => Fault::Auth {
@@ -133,9 +128,11 @@ impl Fault {
             429 => Fault::RateLimited { retry_after },
             400 | 422 => Fault::Refused {
                 param: said.param,
+                // Scrubbed whole, then cut: a key across the cut would leave a prefix
+                // neither the held secrets nor the redactor recognise.
                 message: said
                     .message
-                    .map(|m| m.chars().take(MAX_MESSAGE_CHARS).collect())
+                    .map(|m| scrub(&m).chars().take(MAX_MESSAGE_CHARS).collect())
                     .unwrap_or_else(|| format!("HTTP {status} without a reason")),
             },
             408 => Fault::Timeout {
@@ -145,12 +142,14 @@ impl Fault {
             code => Fault::Failed {
                 status: code,
                 retry_after,
-                detail: said
-                    .message
-                    .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
-                    .chars()
-                    .take(200)
-                    .collect(),
+                detail: scrub(
+                    &said
+                        .message
+                        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned()),
+                )
+                .chars()
+                .take(200)
+                .collect(),
             },
         }
     }
@@ -159,9 +158,11 @@ impl Fault {
     /// upstream's words may quote the key the gateway sent it, a URL's password, or a
     /// user's personal data, and they go on to the client, the log, spans and documents.
     pub fn scrubbed(self) -> Self {
-        use crate::secret::scrub;
+        use crate::secret::{scrub, scrub_held};
         match self {
-            Fault::Unreachable(text) => Fault::Unreachable(scrub(&text)),
+            // The gateway's own words about the operator's URL (a refused connection, a
+            // stream that broke off): the replica's address stays.
+            Fault::Unreachable(text) => Fault::Unreachable(scrub_held(&text)),
             Fault::Failed {
                 status,
                 retry_after,
@@ -175,7 +176,7 @@ impl Fault {
                 param: param.map(|p| scrub(&p)),
                 message: scrub(&message),
             },
-            Fault::Cut(text) => Fault::Cut(scrub(&text)),
+            Fault::Cut(text) => Fault::Cut(scrub_held(&text)),
             Fault::Protocol(text) => Fault::Protocol(scrub(&text)),
             Fault::ModelMismatch { expected, got } => Fault::ModelMismatch {
                 expected,

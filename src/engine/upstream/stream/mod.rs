@@ -358,8 +358,10 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
 }
 
 /// An upstream's own text, cut to a length fit for a log line or a document.
+/// An upstream's words, scrubbed whole and then cut (a key across the cut would leave a
+/// prefix nothing recognises).
 fn clipped(text: &str) -> String {
-    text.chars().take(200).collect()
+    crate::secret::scrub(text).chars().take(200).collect()
 }
 
 /// The stream is over (`[DONE]`, the end of the body, or a finish with its usage).
