@@ -11,7 +11,9 @@ use std::time::Duration;
 use common::es::FakeEs;
 use common::logs::captured_logs;
 use common::otlp::Collector;
-use common::{chat_body, scripted, start_with, test_config, TestServer, TEST_PACING};
+use common::{
+    chat_body, scripted, semlog_status, start_with, test_config, TestServer, TEST_PACING,
+};
 use llmgate::engine::scripted::Script;
 use llmgate::engine::Engine;
 use serde_json::Value;
@@ -165,14 +167,9 @@ async fn set_up_then_per_item_outcomes_partial_retries_and_dead_letters() {
     assert_eq!(why["status"], 400);
     assert_eq!(why["error_type"], "document_parsing_exception");
     assert_eq!(why["_id"], bulks[0].ids[2].as_str());
-    let ready: Value = reqwest::get(server.url("/ready"))
-        .await
-        .expect("ready")
-        .json()
-        .await
-        .expect("json");
-    assert_eq!(ready["semlog"]["dead_letters"], 1, "{ready}");
-    assert_eq!(ready["semlog"]["state"], "ok", "{ready}");
+    let status = semlog_status(&server).await;
+    assert_eq!(status["dead_letters"], 1, "{status}");
+    assert_eq!(status["state"], "ok", "{status}");
 
     assert_eq!(metric(&server, "llmgate_semlog_indexed_total").await, 4.0);
     assert_eq!(metric(&server, "llmgate_semlog_retried_total").await, 2.0);

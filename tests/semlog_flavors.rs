@@ -11,7 +11,6 @@ use std::time::Duration;
 use common::es::{FakeEs, Flavor};
 use common::*;
 use llmgate::engine::scripted::Script;
-use serde_json::Value;
 
 fn config(es: &FakeEs, dir: &std::path::Path, extra: &str) -> llmgate::config::Config {
     test_config(&format!(
@@ -47,16 +46,6 @@ async fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cond()
-}
-
-async fn semlog_status(server: &TestServer) -> Value {
-    let ready: Value = reqwest::get(server.url("/ready"))
-        .await
-        .expect("ready")
-        .json()
-        .await
-        .expect("json");
-    ready["semlog"].clone()
 }
 
 /// What each flavor's set-up calls, in order, and what it applies.

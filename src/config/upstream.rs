@@ -219,18 +219,12 @@ fn base_url(text: &str) -> Result<String, String> {
     if let Some(password) = parsed.password() {
         // An upstream's error text that quotes it is scrubbed.
         crate::secret::hold(password);
-        if let Ok(decoded) = urlencoding_decode(password) {
+        // As typed, before the URL's percent-encoding.
+        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
             crate::secret::hold(&decoded);
         }
     }
     Ok(trimmed.to_owned())
-}
-
-/// A URL's percent-encoded password as it was typed before encoding.
-fn urlencoding_decode(text: &str) -> Result<String, std::str::Utf8Error> {
-    percent_encoding::percent_decode_str(text)
-        .decode_utf8()
-        .map(|d| d.into_owned())
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! `&'static str` only), so unredacted request text cannot reach a sink by mistake: the
 //! type is the boundary.
 //!
-//! Detection is one [`Regex`] whose alternation has a named group per [`Kind`]. Each match
+//! Detection is one [`Regex`] whose alternation has a named group per [`Kind`] (or per
+//! form of one: `name__cue`, `address__zh`). Each match
 //! goes through its kind's validator (Luhn, mod-97, octet ranges, SSN rules, ...) and, if
 //! it passes, is replaced by `<KIND>` or `<KIND:hash>` (see [`Mode`]). Text between
 //! matches is copied byte for byte. Where a validator and a look-alike disagree we lean
@@ -171,7 +172,7 @@ const PATTERN: &str = concat!(
     r"|(?-u:\b)(?P<card>[0-9]{4}(?:[ -][0-9]{4}){2}[ -][0-9]{1,4}(?:[ -][0-9]{1,3})?",
     r"|[0-9]{4}[ -][0-9]{6}[ -][0-9]{4,5}|[0-9]{13,19})(?-u:\b)",
     // Names and addresses have no checksum: a cue marks them, and the validators take
-    // the cue back off (see `validate::name` and `validate::address`). Last, so any
+    // the cue back off (see `names::name` and `names::address`). Last, so any
     // structured value starting at the same place wins.
     // "my name is Jane Doe", "hi Jane", "account holder: Jane Doe", "my roommate Noah":
     // one to three capitalised words after a cue.
@@ -227,9 +228,10 @@ const PATTERN: &str = concat!(
 pub struct Redactor {
     /// The compiled [`PATTERN`].
     regex: Regex,
-    /// Capture-group index and kind of each group in the pattern: `<kind>` or
-    /// `<kind>__<form>` (names and addresses come in several forms).
-    groups: Vec<(usize, Kind)>,
+    /// Capture-group index, kind and form of each group in the pattern: `<kind>` (form
+    /// "") or `<kind>__<form>` (names and addresses come in several forms, and a
+    /// validator may need to know which: `name__honorific` ends before its honorific).
+    groups: Vec<(usize, Kind, String)>,
     /// Already keyed HMAC state in keyed-hash mode, cloned per match: keying costs two
     /// SHA-256 blocks that need not be redone for every value. `None`: placeholders.
     mac: Option<HmacSha256>,
@@ -240,15 +242,16 @@ impl Redactor {
         // The pattern is a constant, covered by every test below: failing here is a bug
         // in this file, not something input can cause.
         let regex = Regex::new(PATTERN).expect("the redaction pattern compiles");
-        let groups: Vec<(usize, Kind)> = regex
+        let groups = regex
             .capture_names()
             .enumerate()
             .filter_map(|(index, name)| {
-                let kind = name?.split("__").next()?;
+                let (kind, form) = name?.split_once("__").unwrap_or((name?, ""));
                 let kind = Kind::ALL.into_iter().find(|k| k.as_str() == kind);
                 Some((
                     index,
                     kind.expect("every group in the redaction pattern names a kind"),
+                    form.to_owned(),
                 ))
             })
             .collect();
@@ -368,15 +371,15 @@ impl Redactor {
         {
             let (m_start, m_end) = (base + m.start(), base + m.end());
             // Exactly one kind's group takes part in a match.
-            let found = self.groups.iter().find_map(|&(group, kind)| {
-                let (start, end) = locs.get(group)?;
-                Some((kind, (base + start, base + end)))
+            let found = self.groups.iter().find_map(|(group, kind, form)| {
+                let (start, end) = locs.get(*group)?;
+                Some((*kind, form.as_str(), (base + start, base + end)))
             });
-            let Some((kind, (start, group_end))) = found else {
+            let Some((kind, form, (start, group_end))) = found else {
                 at = m_end;
                 continue;
             };
-            let (kind, verdict) = match judge(kind, text, start, group_end) {
+            let (kind, verdict) = match judge(kind, form, text, start, group_end) {
                 Verdict::Accept(end) => (kind, Verdict::Within(start, end)),
                 // A resident-id-shaped number that is a card.
                 Verdict::As(other, end) => (other, Verdict::Within(start, end)),

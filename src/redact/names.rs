@@ -7,10 +7,11 @@ use super::Verdict;
 
 /// A name candidate `text[start..end]`: Latin words after a cue or a title, or Chinese
 /// characters after a cue or before an honorific.
-pub(super) fn name(text: &str, start: usize, end: usize) -> Verdict {
+/// `honorific`: the candidate ends where an honorific starts (`name__honorific`).
+pub(super) fn name(text: &str, start: usize, end: usize, honorific: bool) -> Verdict {
     let value = &text[start..end];
     if value.chars().next().is_some_and(is_han) {
-        return chinese_name(text, start, end);
+        return chinese_name(text, start, end, honorific);
     }
     // Capitalised words; the first that is no name ends it ("I'm Jane From Accounting"
     // keeps "Jane"), and no name at all when the first is not one ("I am Chinese").
@@ -203,15 +204,13 @@ fn is_han(c: char) -> bool {
 /// characters (an honorific's pattern may start one character early: 联系张三先生), then
 /// one or two given characters up to a character that does not start or continue a
 /// name here (我叫李雷今年十岁 keeps 李雷).
-fn chinese_name(text: &str, start: usize, end: usize) -> Verdict {
+fn chinese_name(text: &str, start: usize, end: usize, honorific: bool) -> Verdict {
     let chars: Vec<(usize, char)> = text[start..end]
         .char_indices()
         .map(|(i, c)| (start + i, c))
         .collect();
     // Only a name before an honorific may have a word before it in the candidate; after
     // a cue (收件人是商场客服部) the name starts right there or not at all.
-    let after = &text[end..];
-    let honorific = HONORIFICS.iter().any(|h| after.starts_with(h));
     let tries = if honorific { chars.len().min(2) } else { 1 };
     for skip in 0..tries {
         let rest = &chars[skip..];
@@ -246,23 +245,6 @@ fn chinese_name(text: &str, start: usize, end: usize) -> Verdict {
     }
     Verdict::Unrelated
 }
-
-/// What follows a name in `name__honorific` (as in the pattern).
-const HONORIFICS: &[&str] = &[
-    "先生",
-    "女士",
-    "小姐",
-    "老师",
-    "同学",
-    "医生",
-    "经理",
-    "律师",
-    "教授",
-    "的家长",
-    "的妈妈",
-    "的爸爸",
-    "的家属",
-];
 
 /// The commonest Chinese surnames (more than nine in ten people carry one of them).
 const SURNAMES: &str = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝";

@@ -5,7 +5,8 @@
 use super::{names, Kind, Verdict};
 
 /// Runs `kind`'s validator on the candidate `text[start..end]`.
-pub(super) fn judge(kind: Kind, text: &str, start: usize, end: usize) -> Verdict {
+/// `form` is the part of the group's name after `__` ("" for most kinds).
+pub(super) fn judge(kind: Kind, form: &str, text: &str, start: usize, end: usize) -> Verdict {
     let value = &text[start..end];
     let (ok, shaped) = match kind {
         Kind::Card => return judge_groups(text, start, end, b" -", card_valid, card_shaped),
@@ -15,7 +16,7 @@ pub(super) fn judge(kind: Kind, text: &str, start: usize, end: usize) -> Verdict
         Kind::ResidentId if resident_id_valid(value) => (true, true),
         Kind::ResidentId if card_valid(value) => return Verdict::As(Kind::Card, end),
         Kind::ResidentId => (false, true),
-        Kind::Name => return names::name(text, start, end),
+        Kind::Name => return names::name(text, start, end, form == "honorific"),
         Kind::Address => return names::address(text, start, end),
         Kind::Ipv6 => (ipv6_valid(text, start, end), false),
         Kind::Phone => return judge_groups(text, start, end, b" .-", phone_valid, |_| false),

@@ -107,10 +107,9 @@ pub fn parse_bulk(status: u16, retry_after: Option<&str>, body: &[u8], sent: usi
     let retry_after = retry_after
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
-    let error = serde_json::from_slice::<Value>(body)
-        .ok()
-        .map(|v| v["error"].clone())
-        .unwrap_or(Value::Null);
+    // Parsed once: the error of a refused request, or the items of an answered one.
+    let answer = serde_json::from_slice::<Value>(body).ok();
+    let error = answer.as_ref().map_or(&Value::Null, |v| &v["error"]);
     let error_type = error["type"].as_str().unwrap_or_default();
     let reason = || {
         error["reason"]
@@ -143,7 +142,7 @@ pub fn parse_bulk(status: u16, retry_after: Option<&str>, body: &[u8], sent: usi
             };
         }
     }
-    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
+    let Some(answer) = answer else {
         return BulkResult::RetryAll {
             trouble: Trouble::Unavailable,
             reason: "the bulk answer is not JSON".into(),

@@ -80,8 +80,8 @@ pub struct Health {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// The trouble now, the cluster's latest words about it (for the log), since when.
-    trouble: Option<(Trouble, String, Instant)>,
+    /// The trouble now, and since when (the cluster's words go to the log only).
+    trouble: Option<(Trouble, Instant)>,
     /// Since the start.
     dead_letters: u64,
     dropped: u64,
@@ -121,15 +121,10 @@ impl Health {
         // Since the first trouble: one that changes kind (timeouts between 429s) is the
         // same bad spell.
         let first = inner.trouble.is_none();
-        let since = inner
-            .trouble
-            .as_ref()
-            .map_or_else(Instant::now, |(_, _, since)| *since);
-        inner.trouble = Some((trouble, reason.to_owned(), since));
+        let since = inner.trouble.map_or_else(Instant::now, |(_, since)| since);
+        inner.trouble = Some((trouble, since));
         self.metrics.semlog_ready(false);
-        if first || due(inner.last_line) {
-            let counts = std::mem::take(&mut inner.unlogged);
-            inner.last_line = Some(Instant::now());
+        if let Some(counts) = inner.take_line(first) {
             let for_s = since.elapsed().as_secs();
             drop(inner);
             tracing::warn!(
@@ -148,11 +143,11 @@ impl Health {
     /// the trouble is over.
     pub fn delivered(&self) {
         let mut inner = self.lock();
-        let Some((trouble, _, since)) = inner.trouble.take() else {
+        let Some((trouble, since)) = inner.trouble.take() else {
             // Counts no line has said yet (a dead letter soon after another line).
             let pending = inner.unlogged;
             if pending.dead_letters + pending.dropped > 0 {
-                if let Some(counts) = inner.line_due() {
+                if let Some(counts) = inner.take_line(false) {
                     drop(inner);
                     tracing::warn!(
                         dead_lettered = counts.dead_letters,
@@ -165,8 +160,7 @@ impl Health {
         };
         // Under the lock, so a drop that degrades the sink again cannot be overwritten.
         self.metrics.semlog_ready(true);
-        let counts = std::mem::take(&mut inner.unlogged);
-        inner.last_line = Some(Instant::now());
+        let counts = inner.take_line(true).unwrap_or_default();
         drop(inner);
         tracing::info!(
             trouble = trouble.as_str(),
@@ -183,7 +177,7 @@ impl Health {
         let mut inner = self.lock();
         inner.dead_letters += 1;
         inner.unlogged.dead_letters += 1;
-        let Some(counts) = inner.line_due() else {
+        let Some(counts) = inner.take_line(false) else {
             return;
         };
         drop(inner);
@@ -197,20 +191,18 @@ impl Health {
         );
     }
 
-    /// A document was dropped on the request path (the spool was full or failed).
+    /// A document was dropped on the request path (the spool was full or failed):
+    /// counted in `llmgate_semlog_dropped_total{reason}` and here.
     pub fn dropped(&self, why: &'static str) {
+        self.metrics.semlog_dropped(why);
         let mut inner = self.lock();
         inner.dropped += 1;
         inner.unlogged.dropped += 1;
         if why == "spool_full" && inner.trouble.is_none() {
-            inner.trouble = Some((
-                Trouble::SpoolFull,
-                "the spool is full (semlog.spool_max_bytes)".into(),
-                Instant::now(),
-            ));
+            inner.trouble = Some((Trouble::SpoolFull, Instant::now()));
             self.metrics.semlog_ready(false);
         }
-        let Some(counts) = inner.line_due() else {
+        let Some(counts) = inner.take_line(false) else {
             return;
         };
         drop(inner);
@@ -245,7 +237,7 @@ impl Health {
             "dead_letters": inner.dead_letters,
             "dropped": inner.dropped,
         });
-        if let Some((trouble, _, since)) = &inner.trouble {
+        if let Some((trouble, since)) = &inner.trouble {
             value["problem"] = json!({
                 "kind": trouble.as_str(),
                 "reason": trouble.describe(),
@@ -254,11 +246,6 @@ impl Health {
         }
         value
     }
-
-    /// Whether a trouble is current.
-    pub fn degraded(&self) -> bool {
-        self.lock().trouble.is_some()
-    }
 }
 
 fn due(last: Option<Instant>) -> bool {
@@ -266,10 +253,10 @@ fn due(last: Option<Instant>) -> bool {
 }
 
 impl Inner {
-    /// The counts since the last line, when a line is due now (and it then counts as
-    /// written).
-    fn line_due(&mut self) -> Option<Unlogged> {
-        if !due(self.last_line) {
+    /// The counts since the last line, when a line is due now or `now` says one is
+    /// written anyway (the first trouble, a recovery); it then counts as written.
+    fn take_line(&mut self, now: bool) -> Option<Unlogged> {
+        if !now && !due(self.last_line) {
             return None;
         }
         self.last_line = Some(Instant::now());

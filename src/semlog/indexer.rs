@@ -150,8 +150,7 @@ impl Indexer {
             }
         };
         let read = batch.docs.len();
-        self.health
-            .oldest(batch.docs.first().and_then(Encoded::created_ms));
+        self.note_oldest(&batch.docs);
         if read == 0 {
             // Only a torn tail or a missing file: step over it.
             self.ack(batch.end, 0);
@@ -160,7 +159,7 @@ impl Indexer {
         match self.deliver(batch.docs, rng).await {
             Delivery::Done => {
                 self.ack(batch.end, read);
-                // Also what ends a full spool's trouble when documents go to files.
+                // The batch is through (to the cluster or to files): any trouble is over.
                 self.health.delivered();
                 Sent::All
             }
@@ -176,6 +175,12 @@ impl Indexer {
                 Sent::Deferred
             }
         }
+    }
+
+    /// Tells [`Health`] when the first of `docs` (the oldest in the spool) was made.
+    fn note_oldest(&self, docs: &[Encoded]) {
+        self.health
+            .oldest(docs.first().and_then(Encoded::created_ms));
     }
 
     fn ack(&self, end: super::spool::Position, docs: usize) {
@@ -254,10 +259,9 @@ impl Indexer {
                     attempt += 1;
                     // Nothing was sent: no document counts as retried.
                     self.health.trouble(Trouble::SetUp, &error.to_string(), 0);
-                    let oldest = self.spool.peek(1, usize::MAX).ok();
-                    self.health.oldest(
-                        oldest.and_then(|batch| batch.docs.first().and_then(Encoded::created_ms)),
-                    );
+                    if let Ok(oldest) = self.spool.peek(1, usize::MAX) {
+                        self.note_oldest(&oldest.docs);
+                    }
                     let wait = backoff(&self.pacing, attempt, None, rng);
                     if !self.pause(wait).await {
                         return;
@@ -356,7 +360,6 @@ impl Indexer {
                             }
                         }
                         let Some((trouble, reason)) = why else {
-                            self.health.delivered();
                             break;
                         };
                         self.metrics

@@ -204,20 +204,18 @@ impl Semlog {
                 .map_err(|e| format!("could not open the semantic-log files: {e}"))?,
             ),
         };
-        let dead_letter = files::RotatingFile::open(
-            &indexer::dead_letter_dir(dir),
-            "dead-letter",
-            config.file_max_bytes,
-            config.files_max_bytes,
-        )
-        .map_err(|e| format!("could not open the dead-letter file: {e}"))?;
-        let refusals = files::RotatingFile::open(
-            &indexer::dead_letter_dir(dir),
-            "refusals",
-            config.file_max_bytes,
-            config.files_max_bytes,
-        )
-        .map_err(|e| format!("could not open the refusals file: {e}"))?;
+        // The dead letters (`_bulk` pairs) and, beside them, why each was refused.
+        let beside_dead_letters = |prefix: &'static str| {
+            files::RotatingFile::open(
+                &indexer::dead_letter_dir(dir),
+                prefix,
+                config.file_max_bytes,
+                config.files_max_bytes,
+            )
+            .map_err(|e| format!("could not open the {prefix} files: {e}"))
+        };
+        let dead_letter = beside_dead_letters("dead-letter")?;
+        let refusals = beside_dead_letters("refusals")?;
         let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
         let health = Arc::new(health::Health::new(Arc::clone(&metrics)));
@@ -328,13 +326,9 @@ impl RequestObserver for Semlog {
                 self.metrics.semlog_count(SemlogEvent::Queued, 1);
                 self.arrived.notify_one();
             }
-            Err(spool::SpoolError::Full(_)) => {
-                self.metrics.semlog_dropped("spool_full");
-                self.health.dropped("spool_full");
-            }
+            Err(spool::SpoolError::Full(_)) => self.health.dropped("spool_full"),
             Err(error) => {
                 tracing::error!(error = %error, "Could not write to the spool; the document is lost.");
-                self.metrics.semlog_dropped("spool_error");
                 self.health.dropped("spool_error");
             }
         }

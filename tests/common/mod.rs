@@ -287,6 +287,17 @@ pub async fn metrics(server: &TestServer) -> String {
         .expect("text")
 }
 
+/// What the server's `/ready` says of the semantic log.
+pub async fn semlog_status(server: &TestServer) -> serde_json::Value {
+    let ready: serde_json::Value = reqwest::get(server.url("/ready"))
+        .await
+        .expect("ready")
+        .json()
+        .await
+        .expect("json");
+    ready["semlog"].clone()
+}
+
 /// Polls `cond` for up to five seconds.
 pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..500 {
