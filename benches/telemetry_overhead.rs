@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::otlp::Collector;
 use common::{chat_body, scripted_long, start, start_traced, test_config, TestServer};
 use llmgate::engine::scripted::Script;
-use llmgate::engine::Engine;
+use llmgate::engine::Backend;
 use serde_json::{json, Value};
 
 struct Run {
@@ -61,7 +61,7 @@ async fn drive(server: &TestServer, n: usize, body: &Value) -> Run {
     run
 }
 
-async fn compare(label: &str, engine: Arc<dyn Engine>, n: usize, body: Value) {
+async fn compare(label: &str, engine: Arc<dyn Backend>, n: usize, body: Value) {
     let config = test_config("[telemetry]\ntrace_sample_ratio = 1.0\n");
     let off_server = start(engine.clone(), &config).await;
     let (collector, endpoint) = Collector::start().await;

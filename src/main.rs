@@ -14,6 +14,7 @@ use llmgate::engine::mistral::{process, MistralEngine, MistralSettings};
 use llmgate::engine::served::ModelPolicy;
 use llmgate::engine::served::{ServedModel, ServedModels};
 use llmgate::engine::upstream::UpstreamEngine;
+use llmgate::engine::{Backend, Front};
 use llmgate::record::{FanOut, LogObserver};
 use llmgate::semlog::{Semlog, DEFAULT_PACING};
 use llmgate::telemetry::logs::Logging;
@@ -498,16 +499,18 @@ fn guard(config: &Config, clock: SharedClock) -> anyhow::Result<llmgate::auth::G
 fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
     let mut models = Vec::with_capacity(config.models.len());
     for model in &config.models {
-        let engine: Arc<dyn llmgate::engine::Engine> = match &model.engine {
+        let engine: Front = match &model.engine {
             ModelEngine::Mistral { model_path } => {
                 let mut settings = MistralSettings::from_config(&config.engine);
                 settings.model_path = model_path.clone();
                 settings.model_id = model.id.clone();
-                MistralEngine::start(settings)
+                Front::from(MistralEngine::start(settings) as Arc<dyn Backend>)
             }
-            ModelEngine::Llamacpp { model_path } => llamacpp_engine(config, model, model_path)?,
+            ModelEngine::Llamacpp { model_path } => {
+                Front::from(llamacpp_engine(config, model, model_path)?)
+            }
             ModelEngine::Upstream(upstream) => {
-                UpstreamEngine::start(&model.id, (**upstream).clone())?
+                Front::from(UpstreamEngine::start(&model.id, (**upstream).clone())?)
             }
         };
         models.push(ServedModel {
@@ -524,7 +527,7 @@ fn llamacpp_engine(
     config: &Config,
     model: &llmgate::config::ModelConfig,
     model_path: &std::path::Path,
-) -> anyhow::Result<Arc<dyn llmgate::engine::Engine>> {
+) -> anyhow::Result<Arc<dyn Backend>> {
     use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
     let mut settings = LlamaCppSettings::from_config(&config.engine);
     settings.model_path = model_path.to_owned();
@@ -537,7 +540,7 @@ fn llamacpp_engine(
     _: &Config,
     model: &llmgate::config::ModelConfig,
     _: &std::path::Path,
-) -> anyhow::Result<Arc<dyn llmgate::engine::Engine>> {
+) -> anyhow::Result<Arc<dyn Backend>> {
     anyhow::bail!(
         "model '{}' asks for engine = \"llamacpp\", and this gateway was built without it (cargo feature llamacpp)",
         model.id

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
-use llmgate::engine::Engine;
+use llmgate::engine::Front;
 use serde_json::{json, Value};
 
 fn model_path() -> PathBuf {
@@ -26,7 +26,8 @@ fn model_path() -> PathBuf {
     path
 }
 
-fn engine(prefix_cache: bool) -> Arc<LlamaCppEngine> {
+/// The default model in llama.cpp, behind the front that counts its sequences.
+fn engine(prefix_cache: bool) -> Front {
     LlamaCppEngine::load_now(LlamaCppSettings {
         sequences: 4,
         context_length: Some(2048),
@@ -34,6 +35,7 @@ fn engine(prefix_cache: bool) -> Arc<LlamaCppEngine> {
         ..LlamaCppSettings::new(model_path(), MODEL)
     })
     .expect("llama.cpp loads the default model")
+    .into()
 }
 
 const FRANCE: &str = "What is the capital of France? Answer in one word.";

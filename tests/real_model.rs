@@ -5,11 +5,12 @@
 mod common;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use common::*;
 use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::mistral::{MistralEngine, MistralSettings};
-use llmgate::engine::Engine;
+use llmgate::engine::{Backend, Front};
 use llmgate::record::Status;
 use serde_json::{json, Value};
 
@@ -39,6 +40,8 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     })
     .await
     .expect("the default model loads");
+    // The front holds the running count and the KV accounting the tests below read.
+    let engine = Front::from(engine as Arc<dyn Backend>);
     let server = start(engine.clone(), &test_config("")).await;
     let client = reqwest::Client::new();
     let sampling = json!({"temperature": 0, "max_tokens": 32});
@@ -257,7 +260,7 @@ async fn end_rules(server: &TestServer) {
 }
 
 /// Seeded answers do not depend on what runs beside them, nor on which replica runs them.
-async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer, engine: &MistralEngine) {
+async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer, engine: &Front) {
     let story = "Write a short story about a cat.";
     let seeded = json!({"temperature": 0.9, "seed": 1234, "max_tokens": 24});
     let mut calls = Vec::new();
@@ -310,7 +313,7 @@ async fn same_seed_same_text_whatever_the_neighbours(server: &TestServer, engine
 
 /// The KV-cache share (the model-server protocol's KVCacheUtilization) counts the running
 /// sequences' prompt and output positions, and falls back to zero when they end.
-async fn kv_cache_follows_the_running_sequences(server: &TestServer, engine: &MistralEngine) {
+async fn kv_cache_follows_the_running_sequences(server: &TestServer, engine: &Front) {
     let idle = engine
         .kv_cache()
         .expect("a loaded engine knows its KV cache");
@@ -378,16 +381,18 @@ async fn the_batching_canary_catches_the_cpu_defect() {
     );
 }
 
-/// The default model on one mistral.rs instance, behind the gateway.
-async fn one_instance() -> (std::sync::Arc<MistralEngine>, TestServer) {
+/// The default model on one mistral.rs instance, behind the gateway (through the front
+/// returned beside it, which counts its running sequences and their KV positions).
+async fn one_instance() -> (Arc<MistralEngine>, Front, TestServer) {
     let engine = MistralEngine::load_now(MistralSettings {
         force_cpu: true,
         ..MistralSettings::new(model_path(), MODEL)
     })
     .await
     .expect("the default model loads");
-    let server = start(engine.clone(), &test_config("")).await;
-    (engine, server)
+    let front = Front::from(engine.clone() as Arc<dyn Backend>);
+    let server = start(front.clone(), &test_config("")).await;
+    (engine, front, server)
 }
 
 /// A client that gives up on a long prompt, then one that gives up while its short
@@ -399,7 +404,7 @@ async fn one_instance() -> (std::sync::Arc<MistralEngine>, TestServer) {
 /// left are given back once mistral.rs has let their sequences go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_leave_do_not_stop_the_engine() {
-    let (engine, server) = one_instance().await;
+    let (engine, front, server) = one_instance().await;
     let impatient = |seconds: f64| {
         reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs_f64(seconds))
@@ -433,17 +438,17 @@ async fn clients_that_leave_do_not_stop_the_engine() {
         "mistral.rs's engine thread stopped"
     );
     for _ in 0..200 {
-        if engine.load().running == 0 {
+        if front.load().running == 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(
-        engine.load().running,
+        front.load().running,
         0,
         "a departed client's slot is still held"
     );
-    assert_eq!(engine.kv_cache().expect("loaded").used_tokens, 0);
+    assert_eq!(front.kv_cache().expect("loaded").used_tokens, 0);
     server.stop().await;
 }
 
@@ -451,7 +456,7 @@ async fn clients_that_leave_do_not_stop_the_engine() {
 /// the watchdog on the loaded weights, counted, and the model serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_engine_thread_is_restarted() {
-    let (engine, server) = one_instance().await;
+    let (engine, _front, server) = one_instance().await;
     // The watchdog has looked once: it knows the running thread's channel.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     engine.stop_engine_threads().await.expect("stopped");

@@ -15,10 +15,10 @@ use common::{
     chat_body, scripted, semlog_status, start_with, test_config, TestServer, TEST_PACING,
 };
 use llmgate::engine::scripted::Script;
-use llmgate::engine::Engine;
+use llmgate::engine::Backend;
 use serde_json::Value;
 
-fn engine() -> Arc<dyn Engine> {
+fn engine() -> Arc<dyn Backend> {
     Arc::new(scripted(Script::tokens(
         &["Sure", ", done", "."],
         Duration::ZERO,

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use llmgate::bench::upstream::UpstreamScript;
 use llmgate::engine::scripted::Script;
 use llmgate::engine::upstream::UpstreamEngine;
-use llmgate::engine::Engine;
+use llmgate::engine::Backend;
 use llmgate::record::Status;
 use serde_json::{json, Value};
 
@@ -357,7 +357,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
     let closed_url = format!("http://{}/v1", closed.local_addr().expect("addr"));
     drop(closed);
     let tls_to_plain = up.url.replace("http://", "https://");
-    let engine = |url: &str| -> Arc<dyn Engine> {
+    let engine = |url: &str| -> Arc<dyn Backend> {
         UpstreamEngine::start("x", upstream_config(url)).expect("engine")
     };
     let server = gateway_of(
@@ -443,8 +443,9 @@ async fn an_upstream_without_logprobs_is_asked_once_then_no_more() {
 #[tokio::test]
 async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     let upstream = start_upstream(script(2)).await;
-    let local: Arc<dyn Engine> = Arc::new(scripted(Script::tokens(&["Hel", "lo"], Duration::ZERO)));
-    let remote: Arc<dyn Engine> =
+    let local: Arc<dyn Backend> =
+        Arc::new(scripted(Script::tokens(&["Hel", "lo"], Duration::ZERO)));
+    let remote: Arc<dyn Backend> =
         UpstreamEngine::start("remote", upstream_config(&upstream.url)).expect("engine");
     let server = gateway_of(vec![("local", local), ("remote", remote)], &["remote"]).await;
     let models: Value = reqwest::get(server.url("/v1/models"))

@@ -25,9 +25,11 @@ use super::request::{
 };
 use super::responses::{GenerationErrors, ServerSentEvent};
 use super::{AppState, RequestId};
+use crate::admission::Permit;
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
-use crate::engine::{Generation, Prepared};
+use crate::engine::served::ServedModel;
+use crate::engine::{Front, Generation, ModelInfo, Prepared};
 use crate::error::ApiError;
 use crate::names;
 use crate::quality::QualityTracker;
@@ -164,24 +166,20 @@ async fn generate(
             trace: Some(trace),
             reported: None,
         };
-        let timer = RequestTimer::start(t_recv);
         let mut rate = RateHeaders::default();
-        let mut response = match handle(
+        let request = Handling {
             route,
-            &req,
-            payload,
-            &state,
-            Charged {
+            state: &state,
+            request_id: &request_id,
+            charged: Charged {
                 caller: caller.as_ref(),
                 headers: &mut rate,
             },
-            &request_id,
-            timer,
+            timer: RequestTimer::start(t_recv),
             deadline,
-            &mut pending,
-        )
-        .await
-        {
+            pending: &mut pending,
+        };
+        let mut response = match request.handle(&req, payload).await {
             Ok(response) => response,
             Err(Failure::Recorded(error)) => error.error_response(),
             Err(Failure::Refused(error)) => {
@@ -321,132 +319,229 @@ impl Charged<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn handle(
+/// One request on its way through the handler: parse, admit, start, respond.
+struct Handling<'a> {
     route: Route,
-    req: &HttpRequest,
-    payload: web::Payload,
-    state: &AppState,
-    charged: Charged<'_>,
-    request_id: &str,
-    mut timer: RequestTimer,
+    state: &'a AppState,
+    request_id: &'a str,
+    charged: Charged<'a>,
+    timer: RequestTimer,
     deadline: Deadline,
-    pending: &mut Unanswered,
-) -> Result<HttpResponse, Failure> {
-    if state.lifecycle.is_draining() {
-        return Err(ApiError::ShuttingDown.into());
+    /// Its record, should it end before a [`Run`] takes it over.
+    pending: &'a mut Unanswered,
+}
+
+/// A parsed request, admitted: its model found and a place among those in flight held.
+struct Admitted<'a> {
+    parsed: ValidatedRequest,
+    served: &'a ServedModel,
+    info: Arc<ModelInfo>,
+    permit: Permit,
+}
+
+/// A request the engine has started, with what its answer's [`Run`] needs.
+struct Started {
+    run: Run,
+    meta: ResponseMeta,
+    events: crate::engine::TokenStream,
+    stream: bool,
+    with_logprobs: bool,
+    include_usage: bool,
+    continuous_usage: bool,
+    prompt_tokens: u32,
+}
+
+impl<'a> Handling<'a> {
+    async fn handle(
+        mut self,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<HttpResponse, Failure> {
+        let parsed = self.parse(req, payload).await?;
+        let admitted = self.admit(parsed)?;
+        let state = self.state;
+        let deadline = self.deadline.clone();
+        let started = self.start(admitted).await?;
+        respond(started, state, deadline).await
     }
-    let api_key_id = charged.caller.map(|c| c.key_id.clone());
-    json_content_type(req)?;
-    let limit = state.timeouts.body;
-    let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
-        .await
-        .map_err(|_| ApiError::BodyTimeout { limit })??;
-    let mut parsed = route.parse(&body, &state.limits, request_id)?;
-    pending.model = Some(parsed.model.clone());
-    pending.stream = parsed.stream;
-    let served = state
-        .models
-        .get(&parsed.model)
-        .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?;
-    let engine = &served.engine;
-    // The guard does not cut a request that asks for a length (`ignore_eos`, as
-    // benchmark clients send, or `min_tokens`), nor JSON, whose similar array items
-    // repeat by nature: cut, it would be invalid yet end as `stop`.
+
+    /// Reads the body within its size and time limits and validates it.
+    async fn parse(
+        &mut self,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<ValidatedRequest, Failure> {
+        let state = self.state;
+        if state.lifecycle.is_draining() {
+            return Err(ApiError::ShuttingDown.into());
+        }
+        json_content_type(req)?;
+        let limit = state.timeouts.body;
+        let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
+            .await
+            .map_err(|_| ApiError::BodyTimeout { limit })??;
+        let parsed = self.route.parse(&body, &state.limits, self.request_id)?;
+        self.pending.model = Some(parsed.model.clone());
+        self.pending.stream = parsed.stream;
+        Ok(parsed)
+    }
+
+    /// Finds the model and takes a place among the requests in flight: refused at once
+    /// when they are full, or while the model loads.
+    fn admit(&mut self, mut parsed: ValidatedRequest) -> Result<Admitted<'a>, Failure> {
+        let state = self.state;
+        let served = state
+            .models
+            .get(&parsed.model)
+            .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?;
+        let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
+            limit: state.admission.limit(),
+            retry_after: std::time::Duration::from_secs(1),
+        })?;
+        let info = served.engine.model_info().ok_or(ApiError::NotReady)?;
+        // An engine that continues the trace (an upstream) gets the request span as parent.
+        parsed.generation.traceparent = self.pending.trace.as_ref().map(|t| t.traceparent());
+        parsed.generation.deadline = Some(self.deadline.at.into_std());
+        tracing::debug!(
+            stream = parsed.stream,
+            max_tokens = parsed.generation.budget.tokens(),
+            "Request admitted."
+        );
+        Ok(Admitted {
+            parsed,
+            served,
+            info,
+            permit,
+        })
+    }
+
+    /// Prepares the request in the engine, charges its budget to the key and starts it.
+    async fn start(mut self, admitted: Admitted<'a>) -> Result<Started, Failure> {
+        let Admitted {
+            parsed,
+            served,
+            info,
+            permit,
+        } = admitted;
+        let state = self.state;
+        let engine = &served.engine;
+        let prompt = parsed.generation.prompt.last_user_text().to_owned();
+        let quality = QualityTracker::new(&state.quality, &prompt, guarded(served, &parsed));
+        // Stops the engine applies itself are not screened again by the gateway.
+        let stop = if engine.applies_stop_sequences() {
+            Vec::new()
+        } else {
+            parsed.generation.sampling.stop.clone()
+        };
+        let seed = parsed.generation.sampling.seed;
+        let with_logprobs = parsed.generation.top_logprobs.is_some();
+
+        self.timer.engine_submitted(state.clock.now());
+        let prepared = engine
+            .prepare(parsed.generation)
+            .await
+            .map_err(ApiError::from)?;
+        self.timer.prompt_prepared(state.clock.now());
+        let upstream = info.upstream.is_some();
+        if upstream {
+            self.pending.reported = Some(Arc::clone(&prepared.reported));
+        }
+        // After `prepare`: an unset budget has been fitted to what the context leaves, and
+        // that is the most this answer can have.
+        let params = RequestParams {
+            max_tokens: Some(prepared.request.budget.tokens()),
+            temperature: prepared.request.sampling.temperature,
+            top_p: prepared.request.sampling.top_p,
+        };
+        let api_key_id = self.charged.caller.map(|c| c.key_id.clone());
+        self.charged.charge(&prepared)?;
+        let generation = start_in_engine(state, engine, prepared, &self.deadline.cut_off).await?;
+        self.timer
+            .engine_started(state.clock.at(generation.started));
+        if upstream {
+            self.timer.engine_is_upstream();
+        }
+        let response_id = format!("{}{}", self.route.shape().id_prefix(), self.request_id);
+        let meta = ResponseMeta {
+            id: response_id.clone(),
+            shape: self.route.shape(),
+            created: state.clock.unix_seconds(),
+            model: parsed.model.clone(),
+            system_fingerprint: info.system_fingerprint.clone(),
+            echo: parsed.echo.then(|| prompt.clone()),
+        };
+        let info = RunInfo {
+            response_id,
+            operation: self.route.operation(),
+            request_id: self.request_id.to_owned(),
+            api_key_id,
+            model: parsed.model,
+            stream: parsed.stream,
+            input_hash: parsed.input_hash,
+            seed,
+            served: info,
+            prompt_tokens: generation.prompt_tokens,
+            params,
+            prompt,
+            user: parsed.user,
+            stop,
+            reported: upstream.then(|| Arc::clone(&generation.reported)),
+        };
+        // Taken only here, so a refusal above still finds it for its record.
+        let Some(trace) = self.pending.trace.take() else {
+            return Err(Failure::Refused(ApiError::Internal));
+        };
+        let run = Run::new(
+            info,
+            state.clock.clone(),
+            self.timer,
+            quality,
+            state.telemetry.clone(),
+            trace,
+            permit,
+        );
+        Ok(Started {
+            run,
+            meta,
+            events: generation.events,
+            stream: parsed.stream,
+            with_logprobs,
+            include_usage: parsed.include_usage,
+            continuous_usage: parsed.continuous_usage,
+            prompt_tokens: generation.prompt_tokens,
+        })
+    }
+}
+
+/// Whether the degeneration guard watches the answer. It does not cut a request that
+/// asks for a length (`ignore_eos`, as benchmark clients send, or `min_tokens`), nor
+/// JSON, whose similar array items repeat by nature: cut, it would be invalid yet end
+/// as `stop`.
+fn guarded(served: &ServedModel, parsed: &ValidatedRequest) -> bool {
     let sampling = &parsed.generation.sampling;
-    let guarded = served.policy.degeneration_guard
+    served.policy.degeneration_guard
         && !sampling.ignore_eos
         && sampling.min_tokens == 0
-        && parsed.generation.response_format == crate::engine::ResponseFormat::Text;
-    let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
-        limit: state.admission.limit(),
-        retry_after: std::time::Duration::from_secs(1),
-    })?;
-    let info = engine.model_info().ok_or(ApiError::NotReady)?;
-    // An engine that continues the trace (an upstream) gets the request span as parent.
-    parsed.generation.traceparent = pending.trace.as_ref().map(|t| t.traceparent());
-    parsed.generation.deadline = Some(deadline.at.into_std());
-    tracing::debug!(
-        stream = parsed.stream,
-        max_tokens = parsed.generation.max_tokens,
-        "Request admitted."
-    );
+        && parsed.generation.response_format == crate::engine::ResponseFormat::Text
+}
 
-    let prompt = parsed.generation.prompt.last_user_text();
-    let quality = QualityTracker::new(&state.quality, prompt, guarded);
-    let prompt = prompt.to_owned();
-    let echo = parsed.echo.then(|| prompt.clone());
-    // Stops the engine applies itself are not screened again by the gateway.
-    let stop = if engine.applies_stop_sequences() {
-        Vec::new()
-    } else {
-        parsed.generation.sampling.stop.clone()
-    };
-    let seed = parsed.generation.sampling.seed;
-    let with_logprobs = parsed.generation.top_logprobs.is_some();
-
-    timer.engine_submitted(state.clock.now());
-    let prepared = engine
-        .prepare(parsed.generation)
-        .await
-        .map_err(ApiError::from)?;
-    timer.prompt_prepared(state.clock.now());
-    pending.reported = prepared.reported.clone();
-    // After `prepare`: an unset budget has been fitted to what the context leaves, and
-    // that is the most this answer can have.
-    let params = RequestParams {
-        max_tokens: Some(prepared.request.max_tokens),
-        temperature: prepared.request.sampling.temperature,
-        top_p: prepared.request.sampling.top_p,
-    };
-    charged.charge(&prepared)?;
-    let generation = start_in_engine(state, engine.as_ref(), prepared, &deadline.cut_off).await?;
-    timer.engine_started(state.clock.at(generation.started));
-    if generation.reported.is_some() {
-        timer.engine_is_upstream();
-    }
-    let response_id = format!("{}{request_id}", route.shape().id_prefix());
-    let info = RunInfo {
-        response_id: response_id.clone(),
-        operation: route.operation(),
-        request_id: request_id.to_owned(),
-        api_key_id,
-        model: parsed.model.clone(),
-        stream: parsed.stream,
-        input_hash: parsed.input_hash,
-        seed,
-        served: Arc::clone(&info),
-        prompt_tokens: generation.prompt_tokens,
-        params,
-        prompt,
-        user: parsed.user.clone(),
-        stop,
-        reported: generation.reported.clone(),
-    };
-    let meta = ResponseMeta {
-        id: response_id,
-        shape: route.shape(),
-        created: state.clock.unix_seconds(),
-        model: parsed.model,
-        system_fingerprint: info.served.system_fingerprint.clone(),
-        echo,
-    };
-    // Taken only here, so a refusal above still finds it for its record.
-    let Some(trace) = pending.trace.take() else {
-        return Err(Failure::Refused(ApiError::Internal));
-    };
-    let run = Run::new(
-        info,
-        state.clock.clone(),
-        timer,
-        quality,
-        state.telemetry.clone(),
-        trace,
-        permit,
-    );
-    let events = generation.events;
-
-    if !parsed.stream {
+/// The answer: one JSON body gathered from the events, or a stream of SSE frames.
+async fn respond(
+    started: Started,
+    state: &AppState,
+    deadline: Deadline,
+) -> Result<HttpResponse, Failure> {
+    let Started {
+        run,
+        meta,
+        events,
+        stream,
+        with_logprobs,
+        include_usage,
+        continuous_usage,
+        prompt_tokens,
+    } = started;
+    if !stream {
         let body = producer::collect_json(run, &meta, events, deadline, with_logprobs)
             .await
             .map_err(Failure::Recorded)?;
@@ -455,9 +550,9 @@ async fn handle(
             .body(body));
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
-    let assembler = ChunkAssembler::new(meta, parsed.include_usage)
+    let assembler = ChunkAssembler::new(meta, include_usage)
         .with_logprobs(with_logprobs)
-        .with_continuous_usage(parsed.continuous_usage, generation.prompt_tokens);
+        .with_continuous_usage(continuous_usage, prompt_tokens);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );
@@ -475,7 +570,7 @@ async fn handle(
 /// timeout, and not past a draining server's cut-off.
 async fn start_in_engine(
     state: &AppState,
-    engine: &dyn crate::engine::Engine,
+    engine: &Front,
     request: Prepared,
     cut_off: &CancellationToken,
 ) -> Result<Generation, ApiError> {
@@ -486,7 +581,7 @@ async fn start_in_engine(
         std::time::Duration::MAX
     };
     let started = tokio::select! {
-        started = tokio::time::timeout(limit, engine.generate(request)) => started,
+        started = tokio::time::timeout(limit, engine.start(request)) => started,
         () = cut_off.cancelled() => return Err(ApiError::ShuttingDown),
     };
     match started {

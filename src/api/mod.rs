@@ -34,7 +34,6 @@ use crate::admission::Admission;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::engine::served::{ModelPolicy, ServedModels};
-use crate::engine::Engine;
 use crate::lifecycle::Lifecycle;
 use crate::quality::QualitySettings;
 use crate::stream::producer::Pacing;
@@ -88,7 +87,7 @@ impl AppState {
     /// benchmarks).
     pub fn new(
         config: &Config,
-        engine: Arc<dyn Engine>,
+        engine: impl Into<crate::engine::Front>,
         clock: SharedClock,
         telemetry: Arc<Telemetry>,
     ) -> Self {

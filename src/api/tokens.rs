@@ -81,9 +81,10 @@ pub async fn tokenize(
     let parsed = parse_tokenize_request(&body, &state.limits)?;
     let engine = &model(&state, parsed.model.as_deref())?.engine;
     let info = engine.model_info().ok_or(ApiError::NotReady)?;
-    let ids = engine.tokenize(parsed.request).await?;
+    let tokenized = engine.tokenize(parsed.request).await?;
+    let ids = tokenized.ids;
     let token_strs = if parsed.return_token_strs {
-        Some(engine.spellings(&ids).ok_or_else(|| {
+        Some(tokenized.spellings.ok_or_else(|| {
             ApiError::unsupported(
                 "return_token_strs",
                 "this engine does not know its vocabulary",

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::engine::{ChatMessage, Engine, EngineEvent, GenerationRequest, Prompt, Role, Sampling};
+use crate::engine::{
+    Budget, ChatMessage, EngineEvent, Front, GenerationRequest, Prompt, Role, Sampling,
+};
 
 /// What one request measured.
 #[derive(Debug, Clone, Default)]
@@ -151,7 +153,7 @@ pub async fn over_http(
 }
 
 /// Runs one request straight through `engine`: no HTTP, no chunk assembly.
-pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Settings) -> Sample {
+pub async fn in_process(engine: &Front, messages: &Value, settings: Settings) -> Sample {
     let messages = messages
         .as_array()
         .map(|m| {
@@ -170,8 +172,7 @@ pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Setting
     let request = GenerationRequest {
         request_id: uuid::Uuid::new_v4().simple().to_string(),
         prompt: Prompt::Chat(messages),
-        max_tokens: settings.max_tokens,
-        max_tokens_set: true,
+        budget: Budget::Asked(settings.max_tokens),
         sampling: Sampling {
             temperature: Some(settings.temperature),
             ..Sampling::default()
@@ -180,7 +181,7 @@ pub async fn in_process(engine: &dyn Engine, messages: &Value, settings: Setting
     };
     let started = Instant::now();
     let mut sample = Sample::default();
-    let mut generation = match crate::engine::run(engine, request).await {
+    let mut generation = match engine.run(request).await {
         Ok(generation) => generation,
         Err(error) => {
             sample.error = Some(error.to_string());

@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use crate::config::{Config, EngineTable, ServeArgs, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
-use crate::engine::Engine;
+use crate::engine::{Backend, Front};
 use client::{Sample, Settings};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -116,7 +116,7 @@ enum Target {
     },
     /// The engine in this process (`--engine-direct`).
     #[cfg_attr(not(feature = "mistral"), allow(dead_code))]
-    Engine(Arc<dyn Engine>),
+    Engine(Front),
 }
 
 impl Target {
@@ -125,7 +125,7 @@ impl Target {
             Target::Http { client, url, model } => {
                 client::over_http(client, url, model, messages, settings).await
             }
-            Target::Engine(engine) => client::in_process(engine.as_ref(), messages, settings).await,
+            Target::Engine(engine) => client::in_process(engine, messages, settings).await,
         }
     }
 }
@@ -343,17 +343,17 @@ async fn engine_direct(
     let engine = match config.models.first().map(|m| &m.engine) {
         #[cfg(feature = "llamacpp")]
         Some(crate::config::ModelEngine::Llamacpp { .. }) => {
-            let engine: Arc<dyn Engine> = crate::engine::llamacpp::LlamaCppEngine::load_now(
+            let engine: Arc<dyn Backend> = crate::engine::llamacpp::LlamaCppEngine::load_now(
                 crate::engine::llamacpp::LlamaCppSettings::from_config(&config.engine),
             )?;
-            engine
+            Front::from(engine)
         }
         _ => {
-            let engine: Arc<dyn Engine> = crate::engine::mistral::MistralEngine::load_now(
+            let engine: Arc<dyn Backend> = crate::engine::mistral::MistralEngine::load_now(
                 crate::engine::mistral::MistralSettings::from_config(&config.engine),
             )
             .await?;
-            engine
+            Front::from(engine)
         }
     };
 

@@ -333,11 +333,10 @@ fn model(
         }
         EngineKind::Mistral => (in_process(InProcess::Mistral), None),
         EngineKind::Llamacpp => (in_process(InProcess::Llamacpp), None),
-        EngineKind::Upstream => {
-            let mut upstream = upstream(&t, &id, &invalid)?;
-            upstream.default_max_tokens = default_max_tokens;
-            (ModelEngine::Upstream(Box::new(upstream)), None)
-        }
+        EngineKind::Upstream => (
+            ModelEngine::Upstream(Box::new(upstream(&t, &id, &invalid)?)),
+            None,
+        ),
     };
     Ok(ModelConfig {
         id,

@@ -109,7 +109,6 @@ pub(super) fn upstream(
         context_length: t.context_length.unwrap_or(0),
         check_model: t.check_model.unwrap_or(true),
         max_tokens_param,
-        default_max_tokens: None,
         fleet,
     })
 }

@@ -94,6 +94,16 @@ impl Vocabulary {
         })
     }
 
+    /// Tokens in the vocabulary: its ids are `0..len`.
+    pub fn len(&self) -> usize {
+        self.spellings.len()
+    }
+
+    /// Whether the vocabulary has no tokens (never, for a loaded model).
+    pub fn is_empty(&self) -> bool {
+        self.spellings.is_empty()
+    }
+
     /// A token as text (empty for an id the vocabulary does not have).
     pub fn token_text(&self, id: u32) -> TokenText {
         TokenText::from_bytes(self.bytes.get(id as usize).cloned().unwrap_or_default())

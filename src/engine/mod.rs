@@ -1,8 +1,12 @@
-//! The model behind the gateway, seen through one trait.
+//! The model behind the gateway: a [`Front`] written once over a narrow [`Backend`]
+//! per engine.
 //!
-//! The HTTP layer hands the [`Engine`] a validated [`GenerationRequest`] and receives a
-//! [`TokenStream`] of [`EngineEvent`]s. Dropping the stream cancels the generation.
-//! Implementations:
+//! The HTTP layer hands the front a validated [`GenerationRequest`] and receives a
+//! [`TokenStream`] of [`EngineEvent`]s. Dropping the stream cancels the generation. The
+//! front ([`front`]) fits the [`Budget`] into the context, checks and compiles what the
+//! model's vocabulary serves, and queues requests for the backend's slots ([`slots`]);
+//! a backend ([`backend`]) counts and renders prompts, knows its vocabulary and end
+//! tokens, and runs a job. Backends:
 //! - [`mistral`]: mistral.rs running a GGUF model in-process (the only module that
 //!   imports `mistralrs`);
 //! - [`llamacpp`]: llama.cpp running a GGUF model in-process, several sequences in one
@@ -13,7 +17,10 @@
 //!
 //! [`served`] maps each served model id to its engine.
 
+pub mod backend;
+pub mod budget;
 pub mod config;
+pub mod front;
 pub mod gguf;
 pub mod grammar;
 #[cfg(feature = "llamacpp")]
@@ -24,13 +31,17 @@ pub mod picking;
 pub mod sampling;
 pub mod scripted;
 pub mod served;
+pub mod slots;
 pub mod upstream;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+pub use backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Slots, Tokenized};
+pub use budget::Budget;
+pub use front::{Front, Prepared};
+pub(crate) use slots::Counted;
+
 use std::sync::Arc;
 use std::time::Instant;
 
-use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::tokens::{FinishReason, RepetitionBasis, TokenLogprob, Usage};
@@ -41,12 +52,9 @@ pub struct GenerationRequest {
     /// The gateway's request id, for the engine's logs.
     pub request_id: String,
     pub prompt: Prompt,
-    /// Completion-token budget, already capped by configuration.
-    pub max_tokens: u32,
-    /// Whether the client chose `max_tokens`. A chosen budget that does not fit the
-    /// context is refused; the default one shrinks to what the prompt leaves
-    /// ([`GenerationRequest::fit_to_context`]).
-    pub max_tokens_set: bool,
+    /// The completion budget, within the model's cap; the front fits it into the
+    /// context ([`Budget::fit`]).
+    pub budget: Budget,
     pub sampling: Sampling,
     /// Free text, or JSON the engine is held to while it decodes.
     pub response_format: ResponseFormat,
@@ -115,30 +123,6 @@ pub enum ResponseFormat {
     JsonObject,
     /// JSON valid against this schema (`{"type": "json_schema", ...}`).
     JsonSchema(serde_json::Value),
-}
-
-impl GenerationRequest {
-    /// Fits the completion budget into the context left after a prompt of
-    /// `prompt_tokens`, as OpenAI does: a prompt that fills the context, or a budget the
-    /// client chose that does not fit beside the prompt, is refused; the default budget
-    /// shrinks to what is left.
-    pub fn fit_to_context(
-        &mut self,
-        prompt_tokens: u32,
-        context_length: u32,
-    ) -> Result<(), EngineError> {
-        let left = context_length.saturating_sub(prompt_tokens);
-        if left == 0 || (self.max_tokens_set && self.max_tokens > left) {
-            return Err(EngineError::ContextLengthExceeded {
-                prompt_tokens,
-                max_tokens: self.max_tokens_set.then_some(self.max_tokens),
-                context_length,
-                prompt_param: self.prompt.param(),
-            });
-        }
-        self.max_tokens = self.max_tokens.min(left);
-        Ok(())
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,24 +231,6 @@ pub enum EngineError {
     Upstream(upstream::Fault),
 }
 
-/// A request whose prompt the engine has rendered and counted, with its completion budget
-/// fitted into the context: what it will cost is known before it waits for a slot.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    pub request: GenerationRequest,
-    /// Tokens of the prompt as the model sees it (chat template applied).
-    pub prompt_tokens: u32,
-    /// The compiled `response_format`, when the answer must be JSON.
-    pub grammar: Option<grammar::Grammar>,
-    /// Where an upstream's account of the answer will be, from before it is sent (a
-    /// request that fails before its stream still says which endpoints it tried);
-    /// `None` for an engine in this process.
-    pub reported: Option<Arc<Reported>>,
-    /// The prompt's token ids, where the engine counted them itself and decodes from
-    /// them (llama.cpp): not tokenized twice.
-    pub tokens: Option<Arc<[u32]>>,
-}
-
 /// What `/tokenize` turns into token ids.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenizeRequest {
@@ -289,13 +255,6 @@ impl TokenizeRequest {
     }
 }
 
-impl Prepared {
-    /// The most tokens the request can take: its prompt and its whole completion budget.
-    pub fn token_budget(&self) -> u32 {
-        self.prompt_tokens.saturating_add(self.request.max_tokens)
-    }
-}
-
 /// Stream of events for one request. Dropping it tells the engine to stop generating.
 pub type TokenStream = mpsc::Receiver<EngineEvent>;
 
@@ -309,9 +268,9 @@ pub struct Generation {
     /// the request's first attempt was sent to the upstream.
     pub started: Instant,
     pub events: TokenStream,
-    /// What an upstream said about its answer, filled in as its chunks arrive; `None`
+    /// What an upstream said about its answer, filled in as its chunks arrive; empty
     /// for an engine in this process.
-    pub reported: Option<Arc<Reported>>,
+    pub reported: Arc<Reported>,
 }
 
 /// An upstream's own account of one answer: the model it says answered, its
@@ -436,100 +395,6 @@ impl KvCacheUse {
     }
 }
 
-/// Counts itself in a shared number while it lives: `load` figures that stay right
-/// whichever way a task ends (finished, failed, cancelled).
-#[derive(Debug)]
-pub(crate) struct Counted(Arc<AtomicUsize>);
-
-impl Counted {
-    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self(Arc::clone(count))
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-pub trait Engine: Send + Sync + 'static {
-    /// Which engine this is, as the config names it (`llamacpp`, `mistral`, `upstream`;
-    /// `scripted` in tests): `/ready` shows it beside each model.
-    fn name(&self) -> &'static str;
-
-    /// The model's facts, or `None` while it is loading.
-    fn model_info(&self) -> Option<Arc<ModelInfo>>;
-
-    /// Sequences running and requests waiting in the engine now.
-    fn load(&self) -> EngineLoad;
-
-    /// Renders the prompt, counts its tokens and fits the completion budget into the
-    /// context ([`GenerationRequest::fit_to_context`]). Errors: the model is not loaded,
-    /// the prompt does not fit.
-    async fn prepare(&self, request: GenerationRequest) -> Result<Prepared, EngineError>;
-
-    /// Waits for a slot and starts generating. Errors here happen before any token;
-    /// errors during generation arrive as [`EngineEvent::Failed`].
-    async fn generate(&self, request: Prepared) -> Result<Generation, EngineError>;
-
-    /// The token ids of a prompt, rendered as `request` says.
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError>;
-
-    /// The text of token ids.
-    async fn detokenize(
-        &self,
-        ids: Vec<u32>,
-        skip_special_tokens: bool,
-    ) -> Result<String, EngineError>;
-
-    /// How the vocabulary spells each id (`Ġthe`); `None` where the engine does not know
-    /// its vocabulary or an id is not in it.
-    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>>;
-
-    /// Whether the engine ends answers at `sampling.stop` itself. `false`: the gateway's
-    /// stop screen (`stream::stops`) cuts them, as for mistral.rs, which stops a token
-    /// late; an upstream is asked to stop and does.
-    fn applies_stop_sequences(&self) -> bool {
-        false
-    }
-
-    /// Whether `generate` waits in a queue of the gateway's for a slot, which the queue
-    /// timeout bounds; `false` for an upstream, whose wait (its first byte) has its own.
-    fn waits_in_queue(&self) -> bool {
-        true
-    }
-
-    /// The KV cache in use, where the engine knows it; `None` (no series) for an engine
-    /// whose cache is another process's, such as an upstream's.
-    fn kv_cache(&self) -> Option<KvCacheUse> {
-        None
-    }
-
-    /// Each endpoint of an upstream model as `/ready` and `/stats` show it; empty for
-    /// an engine in this process.
-    fn endpoints(&self) -> Vec<upstream::fleet::EndpointView> {
-        Vec::new()
-    }
-
-    /// How an upstream model's requests are spread over its endpoints
-    /// (`least_outstanding`, ...); `None` for an engine in this process.
-    fn routing_policy(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// Whether requests can be served now.
-    fn readiness(&self) -> Readiness {
-        if self.model_info().is_some() {
-            Readiness::Ready
-        } else {
-            Readiness::Loading
-        }
-    }
-}
-
 /// The first of `ids` the model does not know, as the error naming it (`param[i]`).
 pub(crate) fn known_token_ids(
     param: &str,
@@ -558,14 +423,4 @@ pub(crate) fn load_failed(path: &std::path::Path, error: &anyhow::Error) -> ! {
         path.display()
     );
     std::process::exit(1);
-}
-
-/// Prepares and starts a request in one go (benchmarks and tests that have no use for
-/// the step between).
-pub async fn run(
-    engine: &dyn Engine,
-    request: GenerationRequest,
-) -> Result<Generation, EngineError> {
-    let prepared = engine.prepare(request).await?;
-    engine.generate(prepared).await
 }

@@ -8,7 +8,7 @@
 //! script that repeats itself has a high repetition rate.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{
-    Counted, Engine, EngineError, EngineEvent, EngineLoad, Generation, GenerationRequest,
-    ModelInfo, Prepared, Prompt, ResponseFormat, TokenizeRequest,
+    Backend, Decoding, EngineError, EngineEvent, Generation, Job, LoadedModel, ModelInfo, Prompt,
+    PromptTokens, ResponseFormat, Slots, TokenizeRequest, Tokenized,
 };
 use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 
@@ -78,8 +78,8 @@ pub struct ScriptedEngine {
     ready: AtomicBool,
     produced: Arc<AtomicU64>,
     cancelled: Arc<AtomicU64>,
-    /// Generations whose script is still playing.
-    running: Arc<AtomicUsize>,
+    /// Sequences it runs at once; `None`: as many as come.
+    slots: Option<usize>,
 }
 
 impl ScriptedEngine {
@@ -91,8 +91,14 @@ impl ScriptedEngine {
             ready: AtomicBool::new(true),
             produced: Arc::default(),
             cancelled: Arc::default(),
-            running: Arc::default(),
+            slots: None,
         }
+    }
+
+    /// Runs at most `slots` sequences at once: the others wait in the front's queue.
+    pub fn with_slots(mut self, slots: usize) -> Self {
+        self.slots = Some(slots);
+        self
     }
 
     /// Runs `script` for requests whose last message is exactly `prompt`.
@@ -116,49 +122,42 @@ impl ScriptedEngine {
     }
 }
 
+impl From<Arc<ScriptedEngine>> for crate::engine::Front {
+    fn from(engine: Arc<ScriptedEngine>) -> Self {
+        Self::from(engine as Arc<dyn Backend>)
+    }
+}
+
 #[async_trait]
-impl Engine for ScriptedEngine {
+impl Backend for ScriptedEngine {
     fn name(&self) -> &'static str {
         "scripted"
     }
 
-    fn model_info(&self) -> Option<Arc<ModelInfo>> {
-        self.ready
-            .load(Ordering::SeqCst)
-            .then(|| Arc::clone(&self.info))
-    }
-
-    fn load(&self) -> EngineLoad {
-        EngineLoad {
-            running: self.running.load(Ordering::SeqCst),
-            waiting: 0,
-        }
+    fn model(&self) -> Option<LoadedModel> {
+        self.ready.load(Ordering::SeqCst).then(|| LoadedModel {
+            info: Arc::clone(&self.info),
+            decoding: Decoding::Own,
+            slots: self.slots.map_or(Slots::Unlimited, Slots::Sequences),
+            applies_stops: false,
+        })
     }
 
     /// One prompt token per word.
-    async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
-        if request.response_format != ResponseFormat::Text {
-            return Err(EngineError::Unsupported {
-                param: "response_format".into(),
-                reason: "the scripted engine has no grammar".into(),
-            });
-        }
+    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
         let ids = self
-            .tokenize(TokenizeRequest::as_generated(request.prompt.clone()))
-            .await?;
-        let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        request.fit_to_context(prompt_tokens, self.info.context_length)?;
-        Ok(Prepared {
-            request,
-            prompt_tokens,
-            grammar: None,
-            reported: None,
-            tokens: None,
+            .tokenize(TokenizeRequest::as_generated(prompt.clone()))
+            .await?
+            .ids;
+        Ok(PromptTokens {
+            count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            ids: None,
+            estimated: false,
         })
     }
 
     /// One token per word, whatever the flags; ids from [`token_id`].
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
         if !self.ready.load(Ordering::SeqCst) {
             return Err(EngineError::NotReady);
         }
@@ -166,11 +165,15 @@ impl Engine for ScriptedEngine {
             Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
             Prompt::Text(text) => vec![text.as_str()],
         };
-        Ok(texts
+        let ids = texts
             .iter()
             .flat_map(|t| t.split_whitespace())
             .map(token_id)
-            .collect())
+            .collect();
+        Ok(Tokenized {
+            ids,
+            spellings: None,
+        })
     }
 
     async fn detokenize(&self, _ids: Vec<u32>, _skip: bool) -> Result<String, EngineError> {
@@ -180,16 +183,21 @@ impl Engine for ScriptedEngine {
         })
     }
 
-    fn spellings(&self, _ids: &[u32]) -> Option<Vec<String>> {
-        None
-    }
-
-    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
-        let Prepared {
+    async fn run(&self, job: Job) -> Result<Generation, EngineError> {
+        let Job {
             request,
-            prompt_tokens,
+            prompt,
+            claim,
+            reported,
             ..
-        } = prepared;
+        } = job;
+        if request.response_format != ResponseFormat::Text {
+            return Err(EngineError::Unsupported {
+                param: "response_format".into(),
+                reason: "the scripted engine has no grammar".into(),
+            });
+        }
+        let prompt_tokens = prompt.count;
         let last = match &request.prompt {
             Prompt::Chat(messages) => messages.last().map(|m| m.content.as_str()),
             Prompt::Text(text) => Some(text.as_str()),
@@ -205,13 +213,12 @@ impl Engine for ScriptedEngine {
         let (tx, rx) = mpsc::channel(16);
         let produced = Arc::clone(&self.produced);
         let cancelled = Arc::clone(&self.cancelled);
-        let running = Counted::new(&self.running);
         tokio::spawn(async move {
-            let _running = running;
+            let _claim = claim;
             let mut completion_tokens = 0u32;
             let mut reason = script.finish;
             for step in script.steps {
-                if completion_tokens >= request.max_tokens {
+                if completion_tokens >= request.budget.tokens() {
                     reason = FinishReason::Length;
                     break;
                 }
@@ -253,7 +260,7 @@ impl Engine for ScriptedEngine {
             prompt_tokens,
             started,
             events: rx,
-            reported: None,
+            reported,
         })
     }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::{Engine, EngineLoad, ModelInfo, Readiness};
+use super::{EngineLoad, Front, ModelInfo, Readiness};
 
 /// How a served model treats each request it gets: its id, the completion budget a
 /// request may ask for, the defaults of what a request leaves out (docs/defaults.md),
@@ -43,11 +43,11 @@ impl ModelPolicy {
     }
 }
 
-/// One served model.
+/// One served model: its policy and the front of its engine.
 #[derive(Clone)]
 pub struct ServedModel {
     pub policy: ModelPolicy,
-    pub engine: Arc<dyn Engine>,
+    pub engine: Front,
 }
 
 impl ServedModel {
@@ -79,8 +79,11 @@ impl ServedModels {
     }
 
     /// One model: the single-engine gateway and the tests.
-    pub fn single(policy: ModelPolicy, engine: Arc<dyn Engine>) -> Self {
-        Self(vec![ServedModel { policy, engine }])
+    pub fn single(policy: ModelPolicy, engine: impl Into<Front>) -> Self {
+        Self(vec![ServedModel {
+            policy,
+            engine: engine.into(),
+        }])
     }
 
     pub fn get(&self, id: &str) -> Option<&ServedModel> {

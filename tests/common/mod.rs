@@ -16,7 +16,7 @@ use llmgate::clock::{ManualClock, MonotonicClock, SharedClock};
 use llmgate::config::{Config, ServeArgs};
 use llmgate::engine::scripted::{Script, ScriptedEngine};
 use llmgate::engine::served::ServedModels;
-use llmgate::engine::{Engine, ModelInfo};
+use llmgate::engine::ModelInfo;
 use llmgate::record::{CollectingObserver, FanOut, LogObserver, RequestObserver};
 use llmgate::semlog::indexer::Pacing;
 use llmgate::semlog::Semlog;
@@ -92,17 +92,20 @@ pub fn scripted_long(default: Script) -> ScriptedEngine {
 }
 
 /// Starts the server with the monotonic clock.
-pub async fn start(engine: Arc<dyn Engine>, config: &Config) -> TestServer {
+pub async fn start(engine: impl Into<llmgate::engine::Front>, config: &Config) -> TestServer {
     start_with_clock(engine, config, Arc::new(MonotonicClock::new())).await
 }
 
 /// Starts the server with a frozen clock, for byte-exact responses.
-pub async fn start_frozen(engine: Arc<dyn Engine>, config: &Config) -> TestServer {
+pub async fn start_frozen(
+    engine: impl Into<llmgate::engine::Front>,
+    config: &Config,
+) -> TestServer {
     start_with_clock(engine, config, Arc::new(ManualClock::new())).await
 }
 
 pub async fn start_with_clock(
-    engine: Arc<dyn Engine>,
+    engine: impl Into<llmgate::engine::Front>,
     config: &Config,
     clock: SharedClock,
 ) -> TestServer {
@@ -113,7 +116,11 @@ pub async fn start_with_clock(
 
 /// Starts the server exporting traces over OTLP/gRPC to `endpoint`, sampled as `config`'s
 /// `[telemetry]` table says.
-pub async fn start_traced(engine: Arc<dyn Engine>, config: &Config, endpoint: &str) -> TestServer {
+pub async fn start_traced(
+    engine: impl Into<llmgate::engine::Front>,
+    config: &Config,
+    endpoint: &str,
+) -> TestServer {
     start_with(engine, config, Some(endpoint), None).await
 }
 
@@ -130,7 +137,7 @@ pub const TEST_PACING: Pacing = Pacing {
 /// Starts the server with the request log line, optionally traces to `otlp` and the
 /// semantic-log pipeline as `config`'s `[semlog]` table says (when `semlog` is given).
 pub async fn start_with(
-    engine: Arc<dyn Engine>,
+    engine: impl Into<llmgate::engine::Front>,
     config: &Config,
     otlp: Option<&str>,
     semlog: Option<Pacing>,
@@ -141,7 +148,7 @@ pub async fn start_with(
 
 /// [`start_with`], with API keys.
 pub async fn start_with_guard(
-    engine: Arc<dyn Engine>,
+    engine: impl Into<llmgate::engine::Front>,
     config: &Config,
     otlp: Option<&str>,
     semlog: Option<Pacing>,
@@ -184,7 +191,7 @@ pub async fn start_with_guard(
 
 /// Starts the server with API keys (and the request log line, for the captured logs).
 pub async fn start_guarded(
-    engine: Arc<dyn Engine>,
+    engine: impl Into<llmgate::engine::Front>,
     config: &Config,
     guard: llmgate::auth::Guard,
 ) -> TestServer {
@@ -196,7 +203,7 @@ pub async fn start_guarded(
 }
 
 async fn start_with_telemetry(
-    engine: Arc<dyn Engine>,
+    engine: impl Into<llmgate::engine::Front>,
     config: &Config,
     clock: SharedClock,
     observer: Arc<CollectingObserver>,
@@ -207,7 +214,7 @@ async fn start_with_telemetry(
 }
 
 async fn start_guarded_with(
-    engine: Arc<dyn Engine>,
+    engine: impl Into<llmgate::engine::Front>,
     config: &Config,
     clock: SharedClock,
     observer: Arc<CollectingObserver>,

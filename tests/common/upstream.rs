@@ -65,7 +65,6 @@ pub fn upstream_config(url: &str) -> UpstreamConfig {
         context_length: 4096,
         check_model: true,
         max_tokens_param: "max_tokens".into(),
-        default_max_tokens: None,
         fleet: Default::default(),
     }
 }
@@ -88,14 +87,14 @@ pub async fn gateway_with(config: UpstreamConfig, limits: ModelPolicy, toml: &st
 
 /// The gateway serving each `(id, engine)`.
 pub async fn gateway_of(
-    models: Vec<(&str, Arc<dyn llmgate::engine::Engine>)>,
+    models: Vec<(&str, Arc<dyn llmgate::engine::Backend>)>,
     upstreams: &[&str],
 ) -> TestServer {
     let models = models
         .into_iter()
         .map(|(id, engine)| ServedModel {
             policy: limits(id),
-            engine,
+            engine: engine.into(),
         })
         .collect();
     let models = ServedModels::new(models).expect("models");

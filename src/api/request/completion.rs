@@ -160,7 +160,7 @@ mod tests {
             parse(json!({"model": "m", "prompt": "Once upon", "max_tokens": 5, "seed": 3}))
                 .expect("valid");
         assert_eq!(request.generation.prompt, Prompt::Text("Once upon".into()));
-        assert_eq!(request.generation.max_tokens, 5);
+        assert_eq!(request.generation.budget, crate::engine::Budget::Asked(5));
         let listed = parse(json!({"model": "m", "prompt": ["Once upon"]})).expect("a list of one");
         assert_eq!(listed.generation.prompt, Prompt::Text("Once upon".into()));
         let chat = parse_chat_request(

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use crate::engine::grammar::SCHEMA_PARAM;
-use crate::engine::{GenerationRequest, Prompt, ResponseFormat, Sampling};
+use crate::engine::{Budget, GenerationRequest, Prompt, ResponseFormat, Sampling};
 use crate::error::ApiError;
 
 /// Longest stop sequence accepted. The gateway's stop screen (`stream::stops`) compares
@@ -112,7 +112,7 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
     let canonical = Canonical {
         model,
         messages,
-        max_tokens: generation.max_tokens,
+        max_tokens: generation.budget.tokens(),
         temperature: s.temperature,
         top_p: s.top_p,
         seed: s.seed,
@@ -362,21 +362,19 @@ pub(super) fn validate(
 ) -> Result<ValidatedRequest, ApiError> {
     let limits = limits.model(&wire.model)?;
     let (max_param, requested) = budget;
-    let max_tokens = match requested {
-        Some(0) => return Err(ApiError::invalid(max_param, "must be at least 1")),
-        Some(n) if n > limits.max_tokens_cap => {
-            return Err(ApiError::invalid(
+    if requested == Some(0) {
+        return Err(ApiError::invalid(max_param, "must be at least 1"));
+    }
+    // The front shrinks all but an asked budget to what the context leaves.
+    let budget = Budget::choose(requested, limits.default_max_tokens, limits.max_tokens_cap)
+        .map_err(|cap| {
+            let n = requested.unwrap_or_default();
+            ApiError::invalid(
                 max_param,
-                format!(
-                    "{n} is over this server's limit of {}",
-                    limits.max_tokens_cap
-                ),
-            ))
-        }
-        Some(n) => n,
-        // The engine shrinks this to what the context leaves after the prompt.
-        None => limits.default_max_tokens.unwrap_or(limits.max_tokens_cap),
-    };
+                format!("{n} is over this server's limit of {cap}"),
+            )
+        })?;
+    let max_tokens = budget.tokens();
 
     let temperature = in_range("temperature", wire.temperature, 0.0, 2.0)?;
     let top_p = in_range("top_p", wire.top_p, 0.0, 1.0)?;
@@ -477,8 +475,7 @@ pub(super) fn validate(
     let generation = GenerationRequest {
         request_id: request_id.to_owned(),
         prompt,
-        max_tokens,
-        max_tokens_set: requested.is_some(),
+        budget,
         sampling: Sampling {
             temperature,
             top_p,

@@ -33,7 +33,7 @@ fn minimal_request_gets_defaults() {
     let request = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
         .expect("valid");
     assert!(!request.stream);
-    assert_eq!(request.generation.max_tokens, 16);
+    assert_eq!(request.generation.budget, Budget::ModelDefault(16));
     assert_eq!(messages(&request)[0].role, Role::User);
     assert_eq!(request.generation.sampling, Sampling::default());
 }
@@ -94,7 +94,7 @@ fn full_request_is_carried_over() {
     assert!(request.stream && request.include_usage);
     assert_eq!(messages(&request)[0].content, "be brief");
     assert_eq!(messages(&request)[0].role, Role::System);
-    assert_eq!(request.generation.max_tokens, 7);
+    assert_eq!(request.generation.budget, Budget::Asked(7));
     assert_eq!(request.generation.sampling.stop, vec!["END".to_owned()]);
     assert_eq!(request.generation.sampling.seed, Some(u64::MAX));
     assert_eq!(request.user.as_deref(), Some("u1"));
@@ -373,7 +373,7 @@ mod fuzz {
     /// What is accepted is within the limits.
     fn check_accepted(request: &ValidatedRequest) -> Result<(), TestCaseError> {
         let g = &request.generation;
-        prop_assert!((1..=limits().models[0].max_tokens_cap).contains(&g.max_tokens));
+        prop_assert!((1..=limits().models[0].max_tokens_cap).contains(&g.budget.tokens()));
         prop_assert!(!messages(request).is_empty());
         prop_assert!(g
             .sampling
@@ -506,10 +506,10 @@ fn without_a_default_the_budget_is_the_cap_for_the_engine_to_fit() {
         "r",
     )
     .expect("valid");
-    assert_eq!(request.generation.max_tokens, 100);
-    assert!(
-        !request.generation.max_tokens_set,
-        "the engine shrinks it to the context"
+    assert_eq!(
+        request.generation.budget,
+        Budget::Cap(100),
+        "the front shrinks it to the context"
     );
 }
 

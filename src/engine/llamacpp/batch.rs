@@ -30,9 +30,9 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::text::Pieces;
-use super::Claim;
 use crate::engine::grammar::Vocabulary;
 use crate::engine::picking::{penalize, Pick, TokenPicker};
+use crate::engine::slots::Claim;
 use crate::engine::{EngineError, EngineEvent, Sampling};
 use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 

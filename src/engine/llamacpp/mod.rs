@@ -21,20 +21,20 @@ mod load;
 mod text;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::grammar::Vocabulary;
 use super::picking::{EndRules, TokenPicker};
 use super::{
-    Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
-    Prepared, Prompt, Readiness, TokenizeRequest,
+    Backend, Decoding, EngineError, Generation, Job, LoadedModel, ModelInfo, Prompt, PromptTokens,
+    Readiness, Slots, TokenizeRequest, Tokenized,
 };
 use crate::engine::config::EngineConfig;
 use crate::engine::known_token_ids;
@@ -125,13 +125,7 @@ struct Loaded {
 
 pub struct LlamaCppEngine {
     loaded: OnceLock<Loaded>,
-    /// One permit per sequence the loop decodes at once: requests wait here, in the
-    /// gateway, where the wait is measured.
-    slots: Arc<Semaphore>,
-    waiting: Arc<AtomicUsize>,
-    running: Arc<AtomicUsize>,
-    /// Token positions the running sequences hold in their KV caches.
-    kv_tokens: Arc<AtomicUsize>,
+    /// Sequences the decode loop runs at once, each with its own KV cache.
     sequences: usize,
 }
 
@@ -144,45 +138,11 @@ impl std::fmt::Debug for LlamaCppEngine {
     }
 }
 
-/// A running sequence's claim: its permit, its place in the running count and its KV
-/// positions, all given back when the decode loop drops it at the sequence's end.
-pub(crate) struct Claim {
-    _running: Counted,
-    kv_tokens: Arc<AtomicUsize>,
-    held: usize,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Claim {
-    /// The sequence's KV cache now holds `tokens` positions.
-    fn holds(&mut self, tokens: usize) {
-        if tokens > self.held {
-            self.kv_tokens
-                .fetch_add(tokens - self.held, Ordering::SeqCst);
-        } else {
-            self.kv_tokens
-                .fetch_sub(self.held - tokens, Ordering::SeqCst);
-        }
-        self.held = tokens;
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.kv_tokens.fetch_sub(self.held, Ordering::SeqCst);
-    }
-}
-
 impl LlamaCppEngine {
     fn empty(settings: &LlamaCppSettings) -> Self {
-        let sequences = settings.sequences.max(1);
         Self {
             loaded: OnceLock::new(),
-            slots: Arc::new(Semaphore::new(sequences)),
-            waiting: Arc::default(),
-            running: Arc::default(),
-            kv_tokens: Arc::default(),
-            sequences,
+            sequences: settings.sequences.max(1),
         }
     }
 
@@ -225,21 +185,6 @@ impl LlamaCppEngine {
         let engine = Self::empty(&settings);
         let _ = engine.loaded.set(load::load(&settings)?);
         Ok(Arc::new(engine))
-    }
-
-    async fn claim(&self) -> Result<Claim, EngineError> {
-        let waiting = Counted::new(&self.waiting);
-        let permit = Arc::clone(&self.slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
-        drop(waiting);
-        Ok(Claim {
-            _running: Counted::new(&self.running),
-            kv_tokens: Arc::clone(&self.kv_tokens),
-            held: 0,
-            _permit: permit,
-        })
     }
 }
 
@@ -295,17 +240,34 @@ fn tokenize_prompt(
         .collect())
 }
 
+impl From<Arc<LlamaCppEngine>> for crate::engine::Front {
+    fn from(engine: Arc<LlamaCppEngine>) -> Self {
+        Self::from(engine as Arc<dyn Backend>)
+    }
+}
+
 #[async_trait]
-impl Engine for LlamaCppEngine {
+impl Backend for LlamaCppEngine {
     fn name(&self) -> &'static str {
         "llamacpp"
     }
 
-    fn model_info(&self) -> Option<Arc<ModelInfo>> {
-        self.loaded.get().map(|l| Arc::clone(&l.info))
+    /// Each sequence has its own region of the KV cache, one context long.
+    fn model(&self) -> Option<LoadedModel> {
+        let loaded = self.loaded.get()?;
+        Some(LoadedModel {
+            info: Arc::clone(&loaded.info),
+            decoding: Decoding::Picked {
+                vocabulary: loaded.vocabulary.clone(),
+                vocab_size: u32::try_from(loaded.model.n_vocab()).unwrap_or_default(),
+                end_tokens: Arc::clone(&loaded.eos),
+            },
+            slots: Slots::Sequences(self.sequences),
+            applies_stops: false,
+        })
     }
 
-    fn readiness(&self) -> Readiness {
+    fn health(&self) -> Readiness {
         match self.loaded.get() {
             None => Readiness::Loading,
             Some(loaded) if loaded.stopped.load(Ordering::SeqCst) => Readiness::Down(
@@ -316,26 +278,9 @@ impl Engine for LlamaCppEngine {
         }
     }
 
-    fn load(&self) -> EngineLoad {
-        EngineLoad {
-            running: self.running.load(Ordering::SeqCst),
-            waiting: self.waiting.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Each sequence has its own region of the KV cache, one context long: the share is
-    /// the positions the running sequences hold over what all of them could.
-    fn kv_cache(&self) -> Option<KvCacheUse> {
-        let loaded = self.loaded.get()?;
-        Some(KvCacheUse {
-            used_tokens: self.kv_tokens.load(Ordering::SeqCst) as u64,
-            capacity_tokens: self.sequences as u64 * u64::from(loaded.info.context_length),
-        })
-    }
-
-    async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
+    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        let ids = tokenize_prompt(loaded, &request.prompt, true, true)?;
+        let ids = tokenize_prompt(loaded, prompt, true, true)?;
         if ids.is_empty() {
             // Nothing to decode from (an empty text, a model that adds no start token).
             return Err(EngineError::InvalidParameter {
@@ -343,67 +288,27 @@ impl Engine for LlamaCppEngine {
                 message: "is empty: it gives no tokens to continue from".into(),
             });
         }
-        let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
-        if request.sampling.min_tokens > request.max_tokens {
-            return Err(EngineError::InvalidParameter {
-                param: "min_tokens".into(),
-                message: format!(
-                    "{} is more than the {} tokens the context leaves for the completion",
-                    request.sampling.min_tokens, request.max_tokens
-                ),
-            });
-        }
-        let n_vocab = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
-        known_token_ids("stop_token_ids", &request.sampling.stop_token_ids, |id| {
-            id < n_vocab
-        })?;
-        if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
-            return Err(EngineError::Unsupported {
-                param: "logprobs".into(),
-                reason: "this model's tokenizer is not one the gateway can spell tokens with"
-                    .into(),
-            });
-        }
-        let grammar = match (&loaded.vocabulary, &request.response_format) {
-            (_, super::ResponseFormat::Text) => None,
-            (Some(vocabulary), format) => {
-                let (vocabulary, format) = (Arc::clone(vocabulary), format.clone());
-                tokio::task::spawn_blocking(move || vocabulary.compile(&format))
-                    .await
-                    .map_err(|e| EngineError::Internal(e.to_string()))??
-            }
-            (None, _) => {
-                return Err(EngineError::Unsupported {
-                    param: "response_format".into(),
-                    reason: "this model's tokenizer is not one the gateway can build a grammar for"
-                        .into(),
-                })
-            }
-        };
-        Ok(Prepared {
-            request,
-            prompt_tokens,
-            grammar,
-            reported: None,
-            tokens: Some(ids.into()),
+        Ok(PromptTokens {
+            count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            ids: Some(ids.into()),
+            estimated: false,
         })
     }
 
-    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
+    async fn run(&self, job: Job) -> Result<Generation, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        let Prepared {
+        let Job {
             request,
-            prompt_tokens,
+            prompt,
             grammar,
-            tokens,
-            ..
-        } = prepared;
-        let prompt = match tokens {
-            Some(tokens) => tokens,
+            claim,
+            reported,
+        } = job;
+        let prompt_tokens = prompt.count;
+        let ids = match prompt.ids {
+            Some(ids) => ids,
             None => tokenize_prompt(loaded, &request.prompt, true, true)?.into(),
         };
-        let claim = self.claim().await?;
         let started = std::time::Instant::now();
         let picker = TokenPicker::new(
             &request.sampling,
@@ -411,7 +316,7 @@ impl Engine for LlamaCppEngine {
             request.top_logprobs,
             EndRules {
                 eos: Arc::clone(&loaded.eos),
-                prompt_tokens: prompt.len(),
+                prompt_tokens: ids.len(),
                 ignore_eos: request.sampling.ignore_eos,
                 min_tokens: request.sampling.min_tokens as usize,
                 stop_token_ids: request.sampling.stop_token_ids.clone(),
@@ -422,10 +327,10 @@ impl Engine for LlamaCppEngine {
             // A seeded answer is one a replay must give again: no prefix computed in
             // another batch, no batch company.
             solo: request.sampling.seed.is_some(),
-            prompt,
+            prompt: ids,
             picker,
             sampling: request.sampling,
-            max_tokens: request.max_tokens,
+            max_tokens: request.budget.tokens(),
             events: events_tx,
             claim,
         };
@@ -439,18 +344,20 @@ impl Engine for LlamaCppEngine {
             prompt_tokens,
             started,
             events: rx,
-            reported: None,
+            reported,
         })
     }
 
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        tokenize_prompt(
+        let ids = tokenize_prompt(
             loaded,
             &request.prompt,
             request.add_special_tokens,
             request.add_generation_prompt,
-        )
+        )?;
+        let spellings = loaded.vocabulary.as_ref().and_then(|v| v.spellings(&ids));
+        Ok(Tokenized { ids, spellings })
     }
 
     async fn detokenize(
@@ -474,10 +381,6 @@ impl Engine for LlamaCppEngine {
                 .vocab()
                 .detokenize(&tokens, skip_special_tokens, !skip_special_tokens);
         Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>> {
-        self.loaded.get()?.vocabulary.as_ref()?.spellings(ids)
     }
 }
 

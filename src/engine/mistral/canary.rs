@@ -121,8 +121,7 @@ fn request(prompt: &str) -> GenerationRequest {
     GenerationRequest {
         request_id: format!("canary: {prompt}"),
         prompt: Prompt::user(prompt),
-        max_tokens: MAX_TOKENS,
-        max_tokens_set: true,
+        budget: crate::engine::Budget::Asked(MAX_TOKENS),
         sampling: Sampling {
             temperature: Some(0.0),
             ..Sampling::default()
@@ -152,26 +151,27 @@ mod tests {
 
     use super::*;
     use crate::engine::scripted::{Script, ScriptedEngine};
-    use crate::engine::ModelInfo;
+    use crate::engine::{Front, ModelInfo};
 
-    fn engine(answer: &[&str]) -> Arc<ScriptedEngine> {
+    fn engine(answer: &[&str]) -> Front {
         let info = ModelInfo {
             id: "m".into(),
             context_length: 512,
             system_fingerprint: "fp_test".into(),
             ..ModelInfo::default()
         };
-        Arc::new(ScriptedEngine::new(
+        let engine: Arc<dyn crate::engine::Backend> = Arc::new(ScriptedEngine::new(
             info,
             Script::tokens(answer, Duration::ZERO),
-        ))
+        ));
+        Front::from(engine)
     }
 
     /// `single` answers the first two requests (the single ones), `batched` the rest;
     /// prompts count one token per word.
     struct Scripted {
-        single: Arc<ScriptedEngine>,
-        batched: Arc<ScriptedEngine>,
+        single: Front,
+        batched: Front,
         started: AtomicUsize,
     }
 
@@ -186,14 +186,14 @@ mod tests {
             _prompt_tokens: u32,
         ) -> Result<Generation, EngineError> {
             if self.started.fetch_add(1, Ordering::SeqCst) < 2 {
-                crate::engine::run(self.single.as_ref(), request).await
+                self.single.run(request).await
             } else {
-                crate::engine::run(self.batched.as_ref(), request).await
+                self.batched.run(request).await
             }
         }
     }
 
-    async fn canary(single: Arc<ScriptedEngine>, batched: Arc<ScriptedEngine>) -> Outcome {
+    async fn canary(single: Front, batched: Front) -> Outcome {
         run(&Scripted {
             single,
             batched,

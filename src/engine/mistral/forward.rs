@@ -57,7 +57,7 @@ pub(super) async fn forward(
                 picked_at.extend(picks.iter().map(|p| p.at));
                 tokens.completion_tokens += to_u32(picks.len());
                 if let Some(slot) = running.as_mut() {
-                    slot.hold(picks.len());
+                    slot.grow_by(picks.len());
                 }
                 let picked = Picked::new(picks, vocabulary.as_deref());
                 let mut events = match response {

@@ -28,24 +28,26 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::engine::slots::{Claim, SlotQueue};
+
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use mistralrs::{
     Constraint, Model, NormalRequest, Request, RequestLike, RequestMessage, SamplingParams,
 };
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::grammar::Vocabulary;
 use super::{
-    Counted, Engine, EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
-    Prepared, Prompt, Readiness, TokenizeRequest,
+    Backend, Decoding, EngineError, Generation, GenerationRequest, Job, LoadedModel, ModelInfo,
+    Prompt, PromptTokens, Readiness, Slots, TokenizeRequest, Tokenized,
 };
 use crate::engine::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use crate::engine::known_token_ids;
 use load::load;
 use picker::{EndRules, PickedIds, Picker};
-use prompt::{compile, count_prompt, detached, text_messages, tokenize};
+use prompt::{count_prompt, detached, text_messages, tokenize};
 
 /// Engine name and version, part of the system fingerprint.
 pub const ENGINE_NAME: &str = "mistral.rs 0.8.1";
@@ -135,35 +137,25 @@ struct Loaded {
 
 pub struct MistralEngine {
     loaded: OnceLock<Loaded>,
-    /// One permit per sequence that may run (replicas x max_batch_size): requests wait
-    /// here, in the gateway, where the wait is measured, rather than in mistral.rs.
-    slots: Arc<Semaphore>,
-    /// Sequences running on each replica.
+    /// Sequences running on each replica, for the least busy one.
     running: Arc<Mutex<Vec<usize>>>,
-    /// Requests waiting for a slot.
-    waiting: Arc<AtomicUsize>,
-    /// Token positions the running sequences hold in their KV caches.
-    kv_tokens: Arc<AtomicUsize>,
-    /// Sequences that may run at once (replicas x batch size, after the canary).
+    /// Sequences that may run at once (replicas x batch size, after the canary): the
+    /// front's slots.
     sequences: AtomicUsize,
 }
 
-/// A running sequence's claim on its replica and on KV-cache positions; frees both when
-/// dropped.
+/// A running sequence's place on its replica, and the front's [`Claim`] (its slot and KV
+/// positions); frees both when dropped.
 struct Slot {
     replica: usize,
     running: Arc<Mutex<Vec<usize>>>,
-    kv_tokens: Arc<AtomicUsize>,
-    /// Positions this sequence holds: its prompt, then one more per token.
-    held: usize,
-    _permit: OwnedSemaphorePermit,
+    claim: Claim,
 }
 
 impl Slot {
     /// Counts `tokens` more positions in this sequence's KV cache.
-    fn hold(&mut self, tokens: usize) {
-        self.held += tokens;
-        self.kv_tokens.fetch_add(tokens, Ordering::SeqCst);
+    fn grow_by(&mut self, tokens: usize) {
+        self.claim.holds(self.claim.held() + tokens);
     }
 }
 
@@ -180,7 +172,6 @@ impl Drop for Slot {
         if let Ok(mut running) = self.running.lock() {
             running[self.replica] -= 1;
         }
-        self.kv_tokens.fetch_sub(self.held, Ordering::SeqCst);
     }
 }
 
@@ -189,10 +180,7 @@ impl MistralEngine {
         let replicas = settings.replica_count();
         Self {
             loaded: OnceLock::new(),
-            slots: Arc::new(Semaphore::new(replicas * settings.max_batch_size)),
             running: Arc::new(Mutex::new(vec![0; replicas])),
-            waiting: Arc::default(),
-            kv_tokens: Arc::default(),
             sequences: AtomicUsize::new(replicas * settings.max_batch_size),
         }
     }
@@ -241,8 +229,6 @@ impl MistralEngine {
     /// single ones (or the check cannot run), each instance serves one sequence at a time.
     async fn verify_batching(&self, loaded: &Loaded, settings: &MistralSettings) {
         let fall_back = |why: &str| {
-            let extra = settings.replica_count() * (settings.max_batch_size - 1);
-            self.slots.forget_permits(extra);
             self.sequences
                 .store(settings.replica_count(), Ordering::SeqCst);
             tracing::error!(
@@ -254,6 +240,7 @@ impl MistralEngine {
         match canary::run(&Canary {
             engine: self,
             loaded,
+            claims: SlotQueue::new(Slots::Unlimited),
         })
         .await
         {
@@ -274,6 +261,7 @@ impl MistralEngine {
         canary::run(&Canary {
             engine: self,
             loaded,
+            claims: SlotQueue::new(Slots::Unlimited),
         })
         .await
     }
@@ -300,19 +288,13 @@ impl MistralEngine {
         &loaded.replicas[replica.min(loaded.replicas.len() - 1)]
     }
 
-    /// Waits for a free slot and claims it on the least busy replica, or on `pin`.
-    async fn claim_slot(&self, pin: Option<usize>) -> Result<Slot, EngineError> {
-        let waiting = Counted::new(&self.waiting);
-        let permit = Arc::clone(&self.slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| EngineError::Internal("the engine is shutting down".into()))?;
-        drop(waiting);
+    /// Places a claimed sequence on the least busy replica, or on `pin`.
+    fn place(&self, claim: Claim, pin: Option<usize>) -> Result<Slot, EngineError> {
         let mut running = self
             .running
             .lock()
             .map_err(|_| EngineError::Internal("the slot table is poisoned".into()))?;
-        // The permit guarantees some replica is below max_batch_size.
+        // The front's slots guarantee some replica is below max_batch_size.
         let replica = pin.unwrap_or_else(|| {
             (0..running.len())
                 .min_by_key(|&i| running[i])
@@ -322,9 +304,7 @@ impl MistralEngine {
         Ok(Slot {
             replica,
             running: Arc::clone(&self.running),
-            kv_tokens: Arc::clone(&self.kv_tokens),
-            held: 0,
-            _permit: permit,
+            claim,
         })
     }
 }
@@ -339,19 +319,21 @@ fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     params.presence_penalty = s.presence_penalty;
     params.frequency_penalty = s.frequency_penalty;
     params.repetition_penalty = s.repetition_penalty;
-    params.max_len = Some(request.max_tokens as usize);
+    params.max_len = Some(request.budget.tokens() as usize);
     params
 }
 
-/// The canary's view of a loaded model: every sequence on the first instance.
+/// The canary's view of a loaded model: every sequence on the first instance, before
+/// the front serves it (its claims are its own).
 struct Canary<'a> {
     engine: &'a MistralEngine,
     loaded: &'a Loaded,
+    claims: SlotQueue,
 }
 
 impl canary::Subject for Canary<'_> {
     async fn count(&self, request: &GenerationRequest) -> Result<u32, EngineError> {
-        count_prompt(&self.loaded.replicas[0], request).await
+        count_prompt(&self.loaded.replicas[0], &request.prompt).await
     }
 
     async fn start(
@@ -359,28 +341,54 @@ impl canary::Subject for Canary<'_> {
         request: GenerationRequest,
         prompt_tokens: u32,
     ) -> Result<Generation, EngineError> {
-        let prepared = Prepared {
+        let job = Job {
             request,
-            prompt_tokens,
+            prompt: PromptTokens {
+                count: prompt_tokens,
+                ..PromptTokens::default()
+            },
             grammar: None,
-            reported: None,
-            tokens: None,
+            claim: self.claims.claim().await?,
+            reported: Arc::default(),
         };
-        self.engine.start_on(self.loaded, prepared, Some(0)).await
+        self.engine.start_on(self.loaded, job, Some(0)).await
+    }
+}
+
+impl From<Arc<MistralEngine>> for crate::engine::Front {
+    fn from(engine: Arc<MistralEngine>) -> Self {
+        Self::from(engine as Arc<dyn Backend>)
     }
 }
 
 #[async_trait]
-impl Engine for MistralEngine {
+impl Backend for MistralEngine {
     fn name(&self) -> &'static str {
         "mistral"
     }
 
-    fn model_info(&self) -> Option<Arc<ModelInfo>> {
-        self.loaded.get().map(|l| Arc::clone(&l.info))
+    /// Without paged attention (mistral.rs 0.8.1 on CPU, and as llmgate configures it on
+    /// CUDA) each running sequence keeps its own KV cache of one position per token, up
+    /// to the model's full context. A prefix cache (`engine.prefix_cache`) is not counted.
+    fn model(&self) -> Option<LoadedModel> {
+        let loaded = self.loaded.get()?;
+        let vocab_size = loaded
+            .vocabulary
+            .as_ref()
+            .map_or(u32::MAX, |v| u32::try_from(v.len()).unwrap_or(u32::MAX));
+        Some(LoadedModel {
+            info: Arc::clone(&loaded.info),
+            decoding: Decoding::Picked {
+                vocabulary: loaded.vocabulary.clone(),
+                vocab_size,
+                end_tokens: Arc::clone(&loaded.eos),
+            },
+            slots: Slots::Sequences(self.sequences.load(Ordering::SeqCst)),
+            applies_stops: false,
+        })
     }
 
-    fn readiness(&self) -> Readiness {
+    fn health(&self) -> Readiness {
         match self.loaded.get() {
             None => Readiness::Loading,
             Some(loaded) if loaded.health.all_down() => Readiness::Down(
@@ -391,73 +399,25 @@ impl Engine for MistralEngine {
         }
     }
 
-    fn load(&self) -> EngineLoad {
-        EngineLoad {
-            running: self.running.lock().map_or(0, |r| r.iter().sum()),
-            waiting: self.waiting.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Without paged attention (mistral.rs 0.8.1 on CPU, and as llmgate configures it on
-    /// CUDA) each running sequence keeps its own KV cache of one position per token: the
-    /// share is the positions held over what the sequence slots could hold at the
-    /// model's full context. A prefix cache (`engine.prefix_cache`) is not counted.
-    fn kv_cache(&self) -> Option<KvCacheUse> {
-        let loaded = self.loaded.get()?;
-        Some(KvCacheUse {
-            used_tokens: self.kv_tokens.load(Ordering::SeqCst) as u64,
-            capacity_tokens: self.sequences.load(Ordering::SeqCst) as u64
-                * u64::from(loaded.info.context_length),
+    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
+        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
+        Ok(PromptTokens {
+            count: count_prompt(self.idlest(loaded), prompt).await?,
+            ids: None,
+            estimated: false,
         })
     }
 
-    async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
+    async fn run(&self, job: Job) -> Result<Generation, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        let prompt_tokens = count_prompt(self.idlest(loaded), &request).await?;
-        request.fit_to_context(prompt_tokens, loaded.info.context_length)?;
-        if request.sampling.min_tokens > request.max_tokens {
-            return Err(EngineError::InvalidParameter {
-                param: "min_tokens".into(),
-                message: format!(
-                    "{} is more than the {} tokens the context leaves for the completion",
-                    request.sampling.min_tokens, request.max_tokens
-                ),
-            });
-        }
-        if !request.sampling.stop_token_ids.is_empty() && loaded.eos.is_empty() {
-            return Err(EngineError::Unsupported {
-                param: "stop_token_ids".into(),
-                reason: "this model's file names no end-of-sequence token to stop with".into(),
-            });
-        }
-        known_token_ids("stop_token_ids", &request.sampling.stop_token_ids, |id| {
-            self.spellings(&[id]).is_some() || loaded.vocabulary.is_none()
-        })?;
-        if request.top_logprobs.is_some() && loaded.vocabulary.is_none() {
-            return Err(EngineError::Unsupported {
-                param: "logprobs".into(),
-                reason: "this model's tokenizer is not one the gateway can spell tokens with"
-                    .into(),
-            });
-        }
-        let grammar = compile(loaded, &request.response_format).await?;
-        Ok(Prepared {
-            request,
-            prompt_tokens,
-            grammar,
-            reported: None,
-            tokens: None,
-        })
+        self.start_on(loaded, job, None).await
     }
 
-    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        self.start_on(loaded, prepared, None).await
-    }
-
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
-        let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        tokenize(self.idlest(loaded), &request).await
+        let ids = tokenize(self.idlest(loaded), &request).await?;
+        let spellings = loaded.vocabulary.as_ref().and_then(|v| v.spellings(&ids));
+        Ok(Tokenized { ids, spellings })
     }
 
     async fn detokenize(
@@ -476,10 +436,6 @@ impl Engine for MistralEngine {
             model.detokenize(ids, skip_special_tokens).await
         })
         .await
-    }
-
-    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>> {
-        self.loaded.get()?.vocabulary.as_ref()?.spellings(ids)
     }
 }
 
@@ -514,18 +470,20 @@ impl MistralEngine {
     async fn start_on(
         &self,
         loaded: &Loaded,
-        prepared: Prepared,
+        job: Job,
         pin: Option<usize>,
     ) -> Result<Generation, EngineError> {
-        let Prepared {
+        let Job {
             request,
-            prompt_tokens,
+            prompt,
             grammar,
-            ..
-        } = prepared;
-        // Wait for a running slot; held by the forwarder until the sequence ends.
-        let mut slot = self.claim_slot(pin).await?;
-        slot.hold(prompt_tokens as usize);
+            claim,
+            reported,
+        } = job;
+        let prompt_tokens = prompt.count;
+        // The running slot, held by the forwarder until the sequence ends.
+        let mut slot = self.place(claim, pin)?;
+        slot.grow_by(prompt_tokens as usize);
         let started = std::time::Instant::now();
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
@@ -580,7 +538,7 @@ impl MistralEngine {
             .map_err(|e| EngineError::Internal(e.to_string()))?;
 
         let (tx, rx) = mpsc::channel(32);
-        let budget = request.max_tokens;
+        let budget = request.budget.tokens();
         tokio::spawn(
             forward::forward(
                 engine_rx,
@@ -597,7 +555,7 @@ impl MistralEngine {
             prompt_tokens,
             started,
             events: rx,
-            reported: None,
+            reported,
         })
     }
 }

@@ -1,17 +1,13 @@
 //! The prompt's way into mistral.rs: rendered by its chat template and counted on an
 //! instance's engine loop, with every answer waited out by a task of its own
-//! ([`detached`]), and the request's grammar compiled.
+//! ([`detached`]).
 
 use std::sync::Arc;
 
 use either::Either;
 use mistralrs::{Model, TextMessageRole, TextMessages};
 
-use super::Loaded;
-use crate::engine::grammar::Grammar;
-use crate::engine::{
-    ChatMessage, EngineError, GenerationRequest, Prompt, ResponseFormat, Role, TokenizeRequest,
-};
+use crate::engine::{ChatMessage, EngineError, Prompt, Role, TokenizeRequest};
 
 /// Renders and tokenizes a prompt on `model`: mistral.rs answers between two steps of
 /// that instance's engine loop, so the caller picks an idle instance (see
@@ -51,37 +47,9 @@ where
 
 /// Counts the prompt as the engine will see it before committing to a stream, so a
 /// prompt that cannot fit is a clean 400 instead of a mid-stream failure.
-pub(super) async fn count_prompt(
-    model: &Arc<Model>,
-    request: &GenerationRequest,
-) -> Result<u32, EngineError> {
-    let ids = tokenize(
-        model,
-        &TokenizeRequest::as_generated(request.prompt.clone()),
-    )
-    .await?;
+pub(super) async fn count_prompt(model: &Arc<Model>, prompt: &Prompt) -> Result<u32, EngineError> {
+    let ids = tokenize(model, &TokenizeRequest::as_generated(prompt.clone())).await?;
     Ok(u32::try_from(ids.len()).unwrap_or(u32::MAX))
-}
-
-/// Compiles the request's `response_format` off the async threads (a schema's grammar
-/// takes milliseconds to build).
-pub(super) async fn compile(
-    loaded: &Loaded,
-    format: &ResponseFormat,
-) -> Result<Option<Grammar>, EngineError> {
-    if *format == ResponseFormat::Text {
-        return Ok(None);
-    }
-    let Some(vocabulary) = loaded.vocabulary.clone() else {
-        return Err(EngineError::Unsupported {
-            param: "response_format".into(),
-            reason: "this model's tokenizer is not one structured output knows".into(),
-        });
-    };
-    let format = format.clone();
-    tokio::task::spawn_blocking(move || vocabulary.compile(&format))
-        .await
-        .map_err(|e| EngineError::Internal(e.to_string()))?
 }
 
 pub(super) fn text_messages(messages: &[ChatMessage]) -> TextMessages {

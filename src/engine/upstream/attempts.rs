@@ -71,11 +71,10 @@ pub(crate) async fn run(job: Job) {
         tx,
         mut opening,
     } = job;
-    let _running = Counted::new(&shared.running);
     let fleet = &shared.fleet;
     let routing = Routing::of(
         &request.prompt,
-        request.max_tokens,
+        request.budget.tokens(),
         fleet.config.prefix_chars,
     );
     let mut tried: Vec<Arc<Endpoint>> = Vec::new();
@@ -254,8 +253,8 @@ async fn attempt_at(
         // The budget holds whether or not the upstream was sent it: an upstream that
         // ignores `max_tokens` is cut at it (without one sent, the cap applies here and
         // the upstream's own default there).
-        max_tokens: request.max_tokens,
-        budget_sent: wire::sends_max_tokens(request, config),
+        max_tokens: request.budget.tokens(),
+        budget_sent: request.budget.sent().is_some(),
         tx: tx.clone(),
         on_answered: Some(on_answered),
     };

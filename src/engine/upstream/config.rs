@@ -25,8 +25,6 @@ pub struct UpstreamConfig {
     pub check_model: bool,
     /// `max_tokens` or `max_completion_tokens`.
     pub max_tokens_param: String,
-    /// The model's `default_max_tokens`: sent when the client sets no budget.
-    pub default_max_tokens: Option<u32>,
     /// How requests are spread over the replicas and failing ones taken out.
     pub fleet: FleetConfig,
 }

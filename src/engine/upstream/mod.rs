@@ -27,7 +27,7 @@ pub mod stream;
 pub mod tokens;
 pub mod wire;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -37,8 +37,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::{
-    Engine, EngineError, EngineLoad, Generation, GenerationRequest, ModelInfo, Prepared, Prompt,
-    Readiness, TokenizeRequest, UpstreamFacts,
+    Backend, Decoding, EngineError, Generation, Job, LoadedModel, ModelInfo, Prompt, PromptTokens,
+    Readiness, Slots, TokenizeRequest, Tokenized, UpstreamFacts,
 };
 use crate::engine::upstream::config::UpstreamConfig;
 pub use fault::Fault;
@@ -54,8 +54,6 @@ pub(crate) struct Shared {
     fleet: Arc<Fleet>,
     info: Arc<ModelInfo>,
     tokenizer: Option<Arc<Tokenizer>>,
-    /// Requests being tried or streamed now.
-    running: Arc<AtomicUsize>,
     /// The upstream refused to return log-probabilities the client had not asked for:
     /// the gateway stops asking (the confidence figures are then absent).
     logprobs_refused: AtomicBool,
@@ -119,7 +117,6 @@ impl UpstreamEngine {
             fleet,
             info: Arc::new(info),
             tokenizer,
-            running: Arc::default(),
             logprobs_refused: AtomicBool::new(false),
         });
         tokio::spawn(probe(Arc::downgrade(&shared)).in_current_span());
@@ -172,61 +169,107 @@ async fn probe(shared: Weak<Shared>) {
     }
 }
 
+/// An upstream's front shows its endpoints ([`Fleet`](crate::engine::front::Fleet)).
+impl From<Arc<UpstreamEngine>> for crate::engine::Front {
+    fn from(engine: Arc<UpstreamEngine>) -> Self {
+        Self::with_fleet(engine.clone(), engine)
+    }
+}
+
 #[async_trait]
-impl Engine for UpstreamEngine {
+impl Backend for UpstreamEngine {
     fn name(&self) -> &'static str {
         "upstream"
     }
 
-    fn model_info(&self) -> Option<Arc<ModelInfo>> {
-        Some(Arc::clone(&self.shared.info))
-    }
-
-    fn load(&self) -> EngineLoad {
-        EngineLoad {
-            running: self.shared.running.load(Ordering::SeqCst),
-            waiting: 0,
-        }
-    }
-
-    /// The prompt's tokens are the gateway's estimate (the upstream renders and counts
-    /// them itself, and its count comes back in the usage); the context is the
-    /// upstream's to check.
-    async fn prepare(&self, request: GenerationRequest) -> Result<Prepared, EngineError> {
-        let texts: Vec<&str> = match &request.prompt {
-            Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
-            Prompt::Text(text) => vec![text.as_str()],
-        };
-        let prompt_tokens = tokens::estimate(self.shared.tokenizer.as_deref(), &texts);
-        Ok(Prepared {
-            request,
-            prompt_tokens,
-            grammar: None,
-            reported: Some(Arc::default()),
-            tokens: None,
+    fn model(&self) -> Option<LoadedModel> {
+        Some(LoadedModel {
+            info: Arc::clone(&self.shared.info),
+            decoding: Decoding::Own,
+            slots: Slots::Elsewhere,
+            applies_stops: true,
         })
     }
 
-    async fn generate(&self, prepared: Prepared) -> Result<Generation, EngineError> {
-        let Prepared {
+    /// Ready while any endpoint is reachable; otherwise why the first is not.
+    fn health(&self) -> Readiness {
+        match self.shared.fleet.unreachable() {
+            None => Readiness::Ready,
+            Some(kind) => Readiness::Unreachable(kind.to_owned()),
+        }
+    }
+
+    /// The gateway's estimate (the upstream renders and counts the prompt itself, and
+    /// its count comes back in the usage); the context is the upstream's to check.
+    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
+        let texts: Vec<&str> = match prompt {
+            Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
+            Prompt::Text(text) => vec![text.as_str()],
+        };
+        Ok(PromptTokens {
+            count: tokens::estimate(self.shared.tokenizer.as_deref(), &texts),
+            ids: None,
+            estimated: true,
+        })
+    }
+
+    /// With a tokenizer: a text prompt's ids (a chat needs the upstream's template,
+    /// which the gateway does not have).
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
+        let tokenizer = self.tokenizer(request.prompt.param())?;
+        let Prompt::Text(text) = &request.prompt else {
+            return Err(EngineError::Unsupported {
+                param: "messages".into(),
+                reason: "an upstream model's chat template is the upstream's; send a prompt".into(),
+            });
+        };
+        let ids = tokenizer
+            .encode(text.as_str(), request.add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let spellings = ids.iter().map(|&id| tokenizer.id_to_token(id)).collect();
+        Ok(Tokenized { ids, spellings })
+    }
+
+    async fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> Result<String, EngineError> {
+        let tokenizer = self.tokenizer("tokens")?;
+        crate::engine::known_token_ids("tokens", &ids, |id| tokenizer.id_to_token(id).is_some())?;
+        tokenizer
+            .decode(&ids, skip_special_tokens)
+            .map_err(|e| EngineError::Internal(e.to_string()))
+    }
+
+    async fn run(&self, job: Job) -> Result<Generation, EngineError> {
+        let Job {
             request,
-            prompt_tokens,
+            prompt,
+            claim,
             reported,
             ..
-        } = prepared;
-        let reported = reported.unwrap_or_default();
+        } = job;
         let (tx, rx) = mpsc::channel(32);
         let (opening, waiting) = opening::channel();
         let started = Instant::now();
         let job = attempts::Job {
             shared: Arc::clone(&self.shared),
             request,
-            prompt_tokens,
+            prompt_tokens: prompt.count,
             reported: Arc::clone(&reported),
             tx,
             opening,
         };
-        tokio::spawn(attempts::run(job).in_current_span());
+        // The claim counts the request as running until its last attempt ends.
+        tokio::spawn(
+            async move {
+                let _claim = claim;
+                attempts::run(job).await;
+            }
+            .in_current_span(),
+        );
         // A refusal (or every endpoint failing) within the window is answered as the
         // HTTP error it is; after it the stream has begun and a failure is its error
         // frame.
@@ -235,79 +278,33 @@ impl Engine for UpstreamEngine {
             return Err(EngineError::Upstream(fault));
         }
         Ok(Generation {
-            prompt_tokens,
+            prompt_tokens: prompt.count,
             started,
             events: rx,
-            reported: Some(reported),
+            reported,
         })
     }
+}
 
-    /// With a tokenizer: a text prompt's ids (a chat needs the upstream's template,
-    /// which the gateway does not have).
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Vec<u32>, EngineError> {
-        let Some(tokenizer) = &self.shared.tokenizer else {
-            return Err(EngineError::Unsupported {
-                param: request.prompt.param().into(),
+impl UpstreamEngine {
+    /// The configured tokenizer, or why a request for `param` cannot be served.
+    fn tokenizer(&self, param: &str) -> Result<&Tokenizer, EngineError> {
+        self.shared
+            .tokenizer
+            .as_deref()
+            .ok_or_else(|| EngineError::Unsupported {
+                param: param.into(),
                 reason: "this upstream model has no tokenizer configured (models.tokenizer)".into(),
-            });
-        };
-        let Prompt::Text(text) = &request.prompt else {
-            return Err(EngineError::Unsupported {
-                param: "messages".into(),
-                reason: "an upstream model's chat template is the upstream's; send a prompt".into(),
-            });
-        };
-        tokenizer
-            .encode(text.as_str(), request.add_special_tokens)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| EngineError::Internal(e.to_string()))
+            })
     }
+}
 
-    async fn detokenize(
-        &self,
-        ids: Vec<u32>,
-        skip_special_tokens: bool,
-    ) -> Result<String, EngineError> {
-        let Some(tokenizer) = &self.shared.tokenizer else {
-            return Err(EngineError::Unsupported {
-                param: "tokens".into(),
-                reason: "this upstream model has no tokenizer configured (models.tokenizer)".into(),
-            });
-        };
-        crate::engine::known_token_ids("tokens", &ids, |id| tokenizer.id_to_token(id).is_some())?;
-        tokenizer
-            .decode(&ids, skip_special_tokens)
-            .map_err(|e| EngineError::Internal(e.to_string()))
-    }
-
-    fn spellings(&self, ids: &[u32]) -> Option<Vec<String>> {
-        let tokenizer = self.shared.tokenizer.as_ref()?;
-        ids.iter().map(|&id| tokenizer.id_to_token(id)).collect()
-    }
-
-    fn applies_stop_sequences(&self) -> bool {
-        true
-    }
-
-    /// The wait in `generate` is the upstream's first byte, bounded by its own timeout,
-    /// not a queue of the gateway's.
-    fn waits_in_queue(&self) -> bool {
-        false
-    }
-
-    /// Ready while any endpoint is reachable; otherwise why the first is not.
-    fn readiness(&self) -> Readiness {
-        match self.shared.fleet.unreachable() {
-            None => Readiness::Ready,
-            Some(kind) => Readiness::Unreachable(kind.to_owned()),
-        }
+impl crate::engine::front::Fleet for UpstreamEngine {
+    fn policy(&self) -> &'static str {
+        self.shared.fleet.config.policy.as_str()
     }
 
     fn endpoints(&self) -> Vec<EndpointView> {
         self.shared.fleet.views(Instant::now())
-    }
-
-    fn routing_policy(&self) -> Option<&'static str> {
-        Some(self.shared.fleet.config.policy.as_str())
     }
 }

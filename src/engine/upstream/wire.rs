@@ -17,13 +17,6 @@ pub struct Asks {
     pub logprobs: bool,
 }
 
-/// Whether the budget goes upstream: the client chose it, or the model has a default.
-/// Otherwise the upstream's own default applies (it knows its context, the gateway may
-/// not), and the gateway ends the answer at its cap as it streams.
-pub fn sends_max_tokens(request: &GenerationRequest, config: &UpstreamConfig) -> bool {
-    request.max_tokens_set || config.default_max_tokens.is_some()
-}
-
 /// The route and body for `request` against the upstream `config` describes.
 pub fn request_body(
     request: &GenerationRequest,
@@ -72,10 +65,13 @@ pub fn request_body(
     };
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    if sends_max_tokens(request, config) {
+    // The budget goes upstream when the client chose it or the model has a default;
+    // otherwise the upstream's own default applies (it knows its context, the gateway
+    // may not), and the gateway ends the answer at its cap as it streams.
+    if let Some(max_tokens) = request.budget.sent() {
         // `max_tokens` by default: llama.cpp's server reads only this; OpenAI's reasoning
         // models only `max_completion_tokens` (`max_tokens_param`).
-        body.insert(config.max_tokens_param.clone(), json!(request.max_tokens));
+        body.insert(config.max_tokens_param.clone(), json!(max_tokens));
     }
     let s = &request.sampling;
     let mut put = |key: &str, value: Option<Value>| {
@@ -336,7 +332,7 @@ fn spelled(text: &str, bytes: Option<&Value>) -> TokenText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{ChatMessage, Role, Sampling};
+    use crate::engine::{Budget, ChatMessage, Role, Sampling};
 
     #[test]
     fn the_body_streams_with_usage_and_forwards_what_was_set() {
@@ -345,8 +341,7 @@ mod tests {
                 role: Role::User,
                 content: "hi".into(),
             }]),
-            max_tokens: 16,
-            max_tokens_set: true,
+            budget: Budget::Asked(16),
             sampling: Sampling {
                 temperature: Some(0.0),
                 seed: Some(7),
@@ -377,7 +372,7 @@ mod tests {
         );
         let unset = GenerationRequest {
             prompt: Prompt::Text("Once".into()),
-            max_tokens: 2048,
+            budget: Budget::Cap(2048),
             top_logprobs: Some(3),
             ..GenerationRequest::default()
         };
@@ -387,10 +382,13 @@ mod tests {
         assert!(body.get("max_tokens").is_none(), "the upstream's default");
         let reasoning = UpstreamConfig {
             max_tokens_param: "max_completion_tokens".into(),
-            default_max_tokens: Some(512),
             ..test_config()
         };
-        let (_, body) = request_body(&unset, &reasoning, Asks { logprobs: false });
+        let defaulted = GenerationRequest {
+            budget: Budget::ModelDefault(2048),
+            ..unset
+        };
+        let (_, body) = request_body(&defaulted, &reasoning, Asks { logprobs: false });
         assert_eq!(
             body["max_completion_tokens"], 2048,
             "the model's default is sent"
@@ -412,7 +410,6 @@ mod tests {
             context_length: 0,
             check_model: true,
             max_tokens_param: "max_tokens".into(),
-            default_max_tokens: None,
             fleet: Default::default(),
         }
     }

@@ -1,0 +1,139 @@
+//! What each engine implements: the narrow [`Backend`] trait. Everything engines share —
+//! fitting the budget to the context, the checks after it, grammar compilation, the slot
+//! queue, the running and waiting counts and the KV accounting — is the
+//! [`Front`](super::front::Front)'s, written once above them.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::grammar::{Grammar, Vocabulary};
+use super::slots::Claim;
+use super::{
+    EngineError, Generation, GenerationRequest, ModelInfo, Prompt, Readiness, Reported,
+    TokenizeRequest,
+};
+
+/// A loaded model as the front sees it: its facts and how its tokens are chosen.
+#[derive(Debug, Clone)]
+pub struct LoadedModel {
+    pub info: Arc<ModelInfo>,
+    pub decoding: Decoding,
+    pub slots: Slots,
+    /// Whether the backend ends answers at `stop` itself (an upstream is asked to). `false`:
+    /// the gateway's stop screen (`stream::stops`) cuts them, as for mistral.rs, which
+    /// stops a token late.
+    pub applies_stops: bool,
+}
+
+/// How many requests the backend runs at once, and where the others wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slots {
+    /// This many sequences, each with its own KV-cache region one context long
+    /// (llama.cpp, mistral.rs): requests beyond them wait in the front's queue, which the
+    /// queue timeout bounds.
+    Sequences(usize),
+    /// As many as come, each started within the queue timeout (the scripted engine, whose
+    /// script may wait as a busy engine's queue does); no KV cache to report.
+    Unlimited,
+    /// No queue of the gateway's: an upstream's wait is its first byte, bounded by its
+    /// own timeout, and its KV cache is its own.
+    Elsewhere,
+}
+
+/// Who chooses each token of an answer.
+#[derive(Debug, Clone)]
+pub enum Decoding {
+    /// The gateway's picker, over the model's logits in this process (llama.cpp,
+    /// mistral.rs): the front compiles `response_format` into a grammar, refuses what
+    /// the vocabulary cannot serve, and checks token ids against it.
+    Picked {
+        /// The tokens' bytes; `None` when the file's tokenizer is not one the grammar
+        /// knows (no structured output, no log-probabilities then).
+        vocabulary: Option<Arc<Vocabulary>>,
+        /// Token ids the model has: `0..vocab_size`.
+        vocab_size: u32,
+        /// The tokens a sequence ends on, for `ignore_eos`, `min_tokens` and
+        /// `stop_token_ids`.
+        end_tokens: Arc<[u32]>,
+    },
+    /// Another server that samples on its own (an upstream), or the scripted engine:
+    /// the request's parameters go to it as they are.
+    Own,
+}
+
+/// A prompt as the backend counted it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PromptTokens {
+    /// Tokens of the prompt as the model sees it (chat template applied).
+    pub count: u32,
+    /// The ids behind `count`, where the backend decodes from them (llama.cpp): the
+    /// prompt is not tokenized twice.
+    pub ids: Option<Arc<[u32]>>,
+    /// The count is the gateway's estimate, not the model's own (an upstream renders and
+    /// counts the prompt itself): the context is the upstream's to check.
+    pub estimated: bool,
+}
+
+/// A prompt's token ids, as `/tokenize` answers them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tokenized {
+    pub ids: Vec<u32>,
+    /// How the vocabulary spells each id (`Ġthe`); `None` where the backend does not
+    /// know its vocabulary.
+    pub spellings: Option<Vec<String>>,
+}
+
+/// A request ready to run: prepared by the front and holding its slot.
+#[derive(Debug)]
+pub struct Job {
+    pub request: GenerationRequest,
+    pub prompt: PromptTokens,
+    /// The compiled `response_format`, for a backend whose tokens the gateway picks.
+    pub grammar: Option<Grammar>,
+    /// The request's place among the running ones, and its KV positions: the backend
+    /// keeps it until the sequence ends.
+    pub claim: Claim,
+    /// Where the backend writes its account of the answer (an upstream's route and
+    /// model); empty for an engine in this process.
+    pub reported: Arc<Reported>,
+}
+
+/// An engine as the front drives it. Implementations: `mistral`, `llamacpp`,
+/// `upstream`, `scripted`.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Which engine this is, as the config names it (`llamacpp`, `mistral`, `upstream`;
+    /// `scripted` in tests): `/ready` shows it beside each model.
+    fn name(&self) -> &'static str;
+
+    /// The loaded model, or `None` while it loads.
+    fn model(&self) -> Option<LoadedModel>;
+
+    /// Whether requests can be served now.
+    fn health(&self) -> Readiness {
+        if self.model().is_some() {
+            Readiness::Ready
+        } else {
+            Readiness::Loading
+        }
+    }
+
+    /// Renders a generation's prompt and counts its tokens. Errors: the model is not
+    /// loaded, the prompt cannot be rendered.
+    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError>;
+
+    /// The token ids of a prompt, rendered as `request` says (`/tokenize`).
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError>;
+
+    /// The text of token ids (`/detokenize`).
+    async fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> Result<String, EngineError>;
+
+    /// Starts generating. Errors here happen before any token; errors during generation
+    /// arrive as [`EngineEvent::Failed`](super::EngineEvent::Failed).
+    async fn run(&self, job: Job) -> Result<Generation, EngineError>;
+}

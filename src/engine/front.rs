@@ -1,0 +1,279 @@
+//! The front every engine sits behind: what a served model does with a request before
+//! and around its backend, written once. [`Front::prepare`] counts the prompt (the
+//! backend's work), fits the budget into the context, runs the checks that only the
+//! fitted budget and the model's vocabulary allow, and compiles `response_format`;
+//! [`Front::start`] waits for a slot in the [`SlotQueue`] and hands the [`Job`] to the
+//! backend. The HTTP layer, the benchmarks and the tests all go through here, so the
+//! scripted engine of the tests meets the rules the real engines do.
+
+use std::sync::{Arc, OnceLock};
+
+use super::backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Slots, Tokenized};
+use super::grammar::Grammar;
+use super::slots::SlotQueue;
+use super::upstream::fleet::EndpointView;
+use super::{
+    EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
+    Reported, ResponseFormat, TokenizeRequest,
+};
+
+/// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
+/// an upstream backend has.
+pub trait Fleet: Send + Sync {
+    /// How requests are spread over the endpoints (`least_outstanding`, ...).
+    fn policy(&self) -> &'static str;
+    /// Each endpoint's state now.
+    fn endpoints(&self) -> Vec<EndpointView>;
+}
+
+/// A served model's engine, as everything above the engines uses it.
+#[derive(Clone)]
+pub struct Front {
+    backend: Arc<dyn Backend>,
+    /// Built when the model is first seen loaded: its slots are known then.
+    queue: Arc<OnceLock<SlotQueue>>,
+    fleet: Option<Arc<dyn Fleet>>,
+}
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Front")
+            .field("engine", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Arc<dyn Backend>> for Front {
+    fn from(backend: Arc<dyn Backend>) -> Self {
+        Self {
+            backend,
+            queue: Arc::default(),
+            fleet: None,
+        }
+    }
+}
+
+/// A request whose prompt is counted and whose budget is fitted into the context: what
+/// it will cost is known before it waits for a slot.
+#[derive(Debug)]
+pub struct Prepared {
+    pub request: GenerationRequest,
+    pub prompt: PromptTokens,
+    grammar: Option<Grammar>,
+    /// Where the backend's account of the answer will be, from before it starts (a
+    /// request an upstream refuses still says which endpoints it tried).
+    pub reported: Arc<Reported>,
+}
+
+impl Prepared {
+    /// Tokens of the prompt as the model sees it (an upstream's: the gateway's estimate).
+    pub fn prompt_tokens(&self) -> u32 {
+        self.prompt.count
+    }
+
+    /// The most tokens the request can take: its prompt and its whole completion budget.
+    pub fn token_budget(&self) -> u32 {
+        self.prompt
+            .count
+            .saturating_add(self.request.budget.tokens())
+    }
+}
+
+impl Front {
+    /// The front of an upstream backend, whose endpoints `/ready` and `/stats` show.
+    pub fn with_fleet(backend: Arc<dyn Backend>, fleet: Arc<dyn Fleet>) -> Self {
+        Self {
+            fleet: Some(fleet),
+            ..Self::from(backend)
+        }
+    }
+
+    /// Which engine this is (`llamacpp`, `mistral`, `upstream`, `scripted`).
+    pub fn name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// The model's facts, or `None` while it is loading.
+    pub fn model_info(&self) -> Option<Arc<ModelInfo>> {
+        self.backend.model().map(|m| m.info)
+    }
+
+    /// Whether requests can be served now.
+    pub fn readiness(&self) -> Readiness {
+        self.backend.health()
+    }
+
+    /// Each endpoint of an upstream model as `/ready` and `/stats` show it; empty for an
+    /// engine in this process.
+    pub fn endpoints(&self) -> Vec<EndpointView> {
+        self.fleet
+            .as_ref()
+            .map(|f| f.endpoints())
+            .unwrap_or_default()
+    }
+
+    /// How an upstream model's requests are spread over its endpoints; `None` for an
+    /// engine in this process.
+    pub fn routing_policy(&self) -> Option<&'static str> {
+        self.fleet.as_ref().map(|f| f.policy())
+    }
+
+    /// Sequences running and requests waiting for a slot now.
+    pub fn load(&self) -> EngineLoad {
+        self.queue.get().map(SlotQueue::load).unwrap_or_default()
+    }
+
+    /// The KV cache the running sequences hold, where the engine's cache is in this
+    /// process (an engine with slots).
+    pub fn kv_cache(&self) -> Option<KvCacheUse> {
+        let model = self.backend.model()?;
+        self.queue(&model).kv_cache(model.info.context_length)
+    }
+
+    /// Whether [`Front::start`] waits in the gateway's queue for a slot (which the
+    /// queue timeout bounds); `false` for an upstream, whose first byte has its own.
+    pub fn waits_in_queue(&self) -> bool {
+        self.backend
+            .model()
+            .is_none_or(|m| m.slots != Slots::Elsewhere)
+    }
+
+    /// Whether the engine ends answers at `stop` itself; `false`: the gateway's stop
+    /// screen must cut them.
+    pub fn applies_stop_sequences(&self) -> bool {
+        self.backend.model().is_some_and(|m| m.applies_stops)
+    }
+
+    fn queue<'a>(&'a self, model: &LoadedModel) -> &'a SlotQueue {
+        self.queue.get_or_init(|| SlotQueue::new(model.slots))
+    }
+
+    /// Counts the prompt, fits the completion budget into the context and checks what
+    /// the fitted budget and the vocabulary allow. Errors: the model is not loaded, the
+    /// prompt or the budget does not fit, a parameter the model cannot serve.
+    pub async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
+        let model = self.backend.model().ok_or(EngineError::NotReady)?;
+        let prompt = self.backend.count(&request.prompt).await?;
+        if !prompt.estimated {
+            let context = model.info.context_length;
+            let asked = request.budget;
+            request.budget = asked.fit(prompt.count, context, request.prompt.param())?;
+            let min_tokens = request.sampling.min_tokens;
+            if min_tokens > request.budget.tokens() {
+                return Err(EngineError::InvalidParameter {
+                    param: "min_tokens".into(),
+                    message: format!(
+                        "{min_tokens} is more than the {} tokens the context leaves for the completion",
+                        request.budget.tokens()
+                    ),
+                });
+            }
+        }
+        let grammar = match &model.decoding {
+            Decoding::Picked { .. } => picked::check(&request, &model.decoding).await?,
+            Decoding::Own => None,
+        };
+        Ok(Prepared {
+            request,
+            prompt,
+            grammar,
+            reported: Arc::default(),
+        })
+    }
+
+    /// Waits for a slot and starts generating. Errors here happen before any token;
+    /// errors during generation arrive as [`EngineEvent::Failed`](super::EngineEvent::Failed).
+    pub async fn start(&self, prepared: Prepared) -> Result<Generation, EngineError> {
+        let model = self.backend.model().ok_or(EngineError::NotReady)?;
+        let claim = self.queue(&model).claim().await?;
+        let Prepared {
+            request,
+            prompt,
+            grammar,
+            reported,
+        } = prepared;
+        self.backend
+            .run(Job {
+                request,
+                prompt,
+                grammar,
+                claim,
+                reported,
+            })
+            .await
+    }
+
+    /// Prepares and starts a request in one go (benchmarks and tests that have no use
+    /// for the step between).
+    pub async fn run(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+        let prepared = self.prepare(request).await?;
+        self.start(prepared).await
+    }
+
+    /// The token ids of a prompt, rendered as `request` says.
+    pub async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
+        self.backend.model().ok_or(EngineError::NotReady)?;
+        self.backend.tokenize(request).await
+    }
+
+    /// The text of token ids.
+    pub async fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> Result<String, EngineError> {
+        self.backend.model().ok_or(EngineError::NotReady)?;
+        self.backend.detokenize(ids, skip_special_tokens).await
+    }
+}
+
+/// The checks of a model whose tokens the gateway picks, and its grammar.
+mod picked {
+    use super::*;
+
+    /// Refuses what the model's vocabulary cannot serve, and compiles
+    /// `response_format` (off the async threads: a large schema takes a while).
+    pub(super) async fn check(
+        request: &GenerationRequest,
+        decoding: &Decoding,
+    ) -> Result<Option<Grammar>, EngineError> {
+        let Decoding::Picked {
+            vocabulary,
+            vocab_size,
+            end_tokens,
+            ..
+        } = decoding
+        else {
+            return Ok(None);
+        };
+        let stop_token_ids = &request.sampling.stop_token_ids;
+        if !stop_token_ids.is_empty() && end_tokens.is_empty() {
+            return Err(EngineError::Unsupported {
+                param: "stop_token_ids".into(),
+                reason: "this model's file names no end-of-sequence token to stop with".into(),
+            });
+        }
+        super::super::known_token_ids("stop_token_ids", stop_token_ids, |id| id < *vocab_size)?;
+        if request.top_logprobs.is_some() && vocabulary.is_none() {
+            return Err(EngineError::Unsupported {
+                param: "logprobs".into(),
+                reason: "this model's tokenizer is not one the gateway can spell tokens with"
+                    .into(),
+            });
+        }
+        match (vocabulary, &request.response_format) {
+            (_, ResponseFormat::Text) => Ok(None),
+            (Some(vocabulary), format) => {
+                let (vocabulary, format) = (Arc::clone(vocabulary), format.clone());
+                tokio::task::spawn_blocking(move || vocabulary.compile(&format))
+                    .await
+                    .map_err(|e| EngineError::Internal(e.to_string()))?
+            }
+            (None, _) => Err(EngineError::Unsupported {
+                param: "response_format".into(),
+                reason: "this model's tokenizer is not one the gateway can build a grammar for"
+                    .into(),
+            }),
+        }
+    }
+}
