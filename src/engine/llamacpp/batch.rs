@@ -302,72 +302,7 @@ fn step(
     solo: bool,
 ) {
     batch.clear();
-    let mut entries: Vec<Entry> = Vec::with_capacity(group.len());
-    // Every answering sequence's next token has a place; prompts being read share the
-    // rest, a chunk each while others answer. The batch goes in sequence order (`group`
-    // is ascending), which is what lets llama.cpp take neighbouring sequences in one pass.
-    let answering = group
-        .iter()
-        .filter(|&&i| slots[i].running.as_ref().is_some_and(|r| r.next.is_some()))
-        .count();
-    let mut room = (shape.batch as usize).saturating_sub(answering);
-    for &i in group {
-        let slot = &slots[i];
-        let Some(running) = slot.running.as_ref() else {
-            continue;
-        };
-        let from = slot.cached.len();
-        if let Some(next) = running.next {
-            let at = batch.n_tokens();
-            let token = LlamaToken::new(i32::try_from(next).unwrap_or_default());
-            if batch
-                .add(token, position(from), &[sequence(i)], true)
-                .is_ok()
-            {
-                entries.push(Entry {
-                    slot: i,
-                    adds: vec![next],
-                    logits: Some(at),
-                });
-            }
-            continue;
-        }
-        let prompt = &running.job.prompt;
-        let chunk = if solo || answering > 0 {
-            shape.chunk as usize
-        } else {
-            room
-        };
-        let to = prompt.len().min(from + chunk.min(room));
-        if to <= from {
-            continue;
-        }
-        let mut logits = None;
-        let mut added = 0;
-        for (pos, &id) in prompt[from..to].iter().enumerate() {
-            let last = from + pos + 1 == prompt.len();
-            let at = batch.n_tokens();
-            let token = LlamaToken::new(i32::try_from(id).unwrap_or_default());
-            if batch
-                .add(token, position(from + pos), &[sequence(i)], last)
-                .is_err()
-            {
-                break;
-            }
-            added += 1;
-            if last {
-                logits = Some(at);
-            }
-        }
-        room -= added;
-        if added > 0 {
-            entries.push(Entry {
-                slot: i,
-                adds: prompt[from..from + added].to_vec(),
-                logits,
-            });
-        }
-    }
+    let entries = fill(batch, slots, group, shape, solo);
     if entries.is_empty() {
         return;
     }
@@ -398,6 +333,92 @@ fn step(
             }
         }
     }
+}
+
+/// Fills `batch` for one decode call: every answering sequence's next token has a
+/// place; prompts being read share the rest, a chunk each while others answer. The
+/// batch goes in sequence order (`group` is ascending), which is what lets llama.cpp
+/// take neighbouring sequences in one pass.
+fn fill(
+    batch: &mut LlamaBatch<'_>,
+    slots: &[Slot],
+    group: &[usize],
+    shape: Shape,
+    solo: bool,
+) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = Vec::with_capacity(group.len());
+    let answering = group
+        .iter()
+        .filter(|&&i| slots[i].running.as_ref().is_some_and(|r| r.next.is_some()))
+        .count();
+    let mut room = (shape.batch as usize).saturating_sub(answering);
+    for &i in group {
+        let slot = &slots[i];
+        let Some(running) = slot.running.as_ref() else {
+            continue;
+        };
+        let from = slot.cached.len();
+        if let Some(next) = running.next {
+            let at = batch.n_tokens();
+            let token = LlamaToken::new(i32::try_from(next).unwrap_or_default());
+            if batch
+                .add(token, position(from), &[sequence(i)], true)
+                .is_ok()
+            {
+                entries.push(Entry {
+                    slot: i,
+                    adds: vec![next],
+                    logits: Some(at),
+                });
+            }
+            continue;
+        }
+        let chunk = if solo || answering > 0 {
+            shape.chunk as usize
+        } else {
+            room
+        };
+        let prompt = &running.job.prompt;
+        let to = prompt.len().min(from + chunk.min(room));
+        if let Some(entry) = add_prompt(batch, i, prompt, from..to) {
+            room -= entry.adds.len();
+            entries.push(entry);
+        }
+    }
+    entries
+}
+
+/// Adds the positions `chunk` of sequence `i`'s prompt, with logits at the prompt's
+/// last token if the chunk reaches it; `None` when nothing fits.
+fn add_prompt(
+    batch: &mut LlamaBatch<'_>,
+    i: usize,
+    prompt: &[u32],
+    chunk: std::ops::Range<usize>,
+) -> Option<Entry> {
+    let from = chunk.start;
+    let mut logits = None;
+    let mut added = 0;
+    for (pos, &id) in prompt.get(chunk)?.iter().enumerate() {
+        let last = from + pos + 1 == prompt.len();
+        let at = batch.n_tokens();
+        let token = LlamaToken::new(i32::try_from(id).unwrap_or_default());
+        if batch
+            .add(token, position(from + pos), &[sequence(i)], last)
+            .is_err()
+        {
+            break;
+        }
+        added += 1;
+        if last {
+            logits = Some(at);
+        }
+    }
+    (added > 0).then(|| Entry {
+        slot: i,
+        adds: prompt[from..from + added].to_vec(),
+        logits,
+    })
 }
 
 /// How a sequence ends.
