@@ -44,6 +44,18 @@ pub struct EndRules {
 }
 
 impl EndRules {
+    /// The rules a request's `sampling` sets, for a model ending on `eos`, after a
+    /// prompt of `prompt_tokens`.
+    pub fn of(sampling: &crate::engine::Sampling, eos: &Arc<[u32]>, prompt_tokens: usize) -> Self {
+        Self {
+            eos: Arc::clone(eos),
+            prompt_tokens,
+            ignore_eos: sampling.ignore_eos,
+            min_tokens: sampling.min_tokens as usize,
+            stop_token_ids: sampling.stop_token_ids.clone(),
+        }
+    }
+
     /// The tokens closed at this step, when `generated` completion tokens came before.
     fn closed(&self, generated: usize) -> impl Iterator<Item = u32> + '_ {
         let early = generated < self.min_tokens;

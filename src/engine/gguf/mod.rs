@@ -5,12 +5,14 @@
 //! `logprobs`, the end-of-sequence tokens, and an upstream model's token ids). Only the
 //! header, the metadata and the tensor table are read ([`reader`]), never the data.
 
+pub mod file;
 pub mod reader;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use super::grammar::Vocabulary;
+pub use file::ModelFile;
 pub use reader::{GgufError, MetaValue};
 
 /// The architectures mistral.rs 0.8.1 loads from a GGUF file (`GGUFArchitecture` and the

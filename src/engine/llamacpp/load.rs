@@ -16,9 +16,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::batch::{self, Shape};
 use super::{LlamaCppSettings, Loaded, DEFAULT_CONTEXT_CAP, ENGINE_NAME};
-use crate::engine::gguf::GgufFacts;
-use crate::engine::ModelInfo;
-use crate::fingerprint::{self, Accelerator};
+use crate::engine::gguf::{GgufFacts, ModelFile};
 
 /// Tokens one decode call takes at most (llama.cpp's server and llama-cpp-python use
 /// the same): a prompt longer than this is prefilled over several steps.
@@ -46,16 +44,8 @@ static CONTEXTS: Mutex<()> = Mutex::new(());
 
 pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
     let path = &settings.model_path;
-    let facts = GgufFacts::read(path)
-        .map_err(|e| anyhow::anyhow!("{} is not a GGUF llama.cpp can read: {e}", path.display()))?;
-    let file_sha256 = fingerprint::file_sha256(path)?;
-    let vocabulary = match facts.vocabulary() {
-        Ok(vocabulary) => Some(Arc::new(vocabulary)),
-        Err(error) => {
-            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) and logprobs are not available for this model.");
-            None
-        }
-    };
+    let file = ModelFile::read(path)?;
+    let (facts, vocabulary) = (&file.facts, file.vocabulary.clone());
     let backend = backend()?;
     let on_gpu = cfg!(feature = "cuda") && !settings.force_cpu;
     let mut params = LlamaModelParams::default();
@@ -70,7 +60,7 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         )
     })?;
     let model = Arc::new(model);
-    let eos = end_of_generation(&facts, &model);
+    let eos = end_of_generation(facts, &model);
     // A recurrent state cannot be cut back to a prefix: such models start every request
     // on an empty sequence.
     let reuse_prefixes = settings.prefix_cache && !model.is_recurrent() && !model.is_hybrid();
@@ -103,27 +93,12 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         Arc::clone(&stopped),
     )?;
     let device = if on_gpu { "cuda" } else { "cpu" };
-    let accelerator = if on_gpu {
-        crate::gpu::accelerator()
-    } else {
-        Accelerator::default()
-    };
-    let info = ModelInfo {
-        id: settings.model_id.clone(),
+    let info = file.info(
+        &settings.model_id,
         context_length,
-        system_fingerprint: fingerprint::system_fingerprint(
-            &file_sha256,
-            ENGINE_NAME,
-            device,
-            &accelerator,
-        ),
-        sha256: file_sha256,
-        quant: facts.quantization(),
-        device: device.to_owned(),
-        accelerator,
-        upstream: None,
-        loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
-    };
+        ENGINE_NAME,
+        device.into(),
+    );
     Ok(Loaded {
         model,
         template,

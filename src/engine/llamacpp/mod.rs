@@ -310,18 +310,8 @@ impl Backend for LlamaCppEngine {
             None => tokenize_prompt(loaded, &request.prompt, true, true)?.into(),
         };
         let started = std::time::Instant::now();
-        let picker = TokenPicker::new(
-            &request.sampling,
-            grammar,
-            request.top_logprobs,
-            EndRules {
-                eos: Arc::clone(&loaded.eos),
-                prompt_tokens: ids.len(),
-                ignore_eos: request.sampling.ignore_eos,
-                min_tokens: request.sampling.min_tokens as usize,
-                stop_token_ids: request.sampling.stop_token_ids.clone(),
-            },
-        );
+        let ends = EndRules::of(&request.sampling, &loaded.eos, ids.len());
+        let picker = TokenPicker::new(&request.sampling, grammar, request.top_logprobs, ends);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let job = batch::Job {
             // A seeded answer is one a replay must give again: no prefix computed in

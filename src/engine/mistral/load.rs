@@ -8,24 +8,12 @@ use std::sync::Arc;
 use mistralrs::GgufModelBuilder;
 
 use super::{process, Loaded, MistralSettings, ENGINE_NAME};
-use crate::engine::gguf::GgufFacts;
-use crate::engine::ModelInfo;
-use crate::fingerprint::{self, Accelerator};
+use crate::engine::gguf::ModelFile;
 
 pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let path = settings.model_path.clone();
-    let file_sha256 =
-        tokio::task::spawn_blocking(move || fingerprint::file_sha256(&path)).await??;
-    let path = settings.model_path.clone();
-    let facts = tokio::task::spawn_blocking(move || GgufFacts::read(&path)).await??;
-    let eos: Arc<[u32]> = facts.end_of_sequence_ids().into();
-    let vocabulary = match facts.vocabulary() {
-        Ok(vocabulary) => Some(Arc::new(vocabulary)),
-        Err(error) => {
-            tracing::warn!(error = %format!("{error:#}"), "Structured output (response_format) and logprobs are not available for this model.");
-            None
-        }
-    };
+    let model_file = tokio::task::spawn_blocking(move || ModelFile::read(&path)).await??;
+    let eos: Arc<[u32]> = model_file.facts.end_of_sequence_ids().into();
     let (dir, file) = split_model_path(&settings.model_path)?;
     let mut replicas = Vec::with_capacity(settings.replica_count());
     for _ in 0..settings.replica_count() {
@@ -47,32 +35,12 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     } else {
         "cuda".to_owned()
     };
-    let accelerator = if settings.on_cpu() {
-        Accelerator::default()
-    } else {
-        crate::gpu::accelerator()
-    };
-    let info = ModelInfo {
-        id: settings.model_id.clone(),
-        context_length,
-        system_fingerprint: fingerprint::system_fingerprint(
-            &file_sha256,
-            ENGINE_NAME,
-            &device,
-            &accelerator,
-        ),
-        sha256: file_sha256,
-        quant: facts.quantization(),
-        device,
-        accelerator,
-        upstream: None,
-        loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
-    };
+    let info = model_file.info(&settings.model_id, context_length, ENGINE_NAME, device);
     Ok(Loaded {
         health: Arc::new(super::watchdog::Health::new(replicas.len())),
         replicas,
         info: Arc::new(info),
-        vocabulary,
+        vocabulary: model_file.vocabulary,
         eos,
     })
 }

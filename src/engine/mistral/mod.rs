@@ -323,6 +323,40 @@ fn sampling_params(request: &GenerationRequest) -> SamplingParams {
     params
 }
 
+/// The request mistral.rs runs: the prompt as its messages, streamed to `response`,
+/// each token chosen by `picker`.
+fn normal_request(
+    request: &GenerationRequest,
+    picker: Picker,
+    response: mpsc::Sender<mistralrs::Response>,
+) -> NormalRequest {
+    let messages = match &request.prompt {
+        Prompt::Chat(messages) => text_messages(messages).take_messages(),
+        Prompt::Text(text) => RequestMessage::Completion {
+            text: text.clone(),
+            echo_prompt: false,
+            best_of: None,
+        },
+    };
+    NormalRequest {
+        messages,
+        sampling_params: sampling_params(request),
+        response,
+        return_logprobs: false,
+        is_streaming: true,
+        id: 0,
+        constraint: Constraint::None,
+        suffix: None,
+        tools: None,
+        tool_choice: None,
+        logits_processors: Some(vec![Arc::new(picker)]),
+        return_raw_logits: false,
+        web_search_options: None,
+        model_id: None,
+        truncate_sequence: false,
+    }
+}
+
 /// The canary's view of a loaded model: every sequence on the first instance, before
 /// the front serves it (its claims are its own).
 struct Canary<'a> {
@@ -488,46 +522,16 @@ impl MistralEngine {
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
         let parked = ParkedSlot::default();
-        let messages = match &request.prompt {
-            Prompt::Chat(messages) => text_messages(messages).take_messages(),
-            Prompt::Text(text) => RequestMessage::Completion {
-                text: text.clone(),
-                echo_prompt: false,
-                best_of: None,
-            },
-        };
-        let normal = NormalRequest {
-            messages,
-            sampling_params: sampling_params(&request),
-            response: engine_tx,
-            return_logprobs: false,
-            is_streaming: true,
-            id: 0,
-            constraint: Constraint::None,
-            suffix: None,
-            tools: None,
-            tool_choice: None,
-            logits_processors: Some(vec![Arc::new(
-                Picker::new(
-                    &request.sampling,
-                    grammar,
-                    request.top_logprobs,
-                    EndRules {
-                        eos: Arc::clone(&loaded.eos),
-                        prompt_tokens: prompt_tokens as usize,
-                        ignore_eos: request.sampling.ignore_eos,
-                        min_tokens: request.sampling.min_tokens as usize,
-                        stop_token_ids: request.sampling.stop_token_ids.clone(),
-                    },
-                    Arc::clone(&picked),
-                )
-                .parking(Arc::clone(&parked)),
-            )]),
-            return_raw_logits: false,
-            web_search_options: None,
-            model_id: None,
-            truncate_sequence: false,
-        };
+        let ends = EndRules::of(&request.sampling, &loaded.eos, prompt_tokens as usize);
+        let picker = Picker::new(
+            &request.sampling,
+            grammar,
+            request.top_logprobs,
+            ends,
+            Arc::clone(&picked),
+        )
+        .parking(Arc::clone(&parked));
+        let normal = normal_request(&request, picker, engine_tx);
         let sender = loaded.replicas[slot.replica]
             .inner()
             .get_sender(None)
