@@ -261,7 +261,7 @@ struct WireStreamOptions {
     continuous_usage_stats: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 enum WireStop {
     One(String),
@@ -374,8 +374,42 @@ pub(super) fn validate(
                 format!("{n} is over this server's limit of {cap}"),
             )
         })?;
-    let max_tokens = budget.tokens();
 
+    let sampling = sampling(&wire, limits, budget.tokens())?;
+    let stream = wire.stream.unwrap_or(false);
+    let (include_usage, continuous_usage) = stream_options(&wire, stream)?;
+    let response_format = response_format(wire.response_format)?;
+
+    let generation = GenerationRequest {
+        request_id: request_id.to_owned(),
+        prompt,
+        budget,
+        sampling,
+        response_format,
+        top_logprobs: None,
+        traceparent: None,
+        deadline: None,
+    };
+    Ok(ValidatedRequest {
+        input_hash: input_hash(&wire.model, &generation),
+        model: wire.model,
+        stream,
+        include_usage,
+        continuous_usage,
+        user: wire.user,
+        generation,
+        echo: false,
+    })
+}
+
+/// The sampling parameters, each within its range, the served model's defaults filled
+/// in where the request left one out. `max_tokens`: the completion budget, which
+/// `min_tokens` may not exceed.
+fn sampling(
+    wire: &WireCommon,
+    limits: &crate::engine::served::ModelPolicy,
+    max_tokens: u32,
+) -> Result<Sampling, ApiError> {
     let temperature = in_range("temperature", wire.temperature, 0.0, 2.0)?;
     let top_p = in_range("top_p", wire.top_p, 0.0, 1.0)?;
     if top_p == Some(0.0) {
@@ -415,7 +449,42 @@ pub(super) fn validate(
             "must be greater than 0 (1 is none)",
         ));
     }
-    let stop = match wire.stop {
+    let stop = stop_sequences(wire.stop.clone())?;
+    let stop_token_ids = wire.stop_token_ids.clone().unwrap_or_default();
+    if stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+        return Err(ApiError::invalid(
+            "stop_token_ids",
+            format!("at most {MAX_STOP_TOKEN_IDS} token ids are allowed"),
+        ));
+    }
+    let min_tokens = wire.min_tokens.unwrap_or(0);
+    if min_tokens > max_tokens {
+        return Err(ApiError::invalid(
+            "min_tokens",
+            format!("{min_tokens} is more than the completion budget ({max_tokens})"),
+        ));
+    }
+    Ok(Sampling {
+        temperature,
+        top_p,
+        // Negative seeds are valid in OpenAI's API; the bits are what matter.
+        seed: wire.seed.map(|s| s as u64),
+        presence_penalty: presence_penalty.map(|p| p as f32),
+        frequency_penalty: frequency_penalty.map(|p| p as f32),
+        top_k: wire.top_k,
+        min_p: min_p.filter(|&p| p > 0.0),
+        repetition_penalty: repetition_penalty.map(|p| p as f32).filter(|&p| p != 1.0),
+        stop,
+        ignore_eos: wire.ignore_eos.unwrap_or(false),
+        min_tokens,
+        stop_token_ids,
+    })
+}
+
+/// `stop` as a list, within its limits: at most [`MAX_STOPS`] sequences, none empty,
+/// none over [`MAX_STOP_CHARS`] characters.
+fn stop_sequences(wire: Option<WireStop>) -> Result<Vec<String>, ApiError> {
+    let stop = match wire {
         None => Vec::new(),
         Some(WireStop::One(s)) => vec![s],
         Some(WireStop::Many(v)) => v,
@@ -438,22 +507,13 @@ pub(super) fn validate(
             format!("each stop sequence must be at most {MAX_STOP_CHARS} characters"),
         ));
     }
-    let stop_token_ids = wire.stop_token_ids.unwrap_or_default();
-    if stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
-        return Err(ApiError::invalid(
-            "stop_token_ids",
-            format!("at most {MAX_STOP_TOKEN_IDS} token ids are allowed"),
-        ));
-    }
-    let min_tokens = wire.min_tokens.unwrap_or(0);
-    if min_tokens > max_tokens {
-        return Err(ApiError::invalid(
-            "min_tokens",
-            format!("{min_tokens} is more than the completion budget ({max_tokens})"),
-        ));
-    }
-    let stream = wire.stream.unwrap_or(false);
-    let (include_usage, continuous_usage) = match wire.stream_options {
+    Ok(stop)
+}
+
+/// `stream_options`: whether the last chunk has the usage, and whether every chunk does
+/// (vLLM's `continuous_usage_stats`). Allowed only on a streamed request.
+fn stream_options(wire: &WireCommon, stream: bool) -> Result<(bool, bool), ApiError> {
+    Ok(match &wire.stream_options {
         Some(_) if !stream => {
             return Err(ApiError::invalid(
                 "stream_options",
@@ -469,42 +529,6 @@ pub(super) fn validate(
             )
         }
         None => (false, false),
-    };
-    let response_format = response_format(wire.response_format)?;
-
-    let generation = GenerationRequest {
-        request_id: request_id.to_owned(),
-        prompt,
-        budget,
-        sampling: Sampling {
-            temperature,
-            top_p,
-            // Negative seeds are valid in OpenAI's API; the bits are what matter.
-            seed: wire.seed.map(|s| s as u64),
-            presence_penalty: presence_penalty.map(|p| p as f32),
-            frequency_penalty: frequency_penalty.map(|p| p as f32),
-            top_k: wire.top_k,
-            min_p: min_p.filter(|&p| p > 0.0),
-            repetition_penalty: repetition_penalty.map(|p| p as f32).filter(|&p| p != 1.0),
-            stop,
-            ignore_eos: wire.ignore_eos.unwrap_or(false),
-            min_tokens,
-            stop_token_ids,
-        },
-        response_format,
-        top_logprobs: None,
-        traceparent: None,
-        deadline: None,
-    };
-    Ok(ValidatedRequest {
-        input_hash: input_hash(&wire.model, &generation),
-        model: wire.model,
-        stream,
-        include_usage,
-        continuous_usage,
-        user: wire.user,
-        generation,
-        echo: false,
     })
 }
 
