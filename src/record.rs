@@ -92,6 +92,84 @@ pub struct RequestRecord {
     pub upstream: Option<UpstreamRecord>,
 }
 
+/// Who sent a request and how it asked: what the handler knows before the engine.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Origin {
+    pub request_id: String,
+    /// `gen_ai.operation.name`: `chat` or `text_completion` (see `names`).
+    pub operation: &'static str,
+    /// The id of the API key the request presented, when keys are on.
+    pub api_key_id: Option<String>,
+    pub model: String,
+    pub stream: bool,
+}
+
+/// How and when a request ended: what every record has.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    pub status: Status,
+    /// See [`RequestRecord::error_kind`].
+    pub error_kind: Option<&'static str>,
+    pub timings: Timings,
+    pub phases: Phases,
+    pub trace: TraceIds,
+    /// Wall-clock time of `t_recv`.
+    pub received_at: SystemTime,
+    pub upstream: Option<UpstreamRecord>,
+}
+
+/// What the engine answered, as the record keeps it; the default is a request that
+/// never reached it (refused, or cancelled while it waited).
+#[derive(Debug, Clone, Default)]
+pub struct Answer {
+    pub response_id: Option<String>,
+    pub finish_reason: Option<FinishReason>,
+    pub usage: Usage,
+    pub quality: Option<Quality>,
+    pub input_hash: Option<String>,
+    pub output_hash: Option<String>,
+    pub seed: Option<u64>,
+    pub served: Option<std::sync::Arc<crate::engine::ModelInfo>>,
+    pub params: RequestParams,
+    pub itl_gaps: Vec<Duration>,
+    pub user: Option<String>,
+    pub prompt: Option<String>,
+    pub response: Option<String>,
+}
+
+impl RequestRecord {
+    /// The one way a record is made: who asked, how it ended, what was answered.
+    pub fn new(origin: Origin, ended: Ended, answer: Answer) -> Self {
+        Self {
+            request_id: origin.request_id,
+            response_id: answer.response_id,
+            operation: origin.operation,
+            api_key_id: origin.api_key_id,
+            model: origin.model,
+            stream: origin.stream,
+            status: ended.status,
+            error_kind: ended.error_kind,
+            finish_reason: answer.finish_reason,
+            usage: answer.usage,
+            timings: ended.timings,
+            quality: answer.quality,
+            input_hash: answer.input_hash,
+            output_hash: answer.output_hash,
+            seed: answer.seed,
+            served: answer.served,
+            params: answer.params,
+            trace: ended.trace,
+            phases: ended.phases,
+            itl_gaps: answer.itl_gaps,
+            received_at: ended.received_at,
+            user: answer.user,
+            prompt: answer.prompt,
+            response: answer.response,
+            upstream: ended.upstream,
+        }
+    }
+}
+
 /// An upstream's own account of one answer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpstreamRecord {

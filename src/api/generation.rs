@@ -29,11 +29,11 @@ use crate::admission::Permit;
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
 use crate::engine::served::ServedModel;
-use crate::engine::{Front, Generation, ModelInfo, Prepared};
+use crate::engine::{Front, Generation, GenerationRequest, ModelInfo, Prepared};
 use crate::error::ApiError;
 use crate::names;
 use crate::quality::QualityTracker;
-use crate::record::{RequestParams, RequestRecord, Status};
+use crate::record::{Answer, Ended, Origin, RequestParams, RequestRecord, Status, UpstreamRecord};
 use crate::stream::chunks::{ChunkAssembler, Completion, ResponseMeta, Shape};
 use crate::stream::producer::Deadline;
 use crate::stream::{producer, Run, RunInfo};
@@ -229,40 +229,27 @@ impl Unanswered {
             (_, Some(model)) => model,
             (_, None) => state.models.label_for_unknown().to_owned(),
         };
-        let record = RequestRecord {
-            response_id: None,
-            operation: self.operation,
+        let origin = Origin {
             request_id: std::mem::take(&mut self.request_id),
+            operation: self.operation,
             api_key_id: self.api_key_id.take(),
             model,
             stream: self.stream,
+        };
+        let ended = Ended {
             status: if error.is_some() {
                 Status::Error
             } else {
                 Status::Cancelled
             },
             error_kind: error.map(ApiError::kind),
-            finish_reason: None,
-            usage: Default::default(),
             timings,
-            quality: None,
-            input_hash: None,
-            output_hash: None,
-            seed: None,
-            served: None,
-            params: RequestParams::default(),
-            trace: trace.ids,
             phases: timer.phases(t_end),
-            itl_gaps: Vec::new(),
+            trace: trace.ids,
             received_at: trace.received_at(),
-            user: None,
-            prompt: None,
-            response: None,
-            upstream: self
-                .reported
-                .as_deref()
-                .map(crate::record::UpstreamRecord::of),
+            upstream: self.reported.as_deref().map(UpstreamRecord::of),
         };
+        let record = RequestRecord::new(origin, ended, Answer::default());
         state
             .telemetry
             .request_ended(&record, trace, state.clock.as_ref());
@@ -298,7 +285,7 @@ struct Charged<'a> {
 impl Charged<'_> {
     /// Charges the request's token budget to its key; every answer carries the headers,
     /// a refusal included.
-    fn charge(self, prepared: &Prepared) -> Result<(), ApiError> {
+    fn charge(&mut self, prepared: &Prepared) -> Result<(), ApiError> {
         let Some(caller) = self.caller else {
             return Ok(());
         };
@@ -415,6 +402,25 @@ impl<'a> Handling<'a> {
         })
     }
 
+    /// Counts the prompt and fits the budget in the engine, then charges the budget to
+    /// the key.
+    async fn prepare(
+        &mut self,
+        engine: &Front,
+        generation: GenerationRequest,
+        upstream: bool,
+    ) -> Result<Prepared, Failure> {
+        let clock = &self.state.clock;
+        self.timer.engine_submitted(clock.now());
+        let prepared = engine.prepare(generation).await.map_err(ApiError::from)?;
+        self.timer.prompt_prepared(clock.now());
+        if upstream {
+            self.pending.reported = Some(Arc::clone(&prepared.reported));
+        }
+        self.charged.charge(&prepared)?;
+        Ok(prepared)
+    }
+
     /// Prepares the request in the engine, charges its budget to the key and starts it.
     async fn start(mut self, admitted: Admitted<'a>) -> Result<Started, Failure> {
         let Admitted {
@@ -427,34 +433,13 @@ impl<'a> Handling<'a> {
         let engine = &served.engine;
         let prompt = parsed.generation.prompt.last_user_text().to_owned();
         let quality = QualityTracker::new(&state.quality, &prompt, guarded(served, &parsed));
-        // Stops the engine applies itself are not screened again by the gateway.
-        let stop = if engine.applies_stop_sequences() {
-            Vec::new()
-        } else {
-            parsed.generation.sampling.stop.clone()
-        };
+        let stop = engine.stops_to_screen(&parsed.generation.sampling);
         let seed = parsed.generation.sampling.seed;
         let with_logprobs = parsed.generation.top_logprobs.is_some();
 
-        self.timer.engine_submitted(state.clock.now());
-        let prepared = engine
-            .prepare(parsed.generation)
-            .await
-            .map_err(ApiError::from)?;
-        self.timer.prompt_prepared(state.clock.now());
         let upstream = info.upstream.is_some();
-        if upstream {
-            self.pending.reported = Some(Arc::clone(&prepared.reported));
-        }
-        // After `prepare`: an unset budget has been fitted to what the context leaves, and
-        // that is the most this answer can have.
-        let params = RequestParams {
-            max_tokens: Some(prepared.request.budget.tokens()),
-            temperature: prepared.request.sampling.temperature,
-            top_p: prepared.request.sampling.top_p,
-        };
-        let api_key_id = self.charged.caller.map(|c| c.key_id.clone());
-        self.charged.charge(&prepared)?;
+        let prepared = self.prepare(engine, parsed.generation, upstream).await?;
+        let params = params_of(&prepared);
         let generation = start_in_engine(state, engine, prepared, &self.deadline.cut_off).await?;
         self.timer
             .engine_started(state.clock.at(generation.started));
@@ -471,12 +456,14 @@ impl<'a> Handling<'a> {
             echo: parsed.echo.then(|| prompt.clone()),
         };
         let info = RunInfo {
+            origin: Origin {
+                request_id: self.request_id.to_owned(),
+                operation: self.route.operation(),
+                api_key_id: self.charged.caller.map(|c| c.key_id.clone()),
+                model: parsed.model,
+                stream: parsed.stream,
+            },
             response_id,
-            operation: self.route.operation(),
-            request_id: self.request_id.to_owned(),
-            api_key_id,
-            model: parsed.model,
-            stream: parsed.stream,
             input_hash: parsed.input_hash,
             seed,
             served: info,
@@ -510,6 +497,16 @@ impl<'a> Handling<'a> {
             continuous_usage: parsed.continuous_usage,
             prompt_tokens: generation.prompt_tokens,
         })
+    }
+}
+
+/// The parameters the record reports. After `prepare`: an unset budget has been fitted
+/// to what the context leaves, and that is the most this answer can have.
+fn params_of(prepared: &Prepared) -> RequestParams {
+    RequestParams {
+        max_tokens: Some(prepared.request.budget.tokens()),
+        temperature: prepared.request.sampling.temperature,
+        top_p: prepared.request.sampling.top_p,
     }
 }
 

@@ -14,7 +14,7 @@ use super::slots::SlotQueue;
 use super::upstream::fleet::EndpointView;
 use super::{
     EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
-    Reported, ResponseFormat, TokenizeRequest,
+    Reported, ResponseFormat, Sampling, TokenizeRequest,
 };
 
 /// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
@@ -138,10 +138,14 @@ impl Front {
             .is_none_or(|m| m.slots != Slots::Elsewhere)
     }
 
-    /// Whether the engine ends answers at `stop` itself; `false`: the gateway's stop
-    /// screen must cut them.
-    pub fn applies_stop_sequences(&self) -> bool {
-        self.backend.model().is_some_and(|m| m.applies_stops)
+    /// The stop sequences the gateway's stop screen must cut answers at: none where
+    /// the engine applies them itself.
+    pub fn stops_to_screen(&self, sampling: &Sampling) -> Vec<String> {
+        if self.backend.model().is_some_and(|m| m.applies_stops) {
+            Vec::new()
+        } else {
+            sampling.stop.clone()
+        }
     }
 
     fn queue<'a>(&'a self, model: &LoadedModel) -> &'a SlotQueue {

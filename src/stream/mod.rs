@@ -21,7 +21,9 @@ use std::time::Duration;
 use crate::admission::Permit;
 use crate::clock::SharedClock;
 use crate::quality::QualityTracker;
-use crate::record::{Report, RequestParams, RequestRecord, Status};
+use crate::record::{
+    Answer, Ended, Origin, Report, RequestParams, RequestRecord, Status, UpstreamRecord,
+};
 use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::Telemetry;
 use crate::timing::RequestTimer;
@@ -31,14 +33,10 @@ use stops::StopScreen;
 /// Who a request is and what it asked for, for its record.
 #[derive(Debug, Clone)]
 pub struct RunInfo {
-    pub request_id: String,
+    /// Who sent it and how it asked, for the record.
+    pub origin: Origin,
     /// The `id` of the response (`chatcmpl-…`, `cmpl-…`).
     pub response_id: String,
-    /// `chat` or `text_completion`.
-    pub operation: &'static str,
-    pub api_key_id: Option<String>,
-    pub model: String,
-    pub stream: bool,
     pub input_hash: String,
     pub seed: Option<u64>,
     /// The served model's facts, for the record.
@@ -256,36 +254,31 @@ impl Run {
         let t_end = self.timer.received() + Duration::from_secs_f64(report.timings.e2e_ms / 1000.0);
         let phases = self.timer.phases(t_end);
         let info = &mut self.info;
-        let record = RequestRecord {
-            response_id: Some(std::mem::take(&mut info.response_id)),
-            operation: info.operation,
-            request_id: std::mem::take(&mut info.request_id),
-            api_key_id: info.api_key_id.take(),
-            model: std::mem::take(&mut info.model),
-            stream: info.stream,
+        let ended = Ended {
             status,
             error_kind,
+            timings: report.timings,
+            phases,
+            trace: trace.ids,
+            received_at: trace.received_at(),
+            upstream: info.reported.as_deref().map(UpstreamRecord::of),
+        };
+        let answer = Answer {
+            response_id: Some(std::mem::take(&mut info.response_id)),
             finish_reason,
             usage,
-            timings: report.timings,
             quality: Some(report.quality),
             input_hash: Some(std::mem::take(&mut info.input_hash)),
             output_hash: Some(output_hash),
             seed: info.seed,
             served: Some(Arc::clone(&info.served)),
             params: info.params,
-            trace: trace.ids,
-            phases,
             itl_gaps: self.timer.take_gaps(),
-            received_at: trace.received_at(),
             user: info.user.take(),
             prompt: Some(std::mem::take(&mut info.prompt)),
             response: Some(self.quality.text().to_owned()),
-            upstream: info
-                .reported
-                .as_deref()
-                .map(crate::record::UpstreamRecord::of),
         };
+        let record = RequestRecord::new(std::mem::take(&mut info.origin), ended, answer);
         self.telemetry
             .request_ended(&record, trace, self.clock.as_ref());
     }
