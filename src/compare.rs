@@ -198,7 +198,7 @@ pub struct Summary {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct Comparison {
     pub summary: Summary,
     pub rows: Vec<Row>,
 }
@@ -220,7 +220,7 @@ fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
-impl Report {
+impl Comparison {
     pub fn new(rows: Vec<Row>) -> Self {
         let ok: Vec<&Row> = rows
             .iter()
@@ -349,7 +349,7 @@ async fn ask(client: &reqwest::Client, base: &str, args: &CompareArgs, messages:
 
 /// Sends every prompt of the set to both gateways, alternating which goes first so that
 /// neither always meets a warmer cache.
-pub async fn compare_gateways(args: &CompareArgs) -> anyhow::Result<Report> {
+pub async fn compare_gateways(args: &CompareArgs) -> anyhow::Result<Comparison> {
     let (Some(baseline), Some(candidate)) = (&args.baseline, &args.candidate) else {
         anyhow::bail!("--baseline and --candidate are both needed");
     };
@@ -366,7 +366,7 @@ pub async fn compare_gateways(args: &CompareArgs) -> anyhow::Result<Report> {
         };
         rows.push(Row::new(id.clone(), b, c));
     }
-    Ok(Report::new(rows))
+    Ok(Comparison::new(rows))
 }
 
 /// The semantic-log documents of an NDJSON export (`_bulk` form: an action line, then
@@ -400,7 +400,7 @@ fn documents(path: &Path) -> anyhow::Result<Vec<Value>> {
 
 /// Compares the answers two fingerprints gave to the same requests (same
 /// `llm.input_hash`) in a semantic-log export; the last answer of each counts.
-pub fn compare_semlog(args: &CompareArgs) -> anyhow::Result<Report> {
+pub fn compare_semlog(args: &CompareArgs) -> anyhow::Result<Comparison> {
     let (Some(path), Some(base_fp), Some(cand_fp)) = (
         &args.semlog,
         &args.baseline_fingerprint,
@@ -442,7 +442,7 @@ pub fn compare_semlog(args: &CompareArgs) -> anyhow::Result<Report> {
         "no request in {} was answered under both {base_fp} and {cand_fp}",
         path.display()
     );
-    Ok(Report::new(rows))
+    Ok(Comparison::new(rows))
 }
 
 #[cfg(test)]
@@ -485,7 +485,7 @@ mod tests {
             Answer::failed("down".into()),
             answer("x", 1.0, 0.0, false, 0.0),
         );
-        let report = Report::new(vec![same, other, failed]);
+        let report = Comparison::new(vec![same, other, failed]);
         let s = &report.summary;
         assert_eq!((s.compared, s.failed, s.identical), (2, 1, 1));
         assert_eq!(s.identical_share, 0.5);

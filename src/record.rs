@@ -233,7 +233,7 @@ pub struct RequestParams {
 /// The `timings` object of a response: latency figures and quality signals side by side.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[schema(as = Timings)]
-pub struct Report {
+pub struct ResponseTimings {
     #[serde(flatten)]
     pub timings: Timings,
     #[serde(flatten)]

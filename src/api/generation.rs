@@ -1,6 +1,6 @@
 //! The two generation routes: `POST /v1/chat/completions` and the legacy
 //! `POST /v1/completions`. They differ only in how the body is parsed and how the answer
-//! is shaped ([`Route`]); timings, limits, metrics, traces and the semantic log are the
+//! is shaped ([`GenerationRoute`]); timings, limits, metrics, traces and the semantic log are the
 //! same code.
 //!
 //! receive (t_recv) -> read the body within the size limit -> validate -> admit ->
@@ -46,12 +46,12 @@ const SSE_BUFFER_FRAMES: usize = 16;
 
 /// Which generation route a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub enum GenerationRoute {
     Chat,
     Completions,
 }
 
-impl Route {
+impl GenerationRoute {
     fn parse(
         self,
         body: &[u8],
@@ -59,23 +59,23 @@ impl Route {
         request_id: &str,
     ) -> Result<ValidatedRequest, ApiError> {
         match self {
-            Route::Chat => parse_chat_request(body, limits, request_id),
-            Route::Completions => parse_completion_request(body, limits, request_id),
+            GenerationRoute::Chat => parse_chat_request(body, limits, request_id),
+            GenerationRoute::Completions => parse_completion_request(body, limits, request_id),
         }
     }
 
     fn shape(self) -> Shape {
         match self {
-            Route::Chat => Shape::Chat,
-            Route::Completions => Shape::Text,
+            GenerationRoute::Chat => Shape::Chat,
+            GenerationRoute::Completions => Shape::Text,
         }
     }
 
     /// `gen_ai.operation.name` of its requests.
     fn operation(self) -> &'static str {
         match self {
-            Route::Chat => names::OPERATION_CHAT,
-            Route::Completions => names::OPERATION_TEXT_COMPLETION,
+            GenerationRoute::Chat => names::OPERATION_CHAT,
+            GenerationRoute::Completions => names::OPERATION_TEXT_COMPLETION,
         }
     }
 }
@@ -100,7 +100,7 @@ pub async fn chat_completions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    generate(Route::Chat, req, payload, state).await
+    generate(GenerationRoute::Chat, req, payload, state).await
 }
 
 /// `POST /v1/completions`.
@@ -123,11 +123,11 @@ pub async fn completions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    generate(Route::Completions, req, payload, state).await
+    generate(GenerationRoute::Completions, req, payload, state).await
 }
 
 async fn generate(
-    route: Route,
+    route: GenerationRoute,
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
@@ -308,7 +308,7 @@ impl Charged<'_> {
 
 /// One request on its way through the handler: parse, admit, start, respond.
 struct Handling<'a> {
-    route: Route,
+    route: GenerationRoute,
     state: &'a AppState,
     request_id: &'a str,
     charged: Charged<'a>,

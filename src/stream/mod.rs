@@ -22,7 +22,7 @@ use crate::admission::Permit;
 use crate::clock::SharedClock;
 use crate::quality::QualityTracker;
 use crate::record::{
-    Answer, Ended, Origin, Report, RequestParams, RequestRecord, Status, UpstreamRecord,
+    Answer, Ended, Origin, RequestParams, RequestRecord, ResponseTimings, Status, UpstreamRecord,
 };
 use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::Telemetry;
@@ -192,7 +192,7 @@ impl Run {
     }
 
     /// Latency and quality as of now, for a response body.
-    pub fn report(&self, ending: &Ending) -> Report {
+    pub fn report(&self, ending: &Ending) -> ResponseTimings {
         let tokens = match ending {
             Ending::Finished { usage, .. } => usage.completion_tokens,
             Ending::Degenerated | Ending::Failed { .. } => self.usage_so_far().completion_tokens,
@@ -201,7 +201,7 @@ impl Run {
         if let Some(basis) = self.info.reported.as_ref().and_then(|r| r.basis.get()) {
             quality.repetition_basis = *basis;
         }
-        Report {
+        ResponseTimings {
             timings: self.timer.finish(self.clock.now(), tokens),
             quality,
         }
@@ -244,7 +244,7 @@ impl Run {
         error_kind: Option<&'static str>,
         finish_reason: Option<FinishReason>,
         usage: Usage,
-        report: Report,
+        report: ResponseTimings,
     ) {
         let Some(trace) = self.trace.take() else {
             return;

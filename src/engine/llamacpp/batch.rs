@@ -4,13 +4,13 @@
 //! the tokens it holds. A request takes a free slot (the gateway's semaphore keeps one
 //! free for each) and is decoded there:
 //! - one step decodes, in one llama.cpp batch, the next token of every sequence that is
-//!   answering and a chunk of each prompt still being read: [`Shape::chunk`] tokens of
+//!   answering and a chunk of each prompt still being read: [`BatchShape::chunk`] tokens of
 //!   it while others answer, up to the whole batch when nothing else does, so a long
 //!   prompt delays the others one chunk per step, not its whole prefill;
 //! - a seeded request runs in a batch of its own, with chunks of a fixed size and no
 //!   prefix from another request: what its logits are cannot depend on what else ran,
 //!   so a replay gives the same text;
-//! - with [`Shape::reuse_prefixes`] a request takes the free slot whose cache is mostly
+//! - with [`BatchShape::reuse_prefixes`] a request takes the free slot whose cache is mostly
 //!   its prompt's prefix (a system prompt; at least half of what the slot holds, as
 //!   llama.cpp's server judges a slot's similarity) and reads only the rest; otherwise
 //!   a free slot beside the running ones (see [`runs_with`]), the one taken longest ago
@@ -33,12 +33,12 @@ use super::text::Pieces;
 use crate::engine::grammar::Vocabulary;
 use crate::engine::picking::{penalize, Pick, TokenPicker};
 use crate::engine::slots::Claim;
-use crate::engine::{EngineError, EngineEvent, Sampling};
+use crate::engine::{EngineError, EngineEvent, GenerationRequest};
 use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 
 /// How the loop's context is laid out, and how it steps.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Shape {
+pub(super) struct BatchShape {
     /// Sequences decoded together, each a slot of the KV cache.
     pub sequences: usize,
     /// Tokens of context each sequence has.
@@ -52,23 +52,29 @@ pub(super) struct Shape {
     pub reuse_prefixes: bool,
 }
 
-/// A request for the loop.
-pub(crate) struct Job {
+/// A request for the loop: a sequence to decode.
+pub(crate) struct NewSequence {
     /// The prompt's tokens, chat template applied.
     pub prompt: Arc<[u32]>,
     pub picker: TokenPicker,
-    /// For the penalties, which the loop applies before the picker.
-    pub sampling: Sampling,
-    pub max_tokens: u32,
-    /// Decode it alone, with no cached prefix (a seeded request).
-    pub solo: bool,
+    /// Its sampling (for the penalties, which the loop applies before the picker) and
+    /// its completion budget.
+    pub request: GenerationRequest,
     pub events: UnboundedSender<EngineEvent>,
     pub claim: Claim,
 }
 
+impl NewSequence {
+    /// Decode it alone, with no cached prefix: a seeded answer is one a replay must give
+    /// again, so no prefix computed in another batch, no batch company.
+    fn solo(&self) -> bool {
+        self.request.sampling.seed.is_some()
+    }
+}
+
 /// A request being read or answered.
 struct Running {
-    job: Job,
+    job: NewSequence,
     answer: Vec<u32>,
     /// The token picked last, decoded at the next step (it is not in the cache yet).
     next: Option<u32>,
@@ -99,8 +105,8 @@ pub(super) fn run(
     mut ctx: LlamaContext<'_>,
     model: &LlamaModel,
     vocabulary: Option<Arc<Vocabulary>>,
-    jobs: Receiver<Job>,
-    shape: Shape,
+    jobs: Receiver<NewSequence>,
+    shape: BatchShape,
 ) {
     let mut slots: Vec<Slot> = (0..shape.sequences).map(|_| Slot::default()).collect();
     let mut batch = LlamaBatch::new(shape.batch as usize, 1);
@@ -138,7 +144,7 @@ pub(super) fn run(
         }
         let (shared, solo): (Vec<usize>, Vec<usize>) = (0..slots.len())
             .filter(|&i| slots[i].running.is_some())
-            .partition(|&i| slots[i].running.as_ref().is_some_and(|r| !r.job.solo));
+            .partition(|&i| slots[i].running.as_ref().is_some_and(|r| !r.job.solo()));
         if !shared.is_empty() {
             step(
                 &mut ctx, &tokens, &mut slots, &shared, &mut batch, shape, false,
@@ -154,8 +160,14 @@ pub(super) fn run(
 /// cache is mostly a prefix of its prompt, keeping that prefix (never all of the prompt:
 /// its last token is read again for its logits); otherwise one beside the running
 /// slots, taken longest ago among those, emptied.
-fn admit(ctx: &mut LlamaContext<'_>, slots: &mut [Slot], job: Job, shape: Shape, now: u64) {
-    let reuse = shape.reuse_prefixes && !job.solo;
+fn admit(
+    ctx: &mut LlamaContext<'_>,
+    slots: &mut [Slot],
+    job: NewSequence,
+    shape: BatchShape,
+    now: u64,
+) {
+    let reuse = shape.reuse_prefixes && !job.solo();
     let shared = |slot: &Slot| {
         let common = slot
             .cached
@@ -298,7 +310,7 @@ fn step(
     slots: &mut [Slot],
     group: &[usize],
     batch: &mut LlamaBatch<'_>,
-    shape: Shape,
+    shape: BatchShape,
     solo: bool,
 ) {
     batch.clear();
@@ -343,7 +355,7 @@ fn fill(
     batch: &mut LlamaBatch<'_>,
     slots: &[Slot],
     group: &[usize],
-    shape: Shape,
+    shape: BatchShape,
     solo: bool,
 ) -> Vec<Entry> {
     let mut entries: Vec<Entry> = Vec::with_capacity(group.len());
@@ -422,21 +434,25 @@ fn add_prompt(
 }
 
 /// How a sequence ends.
-enum Ending {
+enum SequenceEnd {
     Finished(FinishReason),
     Failed(EngineError),
 }
 
 /// Picks the sequence's next token from `values` and sends its text on; what ends the
 /// sequence, if this token does.
-fn pick_next(tokens: &Tokens<'_>, running: &mut Running, values: &mut [f32]) -> Option<Ending> {
+fn pick_next(
+    tokens: &Tokens<'_>,
+    running: &mut Running,
+    values: &mut [f32],
+) -> Option<SequenceEnd> {
     let job = &running.job;
-    penalize(values, &job.prompt, &running.answer, &job.sampling);
+    penalize(values, &job.prompt, &running.answer, &job.request.sampling);
     let length = job.prompt.len() + running.answer.len();
     let pick = match job.picker.pick(values, length) {
         Ok(pick) => pick,
         Err(message) => {
-            return Some(Ending::Failed(EngineError::Internal(format!(
+            return Some(SequenceEnd::Failed(EngineError::Internal(format!(
                 "structured output: {message}"
             ))))
         }
@@ -457,9 +473,9 @@ fn pick_next(tokens: &Tokens<'_>, running: &mut Running, values: &mut [f32]) -> 
         at: pick.at,
     });
     if ends {
-        return Some(Ending::Finished(FinishReason::Stop));
+        return Some(SequenceEnd::Finished(FinishReason::Stop));
     }
-    if running.answer.len() >= job.max_tokens as usize {
+    if running.answer.len() >= job.request.budget.tokens() as usize {
         let rest = running.text.finish();
         if !rest.is_empty() {
             let _ = job.events.send(EngineEvent::Token {
@@ -469,34 +485,34 @@ fn pick_next(tokens: &Tokens<'_>, running: &mut Running, values: &mut [f32]) -> 
                 at: pick.at,
             });
         }
-        return Some(Ending::Finished(FinishReason::Length));
+        return Some(SequenceEnd::Finished(FinishReason::Length));
     }
     running.next = Some(id);
     None
 }
 
 /// Ends the slot's sequence with `ending`; its cache stays for a later prefix.
-fn finish(slot: &mut Slot, ending: Ending) {
+fn finish(slot: &mut Slot, ending: SequenceEnd) {
     let Some(running) = slot.running.take() else {
         return;
     };
     let event = match ending {
-        Ending::Finished(reason) => EngineEvent::Finished {
+        SequenceEnd::Finished(reason) => EngineEvent::Finished {
             reason,
             usage: Usage {
                 prompt_tokens: u32::try_from(running.job.prompt.len()).unwrap_or(u32::MAX),
                 completion_tokens: u32::try_from(running.answer.len()).unwrap_or(u32::MAX),
             },
         },
-        Ending::Failed(error) => EngineEvent::Failed(error),
+        SequenceEnd::Failed(error) => EngineEvent::Failed(error),
     };
     tell_last(running.job, event);
 }
 
 /// Sends a sequence's last event after giving back its claim: whoever sees the end sees
 /// the engine without the sequence (its running count, its KV positions, a free slot).
-fn tell_last(job: Job, event: EngineEvent) {
-    let Job { events, claim, .. } = job;
+fn tell_last(job: NewSequence, event: EngineEvent) {
+    let NewSequence { events, claim, .. } = job;
     drop(claim);
     let _ = events.send(event);
 }

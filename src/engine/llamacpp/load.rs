@@ -14,7 +14,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use super::batch::{self, Shape};
+use super::batch::{self, BatchShape};
 use super::{LlamaCppSettings, Loaded, DEFAULT_CONTEXT_CAP, ENGINE_NAME};
 use crate::engine::gguf::{GgufFacts, ModelFile};
 
@@ -77,7 +77,7 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         tracing::warn!(path = %path.display(), "The model's file has no chat template: only /v1/completions can be served.");
     }
     let sequences = settings.sequences.max(1);
-    let shape = Shape {
+    let shape = BatchShape {
         sequences,
         context: context_length,
         batch: BATCH_TOKENS,
@@ -145,10 +145,10 @@ impl Drop for Stopped {
 fn start_loop(
     model: Arc<LlamaModel>,
     settings: &LlamaCppSettings,
-    shape: Shape,
+    shape: BatchShape,
     vocabulary: Option<Arc<crate::engine::grammar::Vocabulary>>,
     stopped: Arc<AtomicBool>,
-) -> anyhow::Result<std::sync::mpsc::Sender<batch::Job>> {
+) -> anyhow::Result<std::sync::mpsc::Sender<batch::NewSequence>> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (made_tx, made_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let threads = settings.threads();

@@ -118,7 +118,7 @@ struct Loaded {
     /// `stop_token_ids`.
     eos: Arc<[u32]>,
     /// Where requests go to the decode loop.
-    jobs: std::sync::mpsc::Sender<batch::Job>,
+    jobs: std::sync::mpsc::Sender<batch::NewSequence>,
     /// The decode loop's thread has ended (a panic: it ends otherwise only with the engine).
     stopped: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -313,14 +313,10 @@ impl Backend for LlamaCppEngine {
         let ends = EndRules::of(&request.sampling, &loaded.eos, ids.len());
         let picker = TokenPicker::new(&request.sampling, grammar, request.top_logprobs, ends);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let job = batch::Job {
-            // A seeded answer is one a replay must give again: no prefix computed in
-            // another batch, no batch company.
-            solo: request.sampling.seed.is_some(),
+        let job = batch::NewSequence {
             prompt: ids,
             picker,
-            sampling: request.sampling,
-            max_tokens: request.budget.tokens(),
+            request,
             events: events_tx,
             claim,
         };

@@ -36,13 +36,13 @@ pub struct Pair {
 
 /// What the canary saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Findings {
     /// Token count of both prompts.
     pub prompt_tokens: u32,
     pub pairs: [Pair; 2],
 }
 
-impl Outcome {
+impl Findings {
     pub fn batched_equals_single(&self) -> bool {
         self.pairs.iter().all(|p| p.alone == p.together)
     }
@@ -77,7 +77,7 @@ pub(crate) trait Subject {
 }
 
 /// Answers the first two candidates of equal token count alone, then together.
-pub(crate) async fn run(subject: &impl Subject) -> anyhow::Result<Outcome> {
+pub(crate) async fn run(subject: &impl Subject) -> anyhow::Result<Findings> {
     let (first, second, tokens) = equal_length_pair(subject).await?;
     let alone_first = answer(subject.start(request(first), tokens).await?).await?;
     let alone_second = answer(subject.start(request(second), tokens).await?).await?;
@@ -85,7 +85,7 @@ pub(crate) async fn run(subject: &impl Subject) -> anyhow::Result<Outcome> {
     let together_second = subject.start(request(second), tokens).await?;
     let (together_first, together_second) =
         tokio::join!(answer(together_first), answer(together_second));
-    Ok(Outcome {
+    Ok(Findings {
         prompt_tokens: tokens,
         pairs: [
             Pair {
@@ -193,7 +193,7 @@ mod tests {
         }
     }
 
-    async fn canary(single: Front, batched: Front) -> Outcome {
+    async fn canary(single: Front, batched: Front) -> Findings {
         run(&Scripted {
             single,
             batched,

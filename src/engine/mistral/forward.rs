@@ -9,7 +9,7 @@ use mistralrs::Response;
 use tokio::sync::mpsc;
 
 use super::picker::Pick;
-use super::{ParkedSlot, PickedIds, Slot};
+use super::{ParkedReplicaSlot, PickedIds, ReplicaSlot};
 use crate::engine::grammar::Vocabulary;
 use crate::engine::{EngineError, EngineEvent};
 use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
@@ -30,7 +30,7 @@ pub(super) async fn forward(
     prompt_tokens: u32,
     max_tokens: u32,
     tx: mpsc::Sender<EngineEvent>,
-    (slot, parked): (Slot, ParkedSlot),
+    (slot, parked): (ReplicaSlot, ParkedReplicaSlot),
 ) {
     // Some while mistral.rs runs the sequence; given back as soon as it has ended.
     let mut running = Some(slot);
@@ -101,8 +101,8 @@ pub(super) async fn forward(
 }
 
 /// The client has gone: a slot still running waits in the sequence's picker until
-/// mistral.rs drops the sequence ([`ParkedSlot`]).
-fn park(running: Option<Slot>, parked: &ParkedSlot) {
+/// mistral.rs drops the sequence ([`ParkedReplicaSlot`]).
+fn park(running: Option<ReplicaSlot>, parked: &ParkedReplicaSlot) {
     if let Ok(mut cell) = parked.lock() {
         *cell = running;
     }

@@ -7,7 +7,7 @@
 //! mistral.rs responses into [`EngineEvent`]s. When the gateway drops its
 //! [`TokenStream`](super::TokenStream), the forwarder drops the mistral.rs receiver, and
 //! mistral.rs cancels the sequence at its next step; the sequence's slot waits in its
-//! picker until then ([`ParkedSlot`]).
+//! picker until then ([`ParkedReplicaSlot`]).
 //!
 //! Requests wait for a slot in the gateway (where the wait is measured), then run on one
 //! of `replicas` independent model instances: on CPU, where mistral.rs 0.8.1 cannot
@@ -146,28 +146,28 @@ pub struct MistralEngine {
 
 /// A running sequence's place on its replica, and the front's [`Claim`] (its slot and KV
 /// positions); frees both when dropped.
-struct Slot {
+struct ReplicaSlot {
     replica: usize,
     running: Arc<Mutex<Vec<usize>>>,
     claim: Claim,
 }
 
-impl Slot {
+impl ReplicaSlot {
     /// Counts `tokens` more positions in this sequence's KV cache.
     fn grow_by(&mut self, tokens: usize) {
         self.claim.holds(self.claim.held() + tokens);
     }
 }
 
-/// Where a sequence's [`Slot`] goes when its client leaves: into the sequence's own
+/// Where a sequence's [`ReplicaSlot`] goes when its client leaves: into the sequence's own
 /// picker, which mistral.rs drops with the sequence. mistral.rs cancels a sequence at its
 /// next step, when the answer finds no receiver (a long prompt's prefill is one step and
 /// runs to its end), so the slot is freed when mistral.rs has let the sequence go, not
 /// before: the next request waits for it in the gateway, where the wait is measured,
 /// rather than unseen inside mistral.rs, and the KV figures stay true.
-type ParkedSlot = Arc<Mutex<Option<Slot>>>;
+type ParkedReplicaSlot = Arc<Mutex<Option<ReplicaSlot>>>;
 
-impl Drop for Slot {
+impl Drop for ReplicaSlot {
     fn drop(&mut self) {
         if let Ok(mut running) = self.running.lock() {
             running[self.replica] -= 1;
@@ -256,7 +256,7 @@ impl MistralEngine {
 
     /// The [`canary`] on the loaded model's first instance (for the reproduction in
     /// `examples/batching_defect` and the tests).
-    pub async fn batching_check(&self) -> anyhow::Result<canary::Outcome> {
+    pub async fn batching_check(&self) -> anyhow::Result<canary::Findings> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         canary::run(&Canary {
             engine: self,
@@ -289,7 +289,7 @@ impl MistralEngine {
     }
 
     /// Places a claimed sequence on the least busy replica, or on `pin`.
-    fn place(&self, claim: Claim, pin: Option<usize>) -> Result<Slot, EngineError> {
+    fn place(&self, claim: Claim, pin: Option<usize>) -> Result<ReplicaSlot, EngineError> {
         let mut running = self
             .running
             .lock()
@@ -301,7 +301,7 @@ impl MistralEngine {
                 .unwrap_or_default()
         });
         running[replica] += 1;
-        Ok(Slot {
+        Ok(ReplicaSlot {
             replica,
             running: Arc::clone(&self.running),
             claim,
@@ -521,7 +521,7 @@ impl MistralEngine {
         let started = std::time::Instant::now();
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
-        let parked = ParkedSlot::default();
+        let parked = ParkedReplicaSlot::default();
         let ends = EndRules::of(&request.sampling, &loaded.eos, prompt_tokens as usize);
         let picker = Picker::new(
             &request.sampling,

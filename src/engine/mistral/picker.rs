@@ -28,8 +28,8 @@ pub struct Picker {
     picked: PickedIds,
     /// Held, never read: mistral.rs owns the picker with the sequence, so what is parked
     /// here lives exactly as long as mistral.rs keeps the sequence (see
-    /// [`super::ParkedSlot`]).
-    _parked: Option<super::ParkedSlot>,
+    /// [`super::ParkedReplicaSlot`]).
+    _parked: Option<super::ParkedReplicaSlot>,
 }
 
 impl Picker {
@@ -48,7 +48,7 @@ impl Picker {
     }
 
     /// Keeps `parked` until mistral.rs drops the sequence.
-    pub(super) fn parking(mut self, parked: super::ParkedSlot) -> Self {
+    pub(super) fn parking(mut self, parked: super::ParkedReplicaSlot) -> Self {
         self._parked = Some(parked);
         self
     }

@@ -22,7 +22,7 @@ use utoipa::ToSchema;
 
 use super::logprobs::{ChatLogprobs, TextLogprobs};
 use crate::error::ApiError;
-use crate::record::Report;
+use crate::record::ResponseTimings;
 use crate::tokens::{FinishReason, TokenLogprob, Usage};
 
 pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
@@ -108,7 +108,7 @@ pub(crate) struct Chunk<'a> {
     /// The last chunk's: the request's timings and quality signals.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
-    timings: Option<&'a Report>,
+    timings: Option<&'a ResponseTimings>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -269,7 +269,7 @@ impl ChunkAssembler {
         &self,
         reason: FinishReason,
         usage: Usage,
-        timings: &Report,
+        timings: &ResponseTimings,
         tokens: &[TokenLogprob],
     ) -> Vec<Bytes> {
         let finish = [self.choice(None, None, Some(reason.as_str()), tokens)];
@@ -303,7 +303,7 @@ impl ChunkAssembler {
         &self,
         choices: &[ChunkChoice<'_>],
         usage: Option<Option<UsageBody>>,
-        timings: Option<&Report>,
+        timings: Option<&ResponseTimings>,
     ) -> Bytes {
         sse_json(&Chunk {
             id: &self.meta.id,
@@ -367,7 +367,7 @@ pub struct Completion<'a> {
     #[schema(value_type = Vec<CompletionChoice>)]
     pub choices: [CompletionChoice<'a>; 1],
     pub usage: UsageBody,
-    pub timings: &'a Report,
+    pub timings: &'a ResponseTimings,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -404,7 +404,7 @@ impl<'a> Completion<'a> {
         content: &'a str,
         reason: FinishReason,
         usage: Usage,
-        timings: &'a Report,
+        timings: &'a ResponseTimings,
         logprobs: Option<&'a [TokenLogprob]>,
     ) -> Self {
         let choice = match meta.shape {

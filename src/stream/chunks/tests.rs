@@ -11,8 +11,8 @@ fn meta() -> ResponseMeta {
     }
 }
 
-fn timings() -> Report {
-    Report {
+fn timings() -> ResponseTimings {
+    ResponseTimings {
         timings: crate::timing::Timings {
             ttft_ms: Some(1.0),
             engine_ttft_ms: None,

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::policy::EngineLoad;
+use super::policy::ReplicaLoad;
 use super::FleetConfig;
 use crate::engine::upstream::Fault;
 
@@ -129,7 +129,7 @@ struct Health {
 #[derive(Debug, Clone, Copy)]
 struct Scraped {
     at: Instant,
-    load: EngineLoad,
+    load: ReplicaLoad,
     /// What was in flight from here when it was taken.
     outstanding: usize,
 }
@@ -313,7 +313,7 @@ impl Endpoint {
     }
 
     /// What its `/metrics` said just now.
-    pub fn scraped(&self, load: EngineLoad, now: Instant) {
+    pub fn scraped(&self, load: ReplicaLoad, now: Instant) {
         let outstanding = self.in_flight();
         self.health().scraped = Some(Scraped {
             at: now,
@@ -323,9 +323,9 @@ impl Endpoint {
     }
 
     /// Its engine's load as of the last scrape, when that is fresher than `stale`.
-    pub fn engine_load(&self, now: Instant, stale: Duration) -> Option<EngineLoad> {
+    pub fn engine_load(&self, now: Instant, stale: Duration) -> Option<ReplicaLoad> {
         let scraped = self.health().scraped?;
-        (now.saturating_duration_since(scraped.at) <= stale).then(|| EngineLoad {
+        (now.saturating_duration_since(scraped.at) <= stale).then(|| ReplicaLoad {
             sent_since: self.in_flight().saturating_sub(scraped.outstanding),
             ..scraped.load
         })
@@ -558,9 +558,9 @@ mod tests {
     fn a_fresh_scrape_counts_what_was_sent_since() {
         let (e, t0) = (endpoint(), Instant::now());
         e.scraped(
-            EngineLoad {
+            ReplicaLoad {
                 waiting: 2.0,
-                ..EngineLoad::default()
+                ..ReplicaLoad::default()
             },
             t0,
         );

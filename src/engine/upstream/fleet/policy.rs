@@ -46,14 +46,14 @@ pub struct Candidate {
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     /// What its own `/metrics` said, when that is recent.
-    pub engine: Option<EngineLoad>,
+    pub engine: Option<ReplicaLoad>,
     /// Its rendezvous-hash score for the request's prefix (`prefix_affinity`).
     pub affinity: u64,
 }
 
 /// An engine's own account of its load, from its `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct EngineLoad {
+pub struct ReplicaLoad {
     /// Requests in its queue (vLLM's `num_requests_waiting`).
     pub waiting: f64,
     /// Requests it is running.
@@ -332,7 +332,7 @@ mod tests {
     fn engine_metrics_reads_queues_and_falls_back_without_them() {
         let reported = |waiting, kv, sent_since, outstanding| Candidate {
             outstanding,
-            engine: Some(EngineLoad {
+            engine: Some(ReplicaLoad {
                 waiting,
                 running: 4.0,
                 kv_cache: Some(kv),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use openmetrics_parser::{prometheus::parse_prometheus, PrometheusValue};
 use reqwest::Url;
 
-use super::policy::EngineLoad;
+use super::policy::ReplicaLoad;
 use super::Fleet;
 use crate::engine::upstream::fault::strip_credentials;
 
@@ -50,7 +50,7 @@ const KV_CACHE: &[&str] = &[
 const MAX_SCRAPE_BYTES: usize = 4 << 20;
 
 /// An engine's load from its metrics text; `None` when it names no queue.
-pub fn engine_load(text: &str) -> Option<EngineLoad> {
+pub fn engine_load(text: &str) -> Option<ReplicaLoad> {
     let exposition = parse_prometheus(text).ok()?;
     let total = |names: &[&str]| {
         names.iter().find_map(|name| {
@@ -70,7 +70,7 @@ pub fn engine_load(text: &str) -> Option<EngineLoad> {
             .filter(|total: &f64| total.is_finite())
         })
     };
-    Some(EngineLoad {
+    Some(ReplicaLoad {
         waiting: total(WAITING)?,
         running: total(RUNNING).unwrap_or(0.0),
         kv_cache: total(KV_CACHE).map(|k| k.clamp(0.0, 1.0)),
