@@ -374,27 +374,26 @@ pub fn component_template_body(plain: bool) -> Value {
         .iter()
         .map(|k| (k.as_str().to_owned(), json!({"type": "integer"})))
         .collect();
+    let percentiles =
+        || json!({"properties": {"p50_ms": double(), "p95_ms": double(), "max_ms": double()}});
     // Built apart: one json! this deep would pass the macro's recursion limit.
     let llm = json!({
-                        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
-                        "stream": {"type": "boolean"},
-                        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
-                        "upstream_ttft_ms": double(),
-                        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
-                        "itl": {"properties": {
-                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
-                        }},
-                        "chunks": {"type": "integer"},
-                        "delivery": {"properties": {
-                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
-                        }},
-                        "tokens_per_second": double(), "repetition_rate": double(),
-                        "repetition_basis": keyword(),
-                        "mean_logprob": double(), "min_logprob": double(),
-                        "low_confidence_share": double(),
-                        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
-                        "intent": keyword(), "language": keyword(), "answer_language": keyword(), "input_hash": keyword(), "output_hash": keyword(),
-                        "system_fingerprint": keyword(),
+        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
+        "stream": {"type": "boolean"},
+        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
+        "upstream_ttft_ms": double(),
+        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
+        "itl": percentiles(),
+        "chunks": {"type": "integer"},
+        "delivery": percentiles(),
+        "tokens_per_second": double(), "repetition_rate": double(),
+        "repetition_basis": keyword(),
+        "mean_logprob": double(), "min_logprob": double(),
+        "low_confidence_share": double(),
+        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
+        "intent": keyword(), "language": keyword(), "answer_language": keyword(),
+        "input_hash": keyword(), "output_hash": keyword(),
+        "system_fingerprint": keyword(),
         "model": {"properties": {
             "sha256": keyword(), "quant": keyword(), "device": keyword(),
             "context_length": {"type": "integer"},
@@ -408,11 +407,10 @@ pub fn component_template_body(plain: bool) -> Value {
             "failed_attempts": {"properties": {"endpoint": keyword(), "error_type": keyword()}}
         }},
         "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
-                        "prompt_excerpt": {"type": "text"},
-                        "response_excerpt": {"type": "text"},
-                        "redactions": {"properties": redactions},
-                        "redactions_total": {"type": "integer"}
-
+        "prompt_excerpt": {"type": "text"},
+        "response_excerpt": {"type": "text"},
+        "redactions": {"properties": redactions},
+        "redactions_total": {"type": "integer"}
     });
     json!({
         "_meta": {"managed_by": "llmgate"},
