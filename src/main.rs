@@ -239,10 +239,7 @@ fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
         print!("{}", llmgate::bench::overhead(engine, gateway));
     }
     if let Some(path) = &args.json {
-        let written = serde_json::to_vec_pretty(&reports)
-            .map_err(|e| e.to_string())
-            .and_then(|json| std::fs::write(path, json).map_err(|e| e.to_string()));
-        if let Err(error) = written {
+        if let Err(error) = write_json(path, &reports) {
             eprintln!("llmgate bench: could not write {}: {error}", path.display());
             return ExitCode::from(2);
         }
@@ -273,10 +270,7 @@ fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
     };
     print!("{}", report.table());
     if let Some(path) = &args.json {
-        let written = serde_json::to_vec_pretty(&report)
-            .map_err(|e| e.to_string())
-            .and_then(|json| std::fs::write(path, json).map_err(|e| e.to_string()));
-        if let Err(error) = written {
+        if let Err(error) = write_json(path, &report) {
             eprintln!(
                 "llmgate compare: could not write {}: {error}",
                 path.display()
@@ -290,8 +284,12 @@ fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
     }
 }
 
-/// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
-/// checked.
+/// Writes `value` to `path` as pretty JSON (`--json` of bench and compare).
+fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<(), String> {
+    let json = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
+    std::fs::write(path, json).map_err(|e| e.to_string())
+}
+
 /// The async runtime of a command that is not `serve`; exit status 2, said on stderr,
 /// when it cannot start.
 fn command_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -335,6 +333,8 @@ fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
     }
 }
 
+/// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
+/// checked.
 fn run_replay(args: &ReplayArgs) -> ExitCode {
     let runtime = match command_runtime() {
         Ok(runtime) => runtime,
@@ -555,40 +555,10 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         )
     })?;
     let models = served_models(&config)?;
-    let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
-    let upstream_ids: Vec<&str> = config
-        .models
-        .iter()
-        .filter(|m| matches!(m.engine, ModelEngine::Upstream(_)))
-        .map(|m| m.id.as_str())
-        .collect();
-    let metrics = Arc::new(Metrics::for_models(&ids, &upstream_ids));
+    let metrics = Arc::new(metrics_of(&config));
     let trace_settings = TraceSettings::from(&config.telemetry);
-    let tracing = if llmgate::telemetry::trace::enabled_by_env() {
-        tracing::info!("Exporting traces over OTLP, as the OTEL_* variables say.");
-        Some(Tracing::from_env(&trace_settings, Arc::clone(&metrics))?)
-    } else {
-        tracing::info!("No OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT); traces are off.");
-        None
-    };
-    let semlog = Arc::new(
-        Semlog::start(&config.semlog, Arc::clone(&metrics), DEFAULT_PACING)
-            .map_err(|e| anyhow::anyhow!("semantic log (semlog): {e}"))?,
-    );
-    match &config.semlog.elasticsearch {
-        Some(es) => tracing::info!(
-            target_url = %es
-                .url
-                .as_deref()
-                .map_or("Elastic Cloud".to_owned(), llmgate::semlog::elasticsearch::display_url),
-            data_stream = %config.semlog.data_stream(),
-            "Semantic logs go to Elasticsearch."
-        ),
-        None => tracing::info!(
-            dir = %config.semlog.data_dir.join("semlog").display(),
-            "No Elasticsearch configured; semantic logs go to NDJSON files."
-        ),
-    }
+    let tracing = otlp_tracing(&trace_settings, &metrics)?;
+    let semlog = start_semlog(&config, &metrics)?;
     let records = FanOut(vec![Arc::new(LogObserver), semlog.clone()]);
     let telemetry = Arc::new(
         Telemetry::new(metrics, tracing, trace_settings.policy, Arc::new(records))
@@ -602,46 +572,10 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     );
     state.guard = guard(&config, Arc::clone(&state.clock))?;
     state.semlog = semlog.status();
-    for model in &config.models {
-        match &model.engine {
-            ModelEngine::Mistral { model_path } | ModelEngine::Llamacpp { model_path } => {
-                tracing::info!(
-                    model = %model.id,
-                    path = %model_path.display(),
-                    engine = model.engine.name(),
-                    chosen_by = %model
-                        .auto_reason
-                        .map_or_else(|| "the config".to_owned(), |why| format!("auto ({why})")),
-                    "Serving a GGUF in this process; it is loading."
-                )
-            }
-            ModelEngine::Upstream(upstream) => tracing::info!(
-                model = %model.id,
-                upstream_urls = %llmgate::engine::upstream::fault::strip_credentials(&upstream.urls.join(",")),
-                policy = upstream.fleet.policy.as_str(),
-                upstream_model = %upstream.model,
-                api_key = upstream.api_key.is_some(),
-                logprobs = upstream.logprobs,
-                tokenizer = upstream.tokenizer.as_ref().map(|p| p.display().to_string()),
-                "Serving from an upstream server."
-            ),
-        }
-    }
+    log_served_models(&config);
     tracing::info!(address = %listener.local_addr()?, "Listening.");
     let state = web::Data::new(state);
-    let metrics_server = match config.server.metrics_listen {
-        Some(address) => {
-            let listener = TcpListener::bind(address).map_err(|e| {
-                anyhow::anyhow!("could not listen on {address} (server.metrics_listen): {e}")
-            })?;
-            tracing::info!(address = %address, "Serving /metrics on its own listener.");
-            let server = llmgate::serve_metrics(state.clone(), listener)?;
-            let handle = server.handle();
-            tokio::spawn(server);
-            Some(handle)
-        }
-        None => None,
-    };
+    let metrics_server = serve_metrics_apart(&config, &state)?;
     let server = llmgate::serve(state.clone(), listener, config.server.workers)?;
     let handle = server.handle();
     let mut running = tokio::spawn(server);
@@ -667,4 +601,98 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     telemetry.shutdown();
     tracing::info!("Stopped.");
     Ok(())
+}
+
+/// The metrics registry, with a series for each served model (and upstream).
+fn metrics_of(config: &Config) -> Metrics {
+    let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+    let upstream_ids: Vec<&str> = config
+        .models
+        .iter()
+        .filter(|m| matches!(m.engine, ModelEngine::Upstream(_)))
+        .map(|m| m.id.as_str())
+        .collect();
+    Metrics::for_models(&ids, &upstream_ids)
+}
+
+/// The OTLP trace exporter, where the `OTEL_*` variables name an endpoint.
+fn otlp_tracing(
+    settings: &TraceSettings,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Option<Tracing>> {
+    if llmgate::telemetry::trace::enabled_by_env() {
+        tracing::info!("Exporting traces over OTLP, as the OTEL_* variables say.");
+        Ok(Some(Tracing::from_env(settings, Arc::clone(metrics))?))
+    } else {
+        tracing::info!("No OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT); traces are off.");
+        Ok(None)
+    }
+}
+
+/// The semantic-log pipeline, started, and where it sends documents, logged.
+fn start_semlog(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Arc<Semlog>> {
+    let semlog = Semlog::start(&config.semlog, Arc::clone(metrics), DEFAULT_PACING)
+        .map_err(|e| anyhow::anyhow!("semantic log (semlog): {e}"))?;
+    match &config.semlog.elasticsearch {
+        Some(es) => tracing::info!(
+            target_url = %es
+                .url
+                .as_deref()
+                .map_or("Elastic Cloud".to_owned(), llmgate::semlog::elasticsearch::display_url),
+            data_stream = %config.semlog.data_stream(),
+            "Semantic logs go to Elasticsearch."
+        ),
+        None => tracing::info!(
+            dir = %config.semlog.data_dir.join("semlog").display(),
+            "No Elasticsearch configured; semantic logs go to NDJSON files."
+        ),
+    }
+    Ok(Arc::new(semlog))
+}
+
+/// Logs each served model: its file and engine, or its upstream.
+fn log_served_models(config: &Config) {
+    for model in &config.models {
+        match &model.engine {
+            ModelEngine::Mistral { model_path } | ModelEngine::Llamacpp { model_path } => {
+                tracing::info!(
+                    model = %model.id,
+                    path = %model_path.display(),
+                    engine = model.engine.name(),
+                    chosen_by = %model
+                        .auto_reason
+                        .map_or_else(|| "the config".to_owned(), |why| format!("auto ({why})")),
+                    "Serving a GGUF in this process; it is loading."
+                )
+            }
+            ModelEngine::Upstream(upstream) => tracing::info!(
+                model = %model.id,
+                upstream_urls = %llmgate::engine::upstream::fault::strip_credentials(&upstream.urls.join(",")),
+                policy = upstream.fleet.policy.as_str(),
+                upstream_model = %upstream.model,
+                api_key = upstream.api_key.is_some(),
+                logprobs = upstream.logprobs,
+                tokenizer = upstream.tokenizer.as_ref().map(|p| p.display().to_string()),
+                "Serving from an upstream server."
+            ),
+        }
+    }
+}
+
+/// Serves /metrics on `server.metrics_listen`, where it is set; the handle stops it.
+fn serve_metrics_apart(
+    config: &Config,
+    state: &web::Data<AppState>,
+) -> anyhow::Result<Option<actix_web::dev::ServerHandle>> {
+    let Some(address) = config.server.metrics_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(address).map_err(|e| {
+        anyhow::anyhow!("could not listen on {address} (server.metrics_listen): {e}")
+    })?;
+    tracing::info!(address = %address, "Serving /metrics on its own listener.");
+    let server = llmgate::serve_metrics(state.clone(), listener)?;
+    let handle = server.handle();
+    tokio::spawn(server);
+    Ok(Some(handle))
 }

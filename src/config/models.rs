@@ -24,11 +24,11 @@
 //! # or: url = "http://vllm-headless.llm.svc:8000/v1" with dns_refresh_secs = 10
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::settings::EngineTable;
 use super::table::{EngineKind, ModelTable};
-use super::upstream::upstream;
+use super::upstream::{upstream, Invalid};
 use super::{defaults, ConfigError, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
 use crate::engine::config::{Host, InProcess};
 use crate::engine::served::ModelPolicy;
@@ -130,40 +130,8 @@ pub(super) fn resolve(
 ) -> Result<Vec<ModelConfig>, ConfigError> {
     let cap = engine.max_tokens_cap.unwrap_or(2048);
     if tables.is_empty() {
-        let id = engine
-            .model_id
-            .clone()
-            .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned());
-        let table = match &engine.upstream_url {
-            Some(url) => ModelTable {
-                id: Some(id),
-                engine: Some(EngineKind::Upstream),
-                // Commas separate the replicas of one model.
-                url: (!url.contains(',')).then(|| url.clone()),
-                urls: url
-                    .contains(',')
-                    .then(|| url.split(',').map(str::to_owned).collect()),
-                policy: engine.upstream_policy,
-                upstream_model: engine.upstream_model.clone(),
-                api_key_env: engine.upstream_api_key_env.clone(),
-                api_key_file: engine.upstream_api_key_file.clone(),
-                tokenizer: engine.upstream_tokenizer.clone(),
-                default_max_tokens: engine.default_max_tokens,
-                default_temperature: engine.default_temperature,
-                default_top_p: engine.default_top_p,
-                ..ModelTable::default()
-            },
-            None => ModelTable {
-                id: Some(id),
-                engine: Some(engine.engine.unwrap_or(EngineKind::Auto)),
-                default_max_tokens: engine.default_max_tokens,
-                default_temperature: engine.default_temperature,
-                default_top_p: engine.default_top_p,
-                ..ModelTable::default()
-            },
-        };
         // The flags' own names in errors: there is no [[models]] entry to point at.
-        return model(table, 0, engine, cap, guard, host)
+        return model(single_table(engine), 0, engine, cap, guard, host)
             .map(|m| vec![m])
             .map_err(|error| match error {
                 ConfigError::Entry { key, message, .. } => {
@@ -205,6 +173,41 @@ pub(super) fn resolve(
     Ok(models)
 }
 
+/// The `[[models]]` entry that `[engine]`'s settings describe, where the file lists none.
+fn single_table(engine: &EngineTable) -> ModelTable {
+    let id = engine
+        .model_id
+        .clone()
+        .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned());
+    let defaults = ModelTable {
+        id: Some(id),
+        default_max_tokens: engine.default_max_tokens,
+        default_temperature: engine.default_temperature,
+        default_top_p: engine.default_top_p,
+        ..ModelTable::default()
+    };
+    match &engine.upstream_url {
+        Some(url) => ModelTable {
+            engine: Some(EngineKind::Upstream),
+            // Commas separate the replicas of one model.
+            url: (!url.contains(',')).then(|| url.clone()),
+            urls: url
+                .contains(',')
+                .then(|| url.split(',').map(str::to_owned).collect()),
+            policy: engine.upstream_policy,
+            upstream_model: engine.upstream_model.clone(),
+            api_key_env: engine.upstream_api_key_env.clone(),
+            api_key_file: engine.upstream_api_key_file.clone(),
+            tokenizer: engine.upstream_tokenizer.clone(),
+            ..defaults
+        },
+        None => ModelTable {
+            engine: Some(engine.engine.unwrap_or(EngineKind::Auto)),
+            ..defaults
+        },
+    }
+}
+
 /// The `[engine]` setting a key of the single model comes from.
 fn single_setting(key: &str) -> &'static str {
     match key {
@@ -223,6 +226,7 @@ fn single_setting(key: &str) -> &'static str {
     }
 }
 
+/// One `[[models]]` entry (its place in the list: `index`), resolved and checked.
 fn model(
     t: ModelTable,
     index: usize,
@@ -231,7 +235,6 @@ fn model(
     guard: Option<bool>,
     host: Host,
 ) -> Result<ModelConfig, ConfigError> {
-    let at = |key: &str| format!("[[models]] entry {} ({key})", index + 1);
     let invalid = |key: &'static str, message: String| ConfigError::Entry {
         entry: index + 1,
         key,
@@ -247,23 +250,7 @@ fn model(
             "say which engine serves it: \"auto\", \"llamacpp\" or \"mistral\" (in this process) or \"upstream\"".into(),
         )
     })?;
-    let set = serde_json::to_value(&t).unwrap_or_default();
-    let is_set = |key: &str| set.get(key).is_some_and(|v| !v.is_null());
-    let foreign = if kind.in_process() {
-        UPSTREAM_ONLY.iter().copied().find(|key| is_set(key))
-    } else {
-        IN_PROCESS_ONLY.iter().copied().find(|key| is_set(key))
-    };
-    if let Some(key) = foreign {
-        return Err(invalid(
-            key,
-            format!(
-                "{} does not apply to engine = \"{}\"",
-                at(key),
-                kind.as_str()
-            ),
-        ));
-    }
+    check_keys_apply(&t, kind, index, &invalid)?;
     let max_tokens_cap = t.max_tokens_cap.unwrap_or(cap);
     if max_tokens_cap == 0 {
         return Err(invalid("max_tokens_cap", "must be at least 1".into()));
@@ -273,66 +260,15 @@ fn model(
         .clone()
         .or_else(|| engine.model_path.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH));
-    // What the model's card recommends, for a model file we know (an upstream applies
-    // its own model's generation config).
-    let known = kind
-        .in_process()
-        .then(|| defaults::for_model_file(&model_path))
-        .flatten();
-    let default_max_tokens = if kind.in_process() {
-        t.default_max_tokens.or(engine.default_max_tokens)
-    } else {
-        t.default_max_tokens
-    }
-    .or(known.map(|k| k.max_tokens.min(max_tokens_cap)));
-    let (default_temperature, default_top_p) = if kind.in_process() {
-        (
-            t.default_temperature.or(engine.default_temperature),
-            t.default_top_p.or(engine.default_top_p),
-        )
-    } else {
-        (t.default_temperature, t.default_top_p)
-    };
-    let default_temperature = default_temperature.or(known.map(|k| k.temperature));
-    let default_top_p = default_top_p.or(known.map(|k| k.top_p));
-    if default_temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
-        return Err(invalid(
-            "default_temperature",
-            "must be between 0 and 2".into(),
-        ));
-    }
-    if default_top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-        return Err(invalid(
-            "default_top_p",
-            "must be greater than 0 and at most 1".into(),
-        ));
-    }
-    let degeneration_guard = t
-        .degeneration_guard
-        .or(guard)
-        .or(known.map(|k| k.degeneration_guard))
-        .unwrap_or(false);
-    if default_max_tokens.is_some_and(|n| n == 0 || n > max_tokens_cap) {
-        return Err(invalid(
-            "default_max_tokens",
-            format!("must be between 1 and max_tokens_cap ({max_tokens_cap})"),
-        ));
-    }
-    let in_process = |engine: InProcess| match engine {
-        InProcess::Mistral => ModelEngine::Mistral {
-            model_path: model_path.clone(),
-        },
-        InProcess::Llamacpp => ModelEngine::Llamacpp {
-            model_path: model_path.clone(),
-        },
-    };
+    let defaults = RequestDefaults::of(&t, kind, engine, &model_path, max_tokens_cap, guard)
+        .checked(max_tokens_cap, &invalid)?;
     let (engine, auto_reason) = match kind {
         EngineKind::Auto => {
             let (engine, why) = host.auto_engine();
-            (in_process(engine), Some(why))
+            (in_process(engine, model_path), Some(why))
         }
-        EngineKind::Mistral => (in_process(InProcess::Mistral), None),
-        EngineKind::Llamacpp => (in_process(InProcess::Llamacpp), None),
+        EngineKind::Mistral => (in_process(InProcess::Mistral, model_path), None),
+        EngineKind::Llamacpp => (in_process(InProcess::Llamacpp, model_path), None),
         EngineKind::Upstream => (
             ModelEngine::Upstream(Box::new(upstream(&t, &id, &invalid)?)),
             None,
@@ -342,11 +278,119 @@ fn model(
         id,
         entry: None,
         max_tokens_cap,
-        default_max_tokens,
-        default_temperature,
-        default_top_p,
-        degeneration_guard,
+        default_max_tokens: defaults.max_tokens,
+        default_temperature: defaults.temperature,
+        default_top_p: defaults.top_p,
+        degeneration_guard: defaults.degeneration_guard,
         engine,
         auto_reason,
     })
+}
+
+/// Refuses a key of the entry that only the other kind of engine reads.
+fn check_keys_apply(
+    t: &ModelTable,
+    kind: EngineKind,
+    index: usize,
+    invalid: Invalid,
+) -> Result<(), ConfigError> {
+    let set = serde_json::to_value(t).unwrap_or_default();
+    let is_set = |key: &str| set.get(key).is_some_and(|v| !v.is_null());
+    let foreign = if kind.in_process() {
+        UPSTREAM_ONLY.iter().copied().find(|key| is_set(key))
+    } else {
+        IN_PROCESS_ONLY.iter().copied().find(|key| is_set(key))
+    };
+    match foreign {
+        Some(key) => Err(invalid(
+            key,
+            format!(
+                "[[models]] entry {} ({key}) does not apply to engine = \"{}\"",
+                index + 1,
+                kind.as_str()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The in-process engine `engine` serving the GGUF at `model_path`.
+fn in_process(engine: InProcess, model_path: PathBuf) -> ModelEngine {
+    match engine {
+        InProcess::Mistral => ModelEngine::Mistral { model_path },
+        InProcess::Llamacpp => ModelEngine::Llamacpp { model_path },
+    }
+}
+
+/// What a model applies to a request that does not say.
+#[derive(Debug, Clone, Copy)]
+struct RequestDefaults {
+    max_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    degeneration_guard: bool,
+}
+
+impl RequestDefaults {
+    /// The entry's own, then (in process) `[engine]`'s, then what the model's card
+    /// recommends for a model file we know (an upstream applies its own model's
+    /// generation config).
+    fn of(
+        t: &ModelTable,
+        kind: EngineKind,
+        engine: &EngineTable,
+        model_path: &Path,
+        max_tokens_cap: u32,
+        guard: Option<bool>,
+    ) -> Self {
+        let known = kind
+            .in_process()
+            .then(|| defaults::for_model_file(model_path))
+            .flatten();
+        let (max_tokens, temperature, top_p) = if kind.in_process() {
+            (
+                t.default_max_tokens.or(engine.default_max_tokens),
+                t.default_temperature.or(engine.default_temperature),
+                t.default_top_p.or(engine.default_top_p),
+            )
+        } else {
+            (t.default_max_tokens, t.default_temperature, t.default_top_p)
+        };
+        Self {
+            max_tokens: max_tokens.or(known.map(|k| k.max_tokens.min(max_tokens_cap))),
+            temperature: temperature.or(known.map(|k| k.temperature)),
+            top_p: top_p.or(known.map(|k| k.top_p)),
+            degeneration_guard: t
+                .degeneration_guard
+                .or(guard)
+                .or(known.map(|k| k.degeneration_guard))
+                .unwrap_or(false),
+        }
+    }
+
+    /// These defaults, where each is within its range.
+    fn checked(self, max_tokens_cap: u32, invalid: Invalid) -> Result<Self, ConfigError> {
+        if self.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+            return Err(invalid(
+                "default_temperature",
+                "must be between 0 and 2".into(),
+            ));
+        }
+        if self.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+            return Err(invalid(
+                "default_top_p",
+                "must be greater than 0 and at most 1".into(),
+            ));
+        }
+        if self
+            .max_tokens
+            .is_some_and(|n| n == 0 || n > max_tokens_cap)
+        {
+            return Err(invalid(
+                "default_max_tokens",
+                format!("must be between 1 and max_tokens_cap ({max_tokens_cap})"),
+            ));
+        }
+        Ok(self)
+    }
 }

@@ -11,18 +11,54 @@ use crate::engine::upstream::config::UpstreamConfig;
 use crate::engine::upstream::fleet::FleetConfig;
 use crate::secret::Secret;
 
+/// Makes the error of one key of a `[[models]]` entry from its message.
+pub(super) type Invalid<'a> = &'a dyn Fn(&'static str, String) -> ConfigError;
+
 pub(super) fn upstream(
     t: &ModelTable,
     id: &str,
-    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+    invalid: Invalid,
 ) -> Result<UpstreamConfig, ConfigError> {
-    let urls = match (&t.url, &t.urls) {
-        (Some(_), Some(_)) => {
-            return Err(invalid("urls", "set url or urls, not both".into()));
-        }
-        (Some(url), None) => vec![base_url(url).map_err(|m| invalid("url", m))?],
+    let urls = base_urls(t, invalid)?;
+    let fleet = fleet(t, invalid)?;
+    let api_key = api_key(t, invalid)?;
+    let connect_ms = t.connect_timeout_ms.unwrap_or(5000);
+    if !(1..=600_000).contains(&connect_ms) {
+        return Err(invalid(
+            "connect_timeout_ms",
+            "must be between 1 and 600000 ms".into(),
+        ));
+    }
+    let max_tokens_param = max_tokens_param(t, invalid)?;
+    let model = t.upstream_model.clone().unwrap_or_else(|| id.to_owned());
+    if model.trim().is_empty() {
+        return Err(invalid("upstream_model", "must not be empty".into()));
+    }
+    let timeout = |value, default, key| seconds(value, default, key, invalid);
+    Ok(UpstreamConfig {
+        urls,
+        model,
+        api_key,
+        tokenizer: t.tokenizer.clone(),
+        logprobs: t.logprobs.unwrap_or(true),
+        connect_timeout: Duration::from_millis(connect_ms),
+        first_byte_timeout: timeout(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?,
+        idle_timeout: timeout(t.idle_timeout_secs, 60, "idle_timeout_secs")?,
+        probe_interval: timeout(t.probe_interval_secs, 10, "probe_interval_secs")?,
+        context_length: t.context_length.unwrap_or(0),
+        check_model: t.check_model.unwrap_or(true),
+        max_tokens_param,
+        fleet,
+    })
+}
+
+/// The base URLs of `url` or `urls`, checked, each listed once.
+fn base_urls(t: &ModelTable, invalid: Invalid) -> Result<Vec<String>, ConfigError> {
+    match (&t.url, &t.urls) {
+        (Some(_), Some(_)) => Err(invalid("urls", "set url or urls, not both".into())),
+        (Some(url), None) => Ok(vec![base_url(url).map_err(|m| invalid("url", m))?]),
         (None, Some(urls)) if urls.is_empty() => {
-            return Err(invalid("urls", "must list at least one base URL".into()));
+            Err(invalid("urls", "must list at least one base URL".into()))
         }
         (None, Some(urls)) => {
             let mut checked = Vec::with_capacity(urls.len());
@@ -33,102 +69,86 @@ pub(super) fn upstream(
                 }
                 checked.push(url);
             }
-            checked
+            Ok(checked)
         }
-        (None, None) => {
-            return Err(invalid(
-                "url",
-                "an upstream needs the base URL of its API, such as http://127.0.0.1:8000/v1 (or urls = [...] for several replicas)".into(),
-            ))
-        }
-    };
-    let fleet = fleet(t, &invalid)?;
-    let api_key = match (&t.api_key_file, &t.api_key_env) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "api_key_file",
-                "set api_key_file or api_key_env, not both".into(),
-            ))
-        }
-        (Some(path), None) => Some(Secret::new(
-            crate::secret::read_file(path).map_err(|m| invalid("api_key_file", m))?,
+        (None, None) => Err(invalid(
+            "url",
+            "an upstream needs the base URL of its API, such as http://127.0.0.1:8000/v1 (or urls = [...] for several replicas)".into(),
         )),
-        (None, Some(variable)) => match std::env::var(variable) {
-            Ok(key) if !key.trim().is_empty() => Some(Secret::new(key.trim())),
-            _ => {
-                return Err(invalid(
-                    "api_key_env",
-                    format!("the environment variable {variable} is not set"),
-                ))
-            }
-        },
-        (None, None) => None,
-    };
-    let secs = |value: Option<u64>, default: u64, key: &'static str| {
-        let secs = value.unwrap_or(default);
-        if (1..=3600).contains(&secs) {
-            Ok(Duration::from_secs(secs))
-        } else {
-            Err(invalid(key, "must be between 1 and 3600 seconds".into()))
-        }
-    };
-    let connect_ms = t.connect_timeout_ms.unwrap_or(5000);
-    if !(1..=600_000).contains(&connect_ms) {
-        return Err(invalid(
-            "connect_timeout_ms",
-            "must be between 1 and 600000 ms".into(),
-        ));
     }
-    let max_tokens_param = t
+}
+
+/// The API key from `api_key_file` or `api_key_env`, if either is set.
+fn api_key(t: &ModelTable, invalid: Invalid) -> Result<Option<Secret>, ConfigError> {
+    match (&t.api_key_file, &t.api_key_env) {
+        (Some(_), Some(_)) => Err(invalid(
+            "api_key_file",
+            "set api_key_file or api_key_env, not both".into(),
+        )),
+        (Some(path), None) => Ok(Some(Secret::new(
+            crate::secret::read_file(path).map_err(|m| invalid("api_key_file", m))?,
+        ))),
+        (None, Some(variable)) => match std::env::var(variable) {
+            Ok(key) if !key.trim().is_empty() => Ok(Some(Secret::new(key.trim()))),
+            _ => Err(invalid(
+                "api_key_env",
+                format!("the environment variable {variable} is not set"),
+            )),
+        },
+        (None, None) => Ok(None),
+    }
+}
+
+/// The name the upstream's API gives the token limit: `max_tokens` unless set.
+fn max_tokens_param(t: &ModelTable, invalid: Invalid) -> Result<String, ConfigError> {
+    let param = t
         .max_tokens_param
         .clone()
         .unwrap_or_else(|| "max_tokens".to_owned());
-    if !matches!(
-        max_tokens_param.as_str(),
-        "max_tokens" | "max_completion_tokens"
-    ) {
+    if !matches!(param.as_str(), "max_tokens" | "max_completion_tokens") {
         return Err(invalid(
             "max_tokens_param",
-            format!("'{max_tokens_param}' is not max_tokens or max_completion_tokens"),
+            format!("'{param}' is not max_tokens or max_completion_tokens"),
         ));
     }
-    let model = t.upstream_model.clone().unwrap_or_else(|| id.to_owned());
-    if model.trim().is_empty() {
-        return Err(invalid("upstream_model", "must not be empty".into()));
+    Ok(param)
+}
+
+/// A timeout in seconds, or its default, between 1 s and an hour.
+fn seconds(
+    value: Option<u64>,
+    default: u64,
+    key: &'static str,
+    invalid: Invalid,
+) -> Result<Duration, ConfigError> {
+    let secs = value.unwrap_or(default);
+    if (1..=3600).contains(&secs) {
+        Ok(Duration::from_secs(secs))
+    } else {
+        Err(invalid(key, "must be between 1 and 3600 seconds".into()))
     }
-    Ok(UpstreamConfig {
-        urls,
-        model,
-        api_key,
-        tokenizer: t.tokenizer.clone(),
-        logprobs: t.logprobs.unwrap_or(true),
-        connect_timeout: Duration::from_millis(connect_ms),
-        first_byte_timeout: secs(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?,
-        idle_timeout: secs(t.idle_timeout_secs, 60, "idle_timeout_secs")?,
-        probe_interval: secs(t.probe_interval_secs, 10, "probe_interval_secs")?,
-        context_length: t.context_length.unwrap_or(0),
-        check_model: t.check_model.unwrap_or(true),
-        max_tokens_param,
-        fleet,
-    })
+}
+
+/// A setting, or its default, within `range`.
+fn within(
+    value: Option<u64>,
+    default: u64,
+    range: RangeInclusive<u64>,
+    key: &'static str,
+    invalid: Invalid,
+) -> Result<u64, ConfigError> {
+    let value = value.unwrap_or(default);
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        let (low, high) = range.into_inner();
+        Err(invalid(key, format!("must be between {low} and {high}")))
+    }
 }
 
 /// How an upstream's requests are spread over its replicas.
-fn fleet(
-    t: &ModelTable,
-    invalid: &dyn Fn(&'static str, String) -> ConfigError,
-) -> Result<FleetConfig, ConfigError> {
+fn fleet(t: &ModelTable, invalid: Invalid) -> Result<FleetConfig, ConfigError> {
     let d = FleetConfig::default();
-    // A setting, or its default, within `range`.
-    let within = |value: Option<u64>, default: u64, range: RangeInclusive<u64>, key| {
-        let value = value.unwrap_or(default);
-        if range.contains(&value) {
-            Ok(value)
-        } else {
-            let (low, high) = range.into_inner();
-            Err(invalid(key, format!("must be between {low} and {high}")))
-        }
-    };
     let load_factor = t.affinity_load_factor.unwrap_or(d.load_factor);
     if !(1.0..=10.0).contains(&load_factor) {
         return Err(invalid(
@@ -143,19 +163,18 @@ fn fleet(
             format!("'{metrics_path}' is not a path (it starts with /)"),
         ));
     }
-    let count = |value: Option<u32>, default: u32, range: RangeInclusive<u64>, key| {
+    let within = |value, default, range, key| within(value, default, range, key, invalid);
+    let count = |value: Option<u32>, default: u32, range, key| {
         within(value.map(u64::from), u64::from(default), range, key)
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
     };
-    let dns_refresh = match t.dns_refresh_secs {
-        Some(secs) => Some(Duration::from_secs(within(
-            Some(secs),
-            secs,
-            1..=3600,
-            "dns_refresh_secs",
-        )?)),
-        None => None,
+    let secs = |value, default: Duration, range, key| {
+        within(value, default.as_secs(), range, key).map(Duration::from_secs)
     };
+    let dns_refresh = t
+        .dns_refresh_secs
+        .map(|refresh| secs(Some(refresh), Duration::ZERO, 1..=3600, "dns_refresh_secs"))
+        .transpose()?;
     let prefix_chars = t.affinity_prefix_chars.map(|c| c as u64);
     let default_chars = d.prefix_chars as u64;
     Ok(FleetConfig {
@@ -168,18 +187,8 @@ fn fleet(
             1..=100,
             "eject_after_failures",
         )?,
-        cool_down: Duration::from_secs(within(
-            t.eject_secs,
-            d.cool_down.as_secs(),
-            1..=3600,
-            "eject_secs",
-        )?),
-        readmit: Duration::from_secs(within(
-            t.readmit_secs,
-            d.readmit.as_secs(),
-            0..=3600,
-            "readmit_secs",
-        )?),
+        cool_down: secs(t.eject_secs, d.cool_down, 1..=3600, "eject_secs")?,
+        readmit: secs(t.readmit_secs, d.readmit, 0..=3600, "readmit_secs")?,
         prefix_chars: within(
             prefix_chars,
             default_chars,

@@ -102,6 +102,26 @@ struct Entry {
     code: &'static str,
 }
 
+impl Entry {
+    fn new(status: StatusCode, error_type: &'static str, code: &'static str) -> Self {
+        Self {
+            status,
+            error_type,
+            code,
+        }
+    }
+
+    /// A fault of the client's request: OpenAI's `invalid_request_error`.
+    fn invalid_request(status: StatusCode, code: &'static str) -> Self {
+        Self::new(status, "invalid_request_error", code)
+    }
+
+    /// A failure of the server's (or of the upstream's): OpenAI's `server_error`.
+    fn server_error(status: StatusCode, code: &'static str) -> Self {
+        Self::new(status, "server_error", code)
+    }
+}
+
 /// What a rate limit counts (`auth::limits`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateUnit {
@@ -123,128 +143,69 @@ impl ApiError {
     /// The one table from error kind to HTTP.
     fn entry(&self) -> Entry {
         use ApiError as E;
-        let (status, error_type, code) = match self {
-            E::InvalidJson(_) => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_json",
-            ),
-            E::InvalidParameter { .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_value",
-            ),
-            E::UnsupportedParameter { .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "unsupported_parameter",
-            ),
-            E::UnknownParameter(_) => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "unknown_parameter",
-            ),
-            E::ModelNotFound(_) => (
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-            ),
-            E::ContextLengthExceeded { .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "context_length_exceeded",
-            ),
-            E::PayloadTooLarge { .. } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "invalid_request_error",
-                "payload_too_large",
-            ),
-            E::Overloaded { .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
+        use StatusCode as S;
+        let invalid = Entry::invalid_request;
+        let server = Entry::server_error;
+        match self {
+            E::InvalidJson(_) => invalid(S::BAD_REQUEST, "invalid_json"),
+            E::InvalidParameter { .. } => invalid(S::BAD_REQUEST, "invalid_value"),
+            E::UnsupportedParameter { .. } => invalid(S::BAD_REQUEST, "unsupported_parameter"),
+            E::UnknownParameter(_) => invalid(S::BAD_REQUEST, "unknown_parameter"),
+            E::ModelNotFound(_) => invalid(S::NOT_FOUND, "model_not_found"),
+            E::ContextLengthExceeded { .. } => invalid(S::BAD_REQUEST, "context_length_exceeded"),
+            E::PayloadTooLarge { .. } => invalid(S::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            E::Overloaded { .. } => Entry::new(
+                S::TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "server_overloaded",
             ),
-            E::BodyTimeout { .. } => (
-                StatusCode::REQUEST_TIMEOUT,
-                "invalid_request_error",
-                "body_timeout",
-            ),
-            E::QueueTimeout { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "queue_timeout",
-            ),
-            E::RequestTimeout { .. } => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "server_error",
-                "request_timeout",
-            ),
-            E::NotReady => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "model_not_ready",
-            ),
-            E::ShuttingDown => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "server_shutting_down",
-            ),
-            E::Engine => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "engine_error",
-            ),
-            E::NotFound => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
-            E::RequestNotFound(_) => (
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "request_not_found",
-            ),
-            E::MethodNotAllowed { .. } => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_request_error",
-                "method_not_allowed",
-            ),
+            E::BodyTimeout { .. } => invalid(S::REQUEST_TIMEOUT, "body_timeout"),
+            E::QueueTimeout { .. } => server(S::SERVICE_UNAVAILABLE, "queue_timeout"),
+            E::RequestTimeout { .. } => server(S::GATEWAY_TIMEOUT, "request_timeout"),
+            E::NotReady => server(S::SERVICE_UNAVAILABLE, "model_not_ready"),
+            E::ShuttingDown => server(S::SERVICE_UNAVAILABLE, "server_shutting_down"),
+            E::Engine => server(S::INTERNAL_SERVER_ERROR, "engine_error"),
+            E::NotFound => invalid(S::NOT_FOUND, "not_found"),
+            E::RequestNotFound(_) => invalid(S::NOT_FOUND, "request_not_found"),
+            E::MethodNotAllowed { .. } => invalid(S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             // OpenAI answers both with this code; its SDKs raise AuthenticationError.
-            E::MissingApiKey | E::InvalidApiKey => (
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                "invalid_api_key",
-            ),
-            E::UnsupportedMediaType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "invalid_request_error",
-                "unsupported_media_type",
-            ),
-            // OpenAI's `type` says which limit: "requests" or "tokens".
-            E::RateLimited { unit, .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                unit.as_str(),
-                "rate_limit_exceeded",
-            ),
-            E::Internal => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "internal_error",
-            ),
-            E::UpstreamRefused { .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "upstream_invalid_request",
-            ),
-            E::Upstream { kind, .. } => {
-                let (status, error_type) = match *kind {
-                    "upstream_rate_limited" => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
-                    "upstream_timeout" => (StatusCode::GATEWAY_TIMEOUT, "server_error"),
-                    _ => (StatusCode::BAD_GATEWAY, "server_error"),
-                };
-                (status, error_type, *kind)
+            E::MissingApiKey | E::InvalidApiKey => invalid(S::UNAUTHORIZED, "invalid_api_key"),
+            E::UnsupportedMediaType(_) => {
+                invalid(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
-        };
-        Entry {
-            status,
-            error_type,
-            code,
+            // OpenAI's `type` says which limit: "requests" or "tokens".
+            E::RateLimited { unit, .. } => {
+                Entry::new(S::TOO_MANY_REQUESTS, unit.as_str(), "rate_limit_exceeded")
+            }
+            E::Internal => server(S::INTERNAL_SERVER_ERROR, "internal_error"),
+            E::UpstreamRefused { .. } => invalid(S::BAD_REQUEST, "upstream_invalid_request"),
+            E::Upstream { kind, .. } => match *kind {
+                "upstream_rate_limited" => {
+                    Entry::new(S::TOO_MANY_REQUESTS, "rate_limit_error", kind)
+                }
+                "upstream_timeout" => server(S::GATEWAY_TIMEOUT, kind),
+                _ => server(S::BAD_GATEWAY, kind),
+            },
+        }
+    }
+
+    /// Whole seconds a client should wait before it tries again (`Retry-After`), for the
+    /// errors that passing time can cure.
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::Overloaded { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+            // Rounded up: a client that waits this long passes.
+            ApiError::RateLimited {
+                retry_after: Some(wait),
+                ..
+            } => Some((wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)),
+            ApiError::Upstream {
+                retry_after: Some(wait),
+                ..
+            } => Some(wait.as_secs().max(1)),
+            ApiError::QueueTimeout { .. } => Some(1),
+            ApiError::NotReady | ApiError::ShuttingDown => Some(5),
+            _ => None,
         }
     }
 
@@ -317,30 +278,8 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
-        if let ApiError::Overloaded { retry_after, .. } = self {
-            response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
-        }
-        if let ApiError::RateLimited {
-            retry_after: Some(wait),
-            ..
-        } = self
-        {
-            // Whole seconds, rounded up: a client that waits this long passes.
-            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            response.insert_header((header::RETRY_AFTER, secs.max(1)));
-        }
-        if let ApiError::Upstream {
-            retry_after: Some(wait),
-            ..
-        } = self
-        {
-            response.insert_header((header::RETRY_AFTER, wait.as_secs().max(1)));
-        }
-        if matches!(self, ApiError::QueueTimeout { .. }) {
-            response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
-        }
-        if matches!(self, ApiError::NotReady | ApiError::ShuttingDown) {
-            response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("5")));
+        if let Some(secs) = self.retry_after_secs() {
+            response.insert_header((header::RETRY_AFTER, secs));
         }
         if let ApiError::MethodNotAllowed { allow } = self {
             response.insert_header((header::ALLOW, HeaderValue::from_static(allow)));
@@ -395,6 +334,14 @@ impl From<EngineError> for ApiError {
 mod tests {
     use super::*;
 
+    /// The `Retry-After` header of `response`, as sent.
+    fn retry_after(response: &HttpResponse) -> Option<&[u8]> {
+        response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.as_bytes())
+    }
+
     #[test]
     fn body_has_openai_shape() {
         let error = ApiError::unsupported("n", "only n = 1 is served");
@@ -426,13 +373,7 @@ mod tests {
         };
         assert_eq!(overloaded.status_code(), StatusCode::TOO_MANY_REQUESTS);
         let response = overloaded.error_response();
-        assert_eq!(
-            response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .map(|v| v.as_bytes()),
-            Some(&b"1"[..])
-        );
+        assert_eq!(retry_after(&response), Some(&b"1"[..]));
     }
 
     #[test]
@@ -471,14 +412,7 @@ mod tests {
             && m.ends_with("in 4.2s.")));
         let response = spent.error_response();
         assert_eq!(response.status().as_u16(), 429);
-        assert_eq!(
-            response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .map(|v| v.as_bytes()),
-            Some(&b"5"[..]),
-            "rounded up"
-        );
+        assert_eq!(retry_after(&response), Some(&b"5"[..]), "rounded up");
         let never = ApiError::RateLimited {
             unit: RateUnit::Tokens,
             limit: 600,
@@ -511,13 +445,7 @@ mod tests {
         }));
         let response = limited.error_response();
         assert_eq!(response.status().as_u16(), 429);
-        assert_eq!(
-            response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .map(|v| v.as_bytes()),
-            Some(&b"9"[..])
-        );
+        assert_eq!(retry_after(&response), Some(&b"9"[..]));
         for (fault, status) in [
             (Fault::Unreachable("refused by 10.9.8.7".into()), 502),
             (Fault::Auth { status: 401 }, 502),

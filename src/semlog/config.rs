@@ -158,6 +158,32 @@ pub enum EsAuth {
     ApiKey(Secret),
 }
 
+impl EsAuth {
+    /// The authentication the settings give: none, a user and password, or an API key.
+    fn of(
+        username: Option<String>,
+        password: Option<String>,
+        api_key: Option<String>,
+    ) -> Result<Self, (&'static str, String)> {
+        match (username, password, api_key) {
+            (None, None, None) => Ok(EsAuth::None),
+            (None, None, Some(key)) => Ok(EsAuth::ApiKey(Secret::new(key))),
+            (Some(username), Some(password), None) => Ok(EsAuth::Basic {
+                username,
+                password: Secret::new(password),
+            }),
+            (Some(_), None, _) | (None, Some(_), _) => Err((
+                "semlog.es_username",
+                "basic authentication needs both es_username and es_password".into(),
+            )),
+            (Some(_), Some(_), Some(_)) => Err((
+                "semlog.es_api_key",
+                "set either an API key or a user and password, not both".into(),
+            )),
+        }
+    }
+}
+
 impl SemlogConfig {
     /// The data stream the documents go to: `logs-llmgate.requests-<namespace>`.
     pub fn data_stream(&self) -> String {
@@ -167,6 +193,7 @@ impl SemlogConfig {
     /// The table (flags and variables already laid over the file) over defaults.
     /// Errors name the setting.
     pub fn resolve(table: SemlogTable) -> Result<Self, (&'static str, String)> {
+        // Taken apart, so that a setting added to the table and not used here is an error.
         let SemlogTable {
             data_dir,
             es_url: url,
@@ -209,26 +236,7 @@ impl SemlogConfig {
             redaction_key,
             redaction_key_file,
         )?;
-        let auth = match (username, password, api_key) {
-            (None, None, None) => EsAuth::None,
-            (None, None, Some(key)) => EsAuth::ApiKey(Secret::new(key)),
-            (Some(username), Some(password), None) => EsAuth::Basic {
-                username,
-                password: Secret::new(password),
-            },
-            (Some(_), None, _) | (None, Some(_), _) => {
-                return Err((
-                    "semlog.es_username",
-                    "basic authentication needs both es_username and es_password".into(),
-                ))
-            }
-            (Some(_), Some(_), Some(_)) => {
-                return Err((
-                    "semlog.es_api_key",
-                    "set either an API key or a user and password, not both".into(),
-                ))
-            }
-        };
+        let auth = EsAuth::of(username, password, api_key)?;
         let elasticsearch = (url.is_some() || cloud_id.is_some()).then(|| EsConfig {
             url,
             cloud_id,

@@ -89,6 +89,17 @@ enum Delivery {
     Unavailable(Vec<Encoded>),
 }
 
+/// What a `_bulk` answer leaves of a batch.
+enum Settled {
+    /// Nothing more to send of it: indexed, dead-lettered, or split into the queue.
+    Done,
+    /// These documents to send again, not before `retry_after` where the cluster said.
+    Retry {
+        docs: Vec<Encoded>,
+        retry_after: Option<Duration>,
+    },
+}
+
 /// How sending one batch from the spool ended.
 #[derive(Debug, PartialEq)]
 enum Sent {
@@ -289,134 +300,160 @@ impl Indexer {
     /// Delivers one batch, retrying what is worth retrying.
     async fn deliver(&mut self, docs: Vec<Encoded>, rng: &mut rand_chacha::ChaCha8Rng) -> Delivery {
         let cluster = match &mut self.destination {
-            Destination::Files(files) => {
-                let mut docs = docs;
-                for (i, doc) in docs.iter().enumerate() {
-                    if let Err(error) = files.write(&doc.lines) {
-                        tracing::error!(error = %error, "Could not write a semantic log file; the rest of the batch is spooled.");
-                        self.metrics.semlog_count(SemlogEvent::Indexed, i as u64);
-                        return Delivery::Unavailable(docs.split_off(i));
-                    }
-                }
-                self.metrics
-                    .semlog_count(SemlogEvent::Indexed, docs.len() as u64);
-                self.metrics
-                    .semlog_files_deleted("requests", files.take_deleted());
-                return Delivery::Done;
-            }
+            Destination::Files(files) => return write_files(files, &self.metrics, docs),
             Destination::Elasticsearch(cluster) => Arc::clone(cluster),
         };
         // Batches still to send; a 413 splits one into two.
         let mut queue = vec![docs];
         let mut undelivered = Vec::new();
-        while let Some(mut pending) = queue.pop() {
-            if !undelivered.is_empty() {
+        while let Some(pending) = queue.pop() {
+            if undelivered.is_empty() {
+                undelivered = self.send_batch(&cluster, pending, &mut queue, rng).await;
+            } else {
                 // The cluster is unavailable: the other pieces wait with the first.
                 undelivered.extend(pending);
-                continue;
-            }
-            let mut attempt = 0;
-            loop {
-                let started = Instant::now();
-                let result = if self.shutdown.is_cancelled() {
-                    // Draining at shutdown: one bounded try.
-                    tokio::time::timeout(DRAIN_BULK_TIMEOUT, cluster.bulk(&pending))
-                        .await
-                        .unwrap_or_else(|_| BulkResult::RetryAll {
-                            trouble: Trouble::Unreachable,
-                            reason: "no answer while the gateway stops".into(),
-                            retry_after: None,
-                        })
-                } else {
-                    tokio::select! {
-                        r = cluster.bulk(&pending) => r,
-                        () = self.shutdown.cancelled() => BulkResult::RetryAll {
-                            trouble: Trouble::Unreachable,
-                            reason: "the gateway is stopping".into(),
-                            retry_after: None,
-                        },
-                    }
-                };
-                self.metrics.semlog_bulk_latency(started.elapsed());
-                let retry_after = match result {
-                    BulkResult::Items(items) => {
-                        let mut retry = Vec::new();
-                        let mut why = None;
-                        for (doc, item) in pending.into_iter().zip(items) {
-                            match item {
-                                Item::Indexed => self.metrics.semlog_count(SemlogEvent::Indexed, 1),
-                                Item::Duplicate => {
-                                    self.metrics.semlog_count(SemlogEvent::Duplicate, 1)
-                                }
-                                Item::Retry { trouble, reason } => {
-                                    why.get_or_insert((trouble, reason));
-                                    retry.push(doc);
-                                }
-                                Item::Rejected {
-                                    status,
-                                    error_type,
-                                    reason,
-                                } => self.dead_letter(&doc, status, &error_type, &reason),
-                            }
-                        }
-                        let Some((trouble, reason)) = why else {
-                            break;
-                        };
-                        self.metrics
-                            .semlog_count(SemlogEvent::Retried, retry.len() as u64);
-                        self.health.trouble(trouble, &reason, retry.len());
-                        pending = retry;
-                        None
-                    }
-                    BulkResult::RetryAll {
-                        trouble,
-                        reason,
-                        retry_after,
-                    } => {
-                        if !self.shutdown.is_cancelled() {
-                            self.health.trouble(trouble, &reason, pending.len());
-                        }
-                        retry_after
-                    }
-                    BulkResult::Split if pending.len() > 1 => {
-                        let second = pending.split_off(pending.len() / 2);
-                        queue.push(second);
-                        queue.push(pending);
-                        break;
-                    }
-                    BulkResult::Split => {
-                        let doc = &pending[0];
-                        self.dead_letter(
-                            doc,
-                            413,
-                            "request_entity_too_large",
-                            "a single document is over the cluster's request size limit",
-                        );
-                        break;
-                    }
-                    BulkResult::RejectAll { status, reason } => {
-                        for doc in &pending {
-                            self.dead_letter(doc, status, "bulk_request_rejected", &reason);
-                        }
-                        break;
-                    }
-                };
-                attempt += 1;
-                if attempt >= self.pacing.attempts || self.shutdown.is_cancelled() {
-                    undelivered.extend(pending);
-                    break;
-                }
-                let wait = backoff(&self.pacing, attempt, retry_after, rng);
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = self.shutdown.cancelled() => {}
-                }
             }
         }
         if undelivered.is_empty() {
             Delivery::Done
         } else {
             Delivery::Unavailable(undelivered)
+        }
+    }
+
+    /// Sends one batch until every document is settled or the attempts run out; returns
+    /// the documents left undelivered. The halves of a batch too large go to `queue`.
+    async fn send_batch(
+        &mut self,
+        cluster: &Cluster,
+        mut pending: Vec<Encoded>,
+        queue: &mut Vec<Vec<Encoded>>,
+        rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Vec<Encoded> {
+        let mut attempt = 0;
+        loop {
+            let result = self.bulk(cluster, &pending).await;
+            let retry_after = match self.settle(pending, result, queue) {
+                Settled::Done => return Vec::new(),
+                Settled::Retry { docs, retry_after } => {
+                    pending = docs;
+                    retry_after
+                }
+            };
+            attempt += 1;
+            if attempt >= self.pacing.attempts || self.shutdown.is_cancelled() {
+                return pending;
+            }
+            let wait = backoff(&self.pacing, attempt, retry_after, rng);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    /// One `_bulk` of `docs`, timed; while the gateway stops, one bounded try.
+    async fn bulk(&self, cluster: &Cluster, docs: &[Encoded]) -> BulkResult {
+        let started = Instant::now();
+        let result = if self.shutdown.is_cancelled() {
+            // Draining at shutdown: one bounded try.
+            tokio::time::timeout(DRAIN_BULK_TIMEOUT, cluster.bulk(docs))
+                .await
+                .unwrap_or_else(|_| BulkResult::RetryAll {
+                    trouble: Trouble::Unreachable,
+                    reason: "no answer while the gateway stops".into(),
+                    retry_after: None,
+                })
+        } else {
+            tokio::select! {
+                r = cluster.bulk(docs) => r,
+                () = self.shutdown.cancelled() => BulkResult::RetryAll {
+                    trouble: Trouble::Unreachable,
+                    reason: "the gateway is stopping".into(),
+                    retry_after: None,
+                },
+            }
+        };
+        self.metrics.semlog_bulk_latency(started.elapsed());
+        result
+    }
+
+    /// Acts on the cluster's answer to a `_bulk` of `pending`: counts what it took,
+    /// dead-letters what it refused, splits a batch too large into `queue`, and says
+    /// what is left to send again.
+    fn settle(
+        &mut self,
+        mut pending: Vec<Encoded>,
+        result: BulkResult,
+        queue: &mut Vec<Vec<Encoded>>,
+    ) -> Settled {
+        match result {
+            BulkResult::Items(items) => self.settle_items(pending, items),
+            BulkResult::RetryAll {
+                trouble,
+                reason,
+                retry_after,
+            } => {
+                if !self.shutdown.is_cancelled() {
+                    self.health.trouble(trouble, &reason, pending.len());
+                }
+                Settled::Retry {
+                    docs: pending,
+                    retry_after,
+                }
+            }
+            BulkResult::Split if pending.len() > 1 => {
+                let second = pending.split_off(pending.len() / 2);
+                queue.push(second);
+                queue.push(pending);
+                Settled::Done
+            }
+            BulkResult::Split => {
+                self.dead_letter(
+                    &pending[0],
+                    413,
+                    "request_entity_too_large",
+                    "a single document is over the cluster's request size limit",
+                );
+                Settled::Done
+            }
+            BulkResult::RejectAll { status, reason } => {
+                for doc in &pending {
+                    self.dead_letter(doc, status, "bulk_request_rejected", &reason);
+                }
+                Settled::Done
+            }
+        }
+    }
+
+    /// Acts on a `_bulk` answer item by item; what is worth retrying is left to send.
+    fn settle_items(&mut self, pending: Vec<Encoded>, items: Vec<Item>) -> Settled {
+        let mut retry = Vec::new();
+        let mut why = None;
+        for (doc, item) in pending.into_iter().zip(items) {
+            match item {
+                Item::Indexed => self.metrics.semlog_count(SemlogEvent::Indexed, 1),
+                Item::Duplicate => self.metrics.semlog_count(SemlogEvent::Duplicate, 1),
+                Item::Retry { trouble, reason } => {
+                    why.get_or_insert((trouble, reason));
+                    retry.push(doc);
+                }
+                Item::Rejected {
+                    status,
+                    error_type,
+                    reason,
+                } => self.dead_letter(&doc, status, &error_type, &reason),
+            }
+        }
+        let Some((trouble, reason)) = why else {
+            return Settled::Done;
+        };
+        self.metrics
+            .semlog_count(SemlogEvent::Retried, retry.len() as u64);
+        self.health.trouble(trouble, &reason, retry.len());
+        Settled::Retry {
+            docs: retry,
+            retry_after: None,
         }
     }
 
@@ -464,6 +501,20 @@ impl Indexer {
 
 /// How long one bulk request may take while the gateway stops.
 const DRAIN_BULK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Appends a batch to the NDJSON files; where a write fails, the rest is left undelivered.
+fn write_files(files: &mut RotatingFile, metrics: &Metrics, mut docs: Vec<Encoded>) -> Delivery {
+    for (i, doc) in docs.iter().enumerate() {
+        if let Err(error) = files.write(&doc.lines) {
+            tracing::error!(error = %error, "Could not write a semantic log file; the rest of the batch is spooled.");
+            metrics.semlog_count(SemlogEvent::Indexed, i as u64);
+            return Delivery::Unavailable(docs.split_off(i));
+        }
+    }
+    metrics.semlog_count(SemlogEvent::Indexed, docs.len() as u64);
+    metrics.semlog_files_deleted("requests", files.take_deleted());
+    Delivery::Done
+}
 
 /// Exponential backoff with full jitter, at least `retry_after` when the cluster said so.
 fn backoff(

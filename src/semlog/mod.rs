@@ -166,56 +166,15 @@ impl Semlog {
         retry: Pacing,
     ) -> Result<Self, String> {
         metrics.semlog_zero_series(&redact::Kind::ALL.map(redact::Kind::as_str), &setup::STEPS);
-        let dir = &config.data_dir;
-        let spool = Arc::new(
-            Spool::open(
-                &dir.join("spool"),
-                config.spool_max_bytes,
-                config.spool_segment_bytes,
-                config.fsync.is_zero(),
-            )
-            .map_err(|e| format!("could not open the spool in {}: {e}", dir.display()))?,
-        );
+        let spool = Arc::new(open_spool(config)?);
         let settings = DocumentSettings {
             namespace: config.namespace.clone(),
             excerpt_chars: config.excerpt_chars,
             stats_only: config.stats_only,
         };
-        let destination = match &config.elasticsearch {
-            Some(es) => {
-                let mut es = es.clone();
-                if let Some(path) = &es.ca_cert {
-                    es.ca_cert_pem = Some(std::fs::read(path).map_err(|e| {
-                        format!("could not read the CA certificate {}: {e}", path.display())
-                    })?);
-                }
-                Destination::Elasticsearch(Arc::new(elasticsearch::Cluster::new(
-                    &es,
-                    config.data_stream(),
-                )?))
-            }
-            None => Destination::Files(
-                files::RotatingFile::open(
-                    &dir.join("semlog"),
-                    "requests",
-                    config.file_max_bytes,
-                    config.files_max_bytes,
-                )
-                .map_err(|e| format!("could not open the semantic-log files: {e}"))?,
-            ),
-        };
-        // The dead letters (`_bulk` pairs) and, beside them, why each was refused.
-        let beside_dead_letters = |prefix: &'static str| {
-            files::RotatingFile::open(
-                &indexer::dead_letter_dir(dir),
-                prefix,
-                config.file_max_bytes,
-                config.files_max_bytes,
-            )
-            .map_err(|e| format!("could not open the {prefix} files: {e}"))
-        };
-        let dead_letter = beside_dead_letters("dead-letter")?;
-        let refusals = beside_dead_letters("refusals")?;
+        let destination = destination(config)?;
+        let dead_letter = beside_dead_letters(config, "dead-letter")?;
+        let refusals = beside_dead_letters(config, "refusals")?;
         let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
         let health = Arc::new(health::Health::new(Arc::clone(&metrics)));
@@ -255,10 +214,10 @@ impl Semlog {
                 shutdown.clone(),
             ));
         }
-        let redactor = match &config.redaction_key {
-            Some(key) => Redactor::new(Mode::KeyedHash(key.expose().as_bytes().to_vec())),
-            None => Redactor::new(Mode::Placeholder),
-        };
+        let redactor = Redactor::new(match &config.redaction_key {
+            Some(key) => Mode::KeyedHash(key.expose().as_bytes().to_vec()),
+            None => Mode::Placeholder,
+        });
         Ok(Self {
             spool,
             arrived,
@@ -291,6 +250,57 @@ impl Semlog {
             }
         }
     }
+}
+
+/// The spool under `data_dir`, sized and synced as configured.
+fn open_spool(config: &SemlogConfig) -> Result<Spool, String> {
+    let dir = &config.data_dir;
+    Spool::open(
+        &dir.join("spool"),
+        config.spool_max_bytes,
+        config.spool_segment_bytes,
+        config.fsync.is_zero(),
+    )
+    .map_err(|e| format!("could not open the spool in {}: {e}", dir.display()))
+}
+
+/// Where the indexer sends documents: the configured cluster (with its CA certificate
+/// read), or else the rotating NDJSON files under `data_dir`.
+fn destination(config: &SemlogConfig) -> Result<Destination, String> {
+    let Some(es) = &config.elasticsearch else {
+        return files::RotatingFile::open(
+            &config.data_dir.join("semlog"),
+            "requests",
+            config.file_max_bytes,
+            config.files_max_bytes,
+        )
+        .map(Destination::Files)
+        .map_err(|e| format!("could not open the semantic-log files: {e}"));
+    };
+    let mut es = es.clone();
+    if let Some(path) = &es.ca_cert {
+        es.ca_cert_pem =
+            Some(std::fs::read(path).map_err(|e| {
+                format!("could not read the CA certificate {}: {e}", path.display())
+            })?);
+    }
+    let cluster = elasticsearch::Cluster::new(&es, config.data_stream())?;
+    Ok(Destination::Elasticsearch(Arc::new(cluster)))
+}
+
+/// The files named `prefix` in the dead-letter directory: the dead letters (`_bulk`
+/// pairs) and, beside them, why each was refused.
+fn beside_dead_letters(
+    config: &SemlogConfig,
+    prefix: &'static str,
+) -> Result<files::RotatingFile, String> {
+    files::RotatingFile::open(
+        &indexer::dead_letter_dir(&config.data_dir),
+        prefix,
+        config.file_max_bytes,
+        config.files_max_bytes,
+    )
+    .map_err(|e| format!("could not open the {prefix} files: {e}"))
 }
 
 impl RequestObserver for Semlog {

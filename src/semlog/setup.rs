@@ -93,28 +93,7 @@ pub async fn run(
     retention_days: u32,
 ) -> Result<Report, String> {
     let mut problems = Vec::new();
-    let (status, body) = cluster.call("GET", "/", None).await?;
-    let target = match answer(status, &body) {
-        Answer::Done => Target::from_root(&serde_json::from_str(&body).unwrap_or_default()),
-        Answer::Transient(reason) => return Err(format!("GET /: {reason}")),
-        Answer::Denied(reason) => {
-            problems.push(Problem {
-                step: "detect",
-                reason,
-                fix: "grant the monitor cluster privilege so the gateway can tell the cluster's version (it goes on without)".into(),
-            });
-            Target::unknown()
-        }
-        Answer::Missing(reason) | Answer::Refused(reason) => {
-            problems.push(Problem {
-                step: "detect",
-                reason,
-                fix: "point semlog.es_url at the cluster itself, not a proxy that answers GET / with something else".into(),
-            });
-            Target::unknown()
-        }
-        Answer::Exists => Target::unknown(),
-    };
+    let target = detect(cluster, &mut problems).await?;
     cluster.set_include_source_on_error(target.knows_include_source_on_error());
     let lifecycle = policy(cluster, &target, wanted, retention_days, &mut problems).await?;
 
@@ -128,8 +107,55 @@ pub async fn run(
         "grant the manage_index_templates cluster privilege, or create the template yourself (tests/golden/ has its body)",
     )
     .await?;
+    let lifecycle = index_template(cluster, lifecycle, retention_days, &mut problems).await?;
+
+    let data_stream = stream(cluster, lifecycle, retention_days, &mut problems).await?;
+    // Without a data stream there is nothing to roll over: the policies' patterns and
+    // the template's lifecycle name backing indices this cluster does not make.
+    let lifecycle = if data_stream {
+        lifecycle
+    } else {
+        Lifecycle::None
+    };
+    Ok(Report {
+        target,
+        lifecycle,
+        data_stream,
+        problems,
+    })
+}
+
+/// What the cluster is, from `GET /`; unknown where it does not say (a problem noted).
+async fn detect(cluster: &Cluster, problems: &mut Vec<Problem>) -> Result<Target, String> {
+    let (status, body) = cluster.call("GET", "/", None).await?;
+    let (reason, fix) = match answer(status, &body) {
+        Answer::Done => {
+            return Ok(Target::from_root(
+                &serde_json::from_str(&body).unwrap_or_default(),
+            ))
+        }
+        Answer::Transient(reason) => return Err(format!("GET /: {reason}")),
+        Answer::Exists => return Ok(Target::unknown()),
+        Answer::Denied(reason) => (reason, "grant the monitor cluster privilege so the gateway can tell the cluster's version (it goes on without)"),
+        Answer::Missing(reason) | Answer::Refused(reason) => (reason, "point semlog.es_url at the cluster itself, not a proxy that answers GET / with something else"),
+    };
+    problems.push(Problem {
+        step: "detect",
+        reason,
+        fix: fix.into(),
+    });
+    Ok(Target::unknown())
+}
+
+/// Puts the index template with `lifecycle`, or, where the cluster refuses that part of
+/// it, without; returns the lifecycle the template has.
+async fn index_template(
+    cluster: &Cluster,
+    mut lifecycle: Lifecycle,
+    retention_days: u32,
+    problems: &mut Vec<Problem>,
+) -> Result<Lifecycle, String> {
     let template_path = format!("/_index_template/{INDEX_TEMPLATE}");
-    let mut lifecycle = lifecycle;
     let body = index_template_body(lifecycle, true, retention_days);
     let put_template = cluster.call("PUT", &template_path, Some(&body)).await?;
     match answer(put_template.0, &put_template.1) {
@@ -148,25 +174,11 @@ pub async fn run(
             lifecycle = Lifecycle::None;
             let body = index_template_body(lifecycle, true, retention_days);
             let (status, text) = cluster.call("PUT", &template_path, Some(&body)).await?;
-            note(status, &text, "index_template", TEMPLATE_FIX, &mut problems)?;
+            note(status, &text, "index_template", TEMPLATE_FIX, problems)?;
         }
-        other => note_answer(other, "index_template", TEMPLATE_FIX, &mut problems),
+        other => note_answer(other, "index_template", TEMPLATE_FIX, problems),
     }
-
-    let data_stream = stream(cluster, lifecycle, retention_days, &mut problems).await?;
-    // Without a data stream there is nothing to roll over: the policies' patterns and
-    // the template's lifecycle name backing indices this cluster does not make.
-    let lifecycle = if data_stream {
-        lifecycle
-    } else {
-        Lifecycle::None
-    };
-    Ok(Report {
-        target,
-        lifecycle,
-        data_stream,
-        problems,
-    })
+    Ok(lifecycle)
 }
 
 const TEMPLATE_FIX: &str = "grant the manage_index_templates cluster privilege, or create the index template yourself (tests/golden/ has its body)";
@@ -362,27 +374,26 @@ pub fn component_template_body(plain: bool) -> Value {
         .iter()
         .map(|k| (k.as_str().to_owned(), json!({"type": "integer"})))
         .collect();
+    let percentiles =
+        || json!({"properties": {"p50_ms": double(), "p95_ms": double(), "max_ms": double()}});
     // Built apart: one json! this deep would pass the macro's recursion limit.
     let llm = json!({
-                        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
-                        "stream": {"type": "boolean"},
-                        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
-                        "upstream_ttft_ms": double(),
-                        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
-                        "itl": {"properties": {
-                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
-                        }},
-                        "chunks": {"type": "integer"},
-                        "delivery": {"properties": {
-                            "p50_ms": double(), "p95_ms": double(), "max_ms": double()
-                        }},
-                        "tokens_per_second": double(), "repetition_rate": double(),
-                        "repetition_basis": keyword(),
-                        "mean_logprob": double(), "min_logprob": double(),
-                        "low_confidence_share": double(),
-                        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
-                        "intent": keyword(), "language": keyword(), "answer_language": keyword(), "input_hash": keyword(), "output_hash": keyword(),
-                        "system_fingerprint": keyword(),
+        "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
+        "stream": {"type": "boolean"},
+        "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
+        "upstream_ttft_ms": double(),
+        "e2e_ms": double(), "queue_ms": double(), "client_wait_ms": double(),
+        "itl": percentiles(),
+        "chunks": {"type": "integer"},
+        "delivery": percentiles(),
+        "tokens_per_second": double(), "repetition_rate": double(),
+        "repetition_basis": keyword(),
+        "mean_logprob": double(), "min_logprob": double(),
+        "low_confidence_share": double(),
+        "degenerated": {"type": "boolean"}, "refusal": {"type": "boolean"},
+        "intent": keyword(), "language": keyword(), "answer_language": keyword(),
+        "input_hash": keyword(), "output_hash": keyword(),
+        "system_fingerprint": keyword(),
         "model": {"properties": {
             "sha256": keyword(), "quant": keyword(), "device": keyword(),
             "context_length": {"type": "integer"},
@@ -396,11 +407,10 @@ pub fn component_template_body(plain: bool) -> Value {
             "failed_attempts": {"properties": {"endpoint": keyword(), "error_type": keyword()}}
         }},
         "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
-                        "prompt_excerpt": {"type": "text"},
-                        "response_excerpt": {"type": "text"},
-                        "redactions": {"properties": redactions},
-                        "redactions_total": {"type": "integer"}
-
+        "prompt_excerpt": {"type": "text"},
+        "response_excerpt": {"type": "text"},
+        "redactions": {"properties": redactions},
+        "redactions_total": {"type": "integer"}
     });
     json!({
         "_meta": {"managed_by": "llmgate"},

@@ -12,9 +12,10 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::redact::{Redacted, RedactionCounts, Redactor};
+use crate::engine::ModelInfo;
 use crate::fingerprint::BUILD;
 use crate::names;
-use crate::record::{RequestRecord, Status};
+use crate::record::{RequestRecord, Status, UpstreamRecord};
 
 /// The data stream's dataset: `logs-llmgate.requests-<namespace>`.
 pub const DATASET: &str = "llmgate.requests";
@@ -283,43 +284,9 @@ impl RedactedLog {
         redactor: &Redactor,
         settings: &DocumentSettings,
     ) -> Self {
-        let mut counts = RedactionCounts::default();
-        // Only the start of a long prompt is redacted: the excerpt comes from it, and a
-        // megabyte prompt must not cost the request path a megabyte of regex work. The
-        // window is wide enough that a value cut by it lies wholly beyond the excerpt.
-        let window = settings.excerpt_chars.saturating_mul(4).max(4096);
-        let mut excerpt = |text: &Option<String>| {
-            text.as_deref().map(|t| {
-                let head = t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i]);
-                redactor.excerpt(head, settings.excerpt_chars, &mut counts)
-            })
-        };
-        let prompt_excerpt = excerpt(&r.prompt);
-        let response_excerpt = excerpt(&r.response);
-        let (prompt_excerpt, response_excerpt) = if settings.stats_only {
-            (None, None)
-        } else {
-            (prompt_excerpt, response_excerpt)
-        };
-        let t = &r.timings;
-        let answered = r.quality.is_some();
         Self {
             timestamp: rfc3339(received),
-            event: Event {
-                id,
-                kind: "event",
-                category: ["web"],
-                kind_type: ["access"],
-                dataset: DATASET,
-                outcome: match r.status {
-                    Status::Ok => "success",
-                    Status::Error | Status::Cancelled => "failure",
-                },
-                duration: u64::try_from(
-                    Duration::from_secs_f64(t.e2e_ms.max(0.0) / 1000.0).as_nanos(),
-                )
-                .unwrap_or(u64::MAX),
-            },
+            event: Event::of(r, id),
             service: Service {
                 name: "llmgate",
                 version: env!("CARGO_PKG_VERSION"),
@@ -330,113 +297,14 @@ impl RedactedLog {
             span: Id {
                 id: r.trace.span_id.to_string(),
             },
-            error: match r.status {
-                Status::Ok => None,
-                Status::Cancelled => Some(Error {
-                    kind: r.error_kind.unwrap_or(names::CANCELLED),
-                }),
-                Status::Error => Some(Error {
-                    kind: r.error_kind.unwrap_or("engine_error"),
-                }),
-            },
+            error: Error::of(r),
             user: r
                 .user
                 .as_deref()
                 .and_then(|user| redactor.keyed_hash(user))
                 .map(|hash| User { hash }),
-            gen_ai: GenAi {
-                operation: Name { name: r.operation },
-                provider: Name {
-                    name: names::PROVIDER,
-                },
-                request: GenAiRequest {
-                    model: r.model.clone(),
-                    max_tokens: r.params.max_tokens,
-                    temperature: r.params.temperature,
-                    top_p: r.params.top_p,
-                    seed: r.seed,
-                },
-                response: answered.then(|| GenAiResponse {
-                    id: r.response_id.clone().unwrap_or_default(),
-                    model: r.response_model().to_owned(),
-                    finish_reasons: r.finish_reason.iter().map(|f| f.as_str()).collect(),
-                }),
-                usage: Usage {
-                    input_tokens: r.usage.prompt_tokens,
-                    output_tokens: r.usage.completion_tokens,
-                },
-            },
-            llm: Llm {
-                request_id: r.request_id.clone(),
-                api_key_id: r.api_key_id.clone(),
-                status: r.status.as_str(),
-                stream: r.stream,
-                ttft_ms: t.ttft_ms,
-                engine_ttft_ms: t.engine_ttft_ms,
-                tpot_ms: t.tpot_ms,
-                upstream_ttft_ms: t.upstream_ttft_ms,
-                e2e_ms: t.e2e_ms,
-                queue_ms: t.queue_ms,
-                client_wait_ms: t.client_wait_ms,
-                itl: t.itl_ms.as_ref().map(Itl::from),
-                chunks: t.chunks,
-                delivery: t.delivery_ms.as_ref().map(Itl::from),
-                tokens_per_second: t.tokens_per_second,
-                repetition_rate: r.quality.as_ref().map(|q| q.repetition_rate),
-                // Said only where it is not the engine's own ids (an upstream).
-                repetition_basis: r
-                    .quality
-                    .as_ref()
-                    .filter(|q| !q.repetition_basis.is_token_ids())
-                    .map(|q| q.repetition_basis.as_str()),
-                mean_logprob: r.quality.as_ref().and_then(|q| q.mean_logprob),
-                min_logprob: r.quality.as_ref().and_then(|q| q.min_logprob),
-                low_confidence_share: r.quality.as_ref().and_then(|q| q.low_confidence_share),
-                degenerated: r.quality.as_ref().map(|q| q.degenerated),
-                refusal: r.quality.as_ref().map(|q| q.refusal),
-                intent: r.quality.as_ref().map(|q| q.intent.clone()),
-                language: r.quality.as_ref().map(|q| q.language),
-                answer_language: r.quality.as_ref().map(|q| q.answer_language),
-                input_hash: r.input_hash.clone(),
-                output_hash: r.output_hash.clone(),
-                system_fingerprint: r.system_fingerprint().map(str::to_owned),
-                model: r.served.as_deref().map(|m| ModelFacts {
-                    sha256: m.sha256.clone(),
-                    quant: m.quant.clone(),
-                    device: m.device.clone(),
-                    context_length: m.context_length,
-                    gpu: m.accelerator.gpu.clone(),
-                    driver: m.accelerator.driver.clone(),
-                    cuda: m.accelerator.cuda.clone(),
-                    upstream_url: m.upstream.as_ref().map(|u| u.url.clone()),
-                    upstream_model: m.upstream.as_ref().map(|u| u.model.clone()),
-                }),
-                upstream: r.upstream.as_ref().map(|u| Upstream {
-                    model: u.model.clone(),
-                    system_fingerprint: u.system_fingerprint.clone(),
-                    usage_estimated: u.usage_estimated,
-                    endpoint: u.endpoint.clone(),
-                    attempts: u.attempts.len(),
-                    failed_attempts: u
-                        .attempts
-                        .iter()
-                        .filter_map(|a| {
-                            a.error_type.map(|error_type| FailedAttempt {
-                                endpoint: a.endpoint.clone(),
-                                error_type,
-                            })
-                        })
-                        .collect(),
-                }),
-                build: BuildFacts {
-                    commit: BUILD.commit,
-                    target_features: BUILD.target_features,
-                },
-                prompt_excerpt,
-                response_excerpt,
-                redactions_total: counts.total(),
-                redactions: counts,
-            },
+            gen_ai: GenAi::of(r),
+            llm: Llm::of(r, Excerpts::redacted(r, redactor, settings)),
             data_stream: DataStream {
                 kind: "logs",
                 dataset: DATASET,
@@ -451,6 +319,194 @@ impl RedactedLog {
 
     pub fn redactions(&self) -> &RedactionCounts {
         &self.llm.redactions
+    }
+}
+
+impl Event {
+    /// ECS `event.*` of `r`, indexed under `id`.
+    fn of(r: &RequestRecord, id: String) -> Self {
+        Self {
+            id,
+            kind: "event",
+            category: ["web"],
+            kind_type: ["access"],
+            dataset: DATASET,
+            outcome: match r.status {
+                Status::Ok => "success",
+                Status::Error | Status::Cancelled => "failure",
+            },
+            duration: u64::try_from(
+                Duration::from_secs_f64(r.timings.e2e_ms.max(0.0) / 1000.0).as_nanos(),
+            )
+            .unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl Error {
+    /// ECS `error.type` of a request that did not end well.
+    fn of(r: &RequestRecord) -> Option<Self> {
+        match r.status {
+            Status::Ok => None,
+            Status::Cancelled => Some(Error {
+                kind: r.error_kind.unwrap_or(names::CANCELLED),
+            }),
+            Status::Error => Some(Error {
+                kind: r.error_kind.unwrap_or("engine_error"),
+            }),
+        }
+    }
+}
+
+impl GenAi {
+    /// `gen_ai.*`: what was asked of which model, what it answered and the tokens used.
+    fn of(r: &RequestRecord) -> Self {
+        Self {
+            operation: Name { name: r.operation },
+            provider: Name {
+                name: names::PROVIDER,
+            },
+            request: GenAiRequest {
+                model: r.model.clone(),
+                max_tokens: r.params.max_tokens,
+                temperature: r.params.temperature,
+                top_p: r.params.top_p,
+                seed: r.seed,
+            },
+            response: r.quality.is_some().then(|| GenAiResponse {
+                id: r.response_id.clone().unwrap_or_default(),
+                model: r.response_model().to_owned(),
+                finish_reasons: r.finish_reason.iter().map(|f| f.as_str()).collect(),
+            }),
+            usage: Usage {
+                input_tokens: r.usage.prompt_tokens,
+                output_tokens: r.usage.completion_tokens,
+            },
+        }
+    }
+}
+
+/// The prompt and response excerpts of a request, redacted, and what redaction found in
+/// them.
+struct Excerpts {
+    prompt: Option<Redacted>,
+    response: Option<Redacted>,
+    counts: RedactionCounts,
+}
+
+impl Excerpts {
+    /// The excerpts of `r` (none where `settings` keep only stats, though the redactions
+    /// are still counted).
+    fn redacted(r: &RequestRecord, redactor: &Redactor, settings: &DocumentSettings) -> Self {
+        let mut counts = RedactionCounts::default();
+        // Only the start of a long prompt is redacted: the excerpt comes from it, and a
+        // megabyte prompt must not cost the request path a megabyte of regex work. The
+        // window is wide enough that a value cut by it lies wholly beyond the excerpt.
+        let window = settings.excerpt_chars.saturating_mul(4).max(4096);
+        let mut excerpt = |text: &Option<String>| {
+            text.as_deref().map(|t| {
+                let head = t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i]);
+                redactor.excerpt(head, settings.excerpt_chars, &mut counts)
+            })
+        };
+        let prompt = excerpt(&r.prompt);
+        let response = excerpt(&r.response);
+        let keep = !settings.stats_only;
+        Self {
+            prompt: prompt.filter(|_| keep),
+            response: response.filter(|_| keep),
+            counts,
+        }
+    }
+}
+
+impl Llm {
+    /// `llm.*`: the gateway's own facts of `r`: timings, quality signals, the model and
+    /// upstream that answered, and the redacted excerpts.
+    fn of(r: &RequestRecord, excerpts: Excerpts) -> Self {
+        let t = &r.timings;
+        let quality = r.quality.as_ref();
+        Self {
+            request_id: r.request_id.clone(),
+            api_key_id: r.api_key_id.clone(),
+            status: r.status.as_str(),
+            stream: r.stream,
+            ttft_ms: t.ttft_ms,
+            engine_ttft_ms: t.engine_ttft_ms,
+            tpot_ms: t.tpot_ms,
+            upstream_ttft_ms: t.upstream_ttft_ms,
+            e2e_ms: t.e2e_ms,
+            queue_ms: t.queue_ms,
+            client_wait_ms: t.client_wait_ms,
+            itl: t.itl_ms.as_ref().map(Itl::from),
+            chunks: t.chunks,
+            delivery: t.delivery_ms.as_ref().map(Itl::from),
+            tokens_per_second: t.tokens_per_second,
+            repetition_rate: quality.map(|q| q.repetition_rate),
+            // Said only where it is not the engine's own ids (an upstream).
+            repetition_basis: quality
+                .filter(|q| !q.repetition_basis.is_token_ids())
+                .map(|q| q.repetition_basis.as_str()),
+            mean_logprob: quality.and_then(|q| q.mean_logprob),
+            min_logprob: quality.and_then(|q| q.min_logprob),
+            low_confidence_share: quality.and_then(|q| q.low_confidence_share),
+            degenerated: quality.map(|q| q.degenerated),
+            refusal: quality.map(|q| q.refusal),
+            intent: quality.map(|q| q.intent.clone()),
+            language: quality.map(|q| q.language),
+            answer_language: quality.map(|q| q.answer_language),
+            input_hash: r.input_hash.clone(),
+            output_hash: r.output_hash.clone(),
+            system_fingerprint: r.system_fingerprint().map(str::to_owned),
+            model: r.served.as_deref().map(ModelFacts::from),
+            upstream: r.upstream.as_ref().map(Upstream::from),
+            build: BuildFacts {
+                commit: BUILD.commit,
+                target_features: BUILD.target_features,
+            },
+            prompt_excerpt: excerpts.prompt,
+            response_excerpt: excerpts.response,
+            redactions_total: excerpts.counts.total(),
+            redactions: excerpts.counts,
+        }
+    }
+}
+
+impl From<&ModelInfo> for ModelFacts {
+    fn from(m: &ModelInfo) -> Self {
+        Self {
+            sha256: m.sha256.clone(),
+            quant: m.quant.clone(),
+            device: m.device.clone(),
+            context_length: m.context_length,
+            gpu: m.accelerator.gpu.clone(),
+            driver: m.accelerator.driver.clone(),
+            cuda: m.accelerator.cuda.clone(),
+            upstream_url: m.upstream.as_ref().map(|u| u.url.clone()),
+            upstream_model: m.upstream.as_ref().map(|u| u.model.clone()),
+        }
+    }
+}
+
+impl From<&UpstreamRecord> for Upstream {
+    fn from(u: &UpstreamRecord) -> Self {
+        Self {
+            model: u.model.clone(),
+            system_fingerprint: u.system_fingerprint.clone(),
+            usage_estimated: u.usage_estimated,
+            endpoint: u.endpoint.clone(),
+            attempts: u.attempts.len(),
+            failed_attempts: u
+                .attempts
+                .iter()
+                .filter_map(|a| {
+                    a.error_type.map(|error_type| FailedAttempt {
+                        endpoint: a.endpoint.clone(),
+                        error_type,
+                    })
+                })
+                .collect(),
+        }
     }
 }
 
