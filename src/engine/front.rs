@@ -281,3 +281,107 @@ mod picked {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::scripted::{Script, ScriptedEngine};
+    use crate::engine::{Budget, EngineEvent, Prompt, Sampling};
+
+    /// The scripted engine (one token per word) with a 10-token context.
+    fn front(slots: Option<usize>) -> Front {
+        let info = ModelInfo {
+            id: "m".into(),
+            context_length: 10,
+            ..ModelInfo::default()
+        };
+        let engine = ScriptedEngine::new(info, Script::tokens(&["a", "b"], Duration::ZERO));
+        let engine = match slots {
+            Some(n) => engine.with_slots(n),
+            None => engine,
+        };
+        Front::from(Arc::new(engine))
+    }
+
+    fn request(words: &str, budget: Budget, min_tokens: u32) -> GenerationRequest {
+        GenerationRequest {
+            prompt: Prompt::user(words),
+            budget,
+            sampling: Sampling {
+                min_tokens,
+                ..Sampling::default()
+            },
+            ..GenerationRequest::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_budget_is_fitted_and_checked_after_the_fit_for_every_engine() {
+        let front = front(None);
+        let fitted = front
+            .prepare(request("one two three four", Budget::Cap(100), 0))
+            .await
+            .unwrap();
+        assert_eq!(fitted.prompt_tokens(), 4);
+        assert_eq!(fitted.request.budget, Budget::Cap(6), "what the context leaves");
+        assert_eq!(fitted.token_budget(), 10);
+
+        let too_long = front
+            .prepare(request("one two three four", Budget::Asked(7), 0))
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            too_long,
+            EngineError::ContextLengthExceeded {
+                prompt_tokens: 4,
+                max_tokens: Some(7),
+                context_length: 10,
+                prompt_param: "messages",
+            }
+        ));
+
+        let unreachable = front
+            .prepare(request("one two three four", Budget::Cap(100), 7))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            unreachable,
+            EngineError::InvalidParameter {
+                param: "min_tokens".into(),
+                message: "7 is more than the 6 tokens the context leaves for the completion"
+                    .into(),
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_wait_for_a_slot_and_hold_it_until_their_answer_ends() {
+        let front = front(Some(1));
+        assert!(front.waits_in_queue());
+        let mut first = front.run(request("hi", Budget::Cap(8), 0)).await.unwrap();
+        assert_eq!(front.load(), EngineLoad { running: 1, waiting: 0 });
+        assert_eq!(front.kv_cache().unwrap().capacity_tokens, 10);
+
+        let second = tokio::spawn({
+            let front = front.clone();
+            async move { front.run(request("hi", Budget::Cap(8), 0)).await }
+        });
+        while front.load().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(front.load(), EngineLoad { running: 1, waiting: 1 });
+        while let Some(event) = first.events.recv().await {
+            if matches!(event, EngineEvent::Finished { .. }) {
+                break;
+            }
+        }
+        drop(first);
+        let mut second = second.await.unwrap().unwrap();
+        while second.events.recv().await.is_some() {}
+        while front.load() != EngineLoad::default() {
+            tokio::task::yield_now().await;
+        }
+    }
+}
