@@ -242,15 +242,9 @@ impl RequestTrace {
         let root = self.cx.span();
         root.update_name(format!("{} {}", r.operation, r.model));
         root.set_attributes(attributes(r));
-        match r.status {
-            RecordStatus::Ok => {}
-            RecordStatus::Cancelled => {
-                let kind = r.error_kind.unwrap_or(names::CANCELLED);
-                root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
-            }
-            RecordStatus::Error => {
-                let kind = r.error_kind.unwrap_or("engine_error");
-                root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
+        if let Some(kind) = super::error_type(r) {
+            root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
+            if r.status == RecordStatus::Error {
                 root.set_status(Status::error(kind));
             }
         }

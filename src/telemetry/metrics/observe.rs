@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 
 use super::families::*;
 use super::{names, Metrics, SemlogEvent, Snapshot, TraceReason};
-use crate::record::{RequestRecord, Status};
+use crate::record::RequestRecord;
+use crate::telemetry::error_type;
 
 impl Metrics {
     /// Counts one finished request. `exemplar` is the trace id to attach to its latency
@@ -19,17 +20,12 @@ impl Metrics {
                 names::MODEL_NONE.to_owned()
             },
         };
-        let error_type = match r.status {
-            Status::Ok => names::LABEL_NONE,
-            Status::Cancelled => r.error_kind.unwrap_or(names::CANCELLED),
-            Status::Error => r.error_kind.unwrap_or("engine_error"),
-        };
         self.requests
             .get_or_create(&RequestLabels {
                 model: model.model.clone(),
                 status: r.status.as_str(),
                 finish_reason: r.finish_reason.map_or(names::LABEL_NONE, |f| f.as_str()),
-                error_type,
+                error_type: error_type(r).unwrap_or(names::LABEL_NONE),
             })
             .inc();
         self.prompt_tokens
