@@ -9,38 +9,27 @@
 //! `ejected` state behind to alert on, and the label set stays bounded by the replicas
 //! there are.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::families::{Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
+use super::families::{label_sets, Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
 use crate::engine::upstream::fleet::{EndpointView, State};
 use crate::engine::upstream::Fault;
 use crate::names;
 use crate::record::RequestRecord;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct EndpointLabels {
-    pub(super) model: String,
-    pub(super) endpoint: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct AttemptLabels {
-    pub(super) model: String,
-    pub(super) endpoint: String,
-    /// `none` for the attempt that answered, else the fault's kind.
-    pub(super) error_type: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct StateLabels {
-    pub(super) model: String,
-    pub(super) endpoint: String,
-    pub(super) state: &'static str,
+label_sets! {
+    EndpointLabels { model: String, endpoint: String }
+    AttemptLabels {
+        model: String,
+        endpoint: String,
+        /// `none` for the attempt that answered, else the fault's kind.
+        error_type: &'static str,
+    }
+    StateLabels { model: String, endpoint: String, state: &'static str }
 }
 
 type EndpointHistograms = Family<EndpointLabels, Histogram, Buckets>;
