@@ -1,6 +1,6 @@
 //! The vocabulary of the metrics: bucket lists, label sets (each a small fixed set of
-//! values), the metric family types built from them, and the macro that declares label
-//! sets.
+//! values), the metric family types built from them, and the macros that declare label
+//! sets and families.
 
 use prometheus_client::encoding::EncodeLabelValue;
 use prometheus_client::metrics::counter::Counter;
@@ -46,6 +46,55 @@ macro_rules! label_sets {
     )*};
 }
 pub(super) use label_sets;
+
+/// Declares a struct of metric families, one row each: the field and its type, how it
+/// is made, its name (from `names`) and help text (also the field's doc), then
+/// optionally its unit and the condition under which it is registered. `register`
+/// makes every family and registers it in the order of the rows, which is the order of
+/// the exposition.
+macro_rules! declare_families {
+    (@when () $registration:block) => { $registration };
+    (@when ($condition:expr) $registration:block) => { if $condition $registration };
+    (@register $registry:ident, $name:expr, $help:literal, (), $family:expr) => {
+        $registry.register($name, $help, $family)
+    };
+    (@register $registry:ident, $name:expr, $help:literal, ($unit:ident), $family:expr) => {
+        $registry.register_with_unit(
+            $name,
+            $help,
+            prometheus_client::registry::Unit::$unit,
+            $family,
+        )
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $families:ident {$(
+            $field:ident: $ty:ty = $make:expr,
+                $name:expr, $help:literal $(, unit $unit:ident)? $(, if $condition:expr)?;
+        )*}
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug)]
+        $vis struct $families {
+            $( #[doc = $help] pub(super) $field: $ty, )*
+        }
+
+        impl $families {
+            /// Makes every family and registers each in `registry`, in the order declared.
+            $vis fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
+                let families = Self { $( $field: $make, )* };
+                $(
+                    declare_families!(@when ($($condition)?) {
+                        let family = families.$field.clone();
+                        declare_families!(@register registry, $name, $help, ($($unit)?), family);
+                    });
+                )*
+                families
+            }
+        }
+    };
+}
+pub(super) use declare_families;
 
 label_sets! {
     ModelLabel { model: String }
