@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::families::*;
 use super::{names, Metrics, SemlogEvent, Snapshot, TraceReason};
+use crate::quality::Quality;
 use crate::record::RequestRecord;
 use crate::telemetry::error_type;
 
@@ -13,7 +14,6 @@ impl Metrics {
     /// observations: pass it only when that trace is exported, so every exemplar links
     /// to a trace that exists.
     pub fn observe(&self, r: &RequestRecord, exemplar: Option<&str>) {
-        let f = &self.families;
         let model = ModelLabel {
             model: if self.models.contains(&r.model) {
                 r.model.clone()
@@ -21,6 +21,17 @@ impl Metrics {
                 names::MODEL_NONE.to_owned()
             },
         };
+        self.count_request(&model, r);
+        self.observe_latencies(&model, r, exemplar);
+        self.endpoints.observe(&model.model, r);
+        if let Some(q) = &r.quality {
+            self.observe_quality(&model, q, r.usage.completion_tokens > 0);
+        }
+    }
+
+    /// The request by its outcome, and its tokens in and out.
+    fn count_request(&self, model: &ModelLabel, r: &RequestRecord) {
+        let f = &self.families;
         f.requests
             .get_or_create(&RequestLabels {
                 model: model.model.clone(),
@@ -32,12 +43,16 @@ impl Metrics {
             })
             .inc();
         f.prompt_tokens
-            .get_or_create(&model)
+            .get_or_create(model)
             .inc_by(u64::from(r.usage.prompt_tokens));
         f.generation_tokens
-            .get_or_create(&model)
+            .get_or_create(model)
             .inc_by(u64::from(r.usage.completion_tokens));
+    }
 
+    /// The request's latencies, in seconds; the exemplar goes with TTFT, TPOT and e2e.
+    fn observe_latencies(&self, model: &ModelLabel, r: &RequestRecord, exemplar: Option<&str>) {
+        let f = &self.families;
         let t = &r.timings;
         let exemplar = || {
             exemplar.map(|trace_id| TraceExemplar {
@@ -46,56 +61,57 @@ impl Metrics {
         };
         if let Some(ttft) = t.ttft_ms {
             f.ttft
-                .get_or_create(&model)
+                .get_or_create(model)
                 .observe(ttft / 1000.0, exemplar(), None);
         }
         if let Some(tpot) = t.tpot_ms {
             f.tpot
-                .get_or_create(&model)
+                .get_or_create(model)
                 .observe(tpot / 1000.0, exemplar(), None);
         }
         f.e2e
-            .get_or_create(&model)
+            .get_or_create(model)
             .observe(t.e2e_ms / 1000.0, exemplar(), None);
         if let Some(upstream) = t.upstream_ttft_ms {
             f.upstream_ttft
-                .get_or_create(&model)
+                .get_or_create(model)
                 .observe(upstream / 1000.0);
         }
-        self.endpoints.observe(&model.model, r);
         if let Some(queue) = t.queue_ms {
-            f.queue.get_or_create(&model).observe(queue / 1000.0);
+            f.queue.get_or_create(model).observe(queue / 1000.0);
         }
         if !r.itl_gaps.is_empty() {
-            let itl = f.itl.get_or_create(&model);
+            let itl = f.itl.get_or_create(model);
             for gap in &r.itl_gaps {
                 itl.observe(gap.as_secs_f64());
             }
         }
-        if let Some(q) = &r.quality {
-            if r.usage.completion_tokens > 0 {
-                f.repetition
-                    .get_or_create(&model)
-                    .observe(q.repetition_rate);
-                f.repetition_basis
-                    .get_or_create(&BasisLabels {
-                        model: model.model.clone(),
-                        basis: q.repetition_basis.as_str(),
-                    })
-                    .inc();
-            }
-            if let Some(mean) = q.mean_logprob {
-                f.mean_logprob.get_or_create(&model).observe(-mean);
-            }
-            if let Some(share) = q.low_confidence_share {
-                f.low_confidence.get_or_create(&model).observe(share);
-            }
-            if q.refusal {
-                f.refusals.get_or_create(&model).inc();
-            }
-            if q.degenerated {
-                f.degenerations.get_or_create(&model).inc();
-            }
+    }
+
+    /// What the quality checks found in the answer; its repetition only when it has
+    /// tokens (`answered`).
+    fn observe_quality(&self, model: &ModelLabel, q: &Quality, answered: bool) {
+        let f = &self.families;
+        if answered {
+            f.repetition.get_or_create(model).observe(q.repetition_rate);
+            f.repetition_basis
+                .get_or_create(&BasisLabels {
+                    model: model.model.clone(),
+                    basis: q.repetition_basis.as_str(),
+                })
+                .inc();
+        }
+        if let Some(mean) = q.mean_logprob {
+            f.mean_logprob.get_or_create(model).observe(-mean);
+        }
+        if let Some(share) = q.low_confidence_share {
+            f.low_confidence.get_or_create(model).observe(share);
+        }
+        if q.refusal {
+            f.refusals.get_or_create(model).inc();
+        }
+        if q.degenerated {
+            f.degenerations.get_or_create(model).inc();
         }
     }
 
