@@ -35,7 +35,7 @@ label_sets! {
 type EndpointHistograms = Family<EndpointLabels, Histogram, Buckets>;
 
 declare_families! {
-    /// The per-endpoint families, registered.
+    /// The per-endpoint families, one field each.
     struct EndpointFamilies {
         ttft: EndpointHistograms = Family::new_with_constructor(Buckets(TTFT_BUCKETS)),
             names::ENDPOINT_TIME_TO_FIRST_TOKEN,

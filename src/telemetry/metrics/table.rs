@@ -13,7 +13,7 @@ use super::families::*;
 use crate::names;
 
 declare_families! {
-    /// The metric families, registered.
+    /// The families of `Metrics` but the per-endpoint ones, one field each.
     pub(super) struct Families {
         ttft: ExemplarHistograms = exemplar_family(TTFT_BUCKETS),
             names::TIME_TO_FIRST_TOKEN,
