@@ -85,6 +85,9 @@ pub const MODEL_NONE: &str = "none";
 pub const LABEL_NONE: &str = "none";
 /// `error_type` of a request the client abandoned.
 pub const CANCELLED: &str = "cancelled";
+/// `error_type` of a failed request whose record names no kind: the engine failed (the
+/// kind of `ApiError::Engine`).
+pub const ENGINE_ERROR: &str = "engine_error";
 /// `error.type` of a stream cut off because its client accepted no bytes for the stream
 /// write timeout.
 pub const CLIENT_STALLED: &str = "client_stalled";

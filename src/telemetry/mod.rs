@@ -44,6 +44,17 @@ impl From<&TelemetryConfig> for TraceSettings {
     }
 }
 
+/// The `error_type` of a request that did not end well, as its metrics and its trace
+/// name it: the kind its record gives, else `cancelled` (the client left) or
+/// `engine_error`; `None` for a request that ended well.
+pub fn error_type(record: &RequestRecord) -> Option<&'static str> {
+    match record.status {
+        Status::Ok => None,
+        Status::Cancelled => Some(record.error_kind.unwrap_or(crate::names::CANCELLED)),
+        Status::Error => Some(record.error_kind.unwrap_or(crate::names::ENGINE_ERROR)),
+    }
+}
+
 /// The telemetry of one gateway, held in application state.
 pub struct Telemetry {
     pub metrics: Arc<Metrics>,

@@ -242,15 +242,9 @@ impl RequestTrace {
         let root = self.cx.span();
         root.update_name(format!("{} {}", r.operation, r.model));
         root.set_attributes(attributes(r));
-        match r.status {
-            RecordStatus::Ok => {}
-            RecordStatus::Cancelled => {
-                let kind = r.error_kind.unwrap_or(names::CANCELLED);
-                root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
-            }
-            RecordStatus::Error => {
-                let kind = r.error_kind.unwrap_or("engine_error");
-                root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
+        if let Some(kind) = super::error_type(r) {
+            root.set_attribute(KeyValue::new(names::ERROR_TYPE, kind));
+            if r.status == RecordStatus::Error {
                 root.set_status(Status::error(kind));
             }
         }
@@ -301,7 +295,7 @@ impl RequestTrace {
 
 /// The GenAI semantic-convention attributes of a request, plus llmgate's own.
 fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
-    let mut a = vec![
+    let mut a = Attributes(vec![
         KeyValue::new(names::GEN_AI_OPERATION_NAME, r.operation),
         KeyValue::new(names::GEN_AI_PROVIDER_NAME, names::PROVIDER),
         KeyValue::new(names::GEN_AI_REQUEST_MODEL, r.model.clone()),
@@ -309,86 +303,88 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
         KeyValue::new(names::ATTR_STREAM, r.stream),
         KeyValue::new(names::ATTR_STATUS, r.status.as_str()),
         KeyValue::new(names::ATTR_E2E_MS, r.timings.e2e_ms),
-    ];
-    let mut push = |key: &'static str, value: Option<opentelemetry::Value>| {
-        if let Some(value) = value {
-            a.push(KeyValue::new(key, value));
-        }
-    };
-    push(names::ATTR_API_KEY_ID, r.api_key_id.clone().map(Into::into));
-    let params = &r.params;
-    push(
-        names::GEN_AI_REQUEST_SEED,
-        r.seed.map(|s| i64::try_from(s).unwrap_or(i64::MAX).into()),
-    );
-    push(
-        names::GEN_AI_REQUEST_MAX_TOKENS,
-        params.max_tokens.map(|n| i64::from(n).into()),
-    );
-    push(
-        names::GEN_AI_REQUEST_TEMPERATURE,
-        params.temperature.map(Into::into),
-    );
-    push(names::GEN_AI_REQUEST_TOP_P, params.top_p.map(Into::into));
+    ]);
+    a.set_some(names::ATTR_API_KEY_ID, r.api_key_id.clone());
+    a.requested(r);
     if r.status != RecordStatus::Error || r.quality.is_some() {
-        push(
-            names::GEN_AI_RESPONSE_ID,
-            r.response_id.clone().map(Into::into),
-        );
-        push(
-            names::GEN_AI_RESPONSE_MODEL,
-            Some(r.response_model().to_owned().into()),
-        );
-        push(
-            names::GEN_AI_USAGE_INPUT_TOKENS,
-            Some(i64::from(r.usage.prompt_tokens).into()),
-        );
-        push(
-            names::GEN_AI_USAGE_OUTPUT_TOKENS,
-            Some(i64::from(r.usage.completion_tokens).into()),
-        );
+        a.answered(r);
     }
     if let Some(reason) = r.finish_reason {
-        push(
+        let reasons = vec![opentelemetry::StringValue::from(reason.as_str())];
+        a.set(
             names::GEN_AI_RESPONSE_FINISH_REASONS,
-            Some(opentelemetry::Value::Array(
-                vec![opentelemetry::StringValue::from(reason.as_str())].into(),
-            )),
+            opentelemetry::Value::Array(reasons.into()),
         );
     }
-    push(names::ATTR_TTFT_MS, r.timings.ttft_ms.map(Into::into));
-    push(
-        names::ATTR_UPSTREAM_TTFT_MS,
-        r.timings.upstream_ttft_ms.map(Into::into),
-    );
-    push(names::ATTR_TPOT_MS, r.timings.tpot_ms.map(Into::into));
+    a.set_some(names::ATTR_TTFT_MS, r.timings.ttft_ms);
+    a.set_some(names::ATTR_UPSTREAM_TTFT_MS, r.timings.upstream_ttft_ms);
+    a.set_some(names::ATTR_TPOT_MS, r.timings.tpot_ms);
     if let Some(upstream) = &r.upstream {
-        push(
-            names::ATTR_UPSTREAM_ENDPOINT,
-            upstream.endpoint.clone().map(Into::into),
-        );
-        push(
-            names::ATTR_UPSTREAM_ATTEMPTS,
-            i64::try_from(upstream.attempts.len()).ok().map(Into::into),
-        );
+        a.set_some(names::ATTR_UPSTREAM_ENDPOINT, upstream.endpoint.clone());
+        let attempts = i64::try_from(upstream.attempts.len()).ok();
+        a.set_some(names::ATTR_UPSTREAM_ATTEMPTS, attempts);
     }
     if let Some(q) = &r.quality {
-        push(names::ATTR_REPETITION_RATE, Some(q.repetition_rate.into()));
-        push(
-            names::ATTR_REPETITION_BASIS,
-            Some(q.repetition_basis.as_str().into()),
+        a.quality(q);
+    }
+    a.0
+}
+
+/// A span's attributes as they are gathered.
+struct Attributes(Vec<KeyValue>);
+
+impl Attributes {
+    /// Sets `key` to `value`.
+    fn set(&mut self, key: &'static str, value: impl Into<opentelemetry::Value>) {
+        self.0.push(KeyValue::new(key, value));
+    }
+
+    /// Sets `key` when there is a value.
+    fn set_some<V: Into<opentelemetry::Value>>(&mut self, key: &'static str, value: Option<V>) {
+        if let Some(value) = value {
+            self.set(key, value);
+        }
+    }
+
+    /// The sampling parameters the request asked for.
+    fn requested(&mut self, r: &RequestRecord) {
+        let seed = r.seed.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
+        self.set_some(names::GEN_AI_REQUEST_SEED, seed);
+        let params = &r.params;
+        self.set_some(
+            names::GEN_AI_REQUEST_MAX_TOKENS,
+            params.max_tokens.map(i64::from),
         );
-        push(names::ATTR_DEGENERATED, Some(q.degenerated.into()));
-        push(names::ATTR_REFUSAL, Some(q.refusal.into()));
-        push(names::ATTR_INTENT, Some(q.intent.clone().into()));
-        push(names::ATTR_LANGUAGE, Some(q.language.into()));
-        push(names::ATTR_ANSWER_LANGUAGE, Some(q.answer_language.into()));
-        push(names::ATTR_MEAN_LOGPROB, q.mean_logprob.map(Into::into));
-        push(names::ATTR_MIN_LOGPROB, q.min_logprob.map(Into::into));
-        push(
-            names::ATTR_LOW_CONFIDENCE_SHARE,
-            q.low_confidence_share.map(Into::into),
+        self.set_some(names::GEN_AI_REQUEST_TEMPERATURE, params.temperature);
+        self.set_some(names::GEN_AI_REQUEST_TOP_P, params.top_p);
+    }
+
+    /// The response's id, model and usage.
+    fn answered(&mut self, r: &RequestRecord) {
+        self.set_some(names::GEN_AI_RESPONSE_ID, r.response_id.clone());
+        self.set(names::GEN_AI_RESPONSE_MODEL, r.response_model().to_owned());
+        let usage = &r.usage;
+        self.set(
+            names::GEN_AI_USAGE_INPUT_TOKENS,
+            i64::from(usage.prompt_tokens),
+        );
+        self.set(
+            names::GEN_AI_USAGE_OUTPUT_TOKENS,
+            i64::from(usage.completion_tokens),
         );
     }
-    a
+
+    /// What the quality checks found in the answer.
+    fn quality(&mut self, q: &crate::quality::Quality) {
+        self.set(names::ATTR_REPETITION_RATE, q.repetition_rate);
+        self.set(names::ATTR_REPETITION_BASIS, q.repetition_basis.as_str());
+        self.set(names::ATTR_DEGENERATED, q.degenerated);
+        self.set(names::ATTR_REFUSAL, q.refusal);
+        self.set(names::ATTR_INTENT, q.intent.clone());
+        self.set(names::ATTR_LANGUAGE, q.language);
+        self.set(names::ATTR_ANSWER_LANGUAGE, q.answer_language);
+        self.set_some(names::ATTR_MEAN_LOGPROB, q.mean_logprob);
+        self.set_some(names::ATTR_MIN_LOGPROB, q.min_logprob);
+        self.set_some(names::ATTR_LOW_CONFIDENCE_SHARE, q.low_confidence_share);
+    }
 }

@@ -9,99 +9,76 @@
 //! `ejected` state behind to alert on, and the label set stays bounded by the replicas
 //! there are.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::families::{Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
+use super::families::{declare_families, label_sets, Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
 use crate::engine::upstream::fleet::{EndpointView, State};
 use crate::engine::upstream::Fault;
 use crate::names;
 use crate::record::RequestRecord;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct EndpointLabels {
-    pub(super) model: String,
-    pub(super) endpoint: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct AttemptLabels {
-    pub(super) model: String,
-    pub(super) endpoint: String,
-    /// `none` for the attempt that answered, else the fault's kind.
-    pub(super) error_type: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct StateLabels {
-    pub(super) model: String,
-    pub(super) endpoint: String,
-    pub(super) state: &'static str,
+label_sets! {
+    EndpointLabels { model: String, endpoint: String }
+    AttemptLabels {
+        model: String,
+        endpoint: String,
+        /// `none` for the attempt that answered, else the fault's kind.
+        error_type: &'static str,
+    }
+    StateLabels { model: String, endpoint: String, state: &'static str }
 }
 
 type EndpointHistograms = Family<EndpointLabels, Histogram, Buckets>;
 
+declare_families! {
+    /// The per-endpoint families, one field each.
+    struct EndpointFamilies {
+        ttft: EndpointHistograms = Family::new_with_constructor(Buckets(TTFT_BUCKETS)),
+            names::ENDPOINT_TIME_TO_FIRST_TOKEN,
+            "Upstream models: TTFT of each endpoint's (replica's) answers, from the attempt's send to its first content reaching the gateway";
+        tpot: EndpointHistograms = Family::new_with_constructor(Buckets(TOKEN_BUCKETS)),
+            names::ENDPOINT_TIME_PER_OUTPUT_TOKEN,
+            "Upstream models: TPOT of each endpoint's (replica's) answers, as they reached the gateway";
+        attempts: Family<AttemptLabels, Counter> = Family::default(),
+            names::ENDPOINT_ATTEMPTS,
+            "Upstream models: attempts at each endpoint, by the fault that failed them (none: it answered); a request that failed over counts one per endpoint tried";
+        state: Family<StateLabels, Gauge> = Family::default(),
+            names::ENDPOINT_STATE,
+            "Upstream models: 1 for each endpoint's routing state (up, ejected, readmitting, rate_limited), 0 for the others";
+        outstanding: Family<EndpointLabels, Gauge> = Family::default(),
+            names::ENDPOINT_OUTSTANDING,
+            "Upstream models: requests this gateway has in flight at each endpoint";
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct EndpointMetrics {
-    ttft: EndpointHistograms,
-    tpot: EndpointHistograms,
-    attempts: Family<AttemptLabels, Counter>,
-    state: Family<StateLabels, Gauge>,
-    outstanding: Family<EndpointLabels, Gauge>,
+    families: EndpointFamilies,
     /// The endpoints the last scrape saw, whose series exist.
     known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<EndpointLabels>>>,
 }
 
 impl EndpointMetrics {
-    pub(super) fn register(r: &mut Registry) -> Self {
-        let m = Self {
-            ttft: Family::new_with_constructor(Buckets(TTFT_BUCKETS)),
-            tpot: Family::new_with_constructor(Buckets(TOKEN_BUCKETS)),
-            attempts: Family::default(),
-            state: Family::default(),
-            outstanding: Family::default(),
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        Self {
+            families: EndpointFamilies::register(registry),
             known: Default::default(),
-        };
-        r.register(
-            names::ENDPOINT_TIME_TO_FIRST_TOKEN,
-            "Upstream models: TTFT of each endpoint's (replica's) answers, from the attempt's send to its first content reaching the gateway",
-            m.ttft.clone(),
-        );
-        r.register(
-            names::ENDPOINT_TIME_PER_OUTPUT_TOKEN,
-            "Upstream models: TPOT of each endpoint's (replica's) answers, as they reached the gateway",
-            m.tpot.clone(),
-        );
-        r.register(
-            names::ENDPOINT_ATTEMPTS,
-            "Upstream models: attempts at each endpoint, by the fault that failed them (none: it answered); a request that failed over counts one per endpoint tried",
-            m.attempts.clone(),
-        );
-        r.register(
-            names::ENDPOINT_STATE,
-            "Upstream models: 1 for each endpoint's routing state (up, ejected, readmitting, rate_limited), 0 for the others",
-            m.state.clone(),
-        );
-        r.register(
-            names::ENDPOINT_OUTSTANDING,
-            "Upstream models: requests this gateway has in flight at each endpoint",
-            m.outstanding.clone(),
-        );
-        m
+        }
     }
 
     /// One finished request: its figures under the endpoint that served it, and each
     /// attempt it made.
     pub(super) fn observe(&self, model: &str, r: &RequestRecord) {
+        let f = &self.families;
         let Some(upstream) = &r.upstream else {
             return;
         };
         for attempt in &upstream.attempts {
-            self.attempts
+            f.attempts
                 .get_or_create(&AttemptLabels {
                     model: model.to_owned(),
                     endpoint: attempt.endpoint.clone(),
@@ -120,15 +97,16 @@ impl EndpointMetrics {
         // The replica's own figures, from its attempt's send to its first content and
         // between contents: a failover before it is not its doing.
         if let Some(ttft) = served.ttft_ms {
-            self.ttft.get_or_create(&labels).observe(ttft / 1000.0);
+            f.ttft.get_or_create(&labels).observe(ttft / 1000.0);
         }
         if let Some(tpot) = served.tpot_ms {
-            self.tpot.get_or_create(&labels).observe(tpot / 1000.0);
+            f.tpot.get_or_create(&labels).observe(tpot / 1000.0);
         }
     }
 
     /// Each endpoint's state and load now, as a scrape reads them.
     pub(super) fn refresh(&self, endpoints: &[(String, Vec<EndpointView>)]) {
+        let f = &self.families;
         let now: std::collections::HashSet<EndpointLabels> = endpoints
             .iter()
             .flat_map(|(model, views)| {
@@ -151,13 +129,13 @@ impl EndpointMetrics {
                     endpoint: view.endpoint.clone(),
                 };
                 // Series exist from the first scrape, so an alert over them sees 0s.
-                drop(self.ttft.get_or_create(&labels));
-                drop(self.tpot.get_or_create(&labels));
-                self.outstanding
+                drop(f.ttft.get_or_create(&labels));
+                drop(f.tpot.get_or_create(&labels));
+                f.outstanding
                     .get_or_create(&labels)
                     .set(i64::try_from(view.outstanding).unwrap_or(i64::MAX));
                 for state in State::ALL {
-                    self.state
+                    f.state
                         .get_or_create(&StateLabels {
                             model: model.clone(),
                             endpoint: view.endpoint.clone(),
@@ -171,18 +149,19 @@ impl EndpointMetrics {
 
     /// Removes every series of an endpoint that left the fleet.
     fn forget(&self, gone: &EndpointLabels) {
-        self.ttft.remove(gone);
-        self.tpot.remove(gone);
-        self.outstanding.remove(gone);
+        let f = &self.families;
+        f.ttft.remove(gone);
+        f.tpot.remove(gone);
+        f.outstanding.remove(gone);
         for state in State::ALL {
-            self.state.remove(&StateLabels {
+            f.state.remove(&StateLabels {
                 model: gone.model.clone(),
                 endpoint: gone.endpoint.clone(),
                 state: state.as_str(),
             });
         }
         for error_type in std::iter::once(names::LABEL_NONE).chain(Fault::KINDS) {
-            self.attempts.remove(&AttemptLabels {
+            f.attempts.remove(&AttemptLabels {
                 model: gone.model.clone(),
                 endpoint: gone.endpoint.clone(),
                 error_type,

@@ -1,7 +1,8 @@
 //! The vocabulary of the metrics: bucket lists, label sets (each a small fixed set of
-//! values) and the metric family types built from them.
+//! values), the metric family types built from them, and the macros that declare label
+//! sets and families.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelValue;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -31,46 +32,113 @@ pub(super) const SURPRISAL_BUCKETS: &[f64] = &[
     0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0,
 ];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ModelLabel {
-    pub(super) model: String,
+/// Declares label sets: each a struct whose fields are a series' labels, in order.
+macro_rules! label_sets {
+    ($(
+        $(#[$meta:meta])*
+        $set:ident { $( $(#[$field_meta:meta])* $label:ident: $ty:ty ),* $(,)? }
+    )*) => {$(
+        $(#[$meta])*
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+        pub(super) struct $set {
+            $( $(#[$field_meta])* pub(super) $label: $ty, )*
+        }
+    )*};
 }
+pub(super) use label_sets;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct RequestLabels {
-    pub(super) model: String,
-    pub(super) status: &'static str,
-    pub(super) finish_reason: &'static str,
-    pub(super) error_type: &'static str,
+/// Declares a struct of metric families, one row each: the field and its type, how it
+/// is made, its name (from `names`) and help text (also the field's doc), then
+/// optionally its unit and the condition under which it is registered. `register`
+/// makes every family and registers it in the order of the rows, which is the order of
+/// the exposition.
+macro_rules! declare_families {
+    (@when () $registration:block) => { $registration };
+    (@when ($condition:expr) $registration:block) => { if $condition $registration };
+    (@register $registry:ident, $name:expr, $help:literal, (), $family:expr) => {
+        $registry.register($name, $help, $family)
+    };
+    (@register $registry:ident, $name:expr, $help:literal, ($unit:ident), $family:expr) => {
+        $registry.register_with_unit(
+            $name,
+            $help,
+            prometheus_client::registry::Unit::$unit,
+            $family,
+        )
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $families:ident {$(
+            $field:ident: $ty:ty = $make:expr,
+                $name:expr, $help:literal $(, unit $unit:ident)? $(, if $condition:expr)?;
+        )*}
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug)]
+        $vis struct $families {
+            $( #[doc = $help] pub(super) $field: $ty, )*
+        }
+
+        impl $families {
+            /// Makes every family and registers each in `registry`, in the order declared.
+            $vis fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
+                let families = Self { $( $field: $make, )* };
+                $(
+                    declare_families!(@when ($($condition)?) {
+                        let family = families.$field.clone();
+                        declare_families!(@register registry, $name, $help, ($($unit)?), family);
+                    });
+                )*
+                families
+            }
+        }
+    };
 }
+pub(super) use declare_families;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct BasisLabels {
-    pub(super) model: String,
-    pub(super) basis: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct StepLabel {
-    pub(super) step: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct TargetLabels {
-    pub(super) product: &'static str,
-    pub(super) version: String,
-    pub(super) lifecycle: &'static str,
-    pub(super) data_stream: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ReasonLabel {
-    pub(super) reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct KindLabel {
-    pub(super) kind: &'static str,
+label_sets! {
+    ModelLabel { model: String }
+    RequestLabels {
+        model: String,
+        status: &'static str,
+        finish_reason: &'static str,
+        error_type: &'static str,
+    }
+    BasisLabels { model: String, basis: &'static str }
+    StepLabel { step: &'static str }
+    TargetLabels {
+        product: &'static str,
+        version: String,
+        lifecycle: &'static str,
+        data_stream: &'static str,
+    }
+    ReasonLabel { reason: &'static str }
+    KindLabel { kind: &'static str }
+    GpuLabel { gpu: String }
+    /// The exemplar attached to a latency observation: the trace that explains it.
+    TraceExemplar { trace_id: String }
+    BuildLabels {
+        version: String,
+        commit: String,
+        rustc: String,
+        profile: String,
+        target_features: String,
+    }
+    ModelLabels {
+        model: String,
+        sha256: String,
+        quant: String,
+        context_length: String,
+        device: String,
+        gpu: String,
+        driver: String,
+        cuda: String,
+        system_fingerprint: String,
+        /// An upstream model's server (no credentials) and the name sent to it; empty in
+        /// this process. Joins any series to the upstream that served it.
+        upstream_url: String,
+        upstream_model: String,
+    }
 }
 
 /// What happened to semantic-log documents (one counter each).
@@ -89,17 +157,6 @@ pub enum SemlogEvent {
     /// Left in the spool for a later try: the cluster was unavailable. Counted per
     /// try, so a long outage counts a document more than once.
     Deferred,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct GpuLabel {
-    pub(super) gpu: String,
-}
-
-/// The exemplar attached to a latency observation: the trace that explains it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct TraceExemplar {
-    pub(super) trace_id: String,
 }
 
 /// The `reason` values of `llmgate_semlog_dropped_total`.
@@ -163,32 +220,6 @@ pub(super) fn exemplar_family(buckets: &'static [f64]) -> ExemplarHistograms {
 
 pub(super) fn histogram_family(buckets: &'static [f64]) -> Histograms {
     Family::new_with_constructor(Buckets(buckets))
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct BuildLabels {
-    pub(super) version: String,
-    pub(super) commit: String,
-    pub(super) rustc: String,
-    pub(super) profile: String,
-    pub(super) target_features: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ModelLabels {
-    model: String,
-    sha256: String,
-    quant: String,
-    context_length: String,
-    device: String,
-    gpu: String,
-    driver: String,
-    cuda: String,
-    system_fingerprint: String,
-    /// An upstream model's server (no credentials) and the name sent to it; empty in
-    /// this process. Joins any series to the upstream that served it.
-    upstream_url: String,
-    upstream_model: String,
 }
 
 impl ModelLabels {

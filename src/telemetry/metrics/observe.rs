@@ -5,7 +5,9 @@ use std::sync::atomic::Ordering;
 
 use super::families::*;
 use super::{names, Metrics, SemlogEvent, Snapshot, TraceReason};
-use crate::record::{RequestRecord, Status};
+use crate::quality::Quality;
+use crate::record::RequestRecord;
+use crate::telemetry::error_type;
 
 impl Metrics {
     /// Counts one finished request. `exemplar` is the trace id to attach to its latency
@@ -19,26 +21,38 @@ impl Metrics {
                 names::MODEL_NONE.to_owned()
             },
         };
-        let error_type = match r.status {
-            Status::Ok => names::LABEL_NONE,
-            Status::Cancelled => r.error_kind.unwrap_or(names::CANCELLED),
-            Status::Error => r.error_kind.unwrap_or("engine_error"),
-        };
-        self.requests
+        self.count_request(&model, r);
+        self.observe_latencies(&model, r, exemplar);
+        self.endpoints.observe(&model.model, r);
+        if let Some(q) = &r.quality {
+            self.observe_quality(&model, q, r.usage.completion_tokens > 0);
+        }
+    }
+
+    /// The request by its outcome, and its tokens in and out.
+    fn count_request(&self, model: &ModelLabel, r: &RequestRecord) {
+        let f = &self.families;
+        f.requests
             .get_or_create(&RequestLabels {
                 model: model.model.clone(),
                 status: r.status.as_str(),
-                finish_reason: r.finish_reason.map_or(names::LABEL_NONE, |f| f.as_str()),
-                error_type,
+                finish_reason: r
+                    .finish_reason
+                    .map_or(names::LABEL_NONE, |reason| reason.as_str()),
+                error_type: error_type(r).unwrap_or(names::LABEL_NONE),
             })
             .inc();
-        self.prompt_tokens
-            .get_or_create(&model)
+        f.prompt_tokens
+            .get_or_create(model)
             .inc_by(u64::from(r.usage.prompt_tokens));
-        self.generation_tokens
-            .get_or_create(&model)
+        f.generation_tokens
+            .get_or_create(model)
             .inc_by(u64::from(r.usage.completion_tokens));
+    }
 
+    /// The request's latencies, in seconds; the exemplar goes with TTFT, TPOT and e2e.
+    fn observe_latencies(&self, model: &ModelLabel, r: &RequestRecord, exemplar: Option<&str>) {
+        let f = &self.families;
         let t = &r.timings;
         let exemplar = || {
             exemplar.map(|trace_id| TraceExemplar {
@@ -46,93 +60,99 @@ impl Metrics {
             })
         };
         if let Some(ttft) = t.ttft_ms {
-            self.ttft
-                .get_or_create(&model)
+            f.ttft
+                .get_or_create(model)
                 .observe(ttft / 1000.0, exemplar(), None);
         }
         if let Some(tpot) = t.tpot_ms {
-            self.tpot
-                .get_or_create(&model)
+            f.tpot
+                .get_or_create(model)
                 .observe(tpot / 1000.0, exemplar(), None);
         }
-        self.e2e
-            .get_or_create(&model)
+        f.e2e
+            .get_or_create(model)
             .observe(t.e2e_ms / 1000.0, exemplar(), None);
         if let Some(upstream) = t.upstream_ttft_ms {
-            self.upstream_ttft
-                .get_or_create(&model)
+            f.upstream_ttft
+                .get_or_create(model)
                 .observe(upstream / 1000.0);
         }
-        self.endpoints.observe(&model.model, r);
         if let Some(queue) = t.queue_ms {
-            self.queue.get_or_create(&model).observe(queue / 1000.0);
+            f.queue.get_or_create(model).observe(queue / 1000.0);
         }
         if !r.itl_gaps.is_empty() {
-            let itl = self.itl.get_or_create(&model);
+            let itl = f.itl.get_or_create(model);
             for gap in &r.itl_gaps {
                 itl.observe(gap.as_secs_f64());
             }
         }
-        if let Some(q) = &r.quality {
-            if r.usage.completion_tokens > 0 {
-                self.repetition
-                    .get_or_create(&model)
-                    .observe(q.repetition_rate);
-                self.repetition_basis
-                    .get_or_create(&BasisLabels {
-                        model: model.model.clone(),
-                        basis: q.repetition_basis.as_str(),
-                    })
-                    .inc();
-            }
-            if let Some(mean) = q.mean_logprob {
-                self.mean_logprob.get_or_create(&model).observe(-mean);
-            }
-            if let Some(share) = q.low_confidence_share {
-                self.low_confidence.get_or_create(&model).observe(share);
-            }
-            if q.refusal {
-                self.refusals.get_or_create(&model).inc();
-            }
-            if q.degenerated {
-                self.degenerations.get_or_create(&model).inc();
-            }
+    }
+
+    /// What the quality checks found in the answer; its repetition only when it has
+    /// tokens (`answered`).
+    fn observe_quality(&self, model: &ModelLabel, q: &Quality, answered: bool) {
+        let f = &self.families;
+        if answered {
+            f.repetition.get_or_create(model).observe(q.repetition_rate);
+            f.repetition_basis
+                .get_or_create(&BasisLabels {
+                    model: model.model.clone(),
+                    basis: q.repetition_basis.as_str(),
+                })
+                .inc();
+        }
+        if let Some(mean) = q.mean_logprob {
+            f.mean_logprob.get_or_create(model).observe(-mean);
+        }
+        if let Some(share) = q.low_confidence_share {
+            f.low_confidence.get_or_create(model).observe(share);
+        }
+        if q.refusal {
+            f.refusals.get_or_create(model).inc();
+        }
+        if q.degenerated {
+            f.degenerations.get_or_create(model).inc();
         }
     }
 
     /// Counts a tail-sampling decision about one trace.
     pub fn trace_decided(&self, reason: TraceReason, kept: bool) {
+        let f = &self.families;
         let family = if kept {
-            &self.traces_sampled
+            &f.traces_sampled
         } else {
-            &self.traces_dropped
+            &f.traces_dropped
         };
         family.get_or_create(&ReasonLabel::from(reason)).inc();
     }
 
     /// Counts a span dropped before its trace was decided.
     pub fn span_dropped(&self, reason: TraceReason) {
-        self.trace_spans_dropped
+        self.families
+            .trace_spans_dropped
             .get_or_create(&ReasonLabel::from(reason))
             .inc();
     }
 
+    /// Counts `n` semantic-log documents to which `event` happened.
     pub fn semlog_count(&self, event: SemlogEvent, n: u64) {
-        let index = match event {
-            SemlogEvent::Queued => 0,
-            SemlogEvent::Indexed => 1,
-            SemlogEvent::Duplicate => 2,
-            SemlogEvent::Retried => 3,
-            SemlogEvent::DeadLettered => 4,
-            SemlogEvent::Deferred => 5,
+        let f = &self.families;
+        let counter = match event {
+            SemlogEvent::Queued => &f.semlog_queued,
+            SemlogEvent::Indexed => &f.semlog_indexed,
+            SemlogEvent::Duplicate => &f.semlog_duplicates,
+            SemlogEvent::Retried => &f.semlog_retried,
+            SemlogEvent::DeadLettered => &f.semlog_dead_lettered,
+            SemlogEvent::Deferred => &f.semlog_deferred,
         };
-        self.semlog[index].inc_by(n);
+        counter.inc_by(n);
     }
 
     /// Counts NDJSON files the size cap deleted; `kind` is one of [`SEMLOG_FILE_KINDS`].
     pub fn semlog_files_deleted(&self, kind: &'static str, n: u64) {
         if n > 0 {
-            self.semlog_files_deleted
+            self.families
+                .semlog_files_deleted
                 .get_or_create(&KindLabel { kind })
                 .inc_by(n);
         }
@@ -140,7 +160,8 @@ impl Metrics {
 
     /// Counts a lost document; `reason` is one of [`SEMLOG_DROP_REASONS`].
     pub fn semlog_dropped(&self, reason: &'static str) {
-        self.semlog_dropped
+        self.families
+            .semlog_dropped
             .get_or_create(&ReasonLabel { reason })
             .inc();
     }
@@ -153,27 +174,27 @@ impl Metrics {
         redaction_kinds: &[&'static str],
         setup_steps: &[&'static str],
     ) {
+        let f = &self.families;
         for &kind in redaction_kinds {
-            drop(self.semlog_redactions.get_or_create(&KindLabel { kind }));
+            drop(f.semlog_redactions.get_or_create(&KindLabel { kind }));
         }
         for &step in setup_steps {
-            drop(
-                self.semlog_setup_problems
-                    .get_or_create(&StepLabel { step }),
-            );
+            drop(f.semlog_setup_problems.get_or_create(&StepLabel { step }));
         }
     }
 
     /// Counts `n` values of `kind` that one document's redaction replaced.
     pub fn semlog_redactions(&self, kind: &'static str, n: u32) {
-        self.semlog_redactions
+        self.families
+            .semlog_redactions
             .get_or_create(&KindLabel { kind })
             .inc_by(u64::from(n));
     }
 
     /// Counts a set-up step the cluster refused for good.
     pub fn semlog_setup_problem(&self, step: &'static str) {
-        self.semlog_setup_problems
+        self.families
+            .semlog_setup_problems
             .get_or_create(&StepLabel { step })
             .inc();
     }
@@ -187,8 +208,9 @@ impl Metrics {
         lifecycle: &'static str,
         data_stream: bool,
     ) {
-        self.semlog_target.clear();
-        self.semlog_target
+        let f = &self.families;
+        f.semlog_target.clear();
+        f.semlog_target
             .get_or_create(&TargetLabels {
                 product,
                 version: version.chars().take(32).collect(),
@@ -199,41 +221,44 @@ impl Metrics {
     }
 
     pub fn semlog_ready(&self, ready: bool) {
-        self.semlog_ready.set(i64::from(ready));
+        self.families.semlog_ready.set(i64::from(ready));
     }
 
     pub fn semlog_bulk_latency(&self, took: std::time::Duration) {
-        self.semlog_bulk_latency.observe(took.as_secs_f64());
+        self.families
+            .semlog_bulk_latency
+            .observe(took.as_secs_f64());
     }
 
     /// Copies point-in-time readings into the gauges.
     pub fn refresh(&self, s: &Snapshot) {
+        let f = &self.families;
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.running.set(gauge(s.running as u64));
-        self.waiting.set(gauge(s.waiting as u64));
-        self.in_flight.set(gauge(s.in_flight as u64));
+        f.running.set(gauge(s.running as u64));
+        f.waiting.set(gauge(s.waiting as u64));
+        f.in_flight.set(gauge(s.in_flight as u64));
         if let Some(rss) = s.resident_memory_bytes {
-            self.resident_memory.set(gauge(rss));
+            f.resident_memory.set(gauge(rss));
         }
         for gpu in &s.gpu_memory {
             let label = GpuLabel {
                 gpu: gpu.index.to_string(),
             };
-            self.gpu_memory.get_or_create(&label).set(gauge(gpu.used));
-            self.gpu_memory_total
+            f.gpu_memory.get_or_create(&label).set(gauge(gpu.used));
+            f.gpu_memory_total
                 .get_or_create(&label)
                 .set(gauge(gpu.total));
         }
         // One series per model: a reload under another fingerprint replaces the old.
         let labels: Vec<ModelLabels> = s.models.iter().map(|m| ModelLabels::of(m)).collect();
-        if labels.iter().any(|l| self.model_info.get(l).is_none()) {
-            self.model_info.clear();
+        if labels.iter().any(|l| f.model_info.get(l).is_none()) {
+            f.model_info.clear();
             for l in &labels {
-                self.model_info.get_or_create(l).set(1);
+                f.model_info.get_or_create(l).set(1);
             }
         }
         for (model, kv) in &s.kv_caches {
-            self.kv_cache_usage
+            f.kv_cache_usage
                 .get_or_create(&ModelLabel {
                     model: model.clone(),
                 })
@@ -241,20 +266,19 @@ impl Metrics {
         }
         self.endpoints.refresh(&s.endpoints);
         for (model, up) in &s.upstreams {
-            self.upstream_up
+            f.upstream_up
                 .get_or_create(&ModelLabel {
                     model: model.clone(),
                 })
                 .set(i64::from(*up));
         }
-        self.semlog_queue_depth
-            .set(gauge(s.semlog_queue_depth as u64));
-        self.semlog_spooled_bytes.set(gauge(s.semlog_spooled_bytes));
+        f.semlog_queue_depth.set(gauge(s.semlog_queue_depth as u64));
+        f.semlog_spooled_bytes.set(gauge(s.semlog_spooled_bytes));
         let seen = self
             .log_lines_dropped_seen
             .fetch_max(s.log_lines_dropped, Ordering::Relaxed);
         if s.log_lines_dropped > seen {
-            self.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
+            f.log_lines_dropped.inc_by(s.log_lines_dropped - seen);
         }
     }
 }
