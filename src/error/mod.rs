@@ -11,6 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::engine::upstream::fault::FaultKind;
 use crate::engine::upstream::Fault;
 use crate::engine::EngineError;
 use messages::{context_message, rate_message, reason_suffix, upstream_message};
@@ -90,7 +91,7 @@ pub enum ApiError {
     /// upstream's own words stay in the log (they may carry credentials or internals).
     #[error("{}", upstream_message(.kind))]
     Upstream {
-        kind: &'static str,
+        kind: FaultKind,
         retry_after: Option<Duration>,
     },
 }
@@ -230,15 +231,15 @@ impl ApiError {
             E::UpstreamRefused { .. } => (
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
-                "upstream_invalid_request",
+                FaultKind::InvalidRequest.as_str(),
             ),
             E::Upstream { kind, .. } => {
-                let (status, error_type) = match *kind {
-                    "upstream_rate_limited" => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
-                    "upstream_timeout" => (StatusCode::GATEWAY_TIMEOUT, "server_error"),
+                let (status, error_type) = match kind {
+                    FaultKind::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
+                    FaultKind::Timeout => (StatusCode::GATEWAY_TIMEOUT, "server_error"),
                     _ => (StatusCode::BAD_GATEWAY, "server_error"),
                 };
-                (status, error_type, *kind)
+                (status, error_type, kind.as_str())
             }
         };
         Entry {
@@ -534,7 +535,7 @@ mod tests {
             let kind = fault.kind();
             let error = ApiError::from(EngineError::Upstream(fault));
             assert_eq!(error.status_code().as_u16(), status, "{kind}");
-            assert_eq!(error.kind(), kind);
+            assert_eq!(error.kind(), kind.as_str());
         }
     }
 

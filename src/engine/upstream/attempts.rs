@@ -159,13 +159,13 @@ pub(crate) async fn run(job: Job) {
         if !worth_another(&fault) || attempts >= fleet.config.max_attempts as usize {
             break Some(fault);
         }
-        tracing::info!(endpoint = %endpoint.label, error = %fault, error_type = fault.kind(), "An upstream endpoint failed before the answer began.");
+        tracing::info!(endpoint = %endpoint.label, error = %fault, error_type = fault.kind().as_str(), "An upstream endpoint failed before the answer began.");
         last = Some(fault);
     };
     let fault = fault.unwrap_or_else(|| Fault::Unreachable("no endpoint could be tried".into()));
     let fault = gateways_own(fault, &request);
     if let Some(fault) = opening.failed(fault) {
-        tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
+        tracing::warn!(error = %fault, error_type = fault.kind().as_str(), "The upstream's stream failed.");
         let _ = tx
             .send(EngineEvent::Failed(EngineError::Upstream(fault)))
             .await;
@@ -379,7 +379,7 @@ fn record_attempt(reported: &Reported, endpoint: &str) {
 
 fn failed_attempt(reported: &Reported, fault: &Fault) {
     if let Some(last) = route(reported).attempts.last_mut() {
-        last.error_type = Some(fault.kind());
+        last.error_type = Some(fault.kind().as_str());
     }
 }
 

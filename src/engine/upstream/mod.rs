@@ -231,7 +231,7 @@ impl Engine for UpstreamEngine {
         // HTTP error it is; after it the stream has begun and a failure is its error
         // frame.
         if let Some(fault) = waiting.fault_within(opening::OPENING_WINDOW).await {
-            tracing::info!(error = %fault, error_type = fault.kind(), "The upstream could not take the request.");
+            tracing::info!(error = %fault, error_type = fault.kind().as_str(), "The upstream could not take the request.");
             return Err(EngineError::Upstream(fault));
         }
         Ok(Generation {

@@ -17,8 +17,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::families::{Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
+use crate::engine::upstream::fault::FaultKind;
 use crate::engine::upstream::fleet::{EndpointView, State};
-use crate::engine::upstream::Fault;
 use crate::names;
 use crate::record::RequestRecord;
 
@@ -181,7 +181,9 @@ impl EndpointMetrics {
                 state: state.as_str(),
             });
         }
-        for error_type in std::iter::once(names::LABEL_NONE).chain(Fault::KINDS) {
+        for error_type in
+            std::iter::once(names::LABEL_NONE).chain(FaultKind::ALL.map(FaultKind::as_str))
+        {
             self.attempts.remove(&AttemptLabels {
                 model: gone.model.clone(),
                 endpoint: gone.endpoint.clone(),

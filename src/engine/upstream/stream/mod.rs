@@ -244,7 +244,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
         // Nothing handed on: another endpoint may answer instead.
         Err(fault) if first_content.is_none() => return Ended::Unsent(fault),
         Err(fault) => {
-            tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
+            tracing::warn!(error = %fault, error_type = fault.kind().as_str(), "The upstream's stream failed.");
             let failed = EngineEvent::Failed(EngineError::Upstream(fault.clone()));
             let _ = tx.send(failed).await;
             return Ended::FailedMidway(fault);
