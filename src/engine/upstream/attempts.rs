@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use super::fault::{self, Fault};
 use super::fleet::{Endpoint, Outcome, Routing};
 use super::opening::Opening;
-use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading};
+use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading, Terms};
 use super::tokens::TokenReader;
 use super::wire::{self, Asks};
 use super::Shared;
@@ -242,20 +242,23 @@ async fn attempt_at(
     let reading = Reading {
         body: Box::pin(response.bytes_stream().map_err(|e| e.to_string())),
         sent,
+        clock: Arc::clone(&shared.clock),
         patience: Patience {
             first_byte,
             idle: config.idle_timeout,
         },
-        expected_model: config.check_model.then(|| config.model.clone()),
+        terms: Terms {
+            expected_model: config.check_model.then(|| config.model.clone()),
+            top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
+            // The budget holds whether or not the upstream was sent it: an upstream that
+            // ignores `max_tokens` is cut at it (without one sent, the cap applies here
+            // and the upstream's own default there).
+            max_tokens: request.max_tokens,
+            budget_sent: wire::sends_max_tokens(request, config),
+            prompt_tokens,
+        },
         reported: Arc::clone(reported),
         tokens: TokenReader::new(shared.tokenizer.clone()),
-        prompt_tokens,
-        top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
-        // The budget holds whether or not the upstream was sent it: an upstream that
-        // ignores `max_tokens` is cut at it (without one sent, the cap applies here and
-        // the upstream's own default there).
-        max_tokens: request.max_tokens,
-        budget_sent: wire::sends_max_tokens(request, config),
         tx: tx.clone(),
         on_answered: Some(on_answered),
     };

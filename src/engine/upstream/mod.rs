@@ -40,6 +40,7 @@ use super::{
     Engine, EngineError, EngineLoad, Generation, GenerationRequest, ModelInfo, Prepared, Prompt,
     Readiness, TokenizeRequest, UpstreamFacts,
 };
+use crate::clock::{MonotonicClock, SharedClock};
 use crate::engine::upstream::config::UpstreamConfig;
 pub use fault::Fault;
 use fleet::discovery::{self, Connections};
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     fleet: Arc<Fleet>,
     info: Arc<ModelInfo>,
     tokenizer: Option<Arc<Tokenizer>>,
+    /// What the answers' moments are read from.
+    clock: SharedClock,
     /// Requests being tried or streamed now.
     running: Arc<AtomicUsize>,
     /// The upstream refused to return log-probabilities the client had not asked for:
@@ -119,6 +122,7 @@ impl UpstreamEngine {
             fleet,
             info: Arc::new(info),
             tokenizer,
+            clock: Arc::new(MonotonicClock::new()),
             running: Arc::default(),
             logprobs_refused: AtomicBool::new(false),
         });
