@@ -6,6 +6,11 @@
 //! gateway drops its stream (the client left, the stop screen or guard ended the
 //! answer), this task returns, the response is dropped and its connection closed, which
 //! is how an upstream learns to stop generating (vLLM aborts the request on disconnect).
+//!
+//! - `answer`: what each event means, as a state machine with no clock and no I/O;
+//! - `transport`: the bytes before they are events, their waits and sizes, and the
+//!   moments they arrive at on the injected clock;
+//! - `read`, here: the thin loop between them and the gateway.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -163,10 +168,12 @@ async fn failed(answer: &Answer, fault: Fault, tx: &mpsc::Sender<EngineEvent>) -
 pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<EngineEvent> {
     let (tx, mut rx) = mpsc::channel(32);
     let failures = tx.clone();
+    // Made before the send moment, which it then reads exactly.
+    let clock = Arc::new(crate::clock::MonotonicClock::new());
     let reading = Reading {
         body,
         sent: Instant::now(),
-        clock: Arc::new(crate::clock::MonotonicClock::new()),
+        clock,
         patience: Patience {
             first_byte: Duration::from_secs(600),
             idle: Duration::from_secs(600),

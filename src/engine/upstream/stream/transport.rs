@@ -249,15 +249,13 @@ mod tests {
             first_byte: Duration::from_secs(30),
             idle: Duration::from_secs(5),
         };
+        let timeout = |secs, first_byte| Fault::Timeout {
+            waited: Duration::from_secs(secs),
+            first_byte,
+        };
         let first = patience.wait(None, Duration::from_secs(2));
         assert_eq!(first.deadline, Duration::from_secs(30));
-        assert_eq!(
-            first.late(),
-            Fault::Timeout {
-                waited: Duration::from_secs(30),
-                first_byte: true
-            }
-        );
+        assert_eq!(first.late(), timeout(30, true));
         let byte = Some(Duration::from_secs(3));
         let idle = patience.wait(byte, Duration::from_secs(1));
         assert_eq!(idle.deadline, Duration::from_secs(8));
@@ -265,13 +263,7 @@ mod tests {
         // from then.
         let slow = patience.wait(byte, Duration::from_secs(10));
         assert_eq!(slow.deadline, Duration::from_secs(15));
-        assert_eq!(
-            slow.late(),
-            Fault::Timeout {
-                waited: Duration::from_secs(5),
-                first_byte: false
-            }
-        );
+        assert_eq!(slow.late(), timeout(5, false));
     }
 
     #[test]
