@@ -17,6 +17,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::stream::chunks::Shape;
+
 /// How the scripted upstream answers.
 #[derive(Debug, Clone)]
 pub struct UpstreamScript {
@@ -279,12 +281,6 @@ async fn completions(
     state: web::Data<State>,
 ) -> HttpResponse {
     answer(req, body.into_inner(), state, Shape::Text).await
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    Chat,
-    Text,
 }
 
 /// The text the answer is about: the last message, or the prompt.
@@ -555,6 +551,7 @@ impl Drop for Running {
     }
 }
 
+/// The `object` its streamed chunks of `shape` carry.
 fn object(shape: Shape) -> &'static str {
     match shape {
         Shape::Chat => "chat.completion.chunk",
