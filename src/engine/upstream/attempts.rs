@@ -81,6 +81,7 @@ pub(crate) async fn run(mut job: Job) {
 /// The endpoints a request has been tried at, and what the last attempt left.
 #[derive(Default)]
 struct Tried {
+    /// Each endpoint tried, once, in the order first tried.
     endpoints: Vec<Arc<Endpoint>>,
     /// The one endpoint was tried once more after it could not be connected to.
     retried_connect: bool,
