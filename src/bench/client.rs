@@ -76,80 +76,108 @@ pub async fn over_http(
             return sample;
         }
     };
-    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
-    let mut chunks = 0u32;
-    let mut usage_tokens = None;
-    let (mut finished, mut done) = (false, false);
+    let mut stream = Streamed::default();
     let mut buffer = Vec::new();
-    let mut stream = response.bytes_stream();
-    'read: while let Some(bytes) = stream.next().await {
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
+    let mut bytes = response.bytes_stream();
+    'read: while let Some(read) = bytes.next().await {
+        let read = match read {
+            Ok(read) => read,
             Err(error) => {
                 sample.error = Some(error.to_string());
                 break;
             }
         };
         let now = Instant::now();
-        buffer.extend_from_slice(&bytes);
+        buffer.extend_from_slice(&read);
         while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
             let frame: Vec<u8> = buffer.drain(..end + 2).collect();
-            let Some(data) = std::str::from_utf8(&frame)
-                .ok()
-                .and_then(|f| f.trim().strip_prefix("data: "))
-            else {
-                continue;
-            };
-            if data == "[DONE]" {
-                done = true;
+            if stream.frame(&frame, now, &mut sample) {
                 break 'read;
-            }
-            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-                continue;
-            };
-            if chunk.get("error").is_some() {
-                sample.error = Some(chunk["error"]["message"].to_string());
-            }
-            let content = chunk["choices"][0]["delta"]["content"]
-                .as_str()
-                .unwrap_or("");
-            if !content.is_empty() {
-                if let Some(previous) = last {
-                    sample.itl.push(now - previous);
-                }
-                first.get_or_insert(now);
-                last = Some(now);
-                chunks += 1;
-            }
-            if chunk["choices"][0]["finish_reason"].is_string() {
-                finished = true;
-            }
-            if let Some(n) = chunk["usage"]["completion_tokens"].as_u64() {
-                usage_tokens = u32::try_from(n).ok();
-            }
-            if let Some(t) = chunk.get("timings") {
-                sample.server_ttft_ms = t["ttft_ms"].as_f64();
-                sample.server_tpot_ms = t["tpot_ms"].as_f64();
             }
         }
     }
     sample.e2e = started.elapsed();
-    sample.output_tokens = usage_tokens.unwrap_or(chunks);
-    sample.ttft = first.map(|f| f - started);
-    sample.tpot = tpot(first, last, sample.output_tokens);
-    // A stream cut short is a failure even when the status was 200 (some servers abort
-    // concurrent streams that way: a role chunk, then [DONE]).
-    if sample.error.is_none() && !(finished && done) {
-        sample.error = Some(
-            if done {
-                "the stream ended without a finish_reason"
-            } else {
-                "the stream ended without [DONE]"
-            }
-            .into(),
-        );
-    }
+    stream.measured(started, &mut sample);
     sample
+}
+
+/// What a streamed answer has shown so far, as its frames arrive.
+#[derive(Debug, Default)]
+struct Streamed {
+    /// When content first and last arrived.
+    first: Option<Instant>,
+    last: Option<Instant>,
+    /// Chunks with content (the count, where the server sends no usage).
+    chunks: u32,
+    /// The server's count of the answer's tokens.
+    usage_tokens: Option<u32>,
+    /// A finish_reason came; `[DONE]` came.
+    finished: bool,
+    done: bool,
+}
+
+impl Streamed {
+    /// One SSE frame, arrived at `now`: its content timed, its figures taken into
+    /// `sample`. Whether it was `[DONE]`.
+    fn frame(&mut self, frame: &[u8], now: Instant, sample: &mut Sample) -> bool {
+        let Some(data) = std::str::from_utf8(frame)
+            .ok()
+            .and_then(|f| f.trim().strip_prefix("data: "))
+        else {
+            return false;
+        };
+        if data == "[DONE]" {
+            self.done = true;
+            return true;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            return false;
+        };
+        if chunk.get("error").is_some() {
+            sample.error = Some(chunk["error"]["message"].to_string());
+        }
+        let content = chunk["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap_or("");
+        if !content.is_empty() {
+            if let Some(previous) = self.last {
+                sample.itl.push(now - previous);
+            }
+            self.first.get_or_insert(now);
+            self.last = Some(now);
+            self.chunks += 1;
+        }
+        if chunk["choices"][0]["finish_reason"].is_string() {
+            self.finished = true;
+        }
+        if let Some(n) = chunk["usage"]["completion_tokens"].as_u64() {
+            self.usage_tokens = u32::try_from(n).ok();
+        }
+        if let Some(t) = chunk.get("timings") {
+            sample.server_ttft_ms = t["ttft_ms"].as_f64();
+            sample.server_tpot_ms = t["tpot_ms"].as_f64();
+        }
+        false
+    }
+
+    /// The sample's figures from the whole stream, for a request sent at `started`.
+    fn measured(self, started: Instant, sample: &mut Sample) {
+        sample.output_tokens = self.usage_tokens.unwrap_or(self.chunks);
+        sample.ttft = self.first.map(|f| f - started);
+        sample.tpot = tpot(self.first, self.last, sample.output_tokens);
+        // A stream cut short is a failure even when the status was 200 (some servers
+        // abort concurrent streams that way: a role chunk, then [DONE]).
+        if sample.error.is_none() && !(self.finished && self.done) {
+            sample.error = Some(
+                if self.done {
+                    "the stream ended without a finish_reason"
+                } else {
+                    "the stream ended without [DONE]"
+                }
+                .into(),
+            );
+        }
+    }
 }
 
 /// Runs one request straight through `engine`: no HTTP, no chunk assembly.

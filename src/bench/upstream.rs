@@ -17,6 +17,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::stream::chunks::Shape;
+
 /// How the scripted upstream answers.
 #[derive(Debug, Clone)]
 pub struct UpstreamScript {
@@ -154,11 +156,34 @@ struct State {
     abandoned: Arc<AtomicUsize>,
     /// Requests answered so far, for the even spread of `fault_rate`.
     answered: AtomicUsize,
-    /// The engine's batch, when `slots` limits it.
+    batch: Batch,
+}
+
+/// The engine's batch: the answers streaming and those waiting for a place in it.
+#[derive(Clone, Default)]
+struct Batch {
+    /// Its places, when `slots` limits it.
     slots: Option<Arc<tokio::sync::Semaphore>>,
-    /// Answers waiting for a slot, and streaming in one.
+    /// Answers waiting for a place, and streaming in one.
     waiting: Arc<AtomicUsize>,
     running: Arc<AtomicUsize>,
+}
+
+impl Batch {
+    /// A place in the batch, once one is free: counted as running while it is held.
+    async fn enter(self) -> Running {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let slot = match &self.slots {
+            Some(slots) => Arc::clone(slots).acquire_owned().await.ok(),
+            None => None,
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.running.fetch_add(1, Ordering::SeqCst);
+        Running {
+            count: self.running,
+            _slot: slot,
+        }
+    }
 }
 
 impl State {
@@ -195,9 +220,10 @@ pub fn serve(
         received: Arc::clone(&received),
         abandoned: Arc::clone(&abandoned),
         answered: AtomicUsize::new(0),
-        slots,
-        waiting: Arc::default(),
-        running: Arc::default(),
+        batch: Batch {
+            slots,
+            ..Batch::default()
+        },
     });
     let mut server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
@@ -237,8 +263,9 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
             state.script.model
         )
     };
-    let text = gauge("num_requests_waiting", state.waiting.load(Ordering::SeqCst))
-        + &gauge("num_requests_running", state.running.load(Ordering::SeqCst));
+    let batch = &state.batch;
+    let text = gauge("num_requests_waiting", batch.waiting.load(Ordering::SeqCst))
+        + &gauge("num_requests_running", batch.running.load(Ordering::SeqCst));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(text)
@@ -256,12 +283,6 @@ async fn completions(
     answer(req, body.into_inner(), state, Shape::Text).await
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    Chat,
-    Text,
-}
-
 /// The text the answer is about: the last message, or the prompt.
 fn prompt_of(body: &Value) -> &str {
     body["messages"]
@@ -272,34 +293,15 @@ fn prompt_of(body: &Value) -> &str {
         .unwrap_or_default()
 }
 
+/// Answers one request: a fault instead of an answer where the prompt or the script
+/// says so, else the answer streamed once the batch has a place for it.
 async fn answer(
     req: HttpRequest,
     body: Value,
     state: web::Data<State>,
     shape: Shape,
 ) -> HttpResponse {
-    let headers = req
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    if let Some(mut received) = state
-        .script
-        .record
-        .then(|| state.received.lock().ok())
-        .flatten()
-    {
-        received.push(Received {
-            path: req.path().to_owned(),
-            headers,
-            body: body.clone(),
-        });
-    }
+    state.keep(&req, &body);
     let fault = prompt_of(&body)
         .strip_prefix("fault:")
         .and_then(|name| Fault::named(name.trim()))
@@ -308,168 +310,42 @@ async fn answer(
         Shape::Chat => body["logprobs"].as_bool().unwrap_or(false),
         Shape::Text => body["logprobs"].as_u64().is_some(),
     };
-    let error = |status: u16, message: &str, param: Value| {
-        HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap_or_default())
-            .json(json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}}))
-    };
+    if let Some(refusal) = fault.and_then(|fault| refusal(fault, logprobs)) {
+        return refusal;
+    }
     match fault {
-        Some(Fault::Unauthorized) => {
-            return error(
-                401,
-                "Incorrect API key provided: sk-upstream-secret",
-                Value::Null,
-            )
-        }
-        Some(Fault::RateLimited) => {
-            return HttpResponse::TooManyRequests()
-                .insert_header(("retry-after", "7"))
-                .json(json!({"error": {"message": "Rate limit reached", "type": "requests"}}))
-        }
-        Some(Fault::ServerError) => {
-            return error(500, "internal: stack trace at 0xdead", Value::Null)
-        }
-        Some(Fault::BadRequest) => {
-            return error(400, "top_k must be a positive integer", json!("top_k"))
-        }
-        Some(Fault::NoLogprobs) if logprobs => {
-            return error(
-                400,
-                "logprobs is not supported by this server",
-                json!("logprobs"),
-            )
-        }
-        Some(Fault::NotAStream) => {
-            return HttpResponse::Ok().json(json!({"choices": [{"message": {"content": "hi"}}]}))
-        }
-        Some(Fault::NoFirstByte) => {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-        }
-        Some(Fault::LateHeaders) => {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-        }
+        Some(Fault::NoFirstByte) => tokio::time::sleep(Duration::from_secs(30)).await,
+        Some(Fault::LateHeaders) => tokio::time::sleep(Duration::from_millis(1500)).await,
         _ => {}
     }
+    let script = &state.script;
     let max_tokens = body["max_tokens"]
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(u32::MAX);
-    let script = state.script.clone();
-    let tokens = if script.ignore_max_tokens {
-        script.tokens
-    } else {
-        script.tokens.min(max_tokens)
-    };
-    let model = if fault == Some(Fault::OtherModel) {
-        "someone-else".to_owned()
-    } else {
-        script.model.clone()
+    let streamed = Streamed {
+        shape,
+        model: if fault == Some(Fault::OtherModel) {
+            "someone-else".to_owned()
+        } else {
+            script.model.clone()
+        },
+        tokens: if script.ignore_max_tokens {
+            script.tokens
+        } else {
+            script.tokens.min(max_tokens)
+        },
+        logprobs,
+        fault,
+        script: script.clone(),
+        abandoned: Arc::clone(&state.abandoned),
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    let abandoned = Arc::clone(&state.abandoned);
-    let slots = state.slots.clone();
-    let (waiting, running) = (Arc::clone(&state.waiting), Arc::clone(&state.running));
+    let batch = state.batch.clone();
     tokio::spawn(async move {
         // A place in the batch first: the queue's wait is part of the TTFT.
-        waiting.fetch_add(1, Ordering::SeqCst);
-        let slot = match &slots {
-            Some(slots) => Arc::clone(slots).acquire_owned().await.ok(),
-            None => None,
-        };
-        waiting.fetch_sub(1, Ordering::SeqCst);
-        running.fetch_add(1, Ordering::SeqCst);
-        let _running = Running {
-            count: running,
-            _slot: slot,
-        };
-        let frame = |value: Value| Bytes::from(format!("data: {value}\n\n"));
-        match fault {
-            Some(Fault::Silent) => {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                return;
-            }
-            Some(Fault::Pings) => {
-                while tx.send(Bytes::from_static(b": ping\n\n")).await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                return;
-            }
-            Some(Fault::HugeLine) => {
-                let _ = tx.send(Bytes::from(vec![b'x'; 300 << 10])).await;
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                return;
-            }
-            _ => {}
-        }
-        if fault == Some(Fault::RefusedInStream) {
-            let refusal = json!({"error": {"message": "Token id 999999 is out of vocabulary",
-                "type": "BadRequestError", "param": "stop_token_ids", "code": 400}});
-            let _ = tx.send(frame(refusal)).await;
-            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
-            return;
-        }
-        if !script.first_delay.is_zero() {
-            tokio::time::sleep(script.first_delay).await;
-        }
-        let mut interval = (!script.interval.is_zero()).then(|| {
-            let mut i = tokio::time::interval(script.interval);
-            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            i
-        });
-        for i in 0..tokens {
-            if let Some(interval) = interval.as_mut() {
-                interval.tick().await;
-            }
-            let broken = match fault {
-                Some(Fault::BadJson) if i == 1 => Some(Bytes::from_static(b"data: {not json\n\n")),
-                Some(Fault::BadSse) if i == 1 => Some(Bytes::from_static(b"data: \xff\xfe\n\n")),
-                Some(Fault::ErrorEvent) if i == 1 => Some(frame(
-                    json!({"error": {"message": "CUDA error: out of memory", "code": 500}}),
-                )),
-                _ => None,
-            };
-            if let Some(bytes) = broken {
-                let _ = tx.send(bytes).await;
-                return;
-            }
-            if i == 2 && matches!(fault, Some(Fault::Cut)) {
-                return;
-            }
-            if i == 2 && matches!(fault, Some(Fault::Idle)) {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                return;
-            }
-            let text = if i == 0 {
-                "tok0".to_owned()
-            } else {
-                format!(" tok{i}")
-            };
-            if tx
-                .send(frame(content(shape, &model, &text, logprobs, None)))
-                .await
-                .is_err()
-            {
-                abandoned.fetch_add(1, Ordering::SeqCst);
-                return;
-            }
-        }
-        let reason = if tokens < script.tokens {
-            "length"
-        } else {
-            "stop"
-        };
-        let _ = tx
-            .send(frame(content(shape, &model, "", false, Some(reason))))
-            .await;
-        if fault != Some(Fault::NoUsage) {
-            let prompt_tokens = 5;
-            let usage = json!({
-                "id": "scripted-1", "object": object(shape), "created": 0, "model": model,
-                "choices": [],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens},
-            });
-            let _ = tx.send(frame(usage)).await;
-        }
-        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        let _running = batch.enter().await;
+        streamed.send(&tx).await;
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv()
@@ -479,6 +355,188 @@ async fn answer(
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .streaming(body)
+}
+
+impl State {
+    /// Keeps the request (its path, headers and body), when the script records them.
+    fn keep(&self, req: &HttpRequest, body: &Value) {
+        if !self.script.record {
+            return;
+        }
+        let headers = req
+            .headers()
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        if let Ok(mut received) = self.received.lock() {
+            received.push(Received {
+                path: req.path().to_owned(),
+                headers,
+                body: body.clone(),
+            });
+        }
+    }
+}
+
+/// The answer a fault gives instead of a stream, if it is one of those.
+fn refusal(fault: Fault, logprobs: bool) -> Option<HttpResponse> {
+    let error = |status: u16, message: &str, param: Value| {
+        HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap_or_default())
+            .json(json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}}))
+    };
+    Some(match fault {
+        Fault::Unauthorized => error(
+            401,
+            "Incorrect API key provided: sk-upstream-secret",
+            Value::Null,
+        ),
+        Fault::RateLimited => HttpResponse::TooManyRequests()
+            .insert_header(("retry-after", "7"))
+            .json(json!({"error": {"message": "Rate limit reached", "type": "requests"}})),
+        Fault::ServerError => error(500, "internal: stack trace at 0xdead", Value::Null),
+        Fault::BadRequest => error(400, "top_k must be a positive integer", json!("top_k")),
+        Fault::NoLogprobs if logprobs => error(
+            400,
+            "logprobs is not supported by this server",
+            json!("logprobs"),
+        ),
+        Fault::NotAStream => {
+            HttpResponse::Ok().json(json!({"choices": [{"message": {"content": "hi"}}]}))
+        }
+        _ => return None,
+    })
+}
+
+/// One streamed answer, as the script and the request make it.
+struct Streamed {
+    shape: Shape,
+    /// The model its chunks name.
+    model: String,
+    /// Content chunks to send: the script's, within the request's `max_tokens` (unless
+    /// the script ignores it).
+    tokens: u32,
+    logprobs: bool,
+    fault: Option<Fault>,
+    script: UpstreamScript,
+    /// Counted when the reader goes away before the end.
+    abandoned: Arc<AtomicUsize>,
+}
+
+impl Streamed {
+    /// Sends the answer's chunks to `tx`, as its fault allows.
+    async fn send(self, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+        if self.without_content(tx).await {
+            return;
+        }
+        if !self.script.first_delay.is_zero() {
+            tokio::time::sleep(self.script.first_delay).await;
+        }
+        if self.content(tx).await {
+            self.ending(tx).await;
+        }
+    }
+
+    /// The faults whose stream has no content at all; whether this is one.
+    async fn without_content(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) -> bool {
+        match self.fault {
+            Some(Fault::Silent) => tokio::time::sleep(Duration::from_secs(3600)).await,
+            Some(Fault::Pings) => {
+                while tx.send(Bytes::from_static(b": ping\n\n")).await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Some(Fault::HugeLine) => {
+                let _ = tx.send(Bytes::from(vec![b'x'; 300 << 10])).await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            Some(Fault::RefusedInStream) => {
+                let refusal = json!({"error": {"message": "Token id 999999 is out of vocabulary",
+                    "type": "BadRequestError", "param": "stop_token_ids", "code": 400}});
+                let _ = tx.send(frame(refusal)).await;
+                let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The content chunks, at the script's pace, broken where the fault breaks them;
+    /// whether the answer goes on to its end.
+    async fn content(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) -> bool {
+        let mut interval = (!self.script.interval.is_zero()).then(|| {
+            let mut i = tokio::time::interval(self.script.interval);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
+        for i in 0..self.tokens {
+            if let Some(interval) = interval.as_mut() {
+                interval.tick().await;
+            }
+            let broken = match self.fault {
+                Some(Fault::BadJson) if i == 1 => Some(Bytes::from_static(b"data: {not json\n\n")),
+                Some(Fault::BadSse) if i == 1 => Some(Bytes::from_static(b"data: \xff\xfe\n\n")),
+                Some(Fault::ErrorEvent) if i == 1 => Some(frame(
+                    json!({"error": {"message": "CUDA error: out of memory", "code": 500}}),
+                )),
+                _ => None,
+            };
+            if let Some(bytes) = broken {
+                let _ = tx.send(bytes).await;
+                return false;
+            }
+            if i == 2 && matches!(self.fault, Some(Fault::Cut)) {
+                return false;
+            }
+            if i == 2 && matches!(self.fault, Some(Fault::Idle)) {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return false;
+            }
+            let text = if i == 0 {
+                "tok0".to_owned()
+            } else {
+                format!(" tok{i}")
+            };
+            let chunk = content(self.shape, &self.model, &text, self.logprobs, None);
+            if tx.send(frame(chunk)).await.is_err() {
+                self.abandoned.fetch_add(1, Ordering::SeqCst);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The finish, the usage (unless the fault leaves it out) and `[DONE]`.
+    async fn ending(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+        let (shape, model, tokens) = (self.shape, &self.model, self.tokens);
+        let reason = if tokens < self.script.tokens {
+            "length"
+        } else {
+            "stop"
+        };
+        let _ = tx
+            .send(frame(content(shape, model, "", false, Some(reason))))
+            .await;
+        if self.fault != Some(Fault::NoUsage) {
+            let prompt_tokens = 5;
+            let usage = json!({
+                "id": "scripted-1", "object": object(shape), "created": 0, "model": model,
+                "choices": [],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens},
+            });
+            let _ = tx.send(frame(usage)).await;
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+    }
+}
+
+/// One SSE event of `value`.
+fn frame(value: Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
 }
 
 /// Counts an answer as running, and holds its slot, while it lives.
@@ -493,6 +551,7 @@ impl Drop for Running {
     }
 }
 
+/// The `object` its streamed chunks of `shape` carry.
 fn object(shape: Shape) -> &'static str {
     match shape {
         Shape::Chat => "chat.completion.chunk",

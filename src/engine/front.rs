@@ -325,7 +325,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(fitted.prompt_tokens(), 4);
-        assert_eq!(fitted.request.budget, Budget::Cap(6), "what the context leaves");
+        assert_eq!(
+            fitted.request.budget,
+            Budget::Cap(6),
+            "what the context leaves"
+        );
         assert_eq!(fitted.token_budget(), 10);
 
         let too_long = front
@@ -350,8 +354,7 @@ mod tests {
             unreachable,
             EngineError::InvalidParameter {
                 param: "min_tokens".into(),
-                message: "7 is more than the 6 tokens the context leaves for the completion"
-                    .into(),
+                message: "7 is more than the 6 tokens the context leaves for the completion".into(),
             }
         );
     }
@@ -361,7 +364,13 @@ mod tests {
         let front = front(Some(1));
         assert!(front.waits_in_queue());
         let mut first = front.run(request("hi", Budget::Cap(8), 0)).await.unwrap();
-        assert_eq!(front.load(), EngineLoad { running: 1, waiting: 0 });
+        assert_eq!(
+            front.load(),
+            EngineLoad {
+                running: 1,
+                waiting: 0
+            }
+        );
         assert_eq!(front.kv_cache().unwrap().capacity_tokens, 10);
 
         let second = tokio::spawn({
@@ -371,7 +380,13 @@ mod tests {
         while front.load().waiting == 0 {
             tokio::task::yield_now().await;
         }
-        assert_eq!(front.load(), EngineLoad { running: 1, waiting: 1 });
+        assert_eq!(
+            front.load(),
+            EngineLoad {
+                running: 1,
+                waiting: 1
+            }
+        );
         while let Some(event) = first.events.recv().await {
             if matches!(event, EngineEvent::Finished { .. }) {
                 break;

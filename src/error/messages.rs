@@ -4,18 +4,19 @@
 use std::time::Duration;
 
 use super::RateUnit;
+use crate::engine::upstream::fault::FaultKind;
 
 /// The client's sentence for each upstream fault.
-pub(super) fn upstream_message(kind: &str) -> &'static str {
+pub(super) fn upstream_message(kind: &FaultKind) -> &'static str {
     match kind {
-        "upstream_unreachable" => "The model server behind this gateway cannot be reached; retry shortly",
-        "upstream_auth_failed" => "The model server behind this gateway refused the gateway's credentials; the operator has to fix its API key",
-        "upstream_rate_limited" => "The model server behind this gateway is rate-limiting; retry after the time Retry-After says",
-        "upstream_timeout" => "The model server behind this gateway sent nothing within its timeout",
-        "upstream_stream_cut" => "The model server behind this gateway ended its stream before the answer was complete",
-        "upstream_protocol_error" => "The model server behind this gateway answered in a format the gateway cannot read",
-        "upstream_model_mismatch" => "The model server behind this gateway answered as another model than the one configured; the answer was stopped",
-        _ => "The model server behind this gateway failed; the error was logged with the request id",
+        FaultKind::Unreachable => "The model server behind this gateway cannot be reached; retry shortly",
+        FaultKind::AuthFailed => "The model server behind this gateway refused the gateway's credentials; the operator has to fix its API key",
+        FaultKind::RateLimited => "The model server behind this gateway is rate-limiting; retry after the time Retry-After says",
+        FaultKind::Timeout => "The model server behind this gateway sent nothing within its timeout",
+        FaultKind::StreamCut => "The model server behind this gateway ended its stream before the answer was complete",
+        FaultKind::ProtocolError => "The model server behind this gateway answered in a format the gateway cannot read",
+        FaultKind::ModelMismatch => "The model server behind this gateway answered as another model than the one configured; the answer was stopped",
+        FaultKind::Error | FaultKind::InvalidRequest => "The model server behind this gateway failed; the error was logged with the request id",
     }
 }
 

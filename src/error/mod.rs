@@ -11,6 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::engine::upstream::fault::FaultKind;
 use crate::engine::upstream::Fault;
 use crate::engine::EngineError;
 use messages::{context_message, rate_message, reason_suffix, upstream_message};
@@ -90,7 +91,7 @@ pub enum ApiError {
     /// upstream's own words stay in the log (they may carry credentials or internals).
     #[error("{}", upstream_message(.kind))]
     Upstream {
-        kind: &'static str,
+        kind: FaultKind,
         retry_after: Option<Duration>,
     },
 }
@@ -178,13 +179,15 @@ impl ApiError {
                 Entry::new(S::TOO_MANY_REQUESTS, unit.as_str(), "rate_limit_exceeded")
             }
             E::Internal => server(S::INTERNAL_SERVER_ERROR, "internal_error"),
-            E::UpstreamRefused { .. } => invalid(S::BAD_REQUEST, "upstream_invalid_request"),
-            E::Upstream { kind, .. } => match *kind {
-                "upstream_rate_limited" => {
-                    Entry::new(S::TOO_MANY_REQUESTS, "rate_limit_error", kind)
+            E::UpstreamRefused { .. } => {
+                invalid(S::BAD_REQUEST, FaultKind::InvalidRequest.as_str())
+            }
+            E::Upstream { kind, .. } => match kind {
+                FaultKind::RateLimited => {
+                    Entry::new(S::TOO_MANY_REQUESTS, "rate_limit_error", kind.as_str())
                 }
-                "upstream_timeout" => server(S::GATEWAY_TIMEOUT, kind),
-                _ => server(S::BAD_GATEWAY, kind),
+                FaultKind::Timeout => server(S::GATEWAY_TIMEOUT, kind.as_str()),
+                _ => server(S::BAD_GATEWAY, kind.as_str()),
             },
         }
     }
@@ -462,7 +465,7 @@ mod tests {
             let kind = fault.kind();
             let error = ApiError::from(EngineError::Upstream(fault));
             assert_eq!(error.status_code().as_u16(), status, "{kind}");
-            assert_eq!(error.kind(), kind);
+            assert_eq!(error.kind(), kind.as_str());
         }
     }
 

@@ -22,9 +22,9 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use tokio::sync::mpsc;
 
 use super::fault::{self, Fault};
-use super::fleet::{Endpoint, Outcome, Routing};
+use super::fleet::{Endpoint, Fleet, Outcome, Routing};
 use super::opening::Opening;
-use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading};
+use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading, Terms};
 use super::tokens::TokenReader;
 use super::wire::{self, Asks};
 use super::Shared;
@@ -61,92 +61,143 @@ fn worth_another(fault: &Fault) -> bool {
     }
 }
 
-/// Runs the request's attempts until one answers, or none is left to try.
-pub(crate) async fn run(job: Job) {
-    let Job {
-        shared,
-        request,
-        prompt_tokens,
-        reported,
-        tx,
-        mut opening,
-    } = job;
-    let fleet = &shared.fleet;
-    let routing = Routing::of(
-        &request.prompt,
-        request.budget.tokens(),
-        fleet.config.prefix_chars,
-    );
-    let mut tried: Vec<Arc<Endpoint>> = Vec::new();
-    let mut retried_connect = false;
-    let mut last: Option<Fault> = None;
-    let fault = loop {
-        let endpoint = match fleet.pick(&routing, &tried, Instant::now()) {
+/// Runs the request's attempts until one answers, or none is left to try; then the
+/// last failure is the request's.
+pub(crate) async fn run(mut job: Job) {
+    let Err(fault) = job.try_endpoints().await else {
+        return;
+    };
+    let fault = gateways_own(fault, &job.request);
+    if let Some(fault) = job.opening.failed(fault) {
+        tracing::warn!(error = %fault, error_type = fault.kind().as_str(), "The upstream's stream failed.");
+        let _ = job
+            .tx
+            .send(EngineEvent::Failed(EngineError::Upstream(fault)))
+            .await;
+    }
+}
+
+/// The endpoints a request has been tried at, and what the last attempt left.
+#[derive(Default)]
+struct Tried {
+    /// Each endpoint tried, once, in the order first tried.
+    endpoints: Vec<Arc<Endpoint>>,
+    /// The one endpoint was tried once more after it could not be connected to.
+    retried_connect: bool,
+    /// The last attempt's fault, once one failed.
+    last: Option<Fault>,
+}
+
+impl Tried {
+    /// Where the next attempt goes: where the fleet picks, or, with one endpoint that
+    /// could not be connected to, once more there after a moment, as a single upstream
+    /// always was. None when nowhere is left.
+    async fn next(&mut self, fleet: &Fleet, routing: &Routing) -> Option<Arc<Endpoint>> {
+        let endpoint = match fleet.pick(routing, &self.endpoints, Instant::now()) {
             Some(endpoint) => endpoint,
-            // One endpoint (or all tried) and it could not be connected to: once more
-            // there, after a moment, as a single upstream always was.
-            None if !retried_connect
-                && tried.len() == 1
-                && last.as_ref().is_some_and(Fault::is_connect) =>
+            None if !self.retried_connect
+                && self.endpoints.len() == 1
+                && self.last.as_ref().is_some_and(Fault::is_connect) =>
             {
-                retried_connect = true;
+                self.retried_connect = true;
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                Arc::clone(&tried[0])
+                Arc::clone(&self.endpoints[0])
             }
-            None => break last,
+            None => return None,
         };
-        if !tried.iter().any(|t| Arc::ptr_eq(t, &endpoint)) {
-            tried.push(Arc::clone(&endpoint));
+        if !self.endpoints.iter().any(|t| Arc::ptr_eq(t, &endpoint)) {
+            self.endpoints.push(Arc::clone(&endpoint));
         }
-        // No attempt past the request's deadline; one before it waits at most until then.
-        let left = request
-            .deadline
-            .map(|d| d.saturating_duration_since(Instant::now()));
-        let patience = match left {
-            Some(left) if left.is_zero() => break last,
-            Some(left) => left.min(shared.config.first_byte_timeout),
-            None => shared.config.first_byte_timeout,
-        };
-        let attempt = attempts_made(&reported);
+        Some(endpoint)
+    }
+
+    /// The fault the request ends with when no attempt is left.
+    fn last_fault(self) -> Fault {
+        self.last
+            .unwrap_or_else(|| Fault::Unreachable("no endpoint could be tried".into()))
+    }
+}
+
+impl Job {
+    /// Attempts at the fleet's endpoints until one answers (or the client leaves): the
+    /// fault the request ends with when none does.
+    async fn try_endpoints(&mut self) -> Result<(), Fault> {
+        let fleet = Arc::clone(&self.shared.fleet);
+        let request = &self.request;
+        let routing = Routing::of(
+            &request.prompt,
+            request.budget.tokens(),
+            fleet.config.prefix_chars,
+        );
+        let mut tried = Tried::default();
+        loop {
+            let Some(endpoint) = tried.next(&fleet, &routing).await else {
+                return Err(tried.last_fault());
+            };
+            let Some(first_byte) = self.first_byte_wait() else {
+                return Err(tried.last_fault());
+            };
+            let Some(fault) = self.attempt(&endpoint, first_byte).await else {
+                return Ok(());
+            };
+            let attempts = attempts_made(&self.reported);
+            if !worth_another(&fault) || attempts >= fleet.config.max_attempts as usize {
+                return Err(fault);
+            }
+            tracing::info!(endpoint = %endpoint.label, error = %fault, error_type = fault.kind().as_str(), "An upstream endpoint failed before the answer began.");
+            tried.last = Some(fault);
+        }
+    }
+
+    /// How long the next attempt may wait for its first byte: no attempt past the
+    /// request's deadline (None), one before it waits at most until then.
+    fn first_byte_wait(&self) -> Option<Duration> {
+        let first_byte = self.shared.config.first_byte_timeout;
+        match self.request.deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                (!left.is_zero()).then(|| left.min(first_byte))
+            }
+            None => Some(first_byte),
+        }
+    }
+
+    /// One attempt at `endpoint`, recorded on the route and settled at the fleet: the
+    /// fault it failed with before anything was handed on, or None when the request
+    /// is done (answered, left, or failed midway).
+    async fn attempt(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> Option<Fault> {
+        let attempt = attempts_made(&self.reported);
         if attempt > 0 {
             tracing::info!(endpoint = %endpoint.label, attempt = attempt + 1, "Trying the request at another upstream endpoint.");
         }
-        record_attempt(&reported, &endpoint.label);
-        let attempt = attempt_at(
-            &shared,
-            &endpoint,
-            &request,
-            prompt_tokens,
-            &reported,
-            &tx,
-            &mut opening,
-            patience,
-        );
+        record_attempt(&self.reported, &endpoint.label);
         // A client that leaves while the attempt waits for the answer's head ends it
         // (dropping the call tells the upstream), and with it any further attempt.
+        let tx = self.tx.clone();
         let ended = tokio::select! {
-            ended = attempt => ended,
+            ended = self.attempt_at(endpoint, first_byte) => ended,
             () = tx.closed() => Ended::Left,
         };
-        // Waiting only as long as the request's deadline left is no fault of the
-        // replica's: a timeout then is the request's own.
-        let own_timeout = patience < shared.config.first_byte_timeout;
+        let fleet = &self.shared.fleet;
         let fault = match ended {
             // Settled at the endpoint by `settle`, before the client had its end.
-            Ended::Answered | Ended::Left => return,
+            Ended::Answered | Ended::Left => return None,
             Ended::FailedMidway(fault) => {
-                failed_attempt(&reported, &fault);
-                fleet.attempted(&endpoint, Outcome::of(&fault), Some(&fault), Instant::now());
-                return;
+                failed_attempt(&self.reported, &fault);
+                fleet.attempted(endpoint, Outcome::of(&fault), Some(&fault), Instant::now());
+                return None;
             }
             Ended::Unsent(fault) => fault,
         };
-        failed_attempt(&reported, &fault);
+        failed_attempt(&self.reported, &fault);
+        // Waiting only as long as the request's deadline left is no fault of the
+        // replica's: a timeout then is the request's own.
+        let own_timeout = first_byte < self.shared.config.first_byte_timeout;
         let outcome = match &fault {
             Fault::Timeout { .. } if own_timeout => Outcome::Neutral,
             fault => Outcome::of(fault),
         };
-        fleet.attempted(&endpoint, outcome, Some(&fault), Instant::now());
+        fleet.attempted(endpoint, outcome, Some(&fault), Instant::now());
         // A first byte that never came is the latency policy's worst measurement (a
         // 408, which says nothing of the wait, is none).
         if let Fault::Timeout { waited, .. } = &fault {
@@ -154,20 +205,81 @@ pub(crate) async fn run(job: Job) {
                 endpoint.measured(Some(waited.as_secs_f64() * 1000.0), None);
             }
         }
-        let attempts = attempts_made(&reported);
-        if !worth_another(&fault) || attempts >= fleet.config.max_attempts as usize {
-            break Some(fault);
+        Some(fault)
+    }
+
+    /// One attempt at `endpoint`: sent, its answer checked and read to its end. The
+    /// endpoint counts it in flight until then.
+    async fn attempt_at(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> Ended {
+        let on_answered = settle(&self.shared, endpoint, &self.reported);
+        let (response, sent) = match self.opened(endpoint, first_byte).await {
+            Ok(opened) => opened,
+            Err(fault) => return Ended::Unsent(fault),
+        };
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if !content_type.starts_with("text/event-stream") {
+            return Ended::Unsent(Fault::Protocol(format!(
+                "the answer is '{content_type}', not an event stream"
+            )));
         }
-        tracing::info!(endpoint = %endpoint.label, error = %fault, error_type = fault.kind(), "An upstream endpoint failed before the answer began.");
-        last = Some(fault);
-    };
-    let fault = fault.unwrap_or_else(|| Fault::Unreachable("no endpoint could be tried".into()));
-    let fault = gateways_own(fault, &request);
-    if let Some(fault) = opening.failed(fault) {
-        tracing::warn!(error = %fault, error_type = fault.kind(), "The upstream's stream failed.");
-        let _ = tx
-            .send(EngineEvent::Failed(EngineError::Upstream(fault)))
-            .await;
+        let (shared, request) = (&self.shared, &self.request);
+        let config = &shared.config;
+        let reading = Reading {
+            body: Box::pin(response.bytes_stream().map_err(|e| e.to_string())),
+            sent,
+            clock: Arc::clone(&shared.clock),
+            patience: Patience {
+                first_byte,
+                idle: config.idle_timeout,
+            },
+            terms: Terms {
+                expected_model: config.check_model.then(|| config.model.clone()),
+                top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
+                // The budget holds whether or not the upstream was sent it: an upstream
+                // that ignores `max_tokens` is cut at it (without one sent, the cap
+                // applies here and the upstream's own default there).
+                budget: request.budget,
+                prompt_tokens: self.prompt_tokens,
+            },
+            reported: Arc::clone(&self.reported),
+            tokens: TokenReader::new(shared.tokenizer.clone()),
+            tx: self.tx.clone(),
+            on_answered: Some(on_answered),
+        };
+        stream::read(reading, &mut self.opening).await
+    }
+
+    /// The request sent to `endpoint` and a 2xx answer's head, and when it was sent;
+    /// sent once more without the gateway's own ask for log-probabilities where the
+    /// upstream refuses them.
+    async fn opened(
+        &self,
+        endpoint: &Endpoint,
+        first_byte: Duration,
+    ) -> Result<(reqwest::Response, Instant), Fault> {
+        let shared = &self.shared;
+        let mut asks = Asks {
+            logprobs: shared.config.logprobs && !shared.logprobs_refused.load(Ordering::Relaxed),
+        };
+        loop {
+            let (response, sent) = send(shared, endpoint, &self.request, asks, first_byte).await?;
+            if response.status().is_success() {
+                return Ok((response, sent));
+            }
+            let fault = refusal(response, first_byte).await;
+            if asks.logprobs && self.request.top_logprobs.is_none() && refuses_logprobs(&fault) {
+                tracing::warn!(model = %shared.info.id, error = %fault, "The upstream does not return log-probabilities; asking no more (no confidence figures for this model).");
+                shared.logprobs_refused.store(true, Ordering::Relaxed);
+                asks.logprobs = false;
+                continue;
+            }
+            return Err(fault);
+        }
     }
 }
 
@@ -190,75 +302,6 @@ fn settle(shared: &Shared, endpoint: &Arc<Endpoint>, reported: &Arc<Reported>) -
             last.tpot_ms = answered.tpot_ms;
         }
     })
-}
-
-/// One attempt at `endpoint`: sent, its answer checked and read to its end. The
-/// endpoint counts it in flight until then.
-#[allow(clippy::too_many_arguments)]
-async fn attempt_at(
-    shared: &Shared,
-    endpoint: &Arc<Endpoint>,
-    request: &GenerationRequest,
-    prompt_tokens: u32,
-    reported: &Arc<Reported>,
-    tx: &mpsc::Sender<EngineEvent>,
-    opening: &mut Opening,
-    first_byte: Duration,
-) -> Ended {
-    let on_answered = settle(shared, endpoint, reported);
-    let mut asks = Asks {
-        logprobs: shared.config.logprobs && !shared.logprobs_refused.load(Ordering::Relaxed),
-    };
-    let (response, sent) = loop {
-        let (response, sent) = match send(shared, endpoint, request, asks, first_byte).await {
-            Ok(sent) => sent,
-            Err(fault) => return Ended::Unsent(fault),
-        };
-        if response.status().is_success() {
-            break (response, sent);
-        }
-        let fault = refusal(response, first_byte).await;
-        if asks.logprobs && request.top_logprobs.is_none() && refuses_logprobs(&fault) {
-            tracing::warn!(model = %shared.info.id, error = %fault, "The upstream does not return log-probabilities; asking no more (no confidence figures for this model).");
-            shared.logprobs_refused.store(true, Ordering::Relaxed);
-            asks.logprobs = false;
-            continue;
-        }
-        return Ended::Unsent(fault);
-    };
-    let content_type = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if !content_type.starts_with("text/event-stream") {
-        return Ended::Unsent(Fault::Protocol(format!(
-            "the answer is '{content_type}', not an event stream"
-        )));
-    }
-    let config = &shared.config;
-    let reading = Reading {
-        body: Box::pin(response.bytes_stream().map_err(|e| e.to_string())),
-        sent,
-        patience: Patience {
-            first_byte,
-            idle: config.idle_timeout,
-        },
-        expected_model: config.check_model.then(|| config.model.clone()),
-        reported: Arc::clone(reported),
-        tokens: TokenReader::new(shared.tokenizer.clone()),
-        prompt_tokens,
-        top_logprobs: usize::from(request.top_logprobs.unwrap_or(0)),
-        // The budget holds whether or not the upstream was sent it: an upstream that
-        // ignores `max_tokens` is cut at it (without one sent, the cap applies here and
-        // the upstream's own default there).
-        max_tokens: request.budget.tokens(),
-        budget_sent: request.budget.sent().is_some(),
-        tx: tx.clone(),
-        on_answered: Some(on_answered),
-    };
-    stream::read(reading, opening).await
 }
 
 fn headers(shared: &Shared, request: &GenerationRequest) -> HeaderMap {
@@ -378,7 +421,7 @@ fn record_attempt(reported: &Reported, endpoint: &str) {
 
 fn failed_attempt(reported: &Reported, fault: &Fault) {
     if let Some(last) = route(reported).attempts.last_mut() {
-        last.error_type = Some(fault.kind());
+        last.error_type = Some(fault.kind().as_str());
     }
 }
 

@@ -2,7 +2,8 @@
 //! transport's error, or from the status and body of an answer that is not a stream.
 //!
 //! The client sees a fault as an OpenAI-shaped error (`error::ApiError::Upstream*`),
-//! the metrics count it by its [`Fault::kind`], and the semantic log records that kind.
+//! the metrics count it by its [`Fault::kind`] ([`FaultKind`]), and the semantic log
+//! records that kind.
 //! An upstream's own words reach the client only where they are about the client's
 //! request (a 400 naming a parameter); an authentication failure or a server error may
 //! echo credentials or internals, so those are logged and replaced by a fixed sentence.
@@ -59,34 +60,81 @@ pub enum Fault {
     Stream(String),
 }
 
-impl Fault {
-    /// The stable `error_type` of this fault (metrics, semantic log, the body's `code`).
-    pub fn kind(&self) -> &'static str {
+/// The stable `error_type` of a fault: the label of its metrics, the kind its
+/// records and attempts carry, the `code` of the client's error body. Each is spelled
+/// once, in [`FaultKind::as_str`], and serialized as that spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(into = "&'static str")]
+pub enum FaultKind {
+    Unreachable,
+    AuthFailed,
+    RateLimited,
+    /// A failure of the upstream's own (a 5xx, an error mid-stream).
+    Error,
+    InvalidRequest,
+    Timeout,
+    StreamCut,
+    ProtocolError,
+    ModelMismatch,
+}
+
+impl FaultKind {
+    /// Every kind, so each series exists at zero.
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::Unreachable,
+        FaultKind::AuthFailed,
+        FaultKind::RateLimited,
+        FaultKind::Error,
+        FaultKind::InvalidRequest,
+        FaultKind::Timeout,
+        FaultKind::StreamCut,
+        FaultKind::ProtocolError,
+        FaultKind::ModelMismatch,
+    ];
+
+    /// The kind's one spelling.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Fault::Unreachable(_) => "upstream_unreachable",
-            Fault::Auth { .. } => "upstream_auth_failed",
-            Fault::RateLimited { .. } => "upstream_rate_limited",
-            Fault::Failed { .. } | Fault::Stream(_) => "upstream_error",
-            Fault::Refused { .. } => "upstream_invalid_request",
-            Fault::Timeout { .. } => "upstream_timeout",
-            Fault::Cut(_) => "upstream_stream_cut",
-            Fault::Protocol(_) => "upstream_protocol_error",
-            Fault::ModelMismatch { .. } => "upstream_model_mismatch",
+            FaultKind::Unreachable => "upstream_unreachable",
+            FaultKind::AuthFailed => "upstream_auth_failed",
+            FaultKind::RateLimited => "upstream_rate_limited",
+            FaultKind::Error => "upstream_error",
+            FaultKind::InvalidRequest => "upstream_invalid_request",
+            FaultKind::Timeout => "upstream_timeout",
+            FaultKind::StreamCut => "upstream_stream_cut",
+            FaultKind::ProtocolError => "upstream_protocol_error",
+            FaultKind::ModelMismatch => "upstream_model_mismatch",
         }
     }
+}
 
-    /// Every kind, so each series exists at zero.
-    pub const KINDS: [&'static str; 9] = [
-        "upstream_unreachable",
-        "upstream_auth_failed",
-        "upstream_rate_limited",
-        "upstream_error",
-        "upstream_invalid_request",
-        "upstream_timeout",
-        "upstream_stream_cut",
-        "upstream_protocol_error",
-        "upstream_model_mismatch",
-    ];
+impl From<FaultKind> for &'static str {
+    fn from(kind: FaultKind) -> Self {
+        kind.as_str()
+    }
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Fault {
+    /// The kind of this fault (metrics, semantic log, the body's `code`).
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::Unreachable(_) => FaultKind::Unreachable,
+            Fault::Auth { .. } => FaultKind::AuthFailed,
+            Fault::RateLimited { .. } => FaultKind::RateLimited,
+            Fault::Failed { .. } | Fault::Stream(_) => FaultKind::Error,
+            Fault::Refused { .. } => FaultKind::InvalidRequest,
+            Fault::Timeout { .. } => FaultKind::Timeout,
+            Fault::Cut(_) => FaultKind::StreamCut,
+            Fault::Protocol(_) => FaultKind::ProtocolError,
+            Fault::ModelMismatch { .. } => FaultKind::ModelMismatch,
+        }
+    }
 
     /// A transport error, `waited` after the call began: no answer came at all. Only a
     /// connection that could not be made is `Unreachable` (the request never left); one
@@ -406,8 +454,18 @@ mod tests {
             }
         );
         let failed = Fault::from_answer(StatusCode::BAD_GATEWAY, None, b"oops");
-        assert_eq!(failed.kind(), "upstream_error");
-        assert!(Fault::KINDS.contains(&failed.kind()));
+        assert_eq!(failed.kind().as_str(), "upstream_error");
+        assert!(FaultKind::ALL.contains(&failed.kind()));
+    }
+
+    #[test]
+    fn each_kind_serializes_as_its_one_spelling() {
+        for kind in FaultKind::ALL {
+            let json = serde_json::to_value(kind).expect("a string");
+            assert_eq!(json, kind.as_str());
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        assert_eq!(FaultKind::StreamCut.as_str(), "upstream_stream_cut");
     }
 
     #[test]

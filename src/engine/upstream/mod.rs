@@ -40,6 +40,7 @@ use super::{
     Backend, Decoding, EngineError, Generation, Job, LoadedModel, ModelInfo, Prompt, PromptTokens,
     Readiness, Slots, TokenizeRequest, Tokenized, UpstreamFacts,
 };
+use crate::clock::{MonotonicClock, SharedClock};
 use crate::engine::upstream::config::UpstreamConfig;
 pub use fault::Fault;
 use fleet::discovery::{self, Connections};
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     fleet: Arc<Fleet>,
     info: Arc<ModelInfo>,
     tokenizer: Option<Arc<Tokenizer>>,
+    /// What the answers' moments are read from.
+    clock: SharedClock,
     /// The upstream refused to return log-probabilities the client had not asked for:
     /// the gateway stops asking (the confidence figures are then absent).
     logprobs_refused: AtomicBool,
@@ -117,6 +120,7 @@ impl UpstreamEngine {
             fleet,
             info: Arc::new(info),
             tokenizer,
+            clock: Arc::new(MonotonicClock::new()),
             logprobs_refused: AtomicBool::new(false),
         });
         tokio::spawn(probe(Arc::downgrade(&shared)).in_current_span());
@@ -274,7 +278,7 @@ impl Backend for UpstreamEngine {
         // HTTP error it is; after it the stream has begun and a failure is its error
         // frame.
         if let Some(fault) = waiting.fault_within(opening::OPENING_WINDOW).await {
-            tracing::info!(error = %fault, error_type = fault.kind(), "The upstream could not take the request.");
+            tracing::info!(error = %fault, error_type = fault.kind().as_str(), "The upstream could not take the request.");
             return Err(EngineError::Upstream(fault));
         }
         Ok(Generation {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::engine::upstream::config::UpstreamConfig;
-use crate::engine::{GenerationRequest, Prompt, ResponseFormat};
+use crate::engine::{GenerationRequest, Prompt, ResponseFormat, Sampling};
 use crate::tokens::{TokenLogprob, TokenText, Usage};
 
 /// What to ask the upstream for, beyond the client's request.
@@ -25,44 +25,7 @@ pub fn request_body(
 ) -> (&'static str, Value) {
     let mut body = Map::new();
     body.insert("model".into(), json!(config.model));
-    let route = match &request.prompt {
-        Prompt::Chat(messages) => {
-            let messages: Vec<Value> = messages
-                .iter()
-                .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
-                .collect();
-            body.insert("messages".into(), Value::Array(messages));
-            // At least one alternative: llama.cpp's server returns no log-probabilities at
-            // all for `logprobs: true` alone. The gateway keeps only what the client asked.
-            match (request.top_logprobs, asks.logprobs) {
-                (Some(top), _) => {
-                    body.insert("logprobs".into(), json!(true));
-                    body.insert("top_logprobs".into(), json!(top.max(1)));
-                }
-                (None, true) => {
-                    body.insert("logprobs".into(), json!(true));
-                    body.insert("top_logprobs".into(), json!(1));
-                }
-                (None, false) => {}
-            }
-            "/chat/completions"
-        }
-        Prompt::Text(text) => {
-            body.insert("prompt".into(), json!(text));
-            // Legacy completions take the count of alternatives; 1 is the cheapest ask
-            // that every server answers with the picked token's log-probability.
-            match (request.top_logprobs, asks.logprobs) {
-                (Some(top), _) => {
-                    body.insert("logprobs".into(), json!(top.max(1)));
-                }
-                (None, true) => {
-                    body.insert("logprobs".into(), json!(1));
-                }
-                (None, false) => {}
-            }
-            "/completions"
-        }
-    };
+    let route = put_prompt(&mut body, request, asks);
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     // The budget goes upstream when the client chose it or the model has a default;
@@ -73,7 +36,54 @@ pub fn request_body(
         // models only `max_completion_tokens` (`max_tokens_param`).
         body.insert(config.max_tokens_param.clone(), json!(max_tokens));
     }
-    let s = &request.sampling;
+    put_sampling(&mut body, &request.sampling);
+    if let Some(format) = response_format(&request.response_format) {
+        body.insert("response_format".into(), format);
+    }
+    (route, Value::Object(body))
+}
+
+/// The prompt and the ask for log-probabilities, in the shape of its route: the route.
+fn put_prompt(
+    body: &mut Map<String, Value>,
+    request: &GenerationRequest,
+    asks: Asks,
+) -> &'static str {
+    // The alternatives asked for: the client's, or 1 for the gateway's own ask.
+    let top = match (request.top_logprobs, asks.logprobs) {
+        (Some(top), _) => Some(top.max(1)),
+        (None, true) => Some(1),
+        (None, false) => None,
+    };
+    match &request.prompt {
+        Prompt::Chat(messages) => {
+            let messages: Vec<Value> = messages
+                .iter()
+                .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
+                .collect();
+            body.insert("messages".into(), Value::Array(messages));
+            // At least one alternative: llama.cpp's server returns no log-probabilities at
+            // all for `logprobs: true` alone. The gateway keeps only what the client asked.
+            if let Some(top) = top {
+                body.insert("logprobs".into(), json!(true));
+                body.insert("top_logprobs".into(), json!(top));
+            }
+            "/chat/completions"
+        }
+        Prompt::Text(text) => {
+            body.insert("prompt".into(), json!(text));
+            // Legacy completions take the count of alternatives; 1 is the cheapest ask
+            // that every server answers with the picked token's log-probability.
+            if let Some(top) = top {
+                body.insert("logprobs".into(), json!(top));
+            }
+            "/completions"
+        }
+    }
+}
+
+/// The sampling parameters the client set, and vLLM's extensions, passed on.
+fn put_sampling(body: &mut Map<String, Value>, s: &Sampling) {
     let mut put = |key: &str, value: Option<Value>| {
         if let Some(value) = value {
             body.insert(key.to_owned(), value);
@@ -97,18 +107,18 @@ pub fn request_body(
         "stop_token_ids",
         (!s.stop_token_ids.is_empty()).then(|| json!(s.stop_token_ids)),
     );
-    put(
-        "response_format",
-        match &request.response_format {
-            ResponseFormat::Text => None,
-            ResponseFormat::JsonObject => Some(json!({"type": "json_object"})),
-            ResponseFormat::JsonSchema(schema) => Some(json!({
-                "type": "json_schema",
-                "json_schema": {"name": "response", "schema": schema},
-            })),
-        },
-    );
-    (route, Value::Object(body))
+}
+
+/// OpenAI's `response_format`, where the client asked for more than text.
+fn response_format(format: &ResponseFormat) -> Option<Value> {
+    match format {
+        ResponseFormat::Text => None,
+        ResponseFormat::JsonObject => Some(json!({"type": "json_object"})),
+        ResponseFormat::JsonSchema(schema) => Some(json!({
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": schema},
+        })),
+    }
 }
 
 /// One streamed chunk, chat or legacy.

@@ -16,8 +16,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::families::{declare_families, label_sets, Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
+use crate::engine::upstream::fault::FaultKind;
 use crate::engine::upstream::fleet::{EndpointView, State};
-use crate::engine::upstream::Fault;
 use crate::names;
 use crate::record::RequestRecord;
 
@@ -160,7 +160,9 @@ impl EndpointMetrics {
                 state: state.as_str(),
             });
         }
-        for error_type in std::iter::once(names::LABEL_NONE).chain(Fault::KINDS) {
+        for error_type in
+            std::iter::once(names::LABEL_NONE).chain(FaultKind::ALL.map(FaultKind::as_str))
+        {
             f.attempts.remove(&AttemptLabels {
                 model: gone.model.clone(),
                 endpoint: gone.endpoint.clone(),

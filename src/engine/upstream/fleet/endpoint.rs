@@ -237,7 +237,7 @@ impl Endpoint {
         h.settle(now, config);
         h.reached(fault, &self.label);
         if let Some(fault) = fault {
-            h.last_fault = Some(fault.kind());
+            h.last_fault = Some(fault.kind().as_str());
             if let Fault::RateLimited { retry_after } = fault {
                 let wait = retry_after.unwrap_or(Duration::from_secs(1));
                 h.limited_until = Some(now + wait);
@@ -273,7 +273,7 @@ impl Endpoint {
         h.settle(now, config);
         h.reached(fault, &self.label);
         if let Some(fault) = fault {
-            h.last_fault = Some(fault.kind());
+            h.last_fault = Some(fault.kind().as_str());
             let out = fault.is_connect() || matches!(fault, Fault::Auth { .. });
             if may_eject && out && h.ejected_until.is_none() {
                 h.eject(now, config, &self.label);
@@ -378,7 +378,7 @@ impl Health {
             Some(Fault::Timeout { .. }) => return,
             _ => None,
         };
-        let kind = now.map(Fault::kind);
+        let kind = now.map(|fault| fault.kind().as_str());
         if kind == self.unreachable {
             return;
         }

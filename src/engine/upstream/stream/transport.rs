@@ -1,12 +1,15 @@
 //! The bytes of one upstream answer, before they are events: the waits they may take
-//! ([`Patience`], enforced by [`next_in_time`]) and the sizes they may have ([`Lines`]).
+//! ([`Patience`], enforced by [`next_in_time`]), the sizes they may have ([`Lines`]),
+//! and the moments they arrive at, on the injected clock ([`Timeline`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::clock::SharedClock;
 use crate::engine::upstream::fault::Fault;
 use crate::engine::EngineEvent;
 
@@ -64,6 +67,113 @@ impl Lines {
     }
 }
 
+/// An answer's moments on the injected clock, as the `Instant`s its events carry: the
+/// moment the request was sent and the clock's reading then pin the one to the other.
+#[derive(Debug, Clone)]
+pub(super) struct Timeline {
+    sent: Instant,
+    /// The clock's reading when the request was sent.
+    sent_reading: Duration,
+    clock: SharedClock,
+}
+
+impl Timeline {
+    pub(super) fn new(clock: SharedClock, sent: Instant) -> Self {
+        Timeline {
+            sent,
+            sent_reading: clock.at(sent),
+            clock,
+        }
+    }
+
+    /// The time since the request was sent.
+    pub(super) fn since_sent(&self) -> Duration {
+        self.clock.now().saturating_sub(self.sent_reading)
+    }
+
+    /// Now, as the moment an event carries.
+    pub(super) fn now(&self) -> Instant {
+        self.sent + self.since_sent()
+    }
+}
+
+/// When the last byte of the answer arrived, after the request was sent; shared by the
+/// body, which marks it, and the wait, which reads it.
+#[derive(Debug, Default)]
+pub(super) struct LastByte {
+    /// Microseconds after sending, at least 1; 0 while no byte has come.
+    micros: AtomicU64,
+}
+
+impl LastByte {
+    fn mark(&self, since_sent: Duration) {
+        let micros = u64::try_from(since_sent.as_micros()).unwrap_or(u64::MAX);
+        self.micros.store(micros.max(1), Ordering::Relaxed);
+    }
+
+    fn since_sent(&self) -> Option<Duration> {
+        match self.micros.load(Ordering::Relaxed) {
+            0 => None,
+            micros => Some(Duration::from_micros(micros)),
+        }
+    }
+}
+
+/// The answer's body in whole lines ([`Lines`]), each arrival marked on `last_byte`.
+pub(super) fn stamped(
+    body: super::Body,
+    timeline: &Timeline,
+    last_byte: &Arc<LastByte>,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, ReadError>> {
+    let (timeline, last_byte) = (timeline.clone(), Arc::clone(last_byte));
+    let mut lines = Lines::default();
+    body.map(move |chunk| {
+        last_byte.mark(timeline.since_sent());
+        lines.push(chunk.map_err(ReadError::Transport)?)
+    })
+}
+
+/// One wait for bytes: until `deadline` after the request was sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Wait {
+    pub(super) deadline: Duration,
+    /// How long the upstream is given.
+    waited: Duration,
+    /// Whether it is the wait for the first byte.
+    first_byte: bool,
+}
+
+impl Wait {
+    /// The fault of a deadline passed with no byte since it was set.
+    pub(super) fn late(self) -> Fault {
+        Fault::Timeout {
+            waited: self.waited,
+            first_byte: self.first_byte,
+        }
+    }
+}
+
+impl Patience {
+    /// The wait for the next bytes of an answer whose last byte came `last_byte` after
+    /// sending (none yet: the first byte's wait), asked for `called` after sending. The
+    /// idle deadline counts from the last byte or the call, whichever is later: time
+    /// spent waiting for the gateway to take an event is not the upstream's silence.
+    pub(super) fn wait(self, last_byte: Option<Duration>, called: Duration) -> Wait {
+        match last_byte {
+            None => Wait {
+                deadline: self.first_byte,
+                waited: self.first_byte,
+                first_byte: true,
+            },
+            Some(last) => Wait {
+                deadline: last.max(called) + self.idle,
+                waited: self.idle,
+                first_byte: false,
+            },
+        }
+    }
+}
+
 /// What waiting for the next event gave.
 pub(super) enum Next<E> {
     Event(E),
@@ -75,39 +185,32 @@ pub(super) enum Next<E> {
     Gone,
 }
 
-/// The next SSE event, or why there is none: the end, too long a wait for bytes, or the
-/// gateway no longer listening. The idle deadline counts from the last byte or from
-/// this call, whichever is later: time spent waiting for the gateway to take an event
-/// is not the upstream's silence.
+/// The next SSE event, or why there is none: the end, too long a wait for bytes
+/// ([`Patience::wait`]), or the gateway no longer listening.
 pub(super) async fn next_in_time<S>(
     events: &mut S,
-    last_byte: &AtomicU64,
-    sent: Instant,
+    last_byte: &LastByte,
+    timeline: &Timeline,
     patience: Patience,
     tx: &mpsc::Sender<EngineEvent>,
 ) -> Next<S::Item>
 where
     S: futures_util::Stream + Unpin,
 {
-    let called = sent.elapsed();
+    let called = timeline.since_sent();
     loop {
-        let last = last_byte.load(Ordering::Relaxed);
-        let (deadline, first_byte) = if last == 0 {
-            (sent + patience.first_byte, true)
-        } else {
-            let since = Duration::from_micros(last).max(called);
-            (sent + since + patience.idle, false)
-        };
+        let last = last_byte.since_sent();
+        let wait = patience.wait(last, called);
+        let left = wait.deadline.saturating_sub(timeline.since_sent());
         tokio::select! {
             biased;
             event = events.next() => return event.map_or(Next::End, Next::Event),
             () = tx.closed() => return Next::Gone,
-            () = tokio::time::sleep_until(deadline.into()) => {
+            () = tokio::time::sleep(left) => {
                 // Bytes that completed no event (a keep-alive comment) move the
                 // deadline; none at all is the fault.
-                if last_byte.load(Ordering::Relaxed) == last {
-                    let waited = if first_byte { patience.first_byte } else { patience.idle };
-                    return Next::Late(Fault::Timeout { waited, first_byte });
+                if last_byte.since_sent() == last {
+                    return Next::Late(wait.late());
                 }
             }
         }
@@ -138,5 +241,43 @@ mod tests {
             .filter(|ok| *ok)
             .count();
         assert_eq!(pushed, 64, "64 MiB and no more");
+    }
+
+    #[test]
+    fn the_first_byte_has_its_own_wait_and_idleness_counts_from_the_later_of_byte_and_call() {
+        let patience = Patience {
+            first_byte: Duration::from_secs(30),
+            idle: Duration::from_secs(5),
+        };
+        let timeout = |secs, first_byte| Fault::Timeout {
+            waited: Duration::from_secs(secs),
+            first_byte,
+        };
+        let first = patience.wait(None, Duration::from_secs(2));
+        assert_eq!(first.deadline, Duration::from_secs(30));
+        assert_eq!(first.late(), timeout(30, true));
+        let byte = Some(Duration::from_secs(3));
+        let idle = patience.wait(byte, Duration::from_secs(1));
+        assert_eq!(idle.deadline, Duration::from_secs(8));
+        // The gateway took 10 s to take the last event: the upstream's silence counts
+        // from then.
+        let slow = patience.wait(byte, Duration::from_secs(10));
+        assert_eq!(slow.deadline, Duration::from_secs(15));
+        assert_eq!(slow.late(), timeout(5, false));
+    }
+
+    #[test]
+    fn moments_follow_the_injected_clock() {
+        let clock = Arc::new(crate::clock::ManualClock::new());
+        let sent = Instant::now();
+        let timeline = Timeline::new(clock.clone(), sent);
+        assert_eq!(timeline.now(), sent);
+        clock.advance(Duration::from_millis(250));
+        assert_eq!(timeline.since_sent(), Duration::from_millis(250));
+        assert_eq!(timeline.now(), sent + Duration::from_millis(250));
+        let last_byte = LastByte::default();
+        assert_eq!(last_byte.since_sent(), None);
+        last_byte.mark(timeline.since_sent());
+        assert_eq!(last_byte.since_sent(), Some(Duration::from_millis(250)));
     }
 }
