@@ -13,12 +13,7 @@ use common::*;
 use llmgate::auth::limits::Limits;
 use llmgate::auth::{add_key, watch, Guard, Keys};
 use llmgate::clock::{ManualClock, SharedClock};
-use llmgate::engine::scripted::Script;
 use serde_json::{json, Value};
-
-fn hello() -> Script {
-    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
-}
 
 /// Keys from `file`, re-read every 50 ms; their limits refill by a clock that stands
 /// still.
@@ -81,12 +76,10 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
-    let server = start_guarded(
-        Arc::new(scripted(hello())),
-        &test_config(""),
-        guard(&file, false),
-    )
-    .await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .guard(guard(&file, false))
+        .start()
+        .await;
 
     // No key, a wrong one, a right one.
     expect_401(chat(&server, None).await).await;
@@ -200,12 +193,10 @@ async fn metrics_can_require_a_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let ops = add_key(&file, "prometheus").expect("add");
-    let server = start_guarded(
-        Arc::new(scripted(hello())),
-        &test_config(""),
-        guard(&file, true),
-    )
-    .await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .guard(guard(&file, true))
+        .start()
+        .await;
     assert_eq!(get(&server, "/metrics", None).await, 401);
     assert_eq!(get(&server, "/metrics", Some(&ops)).await, 200);
     assert_eq!(get(&server, "/health", None).await, 200);
@@ -215,7 +206,9 @@ async fn metrics_can_require_a_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_the_gateway_is_open_but_still_wants_json() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     assert_eq!(chat(&server, None).await.status(), 200);
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -268,7 +261,11 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
     let (guard, alice, bob) = limited(dir.path(), "rpm=100 tpm=3000", clock.clone());
     let engine = llmgate::engine::scripted::ScriptedEngine::new(model_info(4096), hello());
     let config = test_config("[engine]\nmax_tokens_cap = 4000\n");
-    let server = start_guarded(Arc::new(engine), &config, guard).await;
+    let server = TestServer::builder(Arc::new(engine))
+        .config(&config)
+        .guard(guard)
+        .start()
+        .await;
 
     let first = chat_with(&server, &alice, 499).await;
     assert_eq!(first.status(), 200);
@@ -341,7 +338,9 @@ async fn cors_is_off_unless_origins_are_named() {
             )
             .send()
     };
-    let closed = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let closed = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     let answer = preflight(&closed, origin).await.expect("preflight");
     assert!(!answer.headers().contains_key("access-control-allow-origin"));
     closed.stop().await;
@@ -350,7 +349,11 @@ async fn cors_is_off_unless_origins_are_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let key = add_key(&file, "web").expect("add");
-    let open = start_guarded(Arc::new(scripted(hello())), &config, guard(&file, false)).await;
+    let open = TestServer::builder(Arc::new(scripted(hello())))
+        .config(&config)
+        .guard(guard(&file, false))
+        .start()
+        .await;
     // The preflight carries no key and is answered before authentication.
     let answer = preflight(&open, origin).await.expect("preflight");
     assert!(answer.status().is_success(), "{}", answer.status());
@@ -378,7 +381,10 @@ async fn metrics_can_have_a_listener_of_their_own() {
     // The configured address only tells the API listener to leave /metrics out; the test
     // binds the metrics listener itself, on a free port.
     let config = test_config("[server]\nmetrics_listen = \"127.0.0.1:9464\"\n");
-    let server = start(Arc::new(scripted(hello())), &config).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .config(&config)
+        .start()
+        .await;
     assert_eq!(get(&server, "/metrics", None).await, 404);
     assert_eq!(get(&server, "/health", None).await, 200);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -408,12 +414,10 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
-    let server = start_guarded(
-        Arc::new(scripted(hello())),
-        &test_config(""),
-        guard(&file, false),
-    )
-    .await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .guard(guard(&file, false))
+        .start()
+        .await;
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
         .bearer_auth(&alice)

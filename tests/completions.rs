@@ -13,34 +13,14 @@ use llmgate::engine::scripted::{token_id, Script};
 use llmgate::record::Status;
 use serde_json::{json, Value};
 
-fn hello() -> Script {
-    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
-}
-
-async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url(path))
-        .header("x-request-id", "t1")
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
-/// The JSON chunks of an SSE body, `[DONE]` left out.
-fn chunks_of(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|l| *l != "[DONE]")
-        .map(|l| serde_json::from_str(l).expect("chunk"))
-        .collect()
-}
-
 const HEAD: &str = r#"data: {"id":"cmpl-t1","object":"text_completion","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
 
 #[tokio::test]
 async fn completions_stream_text_pieces_and_record_like_chat() {
-    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .frozen()
+        .start()
+        .await;
     let body = json!({"model": MODEL, "prompt": "say hi", "stream": true, "stream_options": {"include_usage": true}});
     let response = post(&server, "/v1/completions", &body).await;
     assert_eq!(response.status(), 200);
@@ -109,7 +89,9 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
 
 #[tokio::test]
 async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     let counted: Value = post(
         &server,
         "/tokenize",
@@ -126,15 +108,11 @@ async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() 
         json!([token_id("say"), token_id("hi"), token_id("now")])
     );
     assert_eq!(counted["token_strs"], Value::Null);
-    let chat: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("say hi now", json!({})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let chat: Value = post(&server, CHAT, &chat_body("say hi now", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
     assert_eq!(chat["usage"]["prompt_tokens"], counted["count"]);
 
     let cases = [
@@ -164,9 +142,11 @@ async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() 
 
 #[tokio::test]
 async fn an_engine_without_a_grammar_refuses_response_format() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     let body = chat_body("hi", json!({"response_format": {"type": "json_object"}}));
-    let response = post(&server, "/v1/chat/completions", &body).await;
+    let response = post(&server, CHAT, &body).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "unsupported_parameter");
@@ -176,17 +156,15 @@ async fn an_engine_without_a_grammar_refuses_response_format() {
 
 #[tokio::test]
 async fn logprobs_come_in_openais_shape_streamed_and_not() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     let ask = json!({"logprobs": true, "top_logprobs": 2});
-    let answer: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", ask.clone()),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let answer: Value = post(&server, CHAT, &chat_body("hi", ask.clone()))
+        .await
+        .json()
+        .await
+        .expect("json");
     let content = &answer["choices"][0]["logprobs"]["content"];
     assert_eq!(content.as_array().map(Vec::len), Some(3), "{answer}");
     assert_eq!(content[0]["token"], "Hel");
@@ -200,7 +178,7 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
 
     let mut streamed = ask.clone();
     streamed["stream"] = json!(true);
-    let text = post(&server, "/v1/chat/completions", &chat_body("hi", streamed))
+    let text = post(&server, CHAT, &chat_body("hi", streamed))
         .await
         .text()
         .await
@@ -219,7 +197,7 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
         "the role chunk has none"
     );
 
-    let plain: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
+    let plain: Value = post(&server, CHAT, &chat_body("hi", json!({})))
         .await
         .json()
         .await
@@ -238,7 +216,9 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
 
 #[tokio::test]
 async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     let answer: Value = post(
         &server,
         "/v1/completions",
@@ -328,10 +308,10 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
         Duration::from_millis(20),
     );
     let engine = Arc::new(scripted(slow));
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let cut: Value = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("hi", json!({"stop": ["lo!", "never"]})),
     )
     .await
@@ -345,7 +325,7 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
         "the stop's tokens were generated"
     );
     assert!(
-        eventually(|| engine.generations_cancelled() == 1).await,
+        eventually(5, || engine.generations_cancelled() == 1).await,
         "the engine stops at the stop sequence"
     );
 
@@ -370,15 +350,11 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     );
     assert!(!streamed.contains(" M"), "the stop sequence is never sent");
 
-    let whole: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", json!({"stop": ["text!"]})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let whole: Value = post(&server, CHAT, &chat_body("hi", json!({"stop": ["text!"]})))
+        .await
+        .json()
+        .await
+        .expect("json");
     assert_eq!(
         whole["choices"][0]["message"]["content"], "Hello! More text",
         "text held back for a stop that never came is the answer's"
@@ -401,7 +377,7 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     assert_eq!(scored["choices"][0]["logprobs"]["tokens"], json!(["Hel"]));
     let streamed = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body(
             "hi",
             json!({"stop": ["lo!"], "logprobs": true, "stream": true}),
@@ -423,7 +399,9 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
 
 #[tokio::test]
 async fn a_route_asked_with_the_wrong_method_is_405_naming_the_right_one() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(hello())))
+        .start()
+        .await;
     let client = reqwest::Client::new();
     let got = client
         .get(server.url("/v1/chat/completions"))

@@ -196,7 +196,7 @@ async fn a_replica_gone_before_the_first_request_is_out_from_the_first_probe() {
         policy(Policy::RoundRobin),
     ))
     .await;
-    let probed = common::eventually(|| {
+    let probed = common::eventually(5, || {
         let endpoints = server
             .state
             .models
@@ -528,7 +528,7 @@ async fn engine_metrics_follow_the_replicas_own_queues() {
         ..FleetConfig::default()
     };
     let server = gateway(fleet_config(&[&busy.url, &idle.url], fleet)).await;
-    let scraped = common::eventually(|| {
+    let scraped = common::eventually(5, || {
         let models = server
             .state
             .models
@@ -568,7 +568,7 @@ async fn a_dns_name_becomes_one_endpoint_per_address() {
     };
     let named = format!("http://localhost:{port}/v1");
     let server = gateway(fleet_config(&[&named], fleet)).await;
-    let resolved = common::eventually(|| {
+    let resolved = common::eventually(5, || {
         let endpoints = server
             .state
             .models

@@ -92,7 +92,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
         info.system_fingerprint.starts_with("fp_") && info.device == "cpu",
         "{info:?}"
     );
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
 
     // Greedy, non-streamed and streamed: the same text and counts, the timings sound.
     let greedy = chat_body(
@@ -192,7 +192,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them() {
     let engine = engine(false);
-    let server = Arc::new(start(engine.clone(), &test_config("")).await);
+    let server = Arc::new(TestServer::builder(engine.clone()).start().await);
     let seeded = chat_body(
         "Write a short poem about the sea.",
         json!({"temperature": 0.9, "seed": 42, "max_tokens": 32}),
@@ -232,7 +232,7 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_frees_its_sequence() {
     let engine = engine(false);
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let body = chat_body(
         "Write a very long story.",
         json!({"stream": true, "max_tokens": 1000, "ignore_eos": true}),
@@ -251,7 +251,7 @@ async fn a_client_that_leaves_frees_its_sequence() {
     }
     assert_eq!(engine.load().running, 1);
     drop(response);
-    let freed = eventually(|| engine.load().running == 0).await;
+    let freed = eventually(5, || engine.load().running == 0).await;
     assert!(freed, "the sequence ended when its client left");
     server.stop().await;
 }
@@ -260,7 +260,7 @@ async fn a_client_that_leaves_frees_its_sequence() {
 async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     let logs = common::logs::captured_logs();
     let engine = engine(true);
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let system = "You are the assistant of a bakery. ".repeat(40);
     let ask_with = |question: &str, seed: Option<u64>| {
         json!({"model": MODEL, "temperature": 0, "max_tokens": 1, "seed": seed, "messages": [

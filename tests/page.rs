@@ -78,7 +78,7 @@ fn semlog_config(dir: &std::path::Path, extra: &str) -> llmgate::config::Config 
 
 #[tokio::test]
 async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
-    let server = start(engine(), &test_config("")).await;
+    let server = TestServer::builder(engine()).start().await;
     let page = get(&server, "/", None).await;
     assert_eq!(page.status(), 200);
     let headers = page.headers().clone();
@@ -127,7 +127,10 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
 
 #[tokio::test]
 async fn the_page_can_be_turned_off() {
-    let server = start(engine(), &test_config("[server]\npage = false\n")).await;
+    let server = TestServer::builder(engine())
+        .config(&test_config("[server]\npage = false\n"))
+        .start()
+        .await;
     for path in ["/", "/page/page.js", "/page/timeline.js"] {
         let response = get(&server, path, None).await;
         assert_eq!(response.status(), 404, "{path}");
@@ -145,13 +148,11 @@ async fn the_page_can_be_turned_off() {
 #[tokio::test]
 async fn stats_count_requests_and_list_their_redacted_records() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start_with(
-        engine(),
-        &semlog_config(dir.path(), ""),
-        None,
-        Some(TEST_PACING),
-    )
-    .await;
+    let server = TestServer::builder(engine())
+        .config(&semlog_config(dir.path(), ""))
+        .semlog()
+        .start()
+        .await;
     let empty: Value = get(&server, "/stats", None)
         .await
         .json()
@@ -211,7 +212,12 @@ async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     let alice = add_key(&file, "alice").expect("add");
     let guard = guard(&file);
     let config = semlog_config(&dir.path().join("data"), "stats_only = true\n");
-    let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
+    let server = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .guard(guard)
+        .start()
+        .await;
     ask(&server, "The secret plan is in the attic", Some(&alice)).await;
     // Even to the key that sent it.
     let stats = stats_with(&server, 1, Some(&alice)).await;
@@ -233,7 +239,12 @@ async fn with_keys_each_key_sees_its_own_records_only() {
     let bob = add_key(&file, "bob").expect("add");
     let guard = guard(&file);
     let config = semlog_config(&dir.path().join("data"), "");
-    let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
+    let server = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .guard(guard)
+        .start()
+        .await;
     assert_eq!(get(&server, "/stats", None).await.status(), 401);
     assert_eq!(
         get(&server, "/stats", Some("llmgate-wrong")).await.status(),

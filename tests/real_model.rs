@@ -39,7 +39,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     })
     .await
     .expect("the default model loads");
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let client = reqwest::Client::new();
     let sampling = json!({"temperature": 0, "max_tokens": 32});
     let question = chat_body(LOOPING, sampling.clone());
@@ -131,13 +131,12 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     kv_cache_follows_the_running_sequences(&server, &engine).await;
     server.stop().await;
 
-    let guarded = start(
-        engine,
-        &test_config(
+    let guarded = TestServer::builder(engine)
+        .config(&test_config(
             "[quality]\ndegeneration_guard = true\nguard_window = 32\nguard_threshold = 0.5\n",
-        ),
-    )
-    .await;
+        ))
+        .start()
+        .await;
     guard_stops_a_looping_answer(&guarded).await;
     guarded.stop().await;
 }
@@ -386,7 +385,7 @@ async fn one_instance() -> (std::sync::Arc<MistralEngine>, TestServer) {
     })
     .await
     .expect("the default model loads");
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     (engine, server)
 }
 

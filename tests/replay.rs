@@ -23,7 +23,7 @@ fn file(output_hash: String, fingerprint: &str) -> ReplayFile {
 #[tokio::test]
 async fn replay_reports_match_and_mismatch() {
     let engine = scripted(Script::tokens(&["Hel", "lo!"], Duration::ZERO));
-    let server = start(Arc::new(engine), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(engine)).start().await;
     let client = reqwest::Client::new();
     let right = hex::encode(Sha256::digest(b"Hello!"));
 
@@ -68,8 +68,8 @@ async fn compare_reports_agreement_and_deltas_between_two_gateways() {
             "Name a colour.",
             Script::tokens(&["I'm sorry, but I can't help with that."], Duration::ZERO),
         );
-    let baseline = start(Arc::new(baseline), &test_config("")).await;
-    let candidate = start(Arc::new(candidate), &test_config("")).await;
+    let baseline = TestServer::builder(Arc::new(baseline)).start().await;
+    let candidate = TestServer::builder(Arc::new(candidate)).start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let prompts = dir.path().join("prompts.jsonl");
     let line = |id: &str, text: &str| {

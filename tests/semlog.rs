@@ -11,9 +11,7 @@ use std::time::Duration;
 use common::es::FakeEs;
 use common::logs::captured_logs;
 use common::otlp::Collector;
-use common::{
-    chat_body, scripted, semlog_status, start_with, test_config, TestServer, TEST_PACING,
-};
+use common::{chat_body, eventually, scripted, semlog_status, test_config, TestServer};
 use llmgate::engine::scripted::Script;
 use llmgate::engine::Engine;
 use serde_json::Value;
@@ -49,18 +47,6 @@ async fn ask(server: &TestServer, id: &str, prompt: &str) {
     assert_eq!(response.status(), 200, "{id}");
 }
 
-/// Waits up to `secs` for `cond`.
-async fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while tokio::time::Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    cond()
-}
-
 fn request_ids(es: &FakeEs) -> Vec<String> {
     let mut ids: Vec<String> = es
         .docs()
@@ -91,13 +77,17 @@ async fn set_up_then_per_item_outcomes_partial_retries_and_dead_letters() {
     // 503 documents, with their _ids; the 400 goes to the dead-letter file.
     es.script_items(&[201, 429, 400, 503, 201]);
     let config = config(Some(&es), dir.path(), "batch_age_ms = 1000\n");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let server = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .start()
+        .await;
     let ids: Vec<String> = (0..5).map(|i| format!("item-{i}")).collect();
     let sends = ids.iter().map(|id| ask(&server, id, "hello"));
     futures_util::future::join_all(sends).await;
 
     assert!(
-        within(10, || es.doc_count() == 4).await,
+        eventually(10, || es.doc_count() == 4).await,
         "docs: {}",
         es.doc_count()
     );
@@ -194,7 +184,11 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
     let es = FakeEs::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(Some(&es), dir.path(), "");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let server = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .start()
+        .await;
     let mut sent = Vec::new();
     for i in 0..60 {
         if i == 15 {
@@ -211,7 +205,7 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        within(30, || es.doc_count() == 60).await,
+        eventually(30, || es.doc_count() == 60).await,
         "indexed {} of 60",
         es.doc_count()
     );
@@ -231,7 +225,7 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
         0.0
     );
     assert!(
-        within(5, || server.semlog.as_ref().is_some_and(|s| {
+        eventually(5, || server.semlog.as_ref().is_some_and(|s| {
             use llmgate::record::RequestObserver;
             s.backlog().spooled_bytes == 0
         }))
@@ -247,7 +241,11 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
     let config = config(Some(&es), dir.path(), "");
 
     // First run: the cluster is unreachable throughout; documents end up in the spool.
-    let first = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let first = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .start()
+        .await;
     let mut sent = Vec::new();
     for i in 0..12 {
         let id = format!("before-restart-{i:02}");
@@ -265,11 +263,15 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
 
     // Second run: the cluster is there; the spool is replayed, then new traffic flows.
     es.come_back();
-    let second = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let second = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .start()
+        .await;
     ask(&second, "after-restart", "hello").await;
     sent.push("after-restart".into());
     assert!(
-        within(20, || es.doc_count() == 13).await,
+        eventually(20, || es.doc_count() == 13).await,
         "indexed {} of 13",
         es.doc_count()
     );
@@ -282,7 +284,11 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
 async fn without_elasticsearch_documents_go_to_bulk_ready_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(None, dir.path(), "");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let server = TestServer::builder(engine())
+        .config(&config)
+        .semlog()
+        .start()
+        .await;
     for i in 0..3 {
         ask(&server, &format!("file-{i}"), "hello").await;
     }
@@ -324,11 +330,16 @@ async fn no_unredacted_value_reaches_a_sink_a_span_or_a_log_line() {
         &["Call ", PHONE, " or mail ", EMAIL, "."],
         Duration::ZERO,
     )));
-    let server = start_with(echo, &config, Some(&endpoint), Some(TEST_PACING)).await;
+    let server = TestServer::builder(echo)
+        .config(&config)
+        .traced(&endpoint)
+        .semlog()
+        .start()
+        .await;
     let prompt = format!("My card is {CARD}, my mail {EMAIL}, my key {KEY}. Help?");
     ask(&server, "pii-1", &prompt).await;
-    assert!(within(10, || es.doc_count() == 1).await);
-    assert!(within(10, || collector.spans().len() >= 3).await);
+    assert!(eventually(10, || es.doc_count() == 1).await);
+    assert!(eventually(10, || collector.spans().len() >= 3).await);
     server.shut_down().await;
 
     let doc = es.docs().pop().expect("the document");

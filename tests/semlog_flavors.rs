@@ -22,7 +22,11 @@ fn config(es: &FakeEs, dir: &std::path::Path, extra: &str) -> llmgate::config::C
 
 async fn start_gateway(es: &FakeEs, dir: &std::path::Path, extra: &str) -> TestServer {
     let engine = Arc::new(scripted(Script::tokens(&["a", "b"], Duration::ZERO)));
-    start_with(engine, &config(es, dir, extra), None, Some(TEST_PACING)).await
+    TestServer::builder(engine)
+        .config(&config(es, dir, extra))
+        .semlog()
+        .start()
+        .await
 }
 
 async fn ask(server: &TestServer, n: usize) {
@@ -36,16 +40,6 @@ async fn ask(server: &TestServer, n: usize) {
             .status();
         assert_eq!(status, 200);
     }
-}
-
-async fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..secs * 20 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cond()
 }
 
 /// What each flavor's set-up calls, in order, and what it applies.
@@ -108,7 +102,7 @@ async fn each_flavor_is_detected_set_up_as_it_allows_and_indexed_exactly_once_th
         let server = start_gateway(&es, dir.path(), "").await;
         ask(&server, 3).await;
         assert!(
-            within(10, || es.doc_count() == 3).await,
+            eventually(10, || es.doc_count() == 3).await,
             "{name}: {}",
             es.doc_count()
         );
@@ -176,7 +170,7 @@ async fn each_flavor_is_detected_set_up_as_it_allows_and_indexed_exactly_once_th
         tokio::time::sleep(Duration::from_millis(300)).await;
         es.come_back();
         assert!(
-            within(15, || es.doc_count() == 6).await,
+            eventually(15, || es.doc_count() == 6).await,
             "{name}: {}",
             es.doc_count()
         );
@@ -199,7 +193,10 @@ async fn a_refused_set_up_is_named_counted_and_never_keeps_documents_out() {
     let dir = tempfile::tempdir().expect("dir");
     let server = start_gateway(&es, dir.path(), "").await;
     ask(&server, 2).await;
-    assert!(within(10, || es.doc_count() == 2).await, "indexed anyway");
+    assert!(
+        eventually(10, || es.doc_count() == 2).await,
+        "indexed anyway"
+    );
     let status = semlog_status(&server).await;
     let steps: Vec<&str> = status["problems"]
         .as_array()
@@ -230,7 +227,7 @@ async fn a_refused_set_up_is_named_counted_and_never_keeps_documents_out() {
     let dir = tempfile::tempdir().expect("dir");
     let server = start_gateway(&serverless, dir.path(), "lifecycle = \"ilm\"\n").await;
     ask(&server, 1).await;
-    assert!(within(10, || serverless.doc_count() == 1).await);
+    assert!(eventually(10, || serverless.doc_count() == 1).await);
     let status = semlog_status(&server).await;
     assert_eq!(status["problems"][0]["step"], "policy", "{status}");
     assert!(status["problems"][0]["fix"]

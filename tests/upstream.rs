@@ -26,16 +26,6 @@ fn script(tokens: u32) -> UpstreamScript {
     }
 }
 
-async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url(path))
-        .header("x-request-id", "up1")
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
 /// The `data:` payloads of an SSE body, `[DONE]` included.
 fn data_of(text: &str) -> Vec<String> {
     text.lines()
@@ -45,7 +35,7 @@ fn data_of(text: &str) -> Vec<String> {
 }
 
 /// The chunks of a streamed answer, which must end with `[DONE]`.
-fn chunks_of(text: &str) -> Vec<Value> {
+fn chunks_before_done(text: &str) -> Vec<Value> {
     let data = data_of(text);
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{text}");
     data[..data.len() - 1]
@@ -74,7 +64,7 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         .expect("request");
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("body");
-    let chunks = chunks_of(&text);
+    let chunks = chunks_before_done(&text);
     let content: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -163,7 +153,7 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
     let server = gateway(upstream_config(&upstream.url)).await;
     let chat: Value = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("hi", json!({"logprobs": true, "top_logprobs": 0})),
     )
     .await
@@ -220,12 +210,7 @@ struct Outcome {
 }
 
 async fn non_streamed(server: &TestServer, prompt: &str) -> Outcome {
-    let response = post(
-        server,
-        "/v1/chat/completions",
-        &chat_body(prompt, json!({})),
-    )
-    .await;
+    let response = post(server, CHAT, &chat_body(prompt, json!({}))).await;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()
@@ -316,12 +301,7 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
         ("fault:idle", "upstream_timeout"),
         ("fault:bad-json", "upstream_protocol_error"),
     ] {
-        let response = post(
-            &server,
-            "/v1/chat/completions",
-            &chat_body(prompt, json!({"stream": true})),
-        )
-        .await;
+        let response = post(&server, CHAT, &chat_body(prompt, json!({"stream": true}))).await;
         assert_eq!(response.status(), 200, "{prompt}");
         let data = data_of(&response.text().await.expect("body"));
         assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{prompt}");
@@ -332,7 +312,7 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
     // gets the HTTP error the fault stands for, not a 200 with an error frame.
     let response = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("fault:other-model", json!({"stream": true})),
     )
     .await;
@@ -374,7 +354,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
         let started = std::time::Instant::now();
         let response = post(
             &server,
-            "/v1/chat/completions",
+            CHAT,
             &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
         )
         .await;
@@ -388,7 +368,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
     }
     let ok = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &json!({"model": "good", "messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
@@ -462,13 +442,13 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     assert_eq!(ids, ["local", "remote"]);
     let ask =
         |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
-    let local_answer: Value = post(&server, "/v1/chat/completions", &ask("local"))
+    let local_answer: Value = post(&server, CHAT, &ask("local"))
         .await
         .json()
         .await
         .expect("json");
     assert_eq!(local_answer["choices"][0]["message"]["content"], "Hello");
-    let remote_answer: Value = post(&server, "/v1/chat/completions", &ask("remote"))
+    let remote_answer: Value = post(&server, CHAT, &ask("remote"))
         .await
         .json()
         .await
@@ -478,7 +458,7 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
         "tok0 tok1"
     );
     assert_eq!(remote_answer["model"], "remote");
-    let missing = post(&server, "/v1/chat/completions", &ask("nope")).await;
+    let missing = post(&server, CHAT, &ask("nope")).await;
     assert_eq!(missing.status(), 404);
     let records = server.observer.records();
     let by_model: Vec<&str> = records.iter().map(|r| r.model.as_str()).collect();
@@ -517,7 +497,7 @@ async fn without_logprobs_the_models_own_tokenizer_gives_the_ids() {
     config.logprobs = false;
     config.tokenizer = Some(gguf);
     let server = gateway(config).await;
-    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
+    let answer: Value = post(&server, CHAT, &chat_body("hi", json!({})))
         .await
         .json()
         .await
@@ -586,15 +566,11 @@ async fn waits_that_end_in_time_and_streams_that_never_end() {
 async fn without_usage_the_gateway_counts_and_says_so() {
     let upstream = start_upstream(script(4)).await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let answer: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("fault:no-usage", json!({})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let answer: Value = post(&server, CHAT, &chat_body("fault:no-usage", json!({})))
+        .await
+        .json()
+        .await
+        .expect("json");
     assert_eq!(
         answer["usage"]["completion_tokens"], 4,
         "counted from the logprob tokens"
@@ -613,7 +589,7 @@ async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
         ..limits(MODEL)
     };
     let server = gateway_with(upstream_config(&upstream.url), capped, "").await;
-    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
+    let answer: Value = post(&server, CHAT, &chat_body("hi", json!({})))
         .await
         .json()
         .await
@@ -639,7 +615,7 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
     for stream in [false, true] {
         let response = post(
             &server,
-            "/v1/chat/completions",
+            CHAT,
             &chat_body("fault:refused-in-stream", json!({"stream": stream})),
         )
         .await;
@@ -664,7 +640,7 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
     // The same error after content is the stream's error frame, as before.
     let text = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("fault:error-event", json!({"stream": true})),
     )
     .await
@@ -688,15 +664,11 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
     })
     .await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let answer: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", json!({"max_tokens": 16})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let answer: Value = post(&server, CHAT, &chat_body("hi", json!({"max_tokens": 16})))
+        .await
+        .json()
+        .await
+        .expect("json");
     assert_eq!(upstream.received()[0].body["max_tokens"], 16, "it was sent");
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(answer["usage"]["completion_tokens"], 16);
@@ -709,7 +681,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
 
     let text = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body(
             "hi",
             json!({"max_tokens": 16, "stream": true, "stream_options": {"include_usage": true}}),
@@ -719,7 +691,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
     .text()
     .await
     .expect("body");
-    let chunks = chunks_of(&text);
+    let chunks = chunks_before_done(&text);
     let content = chunks
         .iter()
         .filter(|c| {
@@ -734,7 +706,9 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
         .any(|c| c["choices"][0]["finish_reason"] == "length"));
     let abandoned = Arc::clone(&upstream.abandoned);
     assert!(
-        eventually(|| abandoned.load(std::sync::atomic::Ordering::SeqCst) == 2).await,
+        eventually(5, || abandoned.load(std::sync::atomic::Ordering::SeqCst)
+            == 2)
+        .await,
         "both answers dropped the upstream's connection"
     );
     server.stop().await;
@@ -749,19 +723,16 @@ async fn a_client_that_leaves_closes_the_upstreams_stream() {
     })
     .await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let response = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", json!({"stream": true})),
-    )
-    .await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let mut body = response.bytes_stream();
     let _ = body.next().await;
     let _ = body.next().await;
     drop(body);
     let abandoned = Arc::clone(&upstream.abandoned);
     assert!(
-        eventually(|| abandoned.load(std::sync::atomic::Ordering::SeqCst) == 1).await,
+        eventually(5, || abandoned.load(std::sync::atomic::Ordering::SeqCst)
+            == 1)
+        .await,
         "the upstream saw its reader go"
     );
     let records = server.observer.records();

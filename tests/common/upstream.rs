@@ -11,7 +11,7 @@ use llmgate::engine::upstream::config::UpstreamConfig;
 use llmgate::engine::upstream::fleet::FleetConfig;
 use llmgate::engine::upstream::UpstreamEngine;
 
-use super::{start_models, test_config, TestServer, MODEL};
+use super::{test_config, TestServer, MODEL};
 
 /// The model name the scripted upstream answers as.
 pub const UPSTREAM_MODEL: &str = "scripted";
@@ -83,7 +83,10 @@ pub async fn gateway(config: UpstreamConfig) -> TestServer {
 pub async fn gateway_with(config: UpstreamConfig, limits: ModelPolicy, toml: &str) -> TestServer {
     let engine = UpstreamEngine::start(MODEL, config).expect("engine");
     let models = ServedModels::single(limits, engine);
-    start_models(models, &[MODEL], &test_config(toml)).await
+    TestServer::serving(models, &[MODEL])
+        .config(&test_config(toml))
+        .start()
+        .await
 }
 
 /// The gateway serving each `(id, engine)`.
@@ -99,7 +102,7 @@ pub async fn gateway_of(
         })
         .collect();
     let models = ServedModels::new(models).expect("models");
-    start_models(models, upstreams, &test_config("")).await
+    TestServer::serving(models, upstreams).start().await
 }
 
 /// The settings of a model served by several replicas, `fleet` saying how.
