@@ -185,7 +185,6 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
         );
     }
     assert!(!metrics.contains("alice"), "key ids are not metric labels");
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +200,6 @@ async fn metrics_can_require_a_key() {
     assert_eq!(get(&server, "/metrics", Some(&ops)).await, 200);
     assert_eq!(get(&server, "/health", None).await, 200);
     assert_eq!(get(&server, "/ready", None).await, 200);
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +215,6 @@ async fn without_keys_the_gateway_is_open_but_still_wants_json() {
         .await
         .expect("request");
     assert_eq!(response.status(), 415, "no Content-Type");
-    server.stop().await;
 }
 
 /// A guard whose keys file gives `alice` her own limits and `bob` none.
@@ -321,7 +318,6 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
             .is_some_and(|m| m.starts_with("Request too large") && m.contains("Requested 3501")),
         "{body}"
     );
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,7 +339,6 @@ async fn cors_is_off_unless_origins_are_named() {
         .await;
     let answer = preflight(&closed, origin).await.expect("preflight");
     assert!(!answer.headers().contains_key("access-control-allow-origin"));
-    closed.stop().await;
 
     let config = test_config(&format!("[server]\ncors_origins = [\"{origin}\"]\n"));
     let dir = tempfile::tempdir().expect("tempdir");
@@ -373,7 +368,6 @@ async fn cors_is_off_unless_origins_are_named() {
     assert_eq!(answer.status(), 200);
     assert_eq!(header(&answer, "access-control-allow-origin"), origin);
     assert!(header(&answer, "access-control-expose-headers").contains("x-request-id"));
-    open.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,7 +399,6 @@ async fn metrics_can_have_a_listener_of_their_own() {
         .expect("get");
     assert_eq!(api.status(), 404, "the metrics listener serves no API");
     handle.stop(false).await;
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -495,5 +488,4 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
         get(&server, &format!("/stats/requests/{request_id}"), None).await,
         401
     );
-    server.stop().await;
 }

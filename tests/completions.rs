@@ -84,7 +84,6 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
         3,
         "a refusal leaves its record too"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -137,7 +136,6 @@ async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() 
         let error: Value = response.json().await.expect("json");
         assert_eq!(error["error"]["param"], param, "{error}");
     }
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -151,7 +149,6 @@ async fn an_engine_without_a_grammar_refuses_response_format() {
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "unsupported_parameter");
     assert_eq!(error["error"]["param"], "response_format");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -211,7 +208,6 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
         plain["timings"]["mean_logprob"], -0.2,
         "confidence is always measured"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -298,7 +294,6 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
         Some("Hello!"),
         "the record keeps the answer, not the echo"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -394,7 +389,6 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
         .map(|t| t["token"].clone())
         .collect();
     assert_eq!(tokens, [json!("Hel")], "{streamed}");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -432,5 +426,4 @@ async fn a_route_asked_with_the_wrong_method_is_405_naming_the_right_one() {
         .await
         .expect("request");
     assert_eq!(missing.status(), 404);
-    server.stop().await;
 }

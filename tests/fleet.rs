@@ -106,10 +106,6 @@ async fn round_robin_spreads_requests_and_each_record_names_its_replica() {
             "llmgate_endpoint_state{{model=\"{MODEL}\",endpoint=\"{url}\",state=\"up\"}} 1"
         )));
     }
-    server.stop().await;
-    for r in replicas {
-        r.stop().await;
-    }
 }
 
 #[tokio::test]
@@ -183,8 +179,6 @@ async fn a_replica_killed_mid_run_is_failed_over_then_ejected_and_shown_out() {
     assert_eq!(stats["endpoints"][&gone]["served"], 1 + late);
     assert_eq!(stats["endpoints"][&live.url]["served"], 7 - late);
     assert!(stats["endpoints"][&live.url]["ttft_ms"]["p50"].is_number());
-    server.stop().await;
-    live.stop().await;
 }
 
 #[tokio::test]
@@ -219,8 +213,6 @@ async fn a_replica_gone_before_the_first_request_is_out_from_the_first_probe() {
         .iter()
         .all(|r| route(r).len() == 1));
     assert_eq!(live.received().len(), 4);
-    server.stop().await;
-    live.stop().await;
 }
 
 #[tokio::test]
@@ -276,10 +268,7 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
             assert_eq!(status, 200);
             assert_eq!(bad.received().len(), 1, "not tried while rate limited");
         }
-        server.stop().await;
-        bad.stop().await;
     }
-    good.stop().await;
 }
 
 #[tokio::test]
@@ -307,9 +296,6 @@ async fn a_client_that_leaves_before_the_first_byte_ends_the_attempts() {
     );
     let records = server.observer.records();
     assert_eq!(records[0].status, Status::Cancelled);
-    server.stop().await;
-    silent.stop().await;
-    other.stop().await;
 }
 
 #[tokio::test]
@@ -334,9 +320,6 @@ async fn a_stream_that_failed_after_content_is_never_answered_twice() {
         route(record),
         [(cuts.url.clone(), Some("upstream_stream_cut"))]
     );
-    server.stop().await;
-    cuts.stop().await;
-    good.stop().await;
 }
 
 #[tokio::test]
@@ -364,9 +347,6 @@ async fn a_refusal_of_the_request_is_answered_not_retried_nor_held_against_the_r
         stats["upstreams"][0]["endpoints"][0]["state"], "up",
         "{stats}"
     );
-    server.stop().await;
-    refuses.stop().await;
-    good.stop().await;
 }
 
 #[tokio::test]
@@ -391,10 +371,6 @@ async fn when_every_replica_fails_the_client_gets_the_last_fault_after_max_attem
         .map(|r| r.received().len())
         .sum::<usize>();
     assert_eq!(tried, 2, "one attempt each at two of the three");
-    server.stop().await;
-    for r in [a, b, c] {
-        r.stop().await;
-    }
 }
 
 #[tokio::test]
@@ -430,8 +406,6 @@ async fn a_silent_replica_costs_a_streaming_client_no_more_than_the_opening_wind
     }
     assert!(rest.starts_with(':'), "a keep-alive comment next: {rest}");
     assert!(rest.contains("upstream_timeout"), "{rest}");
-    server.stop().await;
-    silent.stop().await;
 }
 
 #[tokio::test]
@@ -468,10 +442,6 @@ async fn prefix_affinity_keeps_a_system_prompt_on_one_replica() {
         assert_eq!(status, 200);
     }
     assert!(replicas.iter().all(|r| !r.received().is_empty()));
-    server.stop().await;
-    for r in replicas {
-        r.stop().await;
-    }
 }
 
 #[tokio::test]
@@ -495,9 +465,6 @@ async fn the_latency_policy_learns_which_replica_is_fast() {
     let to_fast = fast.received().len();
     assert!(to_fast >= 16, "{to_fast} of 20 to the fast replica");
     assert!(!slow.received().is_empty(), "the slow one was measured");
-    server.stop().await;
-    slow.stop().await;
-    fast.stop().await;
 }
 
 #[tokio::test]
@@ -547,9 +514,6 @@ async fn engine_metrics_follow_the_replicas_own_queues() {
     for l in load {
         l.abort();
     }
-    server.stop().await;
-    busy.stop().await;
-    idle.stop().await;
 }
 
 #[tokio::test]
@@ -594,6 +558,4 @@ async fn a_dns_name_becomes_one_endpoint_per_address() {
         .map(|r| route(r).last().unwrap().0.clone())
         .collect();
     assert!(served.iter().all(|e| *e == up.url), "{served:?}");
-    server.stop().await;
-    up.stop().await;
 }

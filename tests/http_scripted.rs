@@ -46,7 +46,6 @@ async fn streamed_frames_are_exact_without_usage() {
     ]
     .concat();
     assert_eq!(body, expected);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -71,7 +70,6 @@ async fn streamed_frames_are_exact_with_usage() {
         format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":3,\"total_tokens\":4}},{ZERO_TIMINGS}}}\n\n")
     );
     assert_eq!(frames[6], "data: [DONE]\n\n");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -99,7 +97,6 @@ async fn non_streamed_response_is_exact() {
                         "mean_logprob": -0.2, "min_logprob": -0.3, "low_confidence_share": 0.0}
         })
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -136,7 +133,6 @@ async fn timings_follow_the_definitions_with_real_delays() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].status, Status::Ok);
     assert_eq!(records[0].timings.output_tokens, 4);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -152,7 +148,6 @@ async fn finish_reason_length_when_max_tokens_is_reached() {
     assert_eq!(body["choices"][0]["finish_reason"], "length");
     assert_eq!(body["choices"][0]["message"]["content"], "Hello");
     assert_eq!(body["usage"]["completion_tokens"], 2);
-    server.stop().await;
 }
 
 async fn expect_error(server: &TestServer, body: Vec<u8>, status: u16, code: &str, param: Value) {
@@ -278,7 +273,6 @@ async fn every_error_case_has_its_status_and_body() {
         .collect();
     assert_eq!(kinds.len(), 10);
     assert!(kinds.contains(&Some("payload_too_large")));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -311,7 +305,6 @@ async fn failure_mid_stream_is_one_error_frame_then_done() {
             .is_some_and(|r| r.status == Status::Error))
         .await
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -331,7 +324,6 @@ async fn non_streamed_failure_is_a_500_in_openai_shape() {
         "exactly one record per request: {records:?}"
     );
     assert_eq!(records[0].error_kind, Some("engine_error"));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -368,7 +360,6 @@ async fn client_disconnect_cancels_generation() {
             .any(|r| r.status == Status::Cancelled))
         .await
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -405,7 +396,6 @@ async fn admission_overflow_gets_429_with_retry_after() {
     }
     assert!(admitted, "the slot of the dropped request was not freed");
     drop(b);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -428,7 +418,6 @@ async fn keepalive_comments_fill_long_gaps() {
         .expect("body");
     assert_eq!(text.matches(": keep-alive\n\n").count(), 2, "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -511,7 +500,6 @@ async fn probes_models_and_request_ids() {
     let loading = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(loading.status(), 503);
     assert_eq!(loading.headers()["retry-after"], "5");
-    server.stop().await;
 }
 
 fn looping(tokens: usize) -> Script {
@@ -574,7 +562,6 @@ async fn quality_signals_are_reported_and_recorded() {
     ));
     assert_eq!(refusal.output_hash.as_deref(), Some(expected_hash.as_str()));
     assert_eq!(refusal.input_hash.as_ref().map(String::len), Some(64));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -597,7 +584,6 @@ async fn the_guard_leaves_a_request_for_a_length_alone() {
         assert_eq!(body["usage"]["completion_tokens"], 40, "{extra}: {body}");
         assert_eq!(body["choices"][0]["finish_reason"], "length", "{extra}");
     }
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -651,5 +637,4 @@ async fn degeneration_guard_stops_a_loop_early() {
         .await
         .expect("json");
     assert_eq!(body["timings"]["degenerated"], false);
-    server.stop().await;
 }

@@ -186,7 +186,6 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
         Some(2),
         "{tokens}"
     );
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,10 +222,6 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
     );
     assert!(peak >= 2, "sequences ran together: {peak}");
     assert_eq!(engine.load().running, 0);
-    match Arc::try_unwrap(server) {
-        Ok(server) => server.stop().await,
-        Err(_) => panic!("server still shared"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +248,6 @@ async fn a_client_that_leaves_frees_its_sequence() {
     drop(response);
     let freed = eventually(5, || engine.load().running == 0).await;
     assert!(freed, "the sequence ended when its client left");
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,5 +303,4 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
         hits[1..].iter().all(|&n| n > 300),
         "each app's prefix kept: {hits:?}"
     );
-    server.stop().await;
 }

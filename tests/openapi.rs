@@ -93,7 +93,6 @@ async fn the_description_covers_every_route_and_only_those() {
             "{method} {path}: {status}"
         );
     }
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -162,5 +161,4 @@ async fn every_reference_resolves_and_model_is_a_served_id() {
     for field in ["message", "type", "param", "code"] {
         assert!(error.get(field).is_some(), "{field}");
     }
-    server.stop().await;
 }

@@ -122,7 +122,6 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
             "{path}"
         );
     }
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -142,7 +141,6 @@ async fn the_page_can_be_turned_off() {
         200,
         "the live view stays"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -202,7 +200,6 @@ async fn stats_count_requests_and_list_their_redacted_records() {
         records[2].get("trace").is_none() && records[2]["llm"].get("build").is_none(),
         "only what the view shows"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -228,7 +225,6 @@ async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     );
     assert!(record["ttft_ms"].as_f64().is_some(), "the figures stay");
     assert!(!stats.to_string().contains("attic") && !stats.to_string().contains("Paris"));
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,5 +274,4 @@ async fn with_keys_each_key_sees_its_own_records_only() {
         "not another key's records"
     );
     assert_eq!(seen_by_bob["requests"], 1, "the figures are the gateway's");
-    server.stop().await;
 }

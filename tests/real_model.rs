@@ -129,7 +129,6 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     end_rules(&server).await;
     same_seed_same_text_whatever_the_neighbours(&server, &engine).await;
     kv_cache_follows_the_running_sequences(&server, &engine).await;
-    server.stop().await;
 
     let guarded = TestServer::builder(engine)
         .config(&test_config(
@@ -138,7 +137,6 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
         .start()
         .await;
     guard_stops_a_looping_answer(&guarded).await;
-    guarded.stop().await;
 }
 
 /// Greedy; this question sends SmolLM2-135M into a loop ("la femme au martyre, ...").
@@ -443,7 +441,6 @@ async fn clients_that_leave_do_not_stop_the_engine() {
         "a departed client's slot is still held"
     );
     assert_eq!(engine.kv_cache().expect("loaded").used_tokens, 0);
-    server.stop().await;
 }
 
 /// An engine thread that stops (as a panic inside mistral.rs stops it) is restarted by
@@ -465,5 +462,4 @@ async fn a_stopped_engine_thread_is_restarted() {
     assert_eq!(ready.status(), 200);
     let answer = ask(&server, "Hello there", json!({"max_tokens": 4})).await;
     assert_eq!(answer["object"], "chat.completion", "{answer}");
-    server.stop().await;
 }

@@ -48,7 +48,6 @@ async fn replay_reports_match_and_mismatch() {
     bad.request["model"] = json!("nope");
     let error = replay(&client, &server.base, &bad).await.expect_err("404");
     assert!(error.to_string().contains("404"), "{error}");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -118,6 +117,4 @@ async fn compare_reports_agreement_and_deltas_between_two_gateways() {
         "the gateways' timings are compared"
     );
     assert!(report.table().contains("1 of 3 answers identical"));
-    baseline.stop().await;
-    candidate.stop().await;
 }

@@ -113,7 +113,6 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
         "client_stalled"
     ));
     drop(stalled);
-    server.stop().await;
 }
 
 /// The answer a loopback socket's kernel buffers would absorb whole if left to
@@ -142,7 +141,6 @@ async fn a_quiet_non_reader(send_buffer_bytes: usize) -> (bool, u64) {
     let cut = recorded(&server, Status::Cancelled, "client_stalled").await;
     let produced = engine.tokens_produced();
     drop(quiet);
-    server.stop().await;
     (cut, produced)
 }
 
@@ -211,7 +209,6 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
     let fast = records[1].timings.client_wait_ms.expect("streamed");
     assert!(fast < 50.0, "{fast}");
     assert_eq!(records[2].timings.client_wait_ms, None);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -242,7 +239,6 @@ async fn a_body_that_never_arrives_gets_408() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
     assert!(recorded(&server, Status::Error, "body_timeout").await);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -266,7 +262,6 @@ async fn a_request_the_engine_does_not_start_in_time_gets_503_with_retry_after()
     // A request the engine starts at once is served as usual.
     let served = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(served.status(), 200);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -312,7 +307,6 @@ async fn a_request_past_its_deadline_ends_with_an_error_and_stops_the_engine() {
         .count();
     assert_eq!(timed_out, 2);
     assert!(counted(&metrics(&server).await, "error", "request_timeout"));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -360,7 +354,6 @@ async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shr
     let body: Value = fitted.json().await.expect("json");
     assert_eq!(body["usage"]["completion_tokens"], 34, "{body}");
     assert_eq!(body["choices"][0]["finish_reason"], "length");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -393,7 +386,6 @@ async fn a_client_that_half_closes_its_connection_has_left() {
             .any(|r| r.status == Status::Cancelled && r.error_kind.is_none()))
         .await
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -464,5 +456,4 @@ async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest
             (Status::Ok, None),
         ]
     );
-    server.stop().await;
 }

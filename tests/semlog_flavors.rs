@@ -181,7 +181,6 @@ async fn each_flavor_is_detected_set_up_as_it_allows_and_indexed_exactly_once_th
             .collect();
         assert_eq!(ids.len(), 6, "{name}: no duplicates");
         server.shut_down().await;
-        es.go_away().await;
     }
 }
 
@@ -220,7 +219,6 @@ async fn a_refused_set_up_is_named_counted_and_never_keeps_documents_out() {
     );
     assert!(text.contains(r#"llmgate_semlog_setup_problems_total{step="data_stream"} 0"#));
     server.shut_down().await;
-    es.go_away().await;
 
     // An explicit lifecycle the cluster lacks: reported, and indexed without.
     let serverless = FakeEs::start_as(Flavor::Serverless).await;
@@ -234,5 +232,4 @@ async fn a_refused_set_up_is_named_counted_and_never_keeps_documents_out() {
         .as_str()
         .is_some_and(|f| f.contains("semlog.lifecycle = auto")));
     server.shut_down().await;
-    serverless.go_away().await;
 }

@@ -234,7 +234,6 @@ async fn metrics_count_every_outcome_and_pass_promtool() {
         "{content_type}"
     );
     assert!(open.trim_end().ends_with("# EOF"));
-    server.stop().await;
 }
 
 /// Runs `promtool check metrics` on an exposition; `(passed, output)`.
@@ -498,5 +497,4 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
     }
     assert!(lines.iter().any(|l| l["message"] == "Request finished."));
     server.telemetry.shutdown();
-    server.stop().await;
 }

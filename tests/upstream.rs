@@ -143,8 +143,6 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         upstream_record.system_fingerprint.as_deref(),
         Some("fp_scripted")
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -197,8 +195,6 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
         "asked for the confidence figures"
     );
     assert!(sent[1].body.get("echo").is_none(), "echo is the gateway's");
-    server.stop().await;
-    upstream.stop().await;
 }
 
 /// What one fault gave the client and the record.
@@ -288,8 +284,6 @@ async fn every_fault_before_the_stream_is_an_openai_error_and_a_record() {
         metrics.contains(r#"error_type="upstream_model_mismatch""#),
         "counted by error_type"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -326,8 +320,6 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
         records[3].stream,
         "refused before its stream, still a streamed request"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -395,8 +387,6 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
         "{metrics}"
     );
     assert!(metrics.contains(r#"llmgate_upstream_up{model="refused"} 0"#));
-    server.stop().await;
-    up.stop().await;
 }
 
 #[tokio::test]
@@ -416,8 +406,6 @@ async fn an_upstream_without_logprobs_is_asked_once_then_no_more() {
         .map(|r| r.body.get("logprobs").is_some())
         .collect();
     assert_eq!(asked, [true, false, false]);
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -477,8 +465,6 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     );
     assert!(metrics
         .contains(r#"llmgate_repetition_basis_total{model="remote",basis="logprob_tokens"} 1"#));
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -518,8 +504,6 @@ async fn without_logprobs_the_models_own_tokenizer_gives_the_ids() {
         .await
         .expect("json");
     assert_eq!(tokenized["tokens"], json!([19556, 905]));
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -558,8 +542,6 @@ async fn waits_that_end_in_time_and_streams_that_never_end() {
         (huge.status, huge.code.as_str()),
         (502, "upstream_protocol_error")
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -577,8 +559,6 @@ async fn without_usage_the_gateway_counts_and_says_so() {
     );
     let record = &server.observer.records()[0];
     assert!(record.upstream.as_ref().is_some_and(|u| u.usage_estimated));
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -600,8 +580,6 @@ async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
         upstream.received()[0].body.get("max_tokens").is_none(),
         "the upstream's own default applies there"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 /// vLLM refuses some requests only once the stream is open (an out-of-vocabulary
@@ -648,8 +626,6 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
     .await
     .expect("body");
     assert!(text.contains("\"error\""), "{text}");
-    server.stop().await;
-    upstream.stop().await;
 }
 
 /// An upstream that ignores the `max_tokens` it was sent (a hostile-upstream test found
@@ -711,8 +687,6 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
         .await,
         "both answers dropped the upstream's connection"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -738,6 +712,4 @@ async fn a_client_that_leaves_closes_the_upstreams_stream() {
     let records = server.observer.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].status, Status::Cancelled);
-    server.stop().await;
-    upstream.stop().await;
 }

@@ -65,10 +65,6 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
-    pub async fn stop(self) {
-        self.handle.stop(false).await;
-    }
-
     /// Stops like the binary does: HTTP first, then the semantic log drains (to the
     /// cluster or the spool), then traces are flushed.
     pub async fn shut_down(self) {

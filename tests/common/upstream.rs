@@ -16,6 +16,7 @@ use super::{test_config, TestServer, MODEL};
 /// The model name the scripted upstream answers as.
 pub const UPSTREAM_MODEL: &str = "scripted";
 
+/// A scripted upstream server; dropping it stops it.
 pub struct Upstream {
     /// Base URL of its API (`http://127.0.0.1:PORT/v1`).
     pub url: String,
@@ -30,8 +31,16 @@ impl Upstream {
         self.received.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
+    /// Stops it and waits until its listener is closed: a replica that goes away.
     pub async fn stop(self) {
         self.handle.stop(false).await;
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // The stop command is sent when `stop` is called; see `TestServer`'s drop.
+        drop(self.handle.stop(false));
     }
 }
 
