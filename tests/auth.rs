@@ -76,7 +76,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
-    let server = TestServer::builder(Arc::new(scripted(hello())))
+    let server = TestServer::builder(hello_engine())
         .guard(guard(&file, false))
         .start()
         .await;
@@ -93,12 +93,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     assert_eq!(get(&server, "/v1/models", None).await, 401);
     assert_eq!(get(&server, "/v1/models", Some(&alice)).await, 200);
     assert_eq!(get(&server, "/v1/nothing-here", None).await, 401);
-    let tokenize = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"prompt": "hi"}))
-        .send()
-        .await
-        .expect("request");
+    let tokenize = post(&server, "/tokenize", &json!({"prompt": "hi"})).await;
     assert_eq!(tokenize.status(), 401, "/tokenize needs a key too");
     for open in ["/health", "/ready", "/metrics"] {
         assert_eq!(get(&server, open, None).await, 200, "{open}");
@@ -165,12 +160,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
             .all(|r| r.api_key_id.is_some() || r.error_kind.is_some()),
         "only refused requests lack an id: {ids:?}"
     );
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     let logs = String::from_utf8_lossy(&logs.lock().expect("lock")).into_owned();
     assert!(
         logs.contains("\"api_key_id\":\"bob\""),
@@ -192,7 +182,7 @@ async fn metrics_can_require_a_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let ops = add_key(&file, "prometheus").expect("add");
-    let server = TestServer::builder(Arc::new(scripted(hello())))
+    let server = TestServer::builder(hello_engine())
         .guard(guard(&file, true))
         .start()
         .await;
@@ -204,9 +194,7 @@ async fn metrics_can_require_a_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_the_gateway_is_open_but_still_wants_json() {
-    let server = TestServer::builder(Arc::new(scripted(hello())))
-        .start()
-        .await;
+    let server = TestServer::builder(hello_engine()).start().await;
     assert_eq!(chat(&server, None).await.status(), 200);
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -334,9 +322,7 @@ async fn cors_is_off_unless_origins_are_named() {
             )
             .send()
     };
-    let closed = TestServer::builder(Arc::new(scripted(hello())))
-        .start()
-        .await;
+    let closed = TestServer::builder(hello_engine()).start().await;
     let answer = preflight(&closed, origin).await.expect("preflight");
     assert!(!answer.headers().contains_key("access-control-allow-origin"));
 
@@ -344,7 +330,7 @@ async fn cors_is_off_unless_origins_are_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let key = add_key(&file, "web").expect("add");
-    let open = TestServer::builder(Arc::new(scripted(hello())))
+    let open = TestServer::builder(hello_engine())
         .config(&config)
         .guard(guard(&file, false))
         .start()
@@ -375,7 +361,7 @@ async fn metrics_can_have_a_listener_of_their_own() {
     // The configured address only tells the API listener to leave /metrics out; the test
     // binds the metrics listener itself, on a free port.
     let config = test_config("[server]\nmetrics_listen = \"127.0.0.1:9464\"\n");
-    let server = TestServer::builder(Arc::new(scripted(hello())))
+    let server = TestServer::builder(hello_engine())
         .config(&config)
         .start()
         .await;
@@ -407,7 +393,7 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
-    let server = TestServer::builder(Arc::new(scripted(hello())))
+    let server = TestServer::builder(hello_engine())
         .guard(guard(&file, false))
         .start()
         .await;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::upstream::*;
 use common::*;
 use llmgate::bench::upstream::{Fault, UpstreamScript};
-use llmgate::engine::upstream::fleet::{FleetConfig, Policy};
+use llmgate::engine::upstream::fleet::{EndpointView, FleetConfig, Policy};
 use llmgate::record::{RequestRecord, Status};
 use serde_json::{json, Value};
 
@@ -20,6 +20,15 @@ fn replica(tokens: u32) -> UpstreamScript {
         tokens,
         ..UpstreamScript::default()
     }
+}
+
+/// Three replicas answering `tokens` tokens.
+async fn three_replicas(tokens: u32) -> [Upstream; 3] {
+    [
+        start_upstream(replica(tokens)).await,
+        start_upstream(replica(tokens)).await,
+        start_upstream(replica(tokens)).await,
+    ]
 }
 
 /// A replica that answers every request with `fault`.
@@ -38,12 +47,7 @@ fn policy(policy: Policy) -> FleetConfig {
 }
 
 async fn chat(server: &TestServer, body: &Value) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
+    let response = post(server, CHAT, body).await;
     let status = response.status().as_u16();
     (status, response.text().await.expect("body"))
 }
@@ -55,6 +59,12 @@ async fn get(server: &TestServer, path: &str) -> Value {
         .json()
         .await
         .expect("json")
+}
+
+/// What the gateway's one model says of its replicas.
+fn endpoints(server: &TestServer) -> Vec<EndpointView> {
+    let model = server.state.models.iter().next().expect("a model");
+    model.engine.endpoints()
 }
 
 /// The endpoints a record's attempts went to, and how each failed (`None`: answered).
@@ -71,11 +81,7 @@ fn route(record: &RequestRecord) -> Vec<(String, Option<&'static str>)> {
 
 #[tokio::test]
 async fn round_robin_spreads_requests_and_each_record_names_its_replica() {
-    let replicas = [
-        start_upstream(replica(3)).await,
-        start_upstream(replica(3)).await,
-        start_upstream(replica(3)).await,
-    ];
+    let replicas = three_replicas(3).await;
     let urls: Vec<&str> = replicas.iter().map(|r| r.url.as_str()).collect();
     let server = gateway(fleet_config(&urls, policy(Policy::RoundRobin))).await;
     for _ in 0..6 {
@@ -190,18 +196,7 @@ async fn a_replica_gone_before_the_first_request_is_out_from_the_first_probe() {
         policy(Policy::RoundRobin),
     ))
     .await;
-    let probed = common::eventually(5, || {
-        let endpoints = server
-            .state
-            .models
-            .iter()
-            .next()
-            .unwrap()
-            .engine
-            .endpoints();
-        endpoints[0].state == "ejected"
-    })
-    .await;
+    let probed = eventually(5, || endpoints(&server)[0].state == "ejected").await;
     assert!(probed, "the start-up probe found it gone");
     for _ in 0..4 {
         let (status, _) = chat(&server, &chat_body("hi", json!({}))).await;
@@ -380,12 +375,7 @@ async fn a_silent_replica_costs_a_streaming_client_no_more_than_the_opening_wind
     config.first_byte_timeout = Duration::from_secs(3);
     let server = gateway_with(config, limits(MODEL), "[server]\nkeepalive_secs = 1\n").await;
     let started = Instant::now();
-    let mut response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body("hi", json!({"stream": true})))
-        .send()
-        .await
-        .expect("request");
+    let mut response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let headers_after = started.elapsed();
     assert_eq!(response.status(), 200);
     assert!(
@@ -410,11 +400,7 @@ async fn a_silent_replica_costs_a_streaming_client_no_more_than_the_opening_wind
 
 #[tokio::test]
 async fn prefix_affinity_keeps_a_system_prompt_on_one_replica() {
-    let replicas = [
-        start_upstream(replica(2)).await,
-        start_upstream(replica(2)).await,
-        start_upstream(replica(2)).await,
-    ];
+    let replicas = three_replicas(2).await;
     let urls: Vec<&str> = replicas.iter().map(|r| r.url.as_str()).collect();
     let server = gateway(fleet_config(&urls, policy(Policy::PrefixAffinity))).await;
     // A system prompt longer than affinity_prefix_chars (1,024) decides alone; a
@@ -495,14 +481,10 @@ async fn engine_metrics_follow_the_replicas_own_queues() {
         ..FleetConfig::default()
     };
     let server = gateway(fleet_config(&[&busy.url, &idle.url], fleet)).await;
-    let scraped = common::eventually(5, || {
-        let models = server
-            .state
-            .models
-            .iter()
-            .next()
-            .map(|m| m.engine.endpoints());
-        models.is_some_and(|e| e[0].engine_waiting.is_some_and(|w| w >= 1.0))
+    let scraped = eventually(5, || {
+        endpoints(&server)[0]
+            .engine_waiting
+            .is_some_and(|w| w >= 1.0)
     })
     .await;
     assert!(scraped, "the busy replica's queue was scraped");
@@ -532,16 +514,8 @@ async fn a_dns_name_becomes_one_endpoint_per_address() {
     };
     let named = format!("http://localhost:{port}/v1");
     let server = gateway(fleet_config(&[&named], fleet)).await;
-    let resolved = common::eventually(5, || {
-        let endpoints = server
-            .state
-            .models
-            .iter()
-            .next()
-            .unwrap()
-            .engine
-            .endpoints();
-        endpoints.iter().any(|e| e.endpoint == up.url)
+    let resolved = eventually(5, || {
+        endpoints(&server).iter().any(|e| e.endpoint == up.url)
     })
     .await;
     assert!(resolved, "localhost resolved to 127.0.0.1");

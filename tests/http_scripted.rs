@@ -18,10 +18,7 @@ const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpo
 
 #[tokio::test]
 async fn streamed_frames_are_exact_without_usage() {
-    let server = TestServer::builder(Arc::new(scripted(hello())))
-        .frozen()
-        .start()
-        .await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
     let response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!(response.status(), 200);
     let headers = response.headers();
@@ -50,16 +47,9 @@ async fn streamed_frames_are_exact_without_usage() {
 
 #[tokio::test]
 async fn streamed_frames_are_exact_with_usage() {
-    let server = TestServer::builder(Arc::new(scripted(hello())))
-        .frozen()
-        .start()
-        .await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
     let body = json!({"stream": true, "stream_options": {"include_usage": true}});
-    let text = post(&server, CHAT, &chat_body("hi", body))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("hi", body)).await;
     let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
     assert_eq!(frames.len(), 7, "{text}");
     for frame in &frames[..5] {
@@ -74,10 +64,7 @@ async fn streamed_frames_are_exact_with_usage() {
 
 #[tokio::test]
 async fn non_streamed_response_is_exact() {
-    let server = TestServer::builder(Arc::new(scripted(hello())))
-        .frozen()
-        .start()
-        .await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
     let response = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/json");
@@ -106,11 +93,7 @@ async fn timings_follow_the_definitions_with_real_delays() {
     let server = TestServer::builder(Arc::new(scripted(script)))
         .start()
         .await;
-    let body: Value = post(&server, CHAT, &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let body: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     let t = &body["timings"];
     let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
     assert!(f("ttft_ms") >= 80.0, "{t}");
@@ -137,14 +120,8 @@ async fn timings_follow_the_definitions_with_real_delays() {
 
 #[tokio::test]
 async fn finish_reason_length_when_max_tokens_is_reached() {
-    let server = TestServer::builder(Arc::new(scripted(hello())))
-        .start()
-        .await;
-    let body: Value = post(&server, CHAT, &chat_body("hi", json!({"max_tokens": 2})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let server = TestServer::builder(hello_engine()).start().await;
+    let body: Value = post_json(&server, CHAT, &chat_body("hi", json!({"max_tokens": 2}))).await;
     assert_eq!(body["choices"][0]["finish_reason"], "length");
     assert_eq!(body["choices"][0]["message"]["content"], "Hello");
     assert_eq!(body["usage"]["completion_tokens"], 2);
@@ -176,7 +153,7 @@ async fn expect_error(server: &TestServer, body: Vec<u8>, status: u16, code: &st
 #[tokio::test]
 async fn every_error_case_has_its_status_and_body() {
     let config = test_config("[server]\nmax_body_bytes = 2048\n[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 50\n");
-    let server = TestServer::builder(Arc::new(scripted(hello())))
+    let server = TestServer::builder(hello_engine())
         .config(&config)
         .start()
         .await;
@@ -281,11 +258,7 @@ async fn failure_mid_stream_is_one_error_frame_then_done() {
         .then_fail(EngineError::Internal("kernel panic at 0xdead".into()));
     let engine = scripted(hello()).with_script("break", failing);
     let server = TestServer::builder(Arc::new(engine)).start().await;
-    let text = post(&server, CHAT, &chat_body("break", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("break", json!({"stream": true}))).await;
     let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
     assert_eq!(frames.len(), 5, "{text}");
     assert!(frames[2].contains("\"content\":\"tial\""));
@@ -411,18 +384,14 @@ async fn keepalive_comments_fill_long_gaps() {
         .config(&test_config("[server]\nkeepalive_secs = 1\n"))
         .start()
         .await;
-    let text = post(&server, CHAT, &chat_body("hi", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!(text.matches(": keep-alive\n\n").count(), 2, "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
 }
 
 #[tokio::test]
 async fn probes_models_and_request_ids() {
-    let engine = Arc::new(scripted(hello()));
+    let engine = hello_engine();
     let server = TestServer::builder(engine.clone()).start().await;
     let client = reqwest::Client::new();
 
@@ -525,11 +494,7 @@ async fn quality_signals_are_reported_and_recorded() {
         );
     let server = TestServer::builder(Arc::new(engine)).start().await;
 
-    let body: Value = post(&server, CHAT, &chat_body("loop", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let body: Value = post_json(&server, CHAT, &chat_body("loop", json!({}))).await;
     // 40 tokens cycling through 4 ids: 37 four-grams, 4 unique.
     let rate = body["timings"]["repetition_rate"].as_f64().expect("rate");
     assert_eq!(rate, ((1.0 - 4.0 / 37.0) * 10_000.0_f64).round() / 10_000.0);
@@ -539,15 +504,12 @@ async fn quality_signals_are_reported_and_recorded() {
     );
     assert_eq!(body["usage"]["completion_tokens"], 40);
 
-    let body: Value = post(
+    let body: Value = post_json(
         &server,
         CHAT,
         &chat_body("Write a Python function, please", json!({})),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(body["timings"]["refusal"], true);
     assert_eq!(body["timings"]["intent"], "coding");
     assert_eq!(body["timings"]["repetition_rate"], 0.0);
@@ -575,11 +537,7 @@ async fn the_guard_leaves_a_request_for_a_length_alone() {
         json!({"ignore_eos": true, "max_tokens": 40}),
         json!({"min_tokens": 30, "max_tokens": 40}),
     ] {
-        let body: Value = post(&server, CHAT, &chat_body("loop", extra.clone()))
-            .await
-            .json()
-            .await
-            .expect("json");
+        let body: Value = post_json(&server, CHAT, &chat_body("loop", extra.clone())).await;
         assert_eq!(body["timings"]["degenerated"], false, "{extra}: {body}");
         assert_eq!(body["usage"]["completion_tokens"], 40, "{extra}: {body}");
         assert_eq!(body["choices"][0]["finish_reason"], "length", "{extra}");
@@ -631,10 +589,6 @@ async fn degeneration_guard_stops_a_loop_early() {
         .all(|r| r.status == Status::Ok && r.quality.as_ref().is_some_and(|q| q.degenerated)));
 
     // Varied text is not stopped.
-    let body: Value = post(&server, CHAT, &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let body: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(body["timings"]["degenerated"], false);
 }

@@ -6,25 +6,13 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
 use llmgate::engine::Engine;
 use serde_json::{json, Value};
-
-fn model_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-model",
-        path.display()
-    );
-    path
-}
 
 fn engine(prefix_cache: bool) -> Arc<LlamaCppEngine> {
     LlamaCppEngine::load_now(LlamaCppSettings {
@@ -39,12 +27,7 @@ fn engine(prefix_cache: bool) -> Arc<LlamaCppEngine> {
 const FRANCE: &str = "What is the capital of France? Answer in one word.";
 
 async fn ask(server: &TestServer, body: &Value) -> Value {
-    let response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
+    let response = post(server, CHAT, body).await;
     let status = response.status();
     let answer: Value = response.json().await.expect("json");
     assert_eq!(status, 200, "{answer}");
@@ -55,22 +38,9 @@ async fn ask(server: &TestServer, body: &Value) -> Value {
 async fn stream(server: &TestServer, mut body: Value) -> (String, Value) {
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
-    let text = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .expect("request")
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(server, CHAT, &body).await;
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
-    let chunks: Vec<Value> = text
-        .split("\n\n")
-        .filter_map(|f| f.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).expect("chunk"))
-        .collect();
+    let chunks = chunks_of(&text);
     let content = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -172,15 +142,12 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
     assert!(parsed["city"].is_string(), "{parsed}");
 
     // /tokenize: the chat template's tokens, and text as text.
-    let tokens: Value = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}))
-        .send()
-        .await
-        .expect("tokenize")
-        .json()
-        .await
-        .expect("json");
+    let tokens: Value = post_json(
+        &server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}),
+    )
+    .await;
     assert_eq!(
         tokens["tokens"].as_array().map(Vec::len),
         Some(2),
@@ -232,12 +199,7 @@ async fn a_client_that_leaves_frees_its_sequence() {
         "Write a very long story.",
         json!({"stream": true, "max_tokens": 1000, "ignore_eos": true}),
     );
-    let mut response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
+    let mut response = post(&server, CHAT, &body).await;
     let mut seen = 0;
     while seen < 5 {
         if response.chunk().await.expect("body").is_some() {

@@ -69,6 +69,17 @@ fn guard(file: &std::path::Path) -> Guard {
     }
 }
 
+/// The gateway with the semantic log in `dir/data` (`extra` added to its table) and the
+/// API keys of `dir/keys`.
+async fn keyed(dir: &std::path::Path, extra: &str) -> TestServer {
+    TestServer::builder(engine())
+        .config(&semlog_config(&dir.join("data"), extra))
+        .semlog()
+        .guard(guard(&dir.join("keys")))
+        .start()
+        .await
+}
+
 fn semlog_config(dir: &std::path::Path, extra: &str) -> llmgate::config::Config {
     test_config(&format!(
         "[semlog]\ndata_dir = \"{}\"\nbatch_age_ms = 50\n{extra}",
@@ -165,12 +176,7 @@ async fn stats_count_requests_and_list_their_redacted_records() {
 
     ask(&server, "Mail jane@example.com the capital of France", None).await;
     ask(&server, "And of Italy?", None).await;
-    let bad = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body("hi", json!({"temperature": 9})))
-        .send()
-        .await
-        .expect("send");
+    let bad = post(&server, CHAT, &chat_body("hi", json!({"temperature": 9}))).await;
     assert_eq!(bad.status(), 400);
     let stats = stats_with(&server, 3, None).await;
     assert_eq!(stats["requests"], 3);
@@ -207,14 +213,7 @@ async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
-    let guard = guard(&file);
-    let config = semlog_config(&dir.path().join("data"), "stats_only = true\n");
-    let server = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .guard(guard)
-        .start()
-        .await;
+    let server = keyed(dir.path(), "stats_only = true\n").await;
     ask(&server, "The secret plan is in the attic", Some(&alice)).await;
     // Even to the key that sent it.
     let stats = stats_with(&server, 1, Some(&alice)).await;
@@ -233,14 +232,7 @@ async fn with_keys_each_key_sees_its_own_records_only() {
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
-    let guard = guard(&file);
-    let config = semlog_config(&dir.path().join("data"), "");
-    let server = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .guard(guard)
-        .start()
-        .await;
+    let server = keyed(dir.path(), "").await;
     assert_eq!(get(&server, "/stats", None).await.status(), 401);
     assert_eq!(
         get(&server, "/stats", Some("llmgate-wrong")).await.status(),

@@ -4,24 +4,11 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
-use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::mistral::{MistralEngine, MistralSettings};
 use llmgate::engine::Engine;
 use llmgate::record::Status;
 use serde_json::{json, Value};
-
-fn model_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-model",
-        path.display()
-    );
-    path
-}
 
 fn f(t: &Value, key: &str) -> f64 {
     t[key]
@@ -143,15 +130,7 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
 const LOOPING: &str = "What is the capital of France?";
 
 async fn ask(server: &TestServer, prompt: &str, extra: Value) -> Value {
-    reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(prompt, extra))
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json")
+    post_json(server, CHAT, &chat_body(prompt, extra)).await
 }
 
 async fn repetition_rates(server: &TestServer) {
@@ -231,15 +210,12 @@ async fn end_rules(server: &TestServer) {
     assert!(tokens(&at_least) >= n + 5, "{at_least}");
 
     // Stop on the answer's third token: the text ends before it.
-    let ids: Value = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"model": MODEL, "prompt": text(&plain), "add_special_tokens": false}))
-        .send()
-        .await
-        .expect("tokenize")
-        .json()
-        .await
-        .expect("json");
+    let ids: Value = post_json(
+        server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": text(&plain), "add_special_tokens": false}),
+    )
+    .await;
     let third = ids["tokens"][2].as_u64().expect("a third token");
     let stopped = greedy(json!({"stop_token_ids": [third]})).await;
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop", "{stopped}");

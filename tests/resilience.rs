@@ -196,11 +196,7 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
 
     // A client that reads at once is barely waited for; a non-streamed answer reports
     // no client wait at all.
-    let fast = post(&server, CHAT, &chat_body("hi", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let fast = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert!(fast.ends_with("data: [DONE]\n\n"), "{fast}");
     let whole = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(whole.status(), 200);
@@ -213,7 +209,7 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
 
 #[tokio::test]
 async fn a_body_that_never_arrives_gets_408() {
-    let server = TestServer::builder(Arc::new(scripted(hello())))
+    let server = TestServer::builder(hello_engine())
         .config(&test_config("[server]\nbody_timeout_secs = 1\n"))
         .start()
         .await;
@@ -274,11 +270,7 @@ async fn a_request_past_its_deadline_ends_with_an_error_and_stops_the_engine() {
         .await;
 
     // Streamed: content, then one error frame, then [DONE].
-    let text = post(&server, CHAT, &chat_body("hi", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let frames: Vec<&str> = text
         .split("\n\n")
         .filter_map(|f| f.strip_prefix("data: "))
@@ -336,15 +328,12 @@ async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shr
         message.contains("30 in the messages, 40 in the completion"),
         "{message}"
     );
-    let legacy: Value = reqwest::Client::new()
-        .post(server.url("/v1/completions"))
-        .json(&json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}))
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let legacy: Value = post_json(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}),
+    )
+    .await;
     assert_eq!(legacy["error"]["param"], "prompt", "{legacy}");
     let message = legacy["error"]["message"].as_str().expect("message");
     assert!(message.contains("30 in the prompt,"), "{message}");

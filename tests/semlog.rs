@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::es::FakeEs;
 use common::logs::captured_logs;
 use common::otlp::Collector;
-use common::{chat_body, eventually, scripted, semlog_status, test_config, TestServer};
+use common::{chat_body, eventually, metrics, scripted, semlog_status, test_config, TestServer};
 use llmgate::engine::scripted::Script;
 use llmgate::engine::Engine;
 use serde_json::Value;
@@ -58,12 +58,7 @@ fn request_ids(es: &FakeEs) -> Vec<String> {
 }
 
 async fn metric(server: &TestServer, series: &str) -> f64 {
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let text = metrics(server).await;
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
         .map_or(0.0, |v| v.trim().parse().expect("number"))

@@ -31,12 +31,8 @@ async fn start_gateway(es: &FakeEs, dir: &std::path::Path, extra: &str) -> TestS
 
 async fn ask(server: &TestServer, n: usize) {
     for _ in 0..n {
-        let status = reqwest::Client::new()
-            .post(server.url("/v1/chat/completions"))
-            .json(&chat_body("hi", serde_json::json!({})))
-            .send()
+        let status = post(server, CHAT, &chat_body("hi", serde_json::json!({})))
             .await
-            .expect("request")
             .status();
         assert_eq!(status, 200);
     }

@@ -149,15 +149,12 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
 async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
     let upstream = start_upstream(script(3)).await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let chat: Value = post(
+    let chat: Value = post_json(
         &server,
         CHAT,
         &chat_body("hi", json!({"logprobs": true, "top_logprobs": 0})),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(chat["choices"][0]["message"]["content"], "tok0 tok1 tok2");
     assert_eq!(chat["choices"][0]["finish_reason"], "stop");
     assert_eq!(chat["usage"]["completion_tokens"], 3);
@@ -168,15 +165,12 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
     assert_eq!(tokens[1]["token"], " tok1");
     assert_eq!(tokens[1]["logprob"], -0.5);
 
-    let legacy: Value = post(
+    let legacy: Value = post_json(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "Once", "max_tokens": 2, "echo": true}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(
         legacy["choices"][0]["text"], "Oncetok0 tok1",
         "echo by the gateway"
@@ -274,12 +268,7 @@ async fn every_fault_before_the_stream_is_an_openai_error_and_a_record() {
     assert_eq!(records[11].error_kind, Some("upstream_timeout"));
     // Still serving.
     assert_eq!(non_streamed(&server, "hi").await.status, 200);
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     assert!(
         metrics.contains(r#"error_type="upstream_model_mismatch""#),
         "counted by error_type"
@@ -376,12 +365,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
     };
     assert_eq!(status_of("good"), Some(json!("ready")));
     assert_eq!(status_of("refused"), Some(json!("unreachable")));
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     assert!(
         metrics.contains(r#"llmgate_upstream_up{model="good"} 1"#),
         "{metrics}"
@@ -430,17 +414,9 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     assert_eq!(ids, ["local", "remote"]);
     let ask =
         |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
-    let local_answer: Value = post(&server, CHAT, &ask("local"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let local_answer: Value = post_json(&server, CHAT, &ask("local")).await;
     assert_eq!(local_answer["choices"][0]["message"]["content"], "Hello");
-    let remote_answer: Value = post(&server, CHAT, &ask("remote"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let remote_answer: Value = post_json(&server, CHAT, &ask("remote")).await;
     assert_eq!(
         remote_answer["choices"][0]["message"]["content"],
         "tok0 tok1"
@@ -451,12 +427,7 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     let records = server.observer.records();
     let by_model: Vec<&str> = records.iter().map(|r| r.model.as_str()).collect();
     assert_eq!(by_model, ["local", "remote", "none"]);
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     assert!(metrics.contains(r#"llmgate_requests_total{model="local",status="ok""#));
     assert!(metrics.contains(r#"llmgate_requests_total{model="remote",status="ok""#));
     assert!(
@@ -483,26 +454,19 @@ async fn without_logprobs_the_models_own_tokenizer_gives_the_ids() {
     config.logprobs = false;
     config.tokenizer = Some(gguf);
     let server = gateway(config).await;
-    let answer: Value = post(&server, CHAT, &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(answer["timings"]["repetition_basis"], "tokenizer");
     assert!(
         answer["timings"]["mean_logprob"].is_null(),
         "none asked for"
     );
     assert!(upstream.received()[0].body.get("logprobs").is_none());
-    let tokenized: Value = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}))
-        .send()
-        .await
-        .expect("tokenize")
-        .json()
-        .await
-        .expect("json");
+    let tokenized: Value = post_json(
+        &server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}),
+    )
+    .await;
     assert_eq!(tokenized["tokens"], json!([19556, 905]));
 }
 
@@ -548,11 +512,7 @@ async fn waits_that_end_in_time_and_streams_that_never_end() {
 async fn without_usage_the_gateway_counts_and_says_so() {
     let upstream = start_upstream(script(4)).await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let answer: Value = post(&server, CHAT, &chat_body("fault:no-usage", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("fault:no-usage", json!({}))).await;
     assert_eq!(
         answer["usage"]["completion_tokens"], 4,
         "counted from the logprob tokens"
@@ -569,11 +529,7 @@ async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
         ..limits(MODEL)
     };
     let server = gateway_with(upstream_config(&upstream.url), capped, "").await;
-    let answer: Value = post(&server, CHAT, &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(answer["choices"][0]["message"]["content"], "tok0 tok1 tok2");
     assert!(
@@ -616,15 +572,12 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
         [false, true]
     );
     // The same error after content is the stream's error frame, as before.
-    let text = post(
+    let text = post_text(
         &server,
         CHAT,
         &chat_body("fault:error-event", json!({"stream": true})),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     assert!(text.contains("\"error\""), "{text}");
 }
 
@@ -640,11 +593,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
     })
     .await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let answer: Value = post(&server, CHAT, &chat_body("hi", json!({"max_tokens": 16})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", json!({"max_tokens": 16}))).await;
     assert_eq!(upstream.received()[0].body["max_tokens"], 16, "it was sent");
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(answer["usage"]["completion_tokens"], 16);
@@ -655,7 +604,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
         .count();
     assert_eq!(words, 16, "{answer}");
 
-    let text = post(
+    let text = post_text(
         &server,
         CHAT,
         &chat_body(
@@ -663,10 +612,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
             json!({"max_tokens": 16, "stream": true, "stream_options": {"include_usage": true}}),
         ),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     let chunks = chunks_before_done(&text);
     let content = chunks
         .iter()

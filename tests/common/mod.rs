@@ -9,9 +9,11 @@ pub mod otlp;
 pub mod server;
 pub mod upstream;
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use llmgate::config::{Config, ServeArgs};
+use llmgate::config::{Config, ServeArgs, DEFAULT_MODEL_PATH};
 use llmgate::engine::scripted::{Script, ScriptedEngine};
 use llmgate::engine::ModelInfo;
 use serde_json::Value;
@@ -34,6 +36,17 @@ pub fn test_config(toml: &str) -> Config {
     Config::from_toml(&ServeArgs::default(), &text).expect("test config")
 }
 
+/// The default model's file (for the tests that run the real model).
+pub fn model_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-model",
+        path.display()
+    );
+    path
+}
+
 pub fn model_info(context_length: u32) -> ModelInfo {
     ModelInfo {
         id: MODEL.into(),
@@ -51,6 +64,11 @@ pub fn scripted(default: Script) -> ScriptedEngine {
 /// The scripted engine's usual answer: "Hello!" in three tokens, at once.
 pub fn hello() -> Script {
     Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
+}
+
+/// The scripted engine answering [`hello`].
+pub fn hello_engine() -> Arc<ScriptedEngine> {
+    Arc::new(scripted(hello()))
 }
 
 /// The scripted engine with an 8192-token context, for long answers.
@@ -84,6 +102,16 @@ pub async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Res
         .send()
         .await
         .expect("request")
+}
+
+/// [`post`], then the answer's body as JSON.
+pub async fn post_json(server: &TestServer, path: &str, body: &Value) -> Value {
+    post(server, path, body).await.json().await.expect("json")
+}
+
+/// [`post`], then the answer's body as text.
+pub async fn post_text(server: &TestServer, path: &str, body: &Value) -> String {
+    post(server, path, body).await.text().await.expect("body")
 }
 
 /// The JSON chunks of an SSE body, `[DONE]` left out.
