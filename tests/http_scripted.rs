@@ -158,89 +158,69 @@ async fn every_error_case_has_its_status_and_body() {
         .start()
         .await;
     let to_vec = |v: Value| v.to_string().into_bytes();
-    expect_error(
-        &server,
-        b"{\"model\": ".to_vec(),
-        400,
-        "invalid_json",
-        Value::Null,
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"temperature": "warm"}))),
-        400,
-        "invalid_value",
-        json!("temperature"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(json!({"model": MODEL, "messages": []})),
-        400,
-        "invalid_value",
-        json!("messages"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(json!({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]})),
-        400,
-        "invalid_value",
-        json!("messages[0].role"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"model": "gpt-4o"}))),
-        404,
-        "model_not_found",
-        json!("model"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"n": 3}))),
-        400,
-        "unsupported_parameter",
-        json!("n"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body(
-            "hi",
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-        )),
-        400,
-        "unsupported_parameter",
-        json!("tools"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"max_tokens": 101}))),
-        400,
-        "invalid_value",
-        json!("max_tokens"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body(&"word ".repeat(600), json!({}))),
-        413,
-        "payload_too_large",
-        Value::Null,
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body(&"word ".repeat(100), json!({}))),
-        400,
-        "context_length_exceeded",
-        json!("messages"),
-    )
-    .await;
+    let cases = [
+        (b"{\"model\": ".to_vec(), 400, "invalid_json", Value::Null),
+        (
+            to_vec(chat_body("hi", json!({"temperature": "warm"}))),
+            400,
+            "invalid_value",
+            json!("temperature"),
+        ),
+        (
+            to_vec(json!({"model": MODEL, "messages": []})),
+            400,
+            "invalid_value",
+            json!("messages"),
+        ),
+        (
+            to_vec(json!({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]})),
+            400,
+            "invalid_value",
+            json!("messages[0].role"),
+        ),
+        (
+            to_vec(chat_body("hi", json!({"model": "gpt-4o"}))),
+            404,
+            "model_not_found",
+            json!("model"),
+        ),
+        (
+            to_vec(chat_body("hi", json!({"n": 3}))),
+            400,
+            "unsupported_parameter",
+            json!("n"),
+        ),
+        (
+            to_vec(chat_body(
+                "hi",
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            )),
+            400,
+            "unsupported_parameter",
+            json!("tools"),
+        ),
+        (
+            to_vec(chat_body("hi", json!({"max_tokens": 101}))),
+            400,
+            "invalid_value",
+            json!("max_tokens"),
+        ),
+        (
+            to_vec(chat_body(&"word ".repeat(600), json!({}))),
+            413,
+            "payload_too_large",
+            Value::Null,
+        ),
+        (
+            to_vec(chat_body(&"word ".repeat(100), json!({}))),
+            400,
+            "context_length_exceeded",
+            json!("messages"),
+        ),
+    ];
+    for (body, status, code, param) in cases {
+        expect_error(&server, body, status, code, param).await;
+    }
     // Every refused request still leaves a record with its error kind.
     let kinds: Vec<_> = server
         .observer

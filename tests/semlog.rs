@@ -36,6 +36,15 @@ fn config(es: Option<&FakeEs>, data_dir: &std::path::Path, extra: &str) -> llmga
     ))
 }
 
+/// The gateway with the semantic log as `config` says.
+async fn gateway(config: &llmgate::config::Config) -> TestServer {
+    TestServer::builder(engine())
+        .config(config)
+        .semlog()
+        .start()
+        .await
+}
+
 async fn ask(server: &TestServer, id: &str, prompt: &str) {
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -72,11 +81,7 @@ async fn set_up_then_per_item_outcomes_partial_retries_and_dead_letters() {
     // 503 documents, with their _ids; the 400 goes to the dead-letter file.
     es.script_items(&[201, 429, 400, 503, 201]);
     let config = config(Some(&es), dir.path(), "batch_age_ms = 1000\n");
-    let server = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .start()
-        .await;
+    let server = gateway(&config).await;
     let ids: Vec<String> = (0..5).map(|i| format!("item-{i}")).collect();
     let sends = ids.iter().map(|id| ask(&server, id, "hello"));
     futures_util::future::join_all(sends).await;
@@ -179,11 +184,7 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
     let es = FakeEs::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(Some(&es), dir.path(), "");
-    let server = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .start()
-        .await;
+    let server = gateway(&config).await;
     let mut sent = Vec::new();
     for i in 0..60 {
         if i == 15 {
@@ -236,11 +237,7 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
     let config = config(Some(&es), dir.path(), "");
 
     // First run: the cluster is unreachable throughout; documents end up in the spool.
-    let first = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .start()
-        .await;
+    let first = gateway(&config).await;
     let mut sent = Vec::new();
     for i in 0..12 {
         let id = format!("before-restart-{i:02}");
@@ -258,11 +255,7 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
 
     // Second run: the cluster is there; the spool is replayed, then new traffic flows.
     es.come_back();
-    let second = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .start()
-        .await;
+    let second = gateway(&config).await;
     ask(&second, "after-restart", "hello").await;
     sent.push("after-restart".into());
     assert!(
@@ -279,11 +272,7 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
 async fn without_elasticsearch_documents_go_to_bulk_ready_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(None, dir.path(), "");
-    let server = TestServer::builder(engine())
-        .config(&config)
-        .semlog()
-        .start()
-        .await;
+    let server = gateway(&config).await;
     for i in 0..3 {
         ask(&server, &format!("file-{i}"), "hello").await;
     }
