@@ -20,6 +20,7 @@ use serde_json::Value;
 
 pub use server::TestServer;
 
+/// The id test gateways serve their model as.
 pub const MODEL: &str = "test-model";
 
 /// The config of a gateway serving [`MODEL`] from the scripted engine. Its model path
@@ -47,6 +48,8 @@ pub fn model_path() -> PathBuf {
     path
 }
 
+/// The scripted model: [`MODEL`], `context_length` tokens of context, fingerprint
+/// `fp_test`.
 pub fn model_info(context_length: u32) -> ModelInfo {
     ModelInfo {
         id: MODEL.into(),
@@ -76,6 +79,8 @@ pub fn scripted_long(default: Script) -> ScriptedEngine {
     ScriptedEngine::new(model_info(8192), default)
 }
 
+/// A chat request for [`MODEL`] of one user turn saying `content`, with `extra`'s fields
+/// added.
 pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut body = serde_json::json!({
         "model": MODEL,

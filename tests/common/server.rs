@@ -38,6 +38,7 @@ pub struct TestServer {
     pub base: String,
     /// Every request's record, as the gateway handed it off.
     pub observer: Arc<CollectingObserver>,
+    /// Metrics, traces and the record hand-off, as the handlers see them.
     pub telemetry: Arc<Telemetry>,
     /// The semantic-log pipeline, when the server was started with one.
     pub semlog: Option<Arc<Semlog>>,
@@ -61,6 +62,7 @@ impl TestServer {
         TestServerBuilder::new(Served::Models { models, upstreams })
     }
 
+    /// The URL of `path` on this server.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
