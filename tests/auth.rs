@@ -13,12 +13,7 @@ use common::*;
 use llmgate::auth::limits::Limits;
 use llmgate::auth::{add_key, watch, Guard, Keys};
 use llmgate::clock::{ManualClock, SharedClock};
-use llmgate::engine::scripted::Script;
 use serde_json::{json, Value};
-
-fn hello() -> Script {
-    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
-}
 
 /// Keys from `file`, re-read every 50 ms; their limits refill by a clock that stands
 /// still.
@@ -81,12 +76,10 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
-    let server = start_guarded(
-        Arc::new(scripted(hello())),
-        &test_config(""),
-        guard(&file, false),
-    )
-    .await;
+    let server = TestServer::builder(hello_engine())
+        .guard(guard(&file, false))
+        .start()
+        .await;
 
     // No key, a wrong one, a right one.
     expect_401(chat(&server, None).await).await;
@@ -100,12 +93,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     assert_eq!(get(&server, "/v1/models", None).await, 401);
     assert_eq!(get(&server, "/v1/models", Some(&alice)).await, 200);
     assert_eq!(get(&server, "/v1/nothing-here", None).await, 401);
-    let tokenize = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"prompt": "hi"}))
-        .send()
-        .await
-        .expect("request");
+    let tokenize = post(&server, "/tokenize", &json!({"prompt": "hi"})).await;
     assert_eq!(tokenize.status(), 401, "/tokenize needs a key too");
     for open in ["/health", "/ready", "/metrics"] {
         assert_eq!(get(&server, open, None).await, 200, "{open}");
@@ -172,12 +160,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
             .all(|r| r.api_key_id.is_some() || r.error_kind.is_some()),
         "only refused requests lack an id: {ids:?}"
     );
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     let logs = String::from_utf8_lossy(&logs.lock().expect("lock")).into_owned();
     assert!(
         logs.contains("\"api_key_id\":\"bob\""),
@@ -192,7 +175,6 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
         );
     }
     assert!(!metrics.contains("alice"), "key ids are not metric labels");
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,22 +182,19 @@ async fn metrics_can_require_a_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let ops = add_key(&file, "prometheus").expect("add");
-    let server = start_guarded(
-        Arc::new(scripted(hello())),
-        &test_config(""),
-        guard(&file, true),
-    )
-    .await;
+    let server = TestServer::builder(hello_engine())
+        .guard(guard(&file, true))
+        .start()
+        .await;
     assert_eq!(get(&server, "/metrics", None).await, 401);
     assert_eq!(get(&server, "/metrics", Some(&ops)).await, 200);
     assert_eq!(get(&server, "/health", None).await, 200);
     assert_eq!(get(&server, "/ready", None).await, 200);
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_the_gateway_is_open_but_still_wants_json() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(hello_engine()).start().await;
     assert_eq!(chat(&server, None).await.status(), 200);
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -224,7 +203,6 @@ async fn without_keys_the_gateway_is_open_but_still_wants_json() {
         .await
         .expect("request");
     assert_eq!(response.status(), 415, "no Content-Type");
-    server.stop().await;
 }
 
 /// A guard whose keys file gives `alice` her own limits and `bob` none.
@@ -268,7 +246,11 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
     let (guard, alice, bob) = limited(dir.path(), "rpm=100 tpm=3000", clock.clone());
     let engine = llmgate::engine::scripted::ScriptedEngine::new(model_info(4096), hello());
     let config = test_config("[engine]\nmax_tokens_cap = 4000\n");
-    let server = start_guarded(Arc::new(engine), &config, guard).await;
+    let server = TestServer::builder(Arc::new(engine))
+        .config(&config)
+        .guard(guard)
+        .start()
+        .await;
 
     let first = chat_with(&server, &alice, 499).await;
     assert_eq!(first.status(), 200);
@@ -324,7 +306,6 @@ async fn per_key_limits_refuse_with_openais_429_and_recover() {
             .is_some_and(|m| m.starts_with("Request too large") && m.contains("Requested 3501")),
         "{body}"
     );
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,16 +322,19 @@ async fn cors_is_off_unless_origins_are_named() {
             )
             .send()
     };
-    let closed = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let closed = TestServer::builder(hello_engine()).start().await;
     let answer = preflight(&closed, origin).await.expect("preflight");
     assert!(!answer.headers().contains_key("access-control-allow-origin"));
-    closed.stop().await;
 
     let config = test_config(&format!("[server]\ncors_origins = [\"{origin}\"]\n"));
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let key = add_key(&file, "web").expect("add");
-    let open = start_guarded(Arc::new(scripted(hello())), &config, guard(&file, false)).await;
+    let open = TestServer::builder(hello_engine())
+        .config(&config)
+        .guard(guard(&file, false))
+        .start()
+        .await;
     // The preflight carries no key and is answered before authentication.
     let answer = preflight(&open, origin).await.expect("preflight");
     assert!(answer.status().is_success(), "{}", answer.status());
@@ -370,7 +354,6 @@ async fn cors_is_off_unless_origins_are_named() {
     assert_eq!(answer.status(), 200);
     assert_eq!(header(&answer, "access-control-allow-origin"), origin);
     assert!(header(&answer, "access-control-expose-headers").contains("x-request-id"));
-    open.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,7 +361,10 @@ async fn metrics_can_have_a_listener_of_their_own() {
     // The configured address only tells the API listener to leave /metrics out; the test
     // binds the metrics listener itself, on a free port.
     let config = test_config("[server]\nmetrics_listen = \"127.0.0.1:9464\"\n");
-    let server = start(Arc::new(scripted(hello())), &config).await;
+    let server = TestServer::builder(hello_engine())
+        .config(&config)
+        .start()
+        .await;
     assert_eq!(get(&server, "/metrics", None).await, 404);
     assert_eq!(get(&server, "/health", None).await, 200);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -399,7 +385,6 @@ async fn metrics_can_have_a_listener_of_their_own() {
         .expect("get");
     assert_eq!(api.status(), 404, "the metrics listener serves no API");
     handle.stop(false).await;
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,12 +393,10 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
-    let server = start_guarded(
-        Arc::new(scripted(hello())),
-        &test_config(""),
-        guard(&file, false),
-    )
-    .await;
+    let server = TestServer::builder(hello_engine())
+        .guard(guard(&file, false))
+        .start()
+        .await;
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
         .bearer_auth(&alice)
@@ -491,5 +474,4 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
         get(&server, &format!("/stats/requests/{request_id}"), None).await,
         401
     );
-    server.stop().await;
 }

@@ -13,34 +13,11 @@ use llmgate::engine::scripted::{token_id, Script};
 use llmgate::record::Status;
 use serde_json::{json, Value};
 
-fn hello() -> Script {
-    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
-}
-
-async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url(path))
-        .header("x-request-id", "t1")
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
-/// The JSON chunks of an SSE body, `[DONE]` left out.
-fn chunks_of(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|l| *l != "[DONE]")
-        .map(|l| serde_json::from_str(l).expect("chunk"))
-        .collect()
-}
-
 const HEAD: &str = r#"data: {"id":"cmpl-t1","object":"text_completion","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
 
 #[tokio::test]
 async fn completions_stream_text_pieces_and_record_like_chat() {
-    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
     let body = json!({"model": MODEL, "prompt": "say hi", "stream": true, "stream_options": {"include_usage": true}});
     let response = post(&server, "/v1/completions", &body).await;
     assert_eq!(response.status(), 200);
@@ -61,15 +38,12 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
     ));
     assert!(text.ends_with("data: [DONE]\n\n"));
 
-    let answer: Value = post(
+    let answer: Value = post_json(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": ["say hi"]}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(answer["object"], "text_completion");
     assert_eq!(answer["choices"][0]["text"], "Hello!");
     assert_eq!(answer["usage"]["prompt_tokens"], 2);
@@ -104,21 +78,17 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
         3,
         "a refusal leaves its record too"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
-    let counted: Value = post(
+    let server = TestServer::builder(hello_engine()).start().await;
+    let counted: Value = post_json(
         &server,
         "/tokenize",
         &json!({"messages": [{"role": "user", "content": "say hi now"}]}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(counted["count"], 3);
     assert_eq!(counted["max_model_len"], 64);
     assert_eq!(
@@ -126,15 +96,7 @@ async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() 
         json!([token_id("say"), token_id("hi"), token_id("now")])
     );
     assert_eq!(counted["token_strs"], Value::Null);
-    let chat: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("say hi now", json!({})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let chat: Value = post_json(&server, CHAT, &chat_body("say hi now", json!({}))).await;
     assert_eq!(chat["usage"]["prompt_tokens"], counted["count"]);
 
     let cases = [
@@ -159,34 +121,24 @@ async fn tokenize_counts_as_the_engine_does_and_detokenize_needs_a_vocabulary() 
         let error: Value = response.json().await.expect("json");
         assert_eq!(error["error"]["param"], param, "{error}");
     }
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn an_engine_without_a_grammar_refuses_response_format() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(hello_engine()).start().await;
     let body = chat_body("hi", json!({"response_format": {"type": "json_object"}}));
-    let response = post(&server, "/v1/chat/completions", &body).await;
+    let response = post(&server, CHAT, &body).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "unsupported_parameter");
     assert_eq!(error["error"]["param"], "response_format");
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn logprobs_come_in_openais_shape_streamed_and_not() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(hello_engine()).start().await;
     let ask = json!({"logprobs": true, "top_logprobs": 2});
-    let answer: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", ask.clone()),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", ask.clone())).await;
     let content = &answer["choices"][0]["logprobs"]["content"];
     assert_eq!(content.as_array().map(Vec::len), Some(3), "{answer}");
     assert_eq!(content[0]["token"], "Hel");
@@ -200,11 +152,7 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
 
     let mut streamed = ask.clone();
     streamed["stream"] = json!(true);
-    let text = post(&server, "/v1/chat/completions", &chat_body("hi", streamed))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("hi", streamed)).await;
     let chunks = chunks_of(&text);
     let tokens: Vec<&str> = chunks
         .iter()
@@ -219,11 +167,7 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
         "the role chunk has none"
     );
 
-    let plain: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let plain: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(
         plain["choices"][0]["logprobs"],
         Value::Null,
@@ -233,21 +177,17 @@ async fn logprobs_come_in_openais_shape_streamed_and_not() {
         plain["timings"]["mean_logprob"], -0.2,
         "confidence is always measured"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
-    let answer: Value = post(
+    let server = TestServer::builder(hello_engine()).start().await;
+    let answer: Value = post_json(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "say hi", "logprobs": 2}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     let logprobs = &answer["choices"][0]["logprobs"];
     assert_eq!(logprobs["tokens"], json!(["Hel", "lo", "!"]), "{answer}");
     assert_eq!(logprobs["text_offset"], json!([0, 3, 5]));
@@ -257,15 +197,12 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
     assert_eq!(top.len(), 2, "{top:?}");
     assert!(top.contains_key("Hel") && top.contains_key("alt1"));
 
-    let streamed = post(
+    let streamed = post_text(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "say hi", "logprobs": 0, "stream": true}),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     let chunks = chunks_of(&streamed);
     let offsets: Vec<u64> = chunks
         .iter()
@@ -280,29 +217,23 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
         "0 alternatives: the picked token only"
     );
 
-    let echoed: Value = post(
+    let echoed: Value = post_json(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "say hi", "echo": true}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(echoed["choices"][0]["text"], "say hiHello!");
     assert_eq!(
         echoed["usage"]["completion_tokens"], 3,
         "the echo is not generated"
     );
-    let echoed_stream = post(
+    let echoed_stream = post_text(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "say hi", "echo": true, "stream": true}),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     let texts: Vec<Value> = chunks_of(&echoed_stream)
         .iter()
         .map(|c| c["choices"][0]["text"].clone())
@@ -318,7 +249,6 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
         Some("Hello!"),
         "the record keeps the answer, not the echo"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -328,16 +258,13 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
         Duration::from_millis(20),
     );
     let engine = Arc::new(scripted(slow));
-    let server = start(engine.clone(), &test_config("")).await;
-    let cut: Value = post(
+    let server = TestServer::builder(engine.clone()).start().await;
+    let cut: Value = post_json(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("hi", json!({"stop": ["lo!", "never"]})),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(cut["choices"][0]["message"]["content"], "Hel", "{cut}");
     assert_eq!(cut["choices"][0]["finish_reason"], "stop");
     assert_eq!(
@@ -345,19 +272,16 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
         "the stop's tokens were generated"
     );
     assert!(
-        eventually(|| engine.generations_cancelled() == 1).await,
+        eventually(5, || engine.generations_cancelled() == 1).await,
         "the engine stops at the stop sequence"
     );
 
-    let streamed = post(
+    let streamed = post_text(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "hi", "stop": [" M"], "stream": true}),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     let chunks = chunks_of(&streamed);
     let text: String = chunks
         .iter()
@@ -370,15 +294,7 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     );
     assert!(!streamed.contains(" M"), "the stop sequence is never sent");
 
-    let whole: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", json!({"stop": ["text!"]})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let whole: Value = post_json(&server, CHAT, &chat_body("hi", json!({"stop": ["text!"]}))).await;
     assert_eq!(
         whole["choices"][0]["message"]["content"], "Hello! More text",
         "text held back for a stop that never came is the answer's"
@@ -388,29 +304,23 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     assert_eq!(records[2].response.as_deref(), Some("Hello! More text"));
 
     // The tokens that spelled the stop are not the answer's: no log-probabilities.
-    let scored: Value = post(
+    let scored: Value = post_json(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "hi", "stop": ["lo!"], "logprobs": 1}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(scored["choices"][0]["text"], "Hel");
     assert_eq!(scored["choices"][0]["logprobs"]["tokens"], json!(["Hel"]));
-    let streamed = post(
+    let streamed = post_text(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body(
             "hi",
             json!({"stop": ["lo!"], "logprobs": true, "stream": true}),
         ),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     let tokens: Vec<Value> = chunks_of(&streamed)
         .iter()
         .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
@@ -418,12 +328,11 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
         .map(|t| t["token"].clone())
         .collect();
     assert_eq!(tokens, [json!("Hel")], "{streamed}");
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn a_route_asked_with_the_wrong_method_is_405_naming_the_right_one() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(hello_engine()).start().await;
     let client = reqwest::Client::new();
     let got = client
         .get(server.url("/v1/chat/completions"))
@@ -454,5 +363,4 @@ async fn a_route_asked_with_the_wrong_method_is_405_naming_the_right_one() {
         .await
         .expect("request");
     assert_eq!(missing.status(), 404);
-    server.stop().await;
 }

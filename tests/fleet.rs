@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::upstream::*;
 use common::*;
 use llmgate::bench::upstream::{Fault, UpstreamScript};
-use llmgate::engine::upstream::fleet::{FleetConfig, Policy};
+use llmgate::engine::upstream::fleet::{EndpointView, FleetConfig, Policy};
 use llmgate::record::{RequestRecord, Status};
 use serde_json::{json, Value};
 
@@ -20,6 +20,15 @@ fn replica(tokens: u32) -> UpstreamScript {
         tokens,
         ..UpstreamScript::default()
     }
+}
+
+/// Three replicas answering `tokens` tokens.
+async fn three_replicas(tokens: u32) -> [Upstream; 3] {
+    [
+        start_upstream(replica(tokens)).await,
+        start_upstream(replica(tokens)).await,
+        start_upstream(replica(tokens)).await,
+    ]
 }
 
 /// A replica that answers every request with `fault`.
@@ -38,12 +47,7 @@ fn policy(policy: Policy) -> FleetConfig {
 }
 
 async fn chat(server: &TestServer, body: &Value) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
+    let response = post(server, CHAT, body).await;
     let status = response.status().as_u16();
     (status, response.text().await.expect("body"))
 }
@@ -55,6 +59,12 @@ async fn get(server: &TestServer, path: &str) -> Value {
         .json()
         .await
         .expect("json")
+}
+
+/// What the gateway's one model says of its replicas.
+fn endpoints(server: &TestServer) -> Vec<EndpointView> {
+    let model = server.state.models.iter().next().expect("a model");
+    model.engine.endpoints()
 }
 
 /// The endpoints a record's attempts went to, and how each failed (`None`: answered).
@@ -71,11 +81,7 @@ fn route(record: &RequestRecord) -> Vec<(String, Option<&'static str>)> {
 
 #[tokio::test]
 async fn round_robin_spreads_requests_and_each_record_names_its_replica() {
-    let replicas = [
-        start_upstream(replica(3)).await,
-        start_upstream(replica(3)).await,
-        start_upstream(replica(3)).await,
-    ];
+    let replicas = three_replicas(3).await;
     let urls: Vec<&str> = replicas.iter().map(|r| r.url.as_str()).collect();
     let server = gateway(fleet_config(&urls, policy(Policy::RoundRobin))).await;
     for _ in 0..6 {
@@ -105,10 +111,6 @@ async fn round_robin_spreads_requests_and_each_record_names_its_replica() {
         assert!(text.contains(&format!(
             "llmgate_endpoint_state{{model=\"{MODEL}\",endpoint=\"{url}\",state=\"up\"}} 1"
         )));
-    }
-    server.stop().await;
-    for r in replicas {
-        r.stop().await;
     }
 }
 
@@ -183,8 +185,6 @@ async fn a_replica_killed_mid_run_is_failed_over_then_ejected_and_shown_out() {
     assert_eq!(stats["endpoints"][&gone]["served"], 1 + late);
     assert_eq!(stats["endpoints"][&live.url]["served"], 7 - late);
     assert!(stats["endpoints"][&live.url]["ttft_ms"]["p50"].is_number());
-    server.stop().await;
-    live.stop().await;
 }
 
 #[tokio::test]
@@ -196,18 +196,7 @@ async fn a_replica_gone_before_the_first_request_is_out_from_the_first_probe() {
         policy(Policy::RoundRobin),
     ))
     .await;
-    let probed = common::eventually(|| {
-        let endpoints = server
-            .state
-            .models
-            .iter()
-            .next()
-            .unwrap()
-            .engine
-            .endpoints();
-        endpoints[0].state == "ejected"
-    })
-    .await;
+    let probed = eventually(5, || endpoints(&server)[0].state == "ejected").await;
     assert!(probed, "the start-up probe found it gone");
     for _ in 0..4 {
         let (status, _) = chat(&server, &chat_body("hi", json!({}))).await;
@@ -219,8 +208,6 @@ async fn a_replica_gone_before_the_first_request_is_out_from_the_first_probe() {
         .iter()
         .all(|r| route(r).len() == 1));
     assert_eq!(live.received().len(), 4);
-    server.stop().await;
-    live.stop().await;
 }
 
 #[tokio::test]
@@ -276,10 +263,7 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
             assert_eq!(status, 200);
             assert_eq!(bad.received().len(), 1, "not tried while rate limited");
         }
-        server.stop().await;
-        bad.stop().await;
     }
-    good.stop().await;
 }
 
 #[tokio::test]
@@ -307,9 +291,6 @@ async fn a_client_that_leaves_before_the_first_byte_ends_the_attempts() {
     );
     let records = server.observer.records();
     assert_eq!(records[0].status, Status::Cancelled);
-    server.stop().await;
-    silent.stop().await;
-    other.stop().await;
 }
 
 #[tokio::test]
@@ -334,9 +315,6 @@ async fn a_stream_that_failed_after_content_is_never_answered_twice() {
         route(record),
         [(cuts.url.clone(), Some("upstream_stream_cut"))]
     );
-    server.stop().await;
-    cuts.stop().await;
-    good.stop().await;
 }
 
 #[tokio::test]
@@ -364,9 +342,6 @@ async fn a_refusal_of_the_request_is_answered_not_retried_nor_held_against_the_r
         stats["upstreams"][0]["endpoints"][0]["state"], "up",
         "{stats}"
     );
-    server.stop().await;
-    refuses.stop().await;
-    good.stop().await;
 }
 
 #[tokio::test]
@@ -391,10 +366,6 @@ async fn when_every_replica_fails_the_client_gets_the_last_fault_after_max_attem
         .map(|r| r.received().len())
         .sum::<usize>();
     assert_eq!(tried, 2, "one attempt each at two of the three");
-    server.stop().await;
-    for r in [a, b, c] {
-        r.stop().await;
-    }
 }
 
 #[tokio::test]
@@ -404,12 +375,7 @@ async fn a_silent_replica_costs_a_streaming_client_no_more_than_the_opening_wind
     config.first_byte_timeout = Duration::from_secs(3);
     let server = gateway_with(config, limits(MODEL), "[server]\nkeepalive_secs = 1\n").await;
     let started = Instant::now();
-    let mut response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body("hi", json!({"stream": true})))
-        .send()
-        .await
-        .expect("request");
+    let mut response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let headers_after = started.elapsed();
     assert_eq!(response.status(), 200);
     assert!(
@@ -430,17 +396,11 @@ async fn a_silent_replica_costs_a_streaming_client_no_more_than_the_opening_wind
     }
     assert!(rest.starts_with(':'), "a keep-alive comment next: {rest}");
     assert!(rest.contains("upstream_timeout"), "{rest}");
-    server.stop().await;
-    silent.stop().await;
 }
 
 #[tokio::test]
 async fn prefix_affinity_keeps_a_system_prompt_on_one_replica() {
-    let replicas = [
-        start_upstream(replica(2)).await,
-        start_upstream(replica(2)).await,
-        start_upstream(replica(2)).await,
-    ];
+    let replicas = three_replicas(2).await;
     let urls: Vec<&str> = replicas.iter().map(|r| r.url.as_str()).collect();
     let server = gateway(fleet_config(&urls, policy(Policy::PrefixAffinity))).await;
     // A system prompt longer than affinity_prefix_chars (1,024) decides alone; a
@@ -468,10 +428,6 @@ async fn prefix_affinity_keeps_a_system_prompt_on_one_replica() {
         assert_eq!(status, 200);
     }
     assert!(replicas.iter().all(|r| !r.received().is_empty()));
-    server.stop().await;
-    for r in replicas {
-        r.stop().await;
-    }
 }
 
 #[tokio::test]
@@ -495,9 +451,6 @@ async fn the_latency_policy_learns_which_replica_is_fast() {
     let to_fast = fast.received().len();
     assert!(to_fast >= 16, "{to_fast} of 20 to the fast replica");
     assert!(!slow.received().is_empty(), "the slow one was measured");
-    server.stop().await;
-    slow.stop().await;
-    fast.stop().await;
 }
 
 #[tokio::test]
@@ -528,14 +481,10 @@ async fn engine_metrics_follow_the_replicas_own_queues() {
         ..FleetConfig::default()
     };
     let server = gateway(fleet_config(&[&busy.url, &idle.url], fleet)).await;
-    let scraped = common::eventually(|| {
-        let models = server
-            .state
-            .models
-            .iter()
-            .next()
-            .map(|m| m.engine.endpoints());
-        models.is_some_and(|e| e[0].engine_waiting.is_some_and(|w| w >= 1.0))
+    let scraped = eventually(5, || {
+        endpoints(&server)[0]
+            .engine_waiting
+            .is_some_and(|w| w >= 1.0)
     })
     .await;
     assert!(scraped, "the busy replica's queue was scraped");
@@ -547,9 +496,6 @@ async fn engine_metrics_follow_the_replicas_own_queues() {
     for l in load {
         l.abort();
     }
-    server.stop().await;
-    busy.stop().await;
-    idle.stop().await;
 }
 
 #[tokio::test]
@@ -568,16 +514,8 @@ async fn a_dns_name_becomes_one_endpoint_per_address() {
     };
     let named = format!("http://localhost:{port}/v1");
     let server = gateway(fleet_config(&[&named], fleet)).await;
-    let resolved = common::eventually(|| {
-        let endpoints = server
-            .state
-            .models
-            .iter()
-            .next()
-            .unwrap()
-            .engine
-            .endpoints();
-        endpoints.iter().any(|e| e.endpoint == up.url)
+    let resolved = eventually(5, || {
+        endpoints(&server).iter().any(|e| e.endpoint == up.url)
     })
     .await;
     assert!(resolved, "localhost resolved to 127.0.0.1");
@@ -594,6 +532,4 @@ async fn a_dns_name_becomes_one_endpoint_per_address() {
         .map(|r| route(r).last().unwrap().0.clone())
         .collect();
     assert!(served.iter().all(|e| *e == up.url), "{served:?}");
-    server.stop().await;
-    up.stop().await;
 }

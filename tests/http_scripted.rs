@@ -13,27 +13,13 @@ use llmgate::engine::EngineError;
 use llmgate::record::Status;
 use serde_json::{json, Value};
 
-fn hello() -> Script {
-    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
-}
-
-async fn post(server: &TestServer, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .header("x-request-id", "t1")
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
 const HEAD: &str = r#"data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
 const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":0.0,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"chunks":3,"delivery_ms":{"p50":0.0,"p95":0.0,"max":0.0},"client_wait_ms":0.0,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"greeting","language":"und","answer_language":"und","mean_logprob":-0.2,"min_logprob":-0.3,"low_confidence_share":0.0}"#;
 
 #[tokio::test]
 async fn streamed_frames_are_exact_without_usage() {
-    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
-    let response = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!(response.status(), 200);
     let headers = response.headers();
     assert_eq!(headers["content-type"], "text/event-stream");
@@ -57,18 +43,13 @@ async fn streamed_frames_are_exact_without_usage() {
     ]
     .concat();
     assert_eq!(body, expected);
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn streamed_frames_are_exact_with_usage() {
-    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
     let body = json!({"stream": true, "stream_options": {"include_usage": true}});
-    let text = post(&server, &chat_body("hi", body))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("hi", body)).await;
     let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
     assert_eq!(frames.len(), 7, "{text}");
     for frame in &frames[..5] {
@@ -79,13 +60,12 @@ async fn streamed_frames_are_exact_with_usage() {
         format!("{HEAD}[],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":3,\"total_tokens\":4}},{ZERO_TIMINGS}}}\n\n")
     );
     assert_eq!(frames[6], "data: [DONE]\n\n");
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn non_streamed_response_is_exact() {
-    let server = start_frozen(Arc::new(scripted(hello())), &test_config("")).await;
-    let response = post(&server, &chat_body("hi", json!({}))).await;
+    let server = TestServer::builder(hello_engine()).frozen().start().await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/json");
     let body: Value = response.json().await.expect("json");
@@ -104,19 +84,16 @@ async fn non_streamed_response_is_exact() {
                         "mean_logprob": -0.2, "min_logprob": -0.3, "low_confidence_share": 0.0}
         })
     );
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn timings_follow_the_definitions_with_real_delays() {
     let script = Script::tokens(&["a", "b", "c", "d"], Duration::from_millis(30))
         .after_queue(Duration::from_millis(50));
-    let server = start(Arc::new(scripted(script)), &test_config("")).await;
-    let body: Value = post(&server, &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let server = TestServer::builder(Arc::new(scripted(script)))
+        .start()
+        .await;
+    let body: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     let t = &body["timings"];
     let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
     assert!(f("ttft_ms") >= 80.0, "{t}");
@@ -139,21 +116,15 @@ async fn timings_follow_the_definitions_with_real_delays() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].status, Status::Ok);
     assert_eq!(records[0].timings.output_tokens, 4);
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn finish_reason_length_when_max_tokens_is_reached() {
-    let server = start(Arc::new(scripted(hello())), &test_config("")).await;
-    let body: Value = post(&server, &chat_body("hi", json!({"max_tokens": 2})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let server = TestServer::builder(hello_engine()).start().await;
+    let body: Value = post_json(&server, CHAT, &chat_body("hi", json!({"max_tokens": 2}))).await;
     assert_eq!(body["choices"][0]["finish_reason"], "length");
     assert_eq!(body["choices"][0]["message"]["content"], "Hello");
     assert_eq!(body["usage"]["completion_tokens"], 2);
-    server.stop().await;
 }
 
 async fn expect_error(server: &TestServer, body: Vec<u8>, status: u16, code: &str, param: Value) {
@@ -182,91 +153,74 @@ async fn expect_error(server: &TestServer, body: Vec<u8>, status: u16, code: &st
 #[tokio::test]
 async fn every_error_case_has_its_status_and_body() {
     let config = test_config("[server]\nmax_body_bytes = 2048\n[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 50\n");
-    let server = start(Arc::new(scripted(hello())), &config).await;
+    let server = TestServer::builder(hello_engine())
+        .config(&config)
+        .start()
+        .await;
     let to_vec = |v: Value| v.to_string().into_bytes();
-    expect_error(
-        &server,
-        b"{\"model\": ".to_vec(),
-        400,
-        "invalid_json",
-        Value::Null,
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"temperature": "warm"}))),
-        400,
-        "invalid_value",
-        json!("temperature"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(json!({"model": MODEL, "messages": []})),
-        400,
-        "invalid_value",
-        json!("messages"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(json!({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]})),
-        400,
-        "invalid_value",
-        json!("messages[0].role"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"model": "gpt-4o"}))),
-        404,
-        "model_not_found",
-        json!("model"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"n": 3}))),
-        400,
-        "unsupported_parameter",
-        json!("n"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body(
-            "hi",
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-        )),
-        400,
-        "unsupported_parameter",
-        json!("tools"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body("hi", json!({"max_tokens": 101}))),
-        400,
-        "invalid_value",
-        json!("max_tokens"),
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body(&"word ".repeat(600), json!({}))),
-        413,
-        "payload_too_large",
-        Value::Null,
-    )
-    .await;
-    expect_error(
-        &server,
-        to_vec(chat_body(&"word ".repeat(100), json!({}))),
-        400,
-        "context_length_exceeded",
-        json!("messages"),
-    )
-    .await;
+    let cases = [
+        (b"{\"model\": ".to_vec(), 400, "invalid_json", Value::Null),
+        (
+            to_vec(chat_body("hi", json!({"temperature": "warm"}))),
+            400,
+            "invalid_value",
+            json!("temperature"),
+        ),
+        (
+            to_vec(json!({"model": MODEL, "messages": []})),
+            400,
+            "invalid_value",
+            json!("messages"),
+        ),
+        (
+            to_vec(json!({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]})),
+            400,
+            "invalid_value",
+            json!("messages[0].role"),
+        ),
+        (
+            to_vec(chat_body("hi", json!({"model": "gpt-4o"}))),
+            404,
+            "model_not_found",
+            json!("model"),
+        ),
+        (
+            to_vec(chat_body("hi", json!({"n": 3}))),
+            400,
+            "unsupported_parameter",
+            json!("n"),
+        ),
+        (
+            to_vec(chat_body(
+                "hi",
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            )),
+            400,
+            "unsupported_parameter",
+            json!("tools"),
+        ),
+        (
+            to_vec(chat_body("hi", json!({"max_tokens": 101}))),
+            400,
+            "invalid_value",
+            json!("max_tokens"),
+        ),
+        (
+            to_vec(chat_body(&"word ".repeat(600), json!({}))),
+            413,
+            "payload_too_large",
+            Value::Null,
+        ),
+        (
+            to_vec(chat_body(&"word ".repeat(100), json!({}))),
+            400,
+            "context_length_exceeded",
+            json!("messages"),
+        ),
+    ];
+    for (body, status, code, param) in cases {
+        expect_error(&server, body, status, code, param).await;
+    }
     // Every refused request still leaves a record with its error kind.
     let kinds: Vec<_> = server
         .observer
@@ -276,7 +230,6 @@ async fn every_error_case_has_its_status_and_body() {
         .collect();
     assert_eq!(kinds.len(), 10);
     assert!(kinds.contains(&Some("payload_too_large")));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -284,12 +237,8 @@ async fn failure_mid_stream_is_one_error_frame_then_done() {
     let failing = Script::tokens(&["par", "tial"], Duration::ZERO)
         .then_fail(EngineError::Internal("kernel panic at 0xdead".into()));
     let engine = scripted(hello()).with_script("break", failing);
-    let server = start(Arc::new(engine), &test_config("")).await;
-    let text = post(&server, &chat_body("break", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let server = TestServer::builder(Arc::new(engine)).start().await;
+    let text = post_text(&server, CHAT, &chat_body("break", json!({"stream": true}))).await;
     let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
     assert_eq!(frames.len(), 5, "{text}");
     assert!(frames[2].contains("\"content\":\"tial\""));
@@ -302,14 +251,13 @@ async fn failure_mid_stream_is_one_error_frame_then_done() {
     );
     assert_eq!(frames[4], "data: [DONE]\n\n");
     assert!(
-        eventually(|| server
+        eventually(5, || server
             .observer
             .records()
             .first()
             .is_some_and(|r| r.status == Status::Error))
         .await
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -317,8 +265,8 @@ async fn non_streamed_failure_is_a_500_in_openai_shape() {
     let engine = scripted(
         Script::tokens(&["x"], Duration::ZERO).then_fail(EngineError::Internal("boom".into())),
     );
-    let server = start(Arc::new(engine), &test_config("")).await;
-    let response = post(&server, &chat_body("hi", json!({}))).await;
+    let server = TestServer::builder(Arc::new(engine)).start().await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(response.status(), 500);
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["error"]["code"], "engine_error");
@@ -329,15 +277,14 @@ async fn non_streamed_failure_is_a_500_in_openai_shape() {
         "exactly one record per request: {records:?}"
     );
     assert_eq!(records[0].error_kind, Some("engine_error"));
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn client_disconnect_cancels_generation() {
     let slow = Script::tokens(&vec!["tok"; 500], Duration::from_millis(10));
     let engine = Arc::new(scripted_long(slow));
-    let server = start(engine.clone(), &test_config("")).await;
-    let response = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    let server = TestServer::builder(engine.clone()).start().await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let mut body = response.bytes_stream();
     let mut received = 0;
     while received < 5 {
@@ -347,7 +294,7 @@ async fn client_disconnect_cancels_generation() {
     drop(body);
 
     assert!(
-        eventually(|| engine.generations_cancelled() == 1).await,
+        eventually(5, || engine.generations_cancelled() == 1).await,
         "the engine was not told to stop"
     );
     let stopped_at = engine.tokens_produced();
@@ -359,14 +306,13 @@ async fn client_disconnect_cancels_generation() {
     );
     assert!(stopped_at < 100, "generation ran on: {stopped_at} tokens");
     assert!(
-        eventually(|| server
+        eventually(5, || server
             .observer
             .records()
             .iter()
             .any(|r| r.status == Status::Cancelled))
         .await
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -374,16 +320,15 @@ async fn admission_overflow_gets_429_with_retry_after() {
     // Each stream would run for a minute: only a dropped client can free its slot.
     let endless = Script::tokens(&vec!["x"; 3_000], Duration::from_millis(20));
     let engine = Arc::new(scripted_long(endless));
-    let server = start(
-        engine.clone(),
-        &test_config("[server]\nmax_in_flight = 2\n"),
-    )
-    .await;
-    let a = post(&server, &chat_body("hi", json!({"stream": true}))).await;
-    let b = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    let server = TestServer::builder(engine.clone())
+        .config(&test_config("[server]\nmax_in_flight = 2\n"))
+        .start()
+        .await;
+    let a = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
+    let b = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
 
-    let third = post(&server, &chat_body("hi", json!({"stream": true}))).await;
+    let third = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!(third.status(), 429);
     assert_eq!(third.headers()["retry-after"], "1");
     let body: Value = third.json().await.expect("json");
@@ -391,11 +336,11 @@ async fn admission_overflow_gets_429_with_retry_after() {
     assert_eq!(body["error"]["type"], "rate_limit_error");
 
     drop(a);
-    assert!(eventually(|| engine.generations_cancelled() == 1).await);
+    assert!(eventually(5, || engine.generations_cancelled() == 1).await);
     // The freed slot admits a new request, well before the other stream could end.
     let mut admitted = false;
     for _ in 0..50 {
-        let r = post(&server, &chat_body("hi", json!({"max_tokens": 1}))).await;
+        let r = post(&server, CHAT, &chat_body("hi", json!({"max_tokens": 1}))).await;
         if r.status() == 200 {
             admitted = true;
             break;
@@ -404,7 +349,6 @@ async fn admission_overflow_gets_429_with_retry_after() {
     }
     assert!(admitted, "the slot of the dropped request was not freed");
     drop(b);
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -416,25 +360,19 @@ async fn keepalive_comments_fill_long_gaps() {
         }],
         ..hello()
     };
-    let server = start(
-        Arc::new(scripted(gap)),
-        &test_config("[server]\nkeepalive_secs = 1\n"),
-    )
-    .await;
-    let text = post(&server, &chat_body("hi", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let server = TestServer::builder(Arc::new(scripted(gap)))
+        .config(&test_config("[server]\nkeepalive_secs = 1\n"))
+        .start()
+        .await;
+    let text = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!(text.matches(": keep-alive\n\n").count(), 2, "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn probes_models_and_request_ids() {
-    let engine = Arc::new(scripted(hello()));
-    let server = start(engine.clone(), &test_config("")).await;
+    let engine = hello_engine();
+    let server = TestServer::builder(engine.clone()).start().await;
     let client = reqwest::Client::new();
 
     let health = client
@@ -508,10 +446,9 @@ async fn probes_models_and_request_ids() {
             .status(),
         503
     );
-    let loading = post(&server, &chat_body("hi", json!({}))).await;
+    let loading = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(loading.status(), 503);
     assert_eq!(loading.headers()["retry-after"], "5");
-    server.stop().await;
 }
 
 fn looping(tokens: usize) -> Script {
@@ -535,13 +472,9 @@ async fn quality_signals_are_reported_and_recorded() {
                 Duration::ZERO,
             ),
         );
-    let server = start(Arc::new(engine), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(engine)).start().await;
 
-    let body: Value = post(&server, &chat_body("loop", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let body: Value = post_json(&server, CHAT, &chat_body("loop", json!({}))).await;
     // 40 tokens cycling through 4 ids: 37 four-grams, 4 unique.
     let rate = body["timings"]["repetition_rate"].as_f64().expect("rate");
     assert_eq!(rate, ((1.0 - 4.0 / 37.0) * 10_000.0_f64).round() / 10_000.0);
@@ -551,14 +484,12 @@ async fn quality_signals_are_reported_and_recorded() {
     );
     assert_eq!(body["usage"]["completion_tokens"], 40);
 
-    let body: Value = post(
+    let body: Value = post_json(
         &server,
+        CHAT,
         &chat_body("Write a Python function, please", json!({})),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(body["timings"]["refusal"], true);
     assert_eq!(body["timings"]["intent"], "coding");
     assert_eq!(body["timings"]["repetition_rate"], 0.0);
@@ -573,7 +504,6 @@ async fn quality_signals_are_reported_and_recorded() {
     ));
     assert_eq!(refusal.output_hash.as_deref(), Some(expected_hash.as_str()));
     assert_eq!(refusal.input_hash.as_ref().map(String::len), Some(64));
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -582,21 +512,16 @@ async fn the_guard_leaves_a_request_for_a_length_alone() {
     let config = test_config(
         "[quality]\ndegeneration_guard = true\nguard_window = 16\nguard_threshold = 0.5\n",
     );
-    let server = start(engine, &config).await;
+    let server = TestServer::builder(engine).config(&config).start().await;
     for extra in [
         json!({"ignore_eos": true, "max_tokens": 40}),
         json!({"min_tokens": 30, "max_tokens": 40}),
     ] {
-        let body: Value = post(&server, &chat_body("loop", extra.clone()))
-            .await
-            .json()
-            .await
-            .expect("json");
+        let body: Value = post_json(&server, CHAT, &chat_body("loop", extra.clone())).await;
         assert_eq!(body["timings"]["degenerated"], false, "{extra}: {body}");
         assert_eq!(body["usage"]["completion_tokens"], 40, "{extra}: {body}");
         assert_eq!(body["choices"][0]["finish_reason"], "length", "{extra}");
     }
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -605,10 +530,13 @@ async fn degeneration_guard_stops_a_loop_early() {
     let config = test_config(
         "[quality]\ndegeneration_guard = true\nguard_window = 16\nguard_threshold = 0.5\n",
     );
-    let server = start(engine.clone(), &config).await;
+    let server = TestServer::builder(engine.clone())
+        .config(&config)
+        .start()
+        .await;
 
     for stream in [false, true] {
-        let response = post(&server, &chat_body("loop", json!({"stream": stream, "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }}))).await;
+        let response = post(&server, CHAT, &chat_body("loop", json!({"stream": stream, "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }}))).await;
         let body: Value = if stream {
             let text = response.text().await.expect("body");
             let last = text
@@ -631,7 +559,7 @@ async fn degeneration_guard_stops_a_loop_early() {
         assert_eq!(body["usage"]["completion_tokens"], 16, "{body}");
     }
     assert!(
-        eventually(|| engine.generations_cancelled() == 2).await,
+        eventually(5, || engine.generations_cancelled() == 2).await,
         "the engine kept generating"
     );
     assert!(engine.tokens_produced() < 100);
@@ -641,11 +569,6 @@ async fn degeneration_guard_stops_a_loop_early() {
         .all(|r| r.status == Status::Ok && r.quality.as_ref().is_some_and(|q| q.degenerated)));
 
     // Varied text is not stopped.
-    let body: Value = post(&server, &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let body: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(body["timings"]["degenerated"], false);
-    server.stop().await;
 }

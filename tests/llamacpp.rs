@@ -6,25 +6,13 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
 use llmgate::engine::Front;
 use serde_json::{json, Value};
-
-fn model_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-model",
-        path.display()
-    );
-    path
-}
 
 /// The default model in llama.cpp, behind the front that counts its sequences.
 fn engine(prefix_cache: bool) -> Front {
@@ -41,12 +29,7 @@ fn engine(prefix_cache: bool) -> Front {
 const FRANCE: &str = "What is the capital of France? Answer in one word.";
 
 async fn ask(server: &TestServer, body: &Value) -> Value {
-    let response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
+    let response = post(server, CHAT, body).await;
     let status = response.status();
     let answer: Value = response.json().await.expect("json");
     assert_eq!(status, 200, "{answer}");
@@ -57,22 +40,9 @@ async fn ask(server: &TestServer, body: &Value) -> Value {
 async fn stream(server: &TestServer, mut body: Value) -> (String, Value) {
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
-    let text = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .expect("request")
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(server, CHAT, &body).await;
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
-    let chunks: Vec<Value> = text
-        .split("\n\n")
-        .filter_map(|f| f.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).expect("chunk"))
-        .collect();
+    let chunks = chunks_of(&text);
     let content = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -94,7 +64,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
         info.system_fingerprint.starts_with("fp_") && info.device == "cpu",
         "{info:?}"
     );
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
 
     // Greedy, non-streamed and streamed: the same text and counts, the timings sound.
     let greedy = chat_body(
@@ -174,27 +144,23 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
     assert!(parsed["city"].is_string(), "{parsed}");
 
     // /tokenize: the chat template's tokens, and text as text.
-    let tokens: Value = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}))
-        .send()
-        .await
-        .expect("tokenize")
-        .json()
-        .await
-        .expect("json");
+    let tokens: Value = post_json(
+        &server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}),
+    )
+    .await;
     assert_eq!(
         tokens["tokens"].as_array().map(Vec::len),
         Some(2),
         "{tokens}"
     );
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them() {
     let engine = engine(false);
-    let server = Arc::new(start(engine.clone(), &test_config("")).await);
+    let server = Arc::new(TestServer::builder(engine.clone()).start().await);
     let seeded = chat_body(
         "Write a short poem about the sea.",
         json!({"temperature": 0.9, "seed": 42, "max_tokens": 32}),
@@ -225,26 +191,17 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
     );
     assert!(peak >= 2, "sequences ran together: {peak}");
     assert_eq!(engine.load().running, 0);
-    match Arc::try_unwrap(server) {
-        Ok(server) => server.stop().await,
-        Err(_) => panic!("server still shared"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_frees_its_sequence() {
     let engine = engine(false);
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let body = chat_body(
         "Write a very long story.",
         json!({"stream": true, "max_tokens": 1000, "ignore_eos": true}),
     );
-    let mut response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
+    let mut response = post(&server, CHAT, &body).await;
     let mut seen = 0;
     while seen < 5 {
         if response.chunk().await.expect("body").is_some() {
@@ -253,16 +210,15 @@ async fn a_client_that_leaves_frees_its_sequence() {
     }
     assert_eq!(engine.load().running, 1);
     drop(response);
-    let freed = eventually(|| engine.load().running == 0).await;
+    let freed = eventually(5, || engine.load().running == 0).await;
     assert!(freed, "the sequence ended when its client left");
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     let logs = common::logs::captured_logs();
     let engine = engine(true);
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let system = "You are the assistant of a bakery. ".repeat(40);
     let ask_with = |question: &str, seed: Option<u64>| {
         json!({"model": MODEL, "temperature": 0, "max_tokens": 1, "seed": seed, "messages": [
@@ -311,5 +267,4 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
         hits[1..].iter().all(|&n| n > 300),
         "each app's prefix kept: {hits:?}"
     );
-    server.stop().await;
 }

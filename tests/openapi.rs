@@ -66,7 +66,9 @@ fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
 #[tokio::test]
 async fn the_description_covers_every_route_and_only_those() {
     let script = Script::tokens(&["Hi"], Duration::ZERO);
-    let server = start(Arc::new(scripted(script)), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(scripted(script)))
+        .start()
+        .await;
     let doc = document(&server).await;
     assert!(doc["openapi"].as_str().expect("version").starts_with("3.1"));
 
@@ -91,16 +93,13 @@ async fn the_description_covers_every_route_and_only_those() {
             "{method} {path}: {status}"
         );
     }
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn every_reference_resolves_and_model_is_a_served_id() {
-    let server = start(
-        Arc::new(scripted(Script::tokens(&["Hi"], Duration::ZERO))),
-        &test_config(""),
-    )
-    .await;
+    let server = TestServer::builder(Arc::new(scripted(Script::tokens(&["Hi"], Duration::ZERO))))
+        .start()
+        .await;
     let doc = document(&server).await;
     let mut found = Vec::new();
     refs(&doc, &mut found);
@@ -162,5 +161,4 @@ async fn every_reference_resolves_and_model_is_a_served_id() {
     for field in ["message", "type", "param", "code"] {
         assert!(error.get(field).is_some(), "{field}");
     }
-    server.stop().await;
 }

@@ -69,6 +69,17 @@ fn guard(file: &std::path::Path) -> Guard {
     }
 }
 
+/// The gateway with the semantic log in `dir/data` (`extra` added to its table) and the
+/// API keys of `dir/keys`.
+async fn keyed(dir: &std::path::Path, extra: &str) -> TestServer {
+    TestServer::builder(engine())
+        .config(&semlog_config(&dir.join("data"), extra))
+        .semlog()
+        .guard(guard(&dir.join("keys")))
+        .start()
+        .await
+}
+
 fn semlog_config(dir: &std::path::Path, extra: &str) -> llmgate::config::Config {
     test_config(&format!(
         "[semlog]\ndata_dir = \"{}\"\nbatch_age_ms = 50\n{extra}",
@@ -78,7 +89,7 @@ fn semlog_config(dir: &std::path::Path, extra: &str) -> llmgate::config::Config 
 
 #[tokio::test]
 async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
-    let server = start(engine(), &test_config("")).await;
+    let server = TestServer::builder(engine()).start().await;
     let page = get(&server, "/", None).await;
     assert_eq!(page.status(), 200);
     let headers = page.headers().clone();
@@ -122,12 +133,14 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
             "{path}"
         );
     }
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn the_page_can_be_turned_off() {
-    let server = start(engine(), &test_config("[server]\npage = false\n")).await;
+    let server = TestServer::builder(engine())
+        .config(&test_config("[server]\npage = false\n"))
+        .start()
+        .await;
     for path in ["/", "/page/page.js", "/page/timeline.js"] {
         let response = get(&server, path, None).await;
         assert_eq!(response.status(), 404, "{path}");
@@ -139,19 +152,16 @@ async fn the_page_can_be_turned_off() {
         200,
         "the live view stays"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn stats_count_requests_and_list_their_redacted_records() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start_with(
-        engine(),
-        &semlog_config(dir.path(), ""),
-        None,
-        Some(TEST_PACING),
-    )
-    .await;
+    let server = TestServer::builder(engine())
+        .config(&semlog_config(dir.path(), ""))
+        .semlog()
+        .start()
+        .await;
     let empty: Value = get(&server, "/stats", None)
         .await
         .json()
@@ -166,12 +176,7 @@ async fn stats_count_requests_and_list_their_redacted_records() {
 
     ask(&server, "Mail jane@example.com the capital of France", None).await;
     ask(&server, "And of Italy?", None).await;
-    let bad = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body("hi", json!({"temperature": 9})))
-        .send()
-        .await
-        .expect("send");
+    let bad = post(&server, CHAT, &chat_body("hi", json!({"temperature": 9}))).await;
     assert_eq!(bad.status(), 400);
     let stats = stats_with(&server, 3, None).await;
     assert_eq!(stats["requests"], 3);
@@ -201,7 +206,6 @@ async fn stats_count_requests_and_list_their_redacted_records() {
         records[2].get("trace").is_none() && records[2]["llm"].get("build").is_none(),
         "only what the view shows"
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -209,9 +213,7 @@ async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
-    let guard = guard(&file);
-    let config = semlog_config(&dir.path().join("data"), "stats_only = true\n");
-    let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
+    let server = keyed(dir.path(), "stats_only = true\n").await;
     ask(&server, "The secret plan is in the attic", Some(&alice)).await;
     // Even to the key that sent it.
     let stats = stats_with(&server, 1, Some(&alice)).await;
@@ -222,7 +224,6 @@ async fn stats_only_keeps_the_text_out_of_the_live_view_too() {
     );
     assert!(record["ttft_ms"].as_f64().is_some(), "the figures stay");
     assert!(!stats.to_string().contains("attic") && !stats.to_string().contains("Paris"));
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,9 +232,7 @@ async fn with_keys_each_key_sees_its_own_records_only() {
     let file = dir.path().join("keys");
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
-    let guard = guard(&file);
-    let config = semlog_config(&dir.path().join("data"), "");
-    let server = start_with_guard(engine(), &config, None, Some(TEST_PACING), guard).await;
+    let server = keyed(dir.path(), "").await;
     assert_eq!(get(&server, "/stats", None).await.status(), 401);
     assert_eq!(
         get(&server, "/stats", Some("llmgate-wrong")).await.status(),
@@ -267,5 +266,4 @@ async fn with_keys_each_key_sees_its_own_records_only() {
         "not another key's records"
     );
     assert_eq!(seen_by_bob["requests"], 1, "the figures are the gateway's");
-    server.stop().await;
 }

@@ -4,25 +4,11 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use common::*;
-use llmgate::config::DEFAULT_MODEL_PATH;
 use llmgate::engine::mistral::{MistralEngine, MistralSettings};
-use llmgate::engine::{Backend, Front};
+use llmgate::engine::Front;
 use llmgate::record::Status;
 use serde_json::{json, Value};
-
-fn model_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-model",
-        path.display()
-    );
-    path
-}
 
 fn f(t: &Value, key: &str) -> f64 {
     t[key]
@@ -41,8 +27,8 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     .await
     .expect("the default model loads");
     // The front holds the running count and the KV accounting the tests below read.
-    let engine = Front::from(engine as Arc<dyn Backend>);
-    let server = start(engine.clone(), &test_config("")).await;
+    let engine = Front::from(engine);
+    let server = TestServer::builder(engine.clone()).start().await;
     let client = reqwest::Client::new();
     let sampling = json!({"temperature": 0, "max_tokens": 32});
     let question = chat_body(LOOPING, sampling.clone());
@@ -132,32 +118,21 @@ async fn real_model_streams_and_answers_with_consistent_timings() {
     end_rules(&server).await;
     same_seed_same_text_whatever_the_neighbours(&server, &engine).await;
     kv_cache_follows_the_running_sequences(&server, &engine).await;
-    server.stop().await;
 
-    let guarded = start(
-        engine,
-        &test_config(
+    let guarded = TestServer::builder(engine)
+        .config(&test_config(
             "[quality]\ndegeneration_guard = true\nguard_window = 32\nguard_threshold = 0.5\n",
-        ),
-    )
-    .await;
+        ))
+        .start()
+        .await;
     guard_stops_a_looping_answer(&guarded).await;
-    guarded.stop().await;
 }
 
 /// Greedy; this question sends SmolLM2-135M into a loop ("la femme au martyre, ...").
 const LOOPING: &str = "What is the capital of France?";
 
 async fn ask(server: &TestServer, prompt: &str, extra: Value) -> Value {
-    reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(prompt, extra))
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json")
+    post_json(server, CHAT, &chat_body(prompt, extra)).await
 }
 
 async fn repetition_rates(server: &TestServer) {
@@ -237,15 +212,12 @@ async fn end_rules(server: &TestServer) {
     assert!(tokens(&at_least) >= n + 5, "{at_least}");
 
     // Stop on the answer's third token: the text ends before it.
-    let ids: Value = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"model": MODEL, "prompt": text(&plain), "add_special_tokens": false}))
-        .send()
-        .await
-        .expect("tokenize")
-        .json()
-        .await
-        .expect("json");
+    let ids: Value = post_json(
+        server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": text(&plain), "add_special_tokens": false}),
+    )
+    .await;
     let third = ids["tokens"][2].as_u64().expect("a third token");
     let stopped = greedy(json!({"stop_token_ids": [third]})).await;
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop", "{stopped}");
@@ -383,15 +355,15 @@ async fn the_batching_canary_catches_the_cpu_defect() {
 
 /// The default model on one mistral.rs instance, behind the gateway (through the front
 /// returned beside it, which counts its running sequences and their KV positions).
-async fn one_instance() -> (Arc<MistralEngine>, Front, TestServer) {
+async fn one_instance() -> (std::sync::Arc<MistralEngine>, Front, TestServer) {
     let engine = MistralEngine::load_now(MistralSettings {
         force_cpu: true,
         ..MistralSettings::new(model_path(), MODEL)
     })
     .await
     .expect("the default model loads");
-    let front = Front::from(engine.clone() as Arc<dyn Backend>);
-    let server = start(front.clone(), &test_config("")).await;
+    let front = Front::from(engine.clone());
+    let server = TestServer::builder(front.clone()).start().await;
     (engine, front, server)
 }
 
@@ -449,7 +421,6 @@ async fn clients_that_leave_do_not_stop_the_engine() {
         "a departed client's slot is still held"
     );
     assert_eq!(front.kv_cache().expect("loaded").used_tokens, 0);
-    server.stop().await;
 }
 
 /// An engine thread that stops (as a panic inside mistral.rs stops it) is restarted by
@@ -471,5 +442,4 @@ async fn a_stopped_engine_thread_is_restarted() {
     assert_eq!(ready.status(), 200);
     let answer = ask(&server, "Hello there", json!({"max_tokens": 4})).await;
     assert_eq!(answer["object"], "chat.completion", "{answer}");
-    server.stop().await;
 }

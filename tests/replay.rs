@@ -23,7 +23,7 @@ fn file(output_hash: String, fingerprint: &str) -> ReplayFile {
 #[tokio::test]
 async fn replay_reports_match_and_mismatch() {
     let engine = scripted(Script::tokens(&["Hel", "lo!"], Duration::ZERO));
-    let server = start(Arc::new(engine), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(engine)).start().await;
     let client = reqwest::Client::new();
     let right = hex::encode(Sha256::digest(b"Hello!"));
 
@@ -48,7 +48,6 @@ async fn replay_reports_match_and_mismatch() {
     bad.request["model"] = json!("nope");
     let error = replay(&client, &server.base, &bad).await.expect_err("404");
     assert!(error.to_string().contains("404"), "{error}");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -68,8 +67,8 @@ async fn compare_reports_agreement_and_deltas_between_two_gateways() {
             "Name a colour.",
             Script::tokens(&["I'm sorry, but I can't help with that."], Duration::ZERO),
         );
-    let baseline = start(Arc::new(baseline), &test_config("")).await;
-    let candidate = start(Arc::new(candidate), &test_config("")).await;
+    let baseline = TestServer::builder(Arc::new(baseline)).start().await;
+    let candidate = TestServer::builder(Arc::new(candidate)).start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let prompts = dir.path().join("prompts.jsonl");
     let line = |id: &str, text: &str| {
@@ -118,6 +117,4 @@ async fn compare_reports_agreement_and_deltas_between_two_gateways() {
         "the gateways' timings are compared"
     );
     assert!(report.table().contains("1 of 3 answers identical"));
-    baseline.stop().await;
-    candidate.stop().await;
 }

@@ -13,19 +13,6 @@ use llmgate::record::Status;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn hello() -> Script {
-    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
-}
-
-async fn post(server: &TestServer, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
 /// A raw connection to the server, for clients no HTTP library would imitate.
 async fn connect(server: &TestServer, receive_buffer: Option<u32>) -> tokio::net::TcpStream {
     let address: std::net::SocketAddr = server
@@ -49,18 +36,14 @@ fn request_head(content_length: usize) -> String {
 
 /// Waits up to ten seconds for a record with this status and error kind.
 async fn recorded(server: &TestServer, status: Status, kind: &str) -> bool {
-    for _ in 0..100 {
-        let found = server
+    eventually(10, || {
+        server
             .observer
             .records()
             .iter()
-            .any(|r| r.status == status && r.error_kind == Some(kind));
-        if found {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
+            .any(|r| r.status == status && r.error_kind == Some(kind))
+    })
+    .await
 }
 
 /// Whether `/metrics` counts a request with this status and error type.
@@ -81,7 +64,10 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
     let engine = Arc::new(scripted_long(hello()).with_script("flood", flood));
     let config =
         test_config("[server]\nstream_write_timeout_secs = 1\n[engine]\nmax_tokens_cap = 4096\n");
-    let server = start(engine.clone(), &config).await;
+    let server = TestServer::builder(engine.clone())
+        .config(&config)
+        .start()
+        .await;
 
     // A client with a tiny receive window that sends its request and never reads a byte.
     let mut stalled = connect(&server, Some(4096)).await;
@@ -107,7 +93,7 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
         "cut off before the write timeout"
     );
     assert!(
-        eventually(|| engine.generations_cancelled() == 1).await,
+        eventually(5, || engine.generations_cancelled() == 1).await,
         "the generation ran on"
     );
     assert!(
@@ -115,7 +101,7 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
         "the whole answer was generated"
     );
 
-    let second = post(&server, &chat_body("hi", json!({}))).await;
+    let second = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(second.status(), 200);
     let answer: Value = second.json().await.expect("json");
     assert_eq!(answer["choices"][0]["message"]["content"], "Hello!");
@@ -127,7 +113,6 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
         "client_stalled"
     ));
     drop(stalled);
-    server.stop().await;
 }
 
 /// The answer a loopback socket's kernel buffers would absorb whole if left to
@@ -141,7 +126,10 @@ async fn a_quiet_non_reader(send_buffer_bytes: usize) -> (bool, u64) {
     let config = test_config(&format!(
         "[server]\nstream_write_timeout_secs = 1\nsend_buffer_bytes = {send_buffer_bytes}\n[engine]\nmax_tokens_cap = 4096\n"
     ));
-    let server = start(engine.clone(), &config).await;
+    let server = TestServer::builder(engine.clone())
+        .config(&config)
+        .start()
+        .await;
     // An ordinary client (default buffers) that sends its request and never reads.
     let mut quiet = connect(&server, None).await;
     let body = chat_body("long", json!({"stream": true, "max_tokens": 3000})).to_string();
@@ -153,7 +141,6 @@ async fn a_quiet_non_reader(send_buffer_bytes: usize) -> (bool, u64) {
     let cut = recorded(&server, Status::Cancelled, "client_stalled").await;
     let produced = engine.tokens_produced();
     drop(quiet);
-    server.stop().await;
     (cut, produced)
 }
 
@@ -175,7 +162,7 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
     let flood = Script::tokens(&vec![block.as_str(); 3000], Duration::ZERO);
     let engine = Arc::new(scripted_long(hello()).with_script("flood", flood));
     let config = test_config("[engine]\nmax_tokens_cap = 4096\n");
-    let server = start(engine, &config).await;
+    let server = TestServer::builder(engine).config(&config).start().await;
 
     let mut slow = connect(&server, None).await;
     let body = chat_body("flood", json!({"stream": true, "max_tokens": 3000})).to_string();
@@ -196,7 +183,7 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(eventually(|| server.observer.records().len() == 1).await);
+    assert!(eventually(5, || server.observer.records().len() == 1).await);
     let slow = server.observer.records()[0].timings.clone();
     let waited = slow
         .client_wait_ms
@@ -209,29 +196,23 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
 
     // A client that reads at once is barely waited for; a non-streamed answer reports
     // no client wait at all.
-    let fast = post(&server, &chat_body("hi", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let fast = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     assert!(fast.ends_with("data: [DONE]\n\n"), "{fast}");
-    let whole = post(&server, &chat_body("hi", json!({}))).await;
+    let whole = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(whole.status(), 200);
-    assert!(eventually(|| server.observer.records().len() == 3).await);
+    assert!(eventually(5, || server.observer.records().len() == 3).await);
     let records = server.observer.records();
     let fast = records[1].timings.client_wait_ms.expect("streamed");
     assert!(fast < 50.0, "{fast}");
     assert_eq!(records[2].timings.client_wait_ms, None);
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn a_body_that_never_arrives_gets_408() {
-    let server = start(
-        Arc::new(scripted(hello())),
-        &test_config("[server]\nbody_timeout_secs = 1\n"),
-    )
-    .await;
+    let server = TestServer::builder(hello_engine())
+        .config(&test_config("[server]\nbody_timeout_secs = 1\n"))
+        .start()
+        .await;
     let mut slow = connect(&server, None).await;
     // Announces 100 bytes of body and sends 9 of them.
     let head = format!("{}{{\"model\":", request_head(100));
@@ -254,16 +235,18 @@ async fn a_body_that_never_arrives_gets_408() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
     assert!(recorded(&server, Status::Error, "body_timeout").await);
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn a_request_the_engine_does_not_start_in_time_gets_503_with_retry_after() {
     let busy = hello().after_queue(Duration::from_secs(5));
     let engine = Arc::new(scripted(hello()).with_script("busy", busy));
-    let server = start(engine, &test_config("[server]\nqueue_timeout_secs = 1\n")).await;
+    let server = TestServer::builder(engine)
+        .config(&test_config("[server]\nqueue_timeout_secs = 1\n"))
+        .start()
+        .await;
 
-    let response = post(&server, &chat_body("busy", json!({"stream": true}))).await;
+    let response = post(&server, CHAT, &chat_body("busy", json!({"stream": true}))).await;
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
     let body: Value = response.json().await.expect("json");
@@ -273,27 +256,21 @@ async fn a_request_the_engine_does_not_start_in_time_gets_503_with_retry_after()
     assert!(counted(&metrics(&server).await, "error", "queue_timeout"));
 
     // A request the engine starts at once is served as usual.
-    let served = post(&server, &chat_body("hi", json!({}))).await;
+    let served = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(served.status(), 200);
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn a_request_past_its_deadline_ends_with_an_error_and_stops_the_engine() {
     let slow = Script::tokens(&vec!["tok"; 200], Duration::from_millis(25));
     let engine = Arc::new(scripted_long(slow));
-    let server = start(
-        engine.clone(),
-        &test_config("[server]\nrequest_timeout_secs = 1\n"),
-    )
-    .await;
+    let server = TestServer::builder(engine.clone())
+        .config(&test_config("[server]\nrequest_timeout_secs = 1\n"))
+        .start()
+        .await;
 
     // Streamed: content, then one error frame, then [DONE].
-    let text = post(&server, &chat_body("hi", json!({"stream": true})))
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let frames: Vec<&str> = text
         .split("\n\n")
         .filter_map(|f| f.strip_prefix("data: "))
@@ -305,13 +282,13 @@ async fn a_request_past_its_deadline_ends_with_an_error_and_stops_the_engine() {
     assert!(frames[1].contains("\"tok\""), "{text}");
 
     // Not streamed: a 504.
-    let response = post(&server, &chat_body("hi", json!({}))).await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(response.status(), 504);
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["error"]["code"], "request_timeout");
 
     assert!(
-        eventually(|| engine.generations_cancelled() == 2).await,
+        eventually(5, || engine.generations_cancelled() == 2).await,
         "the engine ran past the deadline"
     );
     let timed_out = server
@@ -322,21 +299,26 @@ async fn a_request_past_its_deadline_ends_with_an_error_and_stops_the_engine() {
         .count();
     assert_eq!(timed_out, 2);
     assert!(counted(&metrics(&server).await, "error", "request_timeout"));
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shrinks() {
     // The scripted model's context is 64 tokens, one per word of the prompt.
     let long = Script::tokens(&vec!["tok"; 100], Duration::ZERO);
-    let server = start(
-        Arc::new(scripted(long)),
-        &test_config("[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 100\n"),
-    )
-    .await;
+    let server = TestServer::builder(Arc::new(scripted(long)))
+        .config(&test_config(
+            "[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 100\n",
+        ))
+        .start()
+        .await;
     let prompt = "word ".repeat(30);
 
-    let refused = post(&server, &chat_body(&prompt, json!({"max_tokens": 40}))).await;
+    let refused = post(
+        &server,
+        CHAT,
+        &chat_body(&prompt, json!({"max_tokens": 40})),
+    )
+    .await;
     assert_eq!(refused.status(), 400);
     let body: Value = refused.json().await.expect("json");
     assert_eq!(body["error"]["code"], "context_length_exceeded");
@@ -346,32 +328,28 @@ async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shr
         message.contains("30 in the messages, 40 in the completion"),
         "{message}"
     );
-    let legacy: Value = reqwest::Client::new()
-        .post(server.url("/v1/completions"))
-        .json(&json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}))
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let legacy: Value = post_json(
+        &server,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}),
+    )
+    .await;
     assert_eq!(legacy["error"]["param"], "prompt", "{legacy}");
     let message = legacy["error"]["message"].as_str().expect("message");
     assert!(message.contains("30 in the prompt,"), "{message}");
 
-    let fitted = post(&server, &chat_body(&prompt, json!({}))).await;
+    let fitted = post(&server, CHAT, &chat_body(&prompt, json!({}))).await;
     assert_eq!(fitted.status(), 200);
     let body: Value = fitted.json().await.expect("json");
     assert_eq!(body["usage"]["completion_tokens"], 34, "{body}");
     assert_eq!(body["choices"][0]["finish_reason"], "length");
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn a_client_that_half_closes_its_connection_has_left() {
     let slow = Script::tokens(&vec!["tok"; 300], Duration::from_millis(20));
     let engine = Arc::new(scripted_long(slow));
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
 
     // A non-streamed request, then the client shuts its writing side and waits.
     let mut client = connect(&server, None).await;
@@ -385,19 +363,18 @@ async fn a_client_that_half_closes_its_connection_has_left() {
     client.shutdown().await.expect("half-close");
 
     assert!(
-        eventually(|| engine.generations_cancelled() == 1).await,
+        eventually(5, || engine.generations_cancelled() == 1).await,
         "the generation ran on for a client that left"
     );
     assert!(engine.tokens_produced() < 300);
     assert!(
-        eventually(|| server
+        eventually(5, || server
             .observer
             .records()
             .iter()
             .any(|r| r.status == Status::Cancelled && r.error_kind.is_none()))
         .await
     );
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -407,7 +384,7 @@ async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest
     let engine = scripted_long(hello())
         .with_script("short", short)
         .with_script("long", long);
-    let server = start(Arc::new(engine), &test_config("")).await;
+    let server = TestServer::builder(Arc::new(engine)).start().await;
     let read = |prompt: &'static str| {
         let url = server.url("/v1/chat/completions");
         tokio::spawn(async move {
@@ -424,7 +401,7 @@ async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest
     };
     let (short, long) = (read("short"), read("long"));
     let state = server.state.clone();
-    assert!(eventually(|| state.admission.in_flight() == 2).await);
+    assert!(eventually(5, || state.admission.in_flight() == 2).await);
 
     let draining = {
         let state = state.clone();
@@ -435,10 +412,10 @@ async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest
                 .await;
         })
     };
-    assert!(eventually(|| state.lifecycle.is_draining()).await);
+    assert!(eventually(5, || state.lifecycle.is_draining()).await);
     let ready = reqwest::get(server.url("/ready")).await.expect("ready");
     assert_eq!(ready.status(), 503);
-    let refused = post(&server, &chat_body("hi", json!({}))).await;
+    let refused = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "5");
     let body: Value = refused.json().await.expect("json");
@@ -468,5 +445,4 @@ async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest
             (Status::Ok, None),
         ]
     );
-    server.stop().await;
 }

@@ -11,9 +11,7 @@ use std::time::Duration;
 use common::es::FakeEs;
 use common::logs::captured_logs;
 use common::otlp::Collector;
-use common::{
-    chat_body, scripted, semlog_status, start_with, test_config, TestServer, TEST_PACING,
-};
+use common::{chat_body, eventually, metrics, scripted, semlog_status, test_config, TestServer};
 use llmgate::engine::scripted::Script;
 use llmgate::engine::Backend;
 use serde_json::Value;
@@ -38,6 +36,15 @@ fn config(es: Option<&FakeEs>, data_dir: &std::path::Path, extra: &str) -> llmga
     ))
 }
 
+/// The gateway with the semantic log as `config` says.
+async fn gateway(config: &llmgate::config::Config) -> TestServer {
+    TestServer::builder(engine())
+        .config(config)
+        .semlog()
+        .start()
+        .await
+}
+
 async fn ask(server: &TestServer, id: &str, prompt: &str) {
     let response = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -47,18 +54,6 @@ async fn ask(server: &TestServer, id: &str, prompt: &str) {
         .await
         .expect("send");
     assert_eq!(response.status(), 200, "{id}");
-}
-
-/// Waits up to `secs` for `cond`.
-async fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while tokio::time::Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    cond()
 }
 
 fn request_ids(es: &FakeEs) -> Vec<String> {
@@ -72,12 +67,7 @@ fn request_ids(es: &FakeEs) -> Vec<String> {
 }
 
 async fn metric(server: &TestServer, series: &str) -> f64 {
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let text = metrics(server).await;
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
         .map_or(0.0, |v| v.trim().parse().expect("number"))
@@ -91,13 +81,13 @@ async fn set_up_then_per_item_outcomes_partial_retries_and_dead_letters() {
     // 503 documents, with their _ids; the 400 goes to the dead-letter file.
     es.script_items(&[201, 429, 400, 503, 201]);
     let config = config(Some(&es), dir.path(), "batch_age_ms = 1000\n");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let server = gateway(&config).await;
     let ids: Vec<String> = (0..5).map(|i| format!("item-{i}")).collect();
     let sends = ids.iter().map(|id| ask(&server, id, "hello"));
     futures_util::future::join_all(sends).await;
 
     assert!(
-        within(10, || es.doc_count() == 4).await,
+        eventually(10, || es.doc_count() == 4).await,
         "docs: {}",
         es.doc_count()
     );
@@ -194,7 +184,7 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
     let es = FakeEs::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(Some(&es), dir.path(), "");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let server = gateway(&config).await;
     let mut sent = Vec::new();
     for i in 0..60 {
         if i == 15 {
@@ -211,7 +201,7 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        within(30, || es.doc_count() == 60).await,
+        eventually(30, || es.doc_count() == 60).await,
         "indexed {} of 60",
         es.doc_count()
     );
@@ -231,7 +221,7 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
         0.0
     );
     assert!(
-        within(5, || server.semlog.as_ref().is_some_and(|s| {
+        eventually(5, || server.semlog.as_ref().is_some_and(|s| {
             use llmgate::record::RequestObserver;
             s.backlog().spooled_bytes == 0
         }))
@@ -247,7 +237,7 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
     let config = config(Some(&es), dir.path(), "");
 
     // First run: the cluster is unreachable throughout; documents end up in the spool.
-    let first = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let first = gateway(&config).await;
     let mut sent = Vec::new();
     for i in 0..12 {
         let id = format!("before-restart-{i:02}");
@@ -265,11 +255,11 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
 
     // Second run: the cluster is there; the spool is replayed, then new traffic flows.
     es.come_back();
-    let second = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let second = gateway(&config).await;
     ask(&second, "after-restart", "hello").await;
     sent.push("after-restart".into());
     assert!(
-        within(20, || es.doc_count() == 13).await,
+        eventually(20, || es.doc_count() == 13).await,
         "indexed {} of 13",
         es.doc_count()
     );
@@ -282,7 +272,7 @@ async fn a_restart_replays_the_spool_left_by_the_previous_run() {
 async fn without_elasticsearch_documents_go_to_bulk_ready_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(None, dir.path(), "");
-    let server = start_with(engine(), &config, None, Some(TEST_PACING)).await;
+    let server = gateway(&config).await;
     for i in 0..3 {
         ask(&server, &format!("file-{i}"), "hello").await;
     }
@@ -324,11 +314,16 @@ async fn no_unredacted_value_reaches_a_sink_a_span_or_a_log_line() {
         &["Call ", PHONE, " or mail ", EMAIL, "."],
         Duration::ZERO,
     )));
-    let server = start_with(echo, &config, Some(&endpoint), Some(TEST_PACING)).await;
+    let server = TestServer::builder(echo)
+        .config(&config)
+        .traced(&endpoint)
+        .semlog()
+        .start()
+        .await;
     let prompt = format!("My card is {CARD}, my mail {EMAIL}, my key {KEY}. Help?");
     ask(&server, "pii-1", &prompt).await;
-    assert!(within(10, || es.doc_count() == 1).await);
-    assert!(within(10, || collector.spans().len() >= 3).await);
+    assert!(eventually(10, || es.doc_count() == 1).await);
+    assert!(eventually(10, || collector.spans().len() >= 3).await);
     server.shut_down().await;
 
     let doc = es.docs().pop().expect("the document");

@@ -22,30 +22,20 @@ fn config(es: &FakeEs, dir: &std::path::Path, extra: &str) -> llmgate::config::C
 
 async fn start_gateway(es: &FakeEs, dir: &std::path::Path, extra: &str) -> TestServer {
     let engine = Arc::new(scripted(Script::tokens(&["a", "b"], Duration::ZERO)));
-    start_with(engine, &config(es, dir, extra), None, Some(TEST_PACING)).await
+    TestServer::builder(engine)
+        .config(&config(es, dir, extra))
+        .semlog()
+        .start()
+        .await
 }
 
 async fn ask(server: &TestServer, n: usize) {
     for _ in 0..n {
-        let status = reqwest::Client::new()
-            .post(server.url("/v1/chat/completions"))
-            .json(&chat_body("hi", serde_json::json!({})))
-            .send()
+        let status = post(server, CHAT, &chat_body("hi", serde_json::json!({})))
             .await
-            .expect("request")
             .status();
         assert_eq!(status, 200);
     }
-}
-
-async fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..secs * 20 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cond()
 }
 
 /// What each flavor's set-up calls, in order, and what it applies.
@@ -108,7 +98,7 @@ async fn each_flavor_is_detected_set_up_as_it_allows_and_indexed_exactly_once_th
         let server = start_gateway(&es, dir.path(), "").await;
         ask(&server, 3).await;
         assert!(
-            within(10, || es.doc_count() == 3).await,
+            eventually(10, || es.doc_count() == 3).await,
             "{name}: {}",
             es.doc_count()
         );
@@ -176,7 +166,7 @@ async fn each_flavor_is_detected_set_up_as_it_allows_and_indexed_exactly_once_th
         tokio::time::sleep(Duration::from_millis(300)).await;
         es.come_back();
         assert!(
-            within(15, || es.doc_count() == 6).await,
+            eventually(15, || es.doc_count() == 6).await,
             "{name}: {}",
             es.doc_count()
         );
@@ -187,7 +177,6 @@ async fn each_flavor_is_detected_set_up_as_it_allows_and_indexed_exactly_once_th
             .collect();
         assert_eq!(ids.len(), 6, "{name}: no duplicates");
         server.shut_down().await;
-        es.go_away().await;
     }
 }
 
@@ -199,7 +188,10 @@ async fn a_refused_set_up_is_named_counted_and_never_keeps_documents_out() {
     let dir = tempfile::tempdir().expect("dir");
     let server = start_gateway(&es, dir.path(), "").await;
     ask(&server, 2).await;
-    assert!(within(10, || es.doc_count() == 2).await, "indexed anyway");
+    assert!(
+        eventually(10, || es.doc_count() == 2).await,
+        "indexed anyway"
+    );
     let status = semlog_status(&server).await;
     let steps: Vec<&str> = status["problems"]
         .as_array()
@@ -223,19 +215,17 @@ async fn a_refused_set_up_is_named_counted_and_never_keeps_documents_out() {
     );
     assert!(text.contains(r#"llmgate_semlog_setup_problems_total{step="data_stream"} 0"#));
     server.shut_down().await;
-    es.go_away().await;
 
     // An explicit lifecycle the cluster lacks: reported, and indexed without.
     let serverless = FakeEs::start_as(Flavor::Serverless).await;
     let dir = tempfile::tempdir().expect("dir");
     let server = start_gateway(&serverless, dir.path(), "lifecycle = \"ilm\"\n").await;
     ask(&server, 1).await;
-    assert!(within(10, || serverless.doc_count() == 1).await);
+    assert!(eventually(10, || serverless.doc_count() == 1).await);
     let status = semlog_status(&server).await;
     assert_eq!(status["problems"][0]["step"], "policy", "{status}");
     assert!(status["problems"][0]["fix"]
         .as_str()
         .is_some_and(|f| f.contains("semlog.lifecycle = auto")));
     server.shut_down().await;
-    serverless.go_away().await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::logs::captured_logs;
 use common::otlp::{string, Collector};
-use common::{chat_body, eventually, scripted, start, start_traced, test_config, MODEL};
+use common::{chat_body, eventually, scripted, test_config, TestServer, MODEL};
 use futures_util::StreamExt;
 use llmgate::engine::scripted::Script;
 use llmgate::engine::EngineError;
@@ -108,10 +108,10 @@ async fn send_outcomes(base: &str, client: &reqwest::Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_every_outcome_and_pass_promtool() {
     let engine = engine();
-    let server = start(engine.clone(), &test_config("")).await;
+    let server = TestServer::builder(engine.clone()).start().await;
     let client = reqwest::Client::new();
     send_outcomes(&server.base, &client).await;
-    assert!(eventually(|| server.observer.records().len() == 4).await);
+    assert!(eventually(5, || server.observer.records().len() == 4).await);
 
     // The cancelled generation runs until the engine notices the client left.
     let mut text = String::new();
@@ -234,7 +234,6 @@ async fn metrics_count_every_outcome_and_pass_promtool() {
         "{content_type}"
     );
     assert!(open.trim_end().ends_with("# EOF"));
-    server.stop().await;
 }
 
 /// Runs `promtool check metrics` on an exposition; `(passed, output)`.
@@ -285,7 +284,11 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
     let (collector, endpoint) = Collector::start().await;
     // Ratio 0: only errors, slow requests and sampled parents are exported.
     let config = test_config("[telemetry]\ntrace_sample_ratio = 0.0\n");
-    let server = start_traced(engine(), &config, &endpoint).await;
+    let server = TestServer::builder(engine())
+        .config(&config)
+        .traced(&endpoint)
+        .start()
+        .await;
     let client = reqwest::Client::new();
     let url = server.url("/v1/chat/completions");
 
@@ -322,7 +325,7 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
     assert_eq!(bad.status(), 400);
 
     assert!(
-        eventually(|| collector
+        eventually(5, || collector
             .spans()
             .iter()
             .filter(|s| s.name.starts_with("chat"))
@@ -494,5 +497,4 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
     }
     assert!(lines.iter().any(|l| l["message"] == "Request finished."));
     server.telemetry.shutdown();
-    server.stop().await;
 }

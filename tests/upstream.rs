@@ -26,16 +26,6 @@ fn script(tokens: u32) -> UpstreamScript {
     }
 }
 
-async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url(path))
-        .header("x-request-id", "up1")
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
 /// The `data:` payloads of an SSE body, `[DONE]` included.
 fn data_of(text: &str) -> Vec<String> {
     text.lines()
@@ -45,7 +35,7 @@ fn data_of(text: &str) -> Vec<String> {
 }
 
 /// The chunks of a streamed answer, which must end with `[DONE]`.
-fn chunks_of(text: &str) -> Vec<Value> {
+fn chunks_before_done(text: &str) -> Vec<Value> {
     let data = data_of(text);
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{text}");
     data[..data.len() - 1]
@@ -74,7 +64,7 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         .expect("request");
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("body");
-    let chunks = chunks_of(&text);
+    let chunks = chunks_before_done(&text);
     let content: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -153,23 +143,18 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         upstream_record.system_fingerprint.as_deref(),
         Some("fp_scripted")
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
 async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
     let upstream = start_upstream(script(3)).await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let chat: Value = post(
+    let chat: Value = post_json(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("hi", json!({"logprobs": true, "top_logprobs": 0})),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(chat["choices"][0]["message"]["content"], "tok0 tok1 tok2");
     assert_eq!(chat["choices"][0]["finish_reason"], "stop");
     assert_eq!(chat["usage"]["completion_tokens"], 3);
@@ -180,15 +165,12 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
     assert_eq!(tokens[1]["token"], " tok1");
     assert_eq!(tokens[1]["logprob"], -0.5);
 
-    let legacy: Value = post(
+    let legacy: Value = post_json(
         &server,
         "/v1/completions",
         &json!({"model": MODEL, "prompt": "Once", "max_tokens": 2, "echo": true}),
     )
-    .await
-    .json()
-    .await
-    .expect("json");
+    .await;
     assert_eq!(
         legacy["choices"][0]["text"], "Oncetok0 tok1",
         "echo by the gateway"
@@ -207,8 +189,6 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
         "asked for the confidence figures"
     );
     assert!(sent[1].body.get("echo").is_none(), "echo is the gateway's");
-    server.stop().await;
-    upstream.stop().await;
 }
 
 /// What one fault gave the client and the record.
@@ -220,12 +200,7 @@ struct Outcome {
 }
 
 async fn non_streamed(server: &TestServer, prompt: &str) -> Outcome {
-    let response = post(
-        server,
-        "/v1/chat/completions",
-        &chat_body(prompt, json!({})),
-    )
-    .await;
+    let response = post(server, CHAT, &chat_body(prompt, json!({}))).await;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()
@@ -293,18 +268,11 @@ async fn every_fault_before_the_stream_is_an_openai_error_and_a_record() {
     assert_eq!(records[11].error_kind, Some("upstream_timeout"));
     // Still serving.
     assert_eq!(non_streamed(&server, "hi").await.status, 200);
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     assert!(
         metrics.contains(r#"error_type="upstream_model_mismatch""#),
         "counted by error_type"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -316,12 +284,7 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
         ("fault:idle", "upstream_timeout"),
         ("fault:bad-json", "upstream_protocol_error"),
     ] {
-        let response = post(
-            &server,
-            "/v1/chat/completions",
-            &chat_body(prompt, json!({"stream": true})),
-        )
-        .await;
+        let response = post(&server, CHAT, &chat_body(prompt, json!({"stream": true}))).await;
         assert_eq!(response.status(), 200, "{prompt}");
         let data = data_of(&response.text().await.expect("body"));
         assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{prompt}");
@@ -332,7 +295,7 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
     // gets the HTTP error the fault stands for, not a 200 with an error frame.
     let response = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("fault:other-model", json!({"stream": true})),
     )
     .await;
@@ -346,8 +309,6 @@ async fn a_fault_mid_stream_is_an_error_frame_then_done() {
         records[3].stream,
         "refused before its stream, still a streamed request"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -374,7 +335,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
         let started = std::time::Instant::now();
         let response = post(
             &server,
-            "/v1/chat/completions",
+            CHAT,
             &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
         )
         .await;
@@ -388,7 +349,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
     }
     let ok = post(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &json!({"model": "good", "messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
@@ -404,19 +365,12 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
     };
     assert_eq!(status_of("good"), Some(json!("ready")));
     assert_eq!(status_of("refused"), Some(json!("unreachable")));
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     assert!(
         metrics.contains(r#"llmgate_upstream_up{model="good"} 1"#),
         "{metrics}"
     );
     assert!(metrics.contains(r#"llmgate_upstream_up{model="refused"} 0"#));
-    server.stop().await;
-    up.stop().await;
 }
 
 #[tokio::test]
@@ -436,8 +390,6 @@ async fn an_upstream_without_logprobs_is_asked_once_then_no_more() {
         .map(|r| r.body.get("logprobs").is_some())
         .collect();
     assert_eq!(asked, [true, false, false]);
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -463,33 +415,20 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     assert_eq!(ids, ["local", "remote"]);
     let ask =
         |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
-    let local_answer: Value = post(&server, "/v1/chat/completions", &ask("local"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let local_answer: Value = post_json(&server, CHAT, &ask("local")).await;
     assert_eq!(local_answer["choices"][0]["message"]["content"], "Hello");
-    let remote_answer: Value = post(&server, "/v1/chat/completions", &ask("remote"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let remote_answer: Value = post_json(&server, CHAT, &ask("remote")).await;
     assert_eq!(
         remote_answer["choices"][0]["message"]["content"],
         "tok0 tok1"
     );
     assert_eq!(remote_answer["model"], "remote");
-    let missing = post(&server, "/v1/chat/completions", &ask("nope")).await;
+    let missing = post(&server, CHAT, &ask("nope")).await;
     assert_eq!(missing.status(), 404);
     let records = server.observer.records();
     let by_model: Vec<&str> = records.iter().map(|r| r.model.as_str()).collect();
     assert_eq!(by_model, ["local", "remote", "none"]);
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics(&server).await;
     assert!(metrics.contains(r#"llmgate_requests_total{model="local",status="ok""#));
     assert!(metrics.contains(r#"llmgate_requests_total{model="remote",status="ok""#));
     assert!(
@@ -498,8 +437,6 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     );
     assert!(metrics
         .contains(r#"llmgate_repetition_basis_total{model="remote",basis="logprob_tokens"} 1"#));
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -518,29 +455,20 @@ async fn without_logprobs_the_models_own_tokenizer_gives_the_ids() {
     config.logprobs = false;
     config.tokenizer = Some(gguf);
     let server = gateway(config).await;
-    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(answer["timings"]["repetition_basis"], "tokenizer");
     assert!(
         answer["timings"]["mean_logprob"].is_null(),
         "none asked for"
     );
     assert!(upstream.received()[0].body.get("logprobs").is_none());
-    let tokenized: Value = reqwest::Client::new()
-        .post(server.url("/tokenize"))
-        .json(&json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}))
-        .send()
-        .await
-        .expect("tokenize")
-        .json()
-        .await
-        .expect("json");
+    let tokenized: Value = post_json(
+        &server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": "Hello world", "add_special_tokens": false}),
+    )
+    .await;
     assert_eq!(tokenized["tokens"], json!([19556, 905]));
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -579,31 +507,19 @@ async fn waits_that_end_in_time_and_streams_that_never_end() {
         (huge.status, huge.code.as_str()),
         (502, "upstream_protocol_error")
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
 async fn without_usage_the_gateway_counts_and_says_so() {
     let upstream = start_upstream(script(4)).await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let answer: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("fault:no-usage", json!({})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("fault:no-usage", json!({}))).await;
     assert_eq!(
         answer["usage"]["completion_tokens"], 4,
         "counted from the logprob tokens"
     );
     let record = &server.observer.records()[0];
     assert!(record.upstream.as_ref().is_some_and(|u| u.usage_estimated));
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -614,19 +530,13 @@ async fn the_gateways_cap_ends_an_answer_the_upstream_got_no_budget_for() {
         ..limits(MODEL)
     };
     let server = gateway_with(upstream_config(&upstream.url), capped, "").await;
-    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("hi", json!({})))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(answer["choices"][0]["message"]["content"], "tok0 tok1 tok2");
     assert!(
         upstream.received()[0].body.get("max_tokens").is_none(),
         "the upstream's own default applies there"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 /// vLLM refuses some requests only once the stream is open (an out-of-vocabulary
@@ -640,7 +550,7 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
     for stream in [false, true] {
         let response = post(
             &server,
-            "/v1/chat/completions",
+            CHAT,
             &chat_body("fault:refused-in-stream", json!({"stream": stream})),
         )
         .await;
@@ -663,18 +573,13 @@ async fn a_refusal_inside_the_stream_is_the_400_an_http_refusal_is() {
         [false, true]
     );
     // The same error after content is the stream's error frame, as before.
-    let text = post(
+    let text = post_text(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body("fault:error-event", json!({"stream": true})),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
+    .await;
     assert!(text.contains("\"error\""), "{text}");
-    server.stop().await;
-    upstream.stop().await;
 }
 
 /// An upstream that ignores the `max_tokens` it was sent (a hostile-upstream test found
@@ -689,15 +594,7 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
     })
     .await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let answer: Value = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", json!({"max_tokens": 16})),
-    )
-    .await
-    .json()
-    .await
-    .expect("json");
+    let answer: Value = post_json(&server, CHAT, &chat_body("hi", json!({"max_tokens": 16}))).await;
     assert_eq!(upstream.received()[0].body["max_tokens"], 16, "it was sent");
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(answer["usage"]["completion_tokens"], 16);
@@ -708,19 +605,16 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
         .count();
     assert_eq!(words, 16, "{answer}");
 
-    let text = post(
+    let text = post_text(
         &server,
-        "/v1/chat/completions",
+        CHAT,
         &chat_body(
             "hi",
             json!({"max_tokens": 16, "stream": true, "stream_options": {"include_usage": true}}),
         ),
     )
-    .await
-    .text()
-    .await
-    .expect("body");
-    let chunks = chunks_of(&text);
+    .await;
+    let chunks = chunks_before_done(&text);
     let content = chunks
         .iter()
         .filter(|c| {
@@ -735,11 +629,11 @@ async fn an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() {
         .any(|c| c["choices"][0]["finish_reason"] == "length"));
     let abandoned = Arc::clone(&upstream.abandoned);
     assert!(
-        eventually(|| abandoned.load(std::sync::atomic::Ordering::SeqCst) == 2).await,
+        eventually(5, || abandoned.load(std::sync::atomic::Ordering::SeqCst)
+            == 2)
+        .await,
         "both answers dropped the upstream's connection"
     );
-    server.stop().await;
-    upstream.stop().await;
 }
 
 #[tokio::test]
@@ -750,24 +644,19 @@ async fn a_client_that_leaves_closes_the_upstreams_stream() {
     })
     .await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let response = post(
-        &server,
-        "/v1/chat/completions",
-        &chat_body("hi", json!({"stream": true})),
-    )
-    .await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
     let mut body = response.bytes_stream();
     let _ = body.next().await;
     let _ = body.next().await;
     drop(body);
     let abandoned = Arc::clone(&upstream.abandoned);
     assert!(
-        eventually(|| abandoned.load(std::sync::atomic::Ordering::SeqCst) == 1).await,
+        eventually(5, || abandoned.load(std::sync::atomic::Ordering::SeqCst)
+            == 1)
+        .await,
         "the upstream saw its reader go"
     );
     let records = server.observer.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].status, Status::Cancelled);
-    server.stop().await;
-    upstream.stop().await;
 }

@@ -92,6 +92,5 @@ async fn no_secret_of_the_gateway_leaves_through_an_upstreams_error_text() {
             assert!(!text.contains(planted), "{planted} in the {place}: {text}");
         }
     }
-    gw.stop().await;
     handle.stop(false).await;
 }

@@ -101,6 +101,15 @@ pub struct FakeEs {
     handle: Mutex<Option<ServerHandle>>,
 }
 
+impl Drop for FakeEs {
+    fn drop(&mut self) {
+        // The stop command is sent when `stop` is called; see `TestServer`'s drop.
+        if let Some(handle) = self.handle.get_mut().ok().and_then(Option::take) {
+            drop(handle.stop(false));
+        }
+    }
+}
+
 impl FakeEs {
     pub async fn start() -> Self {
         Self::start_as(Flavor::default()).await

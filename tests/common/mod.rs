@@ -1,62 +1,27 @@
 //! Shared harness for black-box tests: the real HTTP server on 127.0.0.1:0 with an
-//! injected engine, clock and observer.
+//! injected engine, clock and observer ([`server`]), and the requests, answers and waits
+//! every test file uses.
 #![allow(dead_code)]
 
 pub mod es;
 pub mod logs;
 pub mod otlp;
+pub mod server;
 pub mod upstream;
 
-use std::net::TcpListener;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use actix_web::dev::ServerHandle;
-use actix_web::web;
-use llmgate::clock::{ManualClock, MonotonicClock, SharedClock};
-use llmgate::config::{Config, ServeArgs};
+use llmgate::config::{Config, ServeArgs, DEFAULT_MODEL_PATH};
 use llmgate::engine::scripted::{Script, ScriptedEngine};
-use llmgate::engine::served::ServedModels;
 use llmgate::engine::ModelInfo;
-use llmgate::record::{CollectingObserver, FanOut, LogObserver, RequestObserver};
-use llmgate::semlog::indexer::Pacing;
-use llmgate::semlog::Semlog;
-use llmgate::telemetry::metrics::Metrics;
-use llmgate::telemetry::trace::{TraceSettings, Tracing};
-use llmgate::telemetry::Telemetry;
-use llmgate::AppState;
+use serde_json::Value;
 
+pub use server::TestServer;
+
+/// The id test gateways serve their model as.
 pub const MODEL: &str = "test-model";
-
-pub struct TestServer {
-    pub base: String,
-    pub observer: Arc<CollectingObserver>,
-    pub telemetry: Arc<Telemetry>,
-    /// The semantic-log pipeline, when the server was started with one.
-    pub semlog: Option<Arc<Semlog>>,
-    /// What the handlers share: admission, the drain, limits.
-    pub state: web::Data<AppState>,
-    handle: ServerHandle,
-}
-
-impl TestServer {
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    pub async fn stop(self) {
-        self.handle.stop(false).await;
-    }
-
-    /// Stops like the binary does: HTTP first, then the semantic log drains (to the
-    /// cluster or the spool), then traces are flushed.
-    pub async fn shut_down(self) {
-        self.handle.stop(true).await;
-        if let Some(semlog) = &self.semlog {
-            semlog.shutdown(std::time::Duration::from_secs(10)).await;
-        }
-        self.telemetry.shutdown();
-    }
-}
 
 /// The config of a gateway serving [`MODEL`] from the scripted engine. Its model path
 /// names no known model file, so no model card's defaults apply (docs/defaults.md):
@@ -72,6 +37,19 @@ pub fn test_config(toml: &str) -> Config {
     Config::from_toml(&ServeArgs::default(), &text).expect("test config")
 }
 
+/// The default model's file (for the tests that run the real model).
+pub fn model_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL_PATH);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-model",
+        path.display()
+    );
+    path
+}
+
+/// The scripted model: [`MODEL`], `context_length` tokens of context, fingerprint
+/// `fp_test`.
 pub fn model_info(context_length: u32) -> ModelInfo {
     ModelInfo {
         id: MODEL.into(),
@@ -86,191 +64,23 @@ pub fn scripted(default: Script) -> ScriptedEngine {
     ScriptedEngine::new(model_info(64), default)
 }
 
+/// The scripted engine's usual answer: "Hello!" in three tokens, at once.
+pub fn hello() -> Script {
+    Script::tokens(&["Hel", "lo", "!"], Duration::ZERO)
+}
+
+/// The scripted engine answering [`hello`].
+pub fn hello_engine() -> Arc<ScriptedEngine> {
+    Arc::new(scripted(hello()))
+}
+
 /// The scripted engine with an 8192-token context, for long answers.
 pub fn scripted_long(default: Script) -> ScriptedEngine {
     ScriptedEngine::new(model_info(8192), default)
 }
 
-/// Starts the server with the monotonic clock.
-pub async fn start(engine: impl Into<llmgate::engine::Front>, config: &Config) -> TestServer {
-    start_with_clock(engine, config, Arc::new(MonotonicClock::new())).await
-}
-
-/// Starts the server with a frozen clock, for byte-exact responses.
-pub async fn start_frozen(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-) -> TestServer {
-    start_with_clock(engine, config, Arc::new(ManualClock::new())).await
-}
-
-pub async fn start_with_clock(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    clock: SharedClock,
-) -> TestServer {
-    let observer = Arc::new(CollectingObserver::default());
-    let telemetry = Telemetry::without_traces(MODEL, observer.clone());
-    start_with_telemetry(engine, config, clock, observer, telemetry).await
-}
-
-/// Starts the server exporting traces over OTLP/gRPC to `endpoint`, sampled as `config`'s
-/// `[telemetry]` table says.
-pub async fn start_traced(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    endpoint: &str,
-) -> TestServer {
-    start_with(engine, config, Some(endpoint), None).await
-}
-
-/// Pacing for tests: small batches soon, quick retries.
-pub const TEST_PACING: Pacing = Pacing {
-    batch_docs: 500,
-    batch_bytes: 5 << 20,
-    batch_age: std::time::Duration::from_millis(50),
-    base_backoff: std::time::Duration::from_millis(20),
-    max_backoff: std::time::Duration::from_millis(200),
-    attempts: 3,
-};
-
-/// Starts the server with the request log line, optionally traces to `otlp` and the
-/// semantic-log pipeline as `config`'s `[semlog]` table says (when `semlog` is given).
-pub async fn start_with(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    otlp: Option<&str>,
-    semlog: Option<Pacing>,
-) -> TestServer {
-    let open = llmgate::auth::Guard::default();
-    start_with_guard(engine, config, otlp, semlog, open).await
-}
-
-/// [`start_with`], with API keys.
-pub async fn start_with_guard(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    otlp: Option<&str>,
-    semlog: Option<Pacing>,
-    guard: llmgate::auth::Guard,
-) -> TestServer {
-    let observer = Arc::new(CollectingObserver::default());
-    let metrics = Arc::new(Metrics::new(MODEL));
-    let settings = TraceSettings::from(&config.telemetry);
-    let tracing = otlp
-        .map(|endpoint| Tracing::grpc(endpoint, &settings, Arc::clone(&metrics)).expect("tracing"));
-    let semlog = semlog.map(|pacing| {
-        Arc::new(Semlog::start(&config.semlog, Arc::clone(&metrics), pacing).expect("semlog"))
-    });
-    // The request log line too, so log lines can be checked against spans.
-    let mut observers: Vec<Arc<dyn RequestObserver>> =
-        vec![observer.clone(), Arc::new(LogObserver)];
-    if let Some(semlog) = &semlog {
-        observers.push(semlog.clone());
-    }
-    let telemetry = Arc::new(Telemetry::new(
-        metrics,
-        tracing,
-        settings.policy,
-        Arc::new(FanOut(observers)),
-    ));
-    let mut state = AppState::new(
-        config,
-        engine,
-        Arc::new(MonotonicClock::new()),
-        Arc::clone(&telemetry),
-    );
-    if let Some(semlog) = &semlog {
-        state.semlog = semlog.status();
-    }
-    state.guard = guard;
-    let mut server = listen(state, observer, telemetry);
-    server.semlog = semlog;
-    server
-}
-
-/// Starts the server with API keys (and the request log line, for the captured logs).
-pub async fn start_guarded(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    guard: llmgate::auth::Guard,
-) -> TestServer {
-    let observer = Arc::new(CollectingObserver::default());
-    let observers: Vec<Arc<dyn RequestObserver>> = vec![observer.clone(), Arc::new(LogObserver)];
-    let telemetry = Telemetry::without_traces(MODEL, Arc::new(FanOut(observers)));
-    let clock = Arc::new(MonotonicClock::new());
-    start_guarded_with(engine, config, clock, observer, telemetry, guard).await
-}
-
-async fn start_with_telemetry(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    clock: SharedClock,
-    observer: Arc<CollectingObserver>,
-    telemetry: Telemetry,
-) -> TestServer {
-    let open = llmgate::auth::Guard::default();
-    start_guarded_with(engine, config, clock, observer, telemetry, open).await
-}
-
-async fn start_guarded_with(
-    engine: impl Into<llmgate::engine::Front>,
-    config: &Config,
-    clock: SharedClock,
-    observer: Arc<CollectingObserver>,
-    telemetry: Telemetry,
-    guard: llmgate::auth::Guard,
-) -> TestServer {
-    let telemetry = Arc::new(telemetry);
-    let mut state = AppState::new(config, engine, clock, Arc::clone(&telemetry));
-    state.guard = guard;
-    listen(state, observer, telemetry)
-}
-
-/// Starts the server on several models (their ids are the metric labels), with the
-/// request log line beside the collecting observer.
-pub async fn start_models(models: ServedModels, upstreams: &[&str], config: &Config) -> TestServer {
-    let observer = Arc::new(CollectingObserver::default());
-    let observers: Vec<Arc<dyn RequestObserver>> = vec![observer.clone(), Arc::new(LogObserver)];
-    let ids: Vec<String> = models.iter().map(|m| m.id().to_owned()).collect();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let metrics = Arc::new(Metrics::for_models(&ids, upstreams));
-    let telemetry = Arc::new(Telemetry::new(
-        metrics,
-        None,
-        TraceSettings::from(&config.telemetry).policy,
-        Arc::new(FanOut(observers)),
-    ));
-    let state = AppState::with_models(
-        config,
-        models,
-        Arc::new(MonotonicClock::new()),
-        Arc::clone(&telemetry),
-    );
-    listen(state, observer, telemetry)
-}
-
-fn listen(
-    state: AppState,
-    observer: Arc<CollectingObserver>,
-    telemetry: Arc<Telemetry>,
-) -> TestServer {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = web::Data::new(state);
-    let server = llmgate::serve(state.clone(), listener, 2).expect("server");
-    let handle = server.handle();
-    tokio::spawn(server);
-    TestServer {
-        base,
-        observer,
-        telemetry,
-        semlog: None,
-        state,
-        handle,
-    }
-}
-
+/// A chat request for [`MODEL`] of one user turn saying `content`, with `extra`'s fields
+/// added.
 pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut body = serde_json::json!({
         "model": MODEL,
@@ -282,6 +92,40 @@ pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
         }
     }
     body
+}
+
+/// The chat route.
+pub const CHAT: &str = "/v1/chat/completions";
+
+/// POSTs `body` as JSON to `path` with the request id `t1`, so that the answer's id is
+/// known (`chatcmpl-t1`, `cmpl-t1`).
+pub async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(server.url(path))
+        .header("x-request-id", "t1")
+        .json(body)
+        .send()
+        .await
+        .expect("request")
+}
+
+/// [`post`], then the answer's body as JSON.
+pub async fn post_json(server: &TestServer, path: &str, body: &Value) -> Value {
+    post(server, path, body).await.json().await.expect("json")
+}
+
+/// [`post`], then the answer's body as text.
+pub async fn post_text(server: &TestServer, path: &str, body: &Value) -> String {
+    post(server, path, body).await.text().await.expect("body")
+}
+
+/// The JSON chunks of an SSE body, `[DONE]` left out.
+pub fn chunks_of(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|l| *l != "[DONE]")
+        .map(|l| serde_json::from_str(l).expect("chunk"))
+        .collect()
 }
 
 /// The server's `/metrics` text.
@@ -305,13 +149,13 @@ pub async fn semlog_status(server: &TestServer) -> serde_json::Value {
     ready["semlog"].clone()
 }
 
-/// Polls `cond` for up to five seconds.
-pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..500 {
+/// Polls `cond` every 10 ms until it holds (true) or `seconds` have passed (false).
+pub async fn eventually(seconds: u64, mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..seconds * 100 {
         if cond() {
             return true;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cond()
 }

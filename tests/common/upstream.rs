@@ -11,11 +11,12 @@ use llmgate::engine::upstream::config::UpstreamConfig;
 use llmgate::engine::upstream::fleet::FleetConfig;
 use llmgate::engine::upstream::UpstreamEngine;
 
-use super::{start_models, test_config, TestServer, MODEL};
+use super::{test_config, TestServer, MODEL};
 
 /// The model name the scripted upstream answers as.
 pub const UPSTREAM_MODEL: &str = "scripted";
 
+/// A scripted upstream server; dropping it stops it.
 pub struct Upstream {
     /// Base URL of its API (`http://127.0.0.1:PORT/v1`).
     pub url: String,
@@ -30,8 +31,16 @@ impl Upstream {
         self.received.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
+    /// Stops it and waits until its listener is closed: a replica that goes away.
     pub async fn stop(self) {
         self.handle.stop(false).await;
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // The stop command is sent when `stop` is called; see `TestServer`'s drop.
+        drop(self.handle.stop(false));
     }
 }
 
@@ -82,7 +91,10 @@ pub async fn gateway(config: UpstreamConfig) -> TestServer {
 pub async fn gateway_with(config: UpstreamConfig, limits: ModelPolicy, toml: &str) -> TestServer {
     let engine = UpstreamEngine::start(MODEL, config).expect("engine");
     let models = ServedModels::single(limits, engine);
-    start_models(models, &[MODEL], &test_config(toml)).await
+    TestServer::serving(models, &[MODEL])
+        .config(&test_config(toml))
+        .start()
+        .await
 }
 
 /// The gateway serving each `(id, engine)`.
@@ -98,7 +110,7 @@ pub async fn gateway_of(
         })
         .collect();
     let models = ServedModels::new(models).expect("models");
-    start_models(models, upstreams, &test_config("")).await
+    TestServer::serving(models, upstreams).start().await
 }
 
 /// The settings of a model served by several replicas, `fleet` saying how.
