@@ -80,14 +80,21 @@ async fn per_request(requests: usize) {
             Duration::ZERO,
         )))
     };
-    let open = common::start(engine(), &config).await;
+    let open = common::TestServer::builder(engine())
+        .config(&config)
+        .start()
+        .await;
     let guard = Guard {
         keys: Some(Arc::new(
             Keys::load(&file, Limits::default(), Arc::new(MonotonicClock::new())).expect("keys"),
         )),
         metrics_need_key: false,
     };
-    let guarded = common::start_guarded(engine(), &config, guard).await;
+    let guarded = common::TestServer::builder(engine())
+        .config(&config)
+        .guard(guard)
+        .start()
+        .await;
     let client = reqwest::Client::new();
     let mut times = [Vec::new(), Vec::new()];
     for round in 0..requests {
@@ -108,8 +115,6 @@ async fn per_request(requests: usize) {
         "GET /v1/models over HTTP: open {a:.1} µs, with keys {b:.1} µs (p50), difference {:+.1} µs",
         b - a
     );
-    open.stop().await;
-    guarded.stop().await;
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{chat_body, scripted_long, start, test_config};
+use common::{chat_body, scripted_long, test_config, TestServer};
 use futures_util::StreamExt;
 use llmgate::engine::scripted::Script;
 use serde_json::json;
@@ -50,7 +50,10 @@ async fn main() {
     let texts: Vec<String> = (0..tokens).map(|i| format!(" w{i}")).collect();
     // A context long enough for the answer; the default cap allows 2048 tokens.
     let engine = Arc::new(scripted_long(Script::tokens(&texts, Duration::ZERO)));
-    let server = start(engine, &test_config("")).await;
+    let server = TestServer::builder(engine)
+        .config(&test_config(""))
+        .start()
+        .await;
     let url = server.url("/v1/chat/completions");
     let client = reqwest::Client::new();
     stream_once(&client, &url, tokens).await;
@@ -78,5 +81,4 @@ async fn main() {
             cpu * 1e6 / frames as f64
         );
     }
-    server.stop().await;
 }

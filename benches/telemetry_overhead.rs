@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::otlp::Collector;
-use common::{chat_body, scripted_long, start, start_traced, test_config, TestServer};
+use common::{chat_body, scripted_long, test_config, TestServer};
 use llmgate::engine::scripted::Script;
-use llmgate::engine::Backend;
+use llmgate::engine::Front;
 use serde_json::{json, Value};
 
 struct Run {
@@ -61,11 +61,18 @@ async fn drive(server: &TestServer, n: usize, body: &Value) -> Run {
     run
 }
 
-async fn compare(label: &str, engine: Arc<dyn Backend>, n: usize, body: Value) {
+async fn compare(label: &str, engine: Front, n: usize, body: Value) {
     let config = test_config("[telemetry]\ntrace_sample_ratio = 1.0\n");
-    let off_server = start(engine.clone(), &config).await;
+    let off_server = TestServer::builder(engine.clone())
+        .config(&config)
+        .start()
+        .await;
     let (collector, endpoint) = Collector::start().await;
-    let on_server = start_traced(engine, &config, &endpoint).await;
+    let on_server = TestServer::builder(engine)
+        .config(&config)
+        .traced(&endpoint)
+        .start()
+        .await;
     // Warm up both, then alternate so drift on a shared machine hits both alike.
     drive(&off_server, 2.min(n), &body).await;
     drive(&on_server, 2.min(n), &body).await;
@@ -104,8 +111,6 @@ async fn compare(label: &str, engine: Arc<dyn Backend>, n: usize, body: Value) {
         (e2e_on / e2e_off - 1.0) * 100.0
     );
     on_server.telemetry.shutdown();
-    off_server.stop().await;
-    on_server.stop().await;
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +123,13 @@ async fn main() {
         "hi",
         json!({"stream": true, "max_tokens": 256, "stream_options": {"include_usage": true}}),
     );
-    compare("scripted engine, 256 tokens at zero delay", engine, n, body).await;
+    compare(
+        "scripted engine, 256 tokens at zero delay",
+        engine.into(),
+        n,
+        body,
+    )
+    .await;
 
     let model =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(llmgate::config::DEFAULT_MODEL_PATH);
@@ -136,6 +147,6 @@ async fn main() {
             json!({"stream": true, "max_tokens": 64, "temperature": 0,
                    "stream_options": {"include_usage": true}}),
         );
-        compare("default model, 64 tokens greedy", engine, 20, body).await;
+        compare("default model, 64 tokens greedy", engine.into(), 20, body).await;
     }
 }
