@@ -39,9 +39,9 @@ pub fn check_refusal(error: &ApiError) {
 pub fn check_accepted(request: &ValidatedRequest) {
     let g = &request.generation;
     assert!(
-        g.max_tokens >= 1 && g.max_tokens <= CAP,
+        g.budget.tokens() >= 1 && g.budget.tokens() <= CAP,
         "max_tokens {}",
-        g.max_tokens
+        g.budget.tokens()
     );
     assert!(
         g.sampling.stop.len() <= 4,
@@ -77,7 +77,6 @@ pub fn upstream_body(g: &GenerationRequest) -> Vec<u8> {
         context_length: 8192,
         check_model: false,
         max_tokens_param: "max_tokens".into(),
-        default_max_tokens: None,
         fleet: Default::default(),
     };
     let (_, body) = request_body(g, &config, Asks { logprobs: false });

@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use crate::config::{Config, EngineTable, ServeArgs, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
-use crate::engine::{Backend, Front};
+use crate::engine::Front;
 use client::{Sample, Settings};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -343,18 +343,16 @@ async fn engine_direct(
     let engine = match config.models.first().map(|m| &m.engine) {
         #[cfg(feature = "llamacpp")]
         Some(crate::config::ModelEngine::Llamacpp { .. }) => {
-            let engine: Arc<dyn Backend> = crate::engine::llamacpp::LlamaCppEngine::load_now(
+            Front::from(crate::engine::llamacpp::LlamaCppEngine::load_now(
                 crate::engine::llamacpp::LlamaCppSettings::from_config(&config.engine),
-            )?;
-            Front::from(engine)
+            )?)
         }
-        _ => {
-            let engine: Arc<dyn Backend> = crate::engine::mistral::MistralEngine::load_now(
+        _ => Front::from(
+            crate::engine::mistral::MistralEngine::load_now(
                 crate::engine::mistral::MistralSettings::from_config(&config.engine),
             )
-            .await?;
-            Front::from(engine)
-        }
+            .await?,
+        ),
     };
 
     // The gateway over the same engine, on loopback.
