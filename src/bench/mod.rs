@@ -340,22 +340,21 @@ async fn engine_direct(
     prompts: &[Value],
     http: impl Fn(String) -> Target,
 ) -> anyhow::Result<Vec<Report>> {
-    let engine = match config.models.first().map(|m| &m.engine) {
+    let engine: Arc<dyn Backend> = match config.models.first().map(|m| &m.engine) {
         #[cfg(feature = "llamacpp")]
         Some(crate::config::ModelEngine::Llamacpp { .. }) => {
-            let engine: Arc<dyn Backend> = crate::engine::llamacpp::LlamaCppEngine::load_now(
+            crate::engine::llamacpp::LlamaCppEngine::load_now(
                 crate::engine::llamacpp::LlamaCppSettings::from_config(&config.engine),
-            )?;
-            Front::from(engine)
+            )?
         }
         _ => {
-            let engine: Arc<dyn Backend> = crate::engine::mistral::MistralEngine::load_now(
+            crate::engine::mistral::MistralEngine::load_now(
                 crate::engine::mistral::MistralSettings::from_config(&config.engine),
             )
-            .await?;
-            Front::from(engine)
+            .await?
         }
     };
+    let engine = Front::from(engine);
 
     // The gateway over the same engine, on loopback.
     let telemetry = Arc::new(crate::telemetry::Telemetry::without_traces(
