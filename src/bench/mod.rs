@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use crate::config::{Config, EngineTable, ServeArgs, DEFAULT_MODEL_ID, DEFAULT_MODEL_PATH};
-use crate::engine::{Backend, Front};
+use crate::engine::Front;
 use client::{Sample, Settings};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -340,7 +340,7 @@ async fn engine_direct(
     prompts: &[Value],
     http: impl Fn(String) -> Target,
 ) -> anyhow::Result<Vec<Report>> {
-    let engine: Arc<dyn Backend> = match config.models.first().map(|m| &m.engine) {
+    let engine: Arc<dyn crate::engine::Backend> = match config.models.first().map(|m| &m.engine) {
         #[cfg(feature = "llamacpp")]
         Some(crate::config::ModelEngine::Llamacpp { .. }) => {
             crate::engine::llamacpp::LlamaCppEngine::load_now(
