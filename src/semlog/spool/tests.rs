@@ -12,6 +12,12 @@ fn doc(i: usize) -> Encoded {
     }
 }
 
+/// A spool in `dir` of two documents a segment (all `doc(i)` below 10 are one size).
+fn two_per_segment(dir: &Path, sync_each: bool) -> Spool {
+    let one = doc(0).lines.len() as u64;
+    Spool::open(dir, 1 << 20, one * 2, sync_each).expect("open")
+}
+
 /// Appends the documents numbered `numbers`.
 fn append_all(spool: &Spool, numbers: std::ops::Range<usize>) {
     for i in numbers {
@@ -78,8 +84,8 @@ fn only_the_gateways_user_can_read_the_spool() {
 fn a_batch_ending_inside_a_segment_keeps_its_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let one = doc(0).lines.len() as u64;
-    // Two documents per segment; a batch of three ends inside the second segment.
-    let spool = Spool::open(dir.path(), 1 << 20, one * 2, false).expect("open");
+    // A batch of three ends inside the second segment.
+    let spool = two_per_segment(dir.path(), false);
     append_all(&spool, 0..6);
     send(&spool, 3);
     assert_eq!(spool.pending_bytes(), one * 3);
@@ -89,7 +95,7 @@ fn a_batch_ending_inside_a_segment_keeps_its_offset() {
     };
     assert_eq!(ids(&spool), ["doc-3", "doc-4", "doc-5"]);
     drop(spool);
-    let reopened = Spool::open(dir.path(), 1 << 20, one * 2, false).expect("reopen");
+    let reopened = two_per_segment(dir.path(), false);
     assert_eq!(
         ids(&reopened),
         ["doc-3", "doc-4", "doc-5"],
@@ -124,15 +130,14 @@ fn a_torn_tail_is_skipped_and_the_spool_goes_on() {
 #[test]
 fn counts_the_documents_waiting_also_after_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let one = doc(0).lines.len() as u64;
-    let spool = Spool::open(dir.path(), 1 << 20, one * 2, false).expect("open");
+    let spool = two_per_segment(dir.path(), false);
     append_all(&spool, 0..5);
     assert_eq!(spool.pending_docs(), 5);
     send(&spool, 3);
     assert_eq!(spool.pending_docs(), 2);
     spool.flush().expect("flush");
     drop(spool);
-    let reopened = Spool::open(dir.path(), 1 << 20, one * 2, true).expect("reopen");
+    let reopened = two_per_segment(dir.path(), true);
     assert_eq!(reopened.pending_docs(), 2, "counted from the files");
     reopened.append(&doc(5)).expect("a synced append");
     assert_eq!(reopened.pending_docs(), 3);
