@@ -75,6 +75,8 @@ impl ModelFile {
 /// What an engine in this process (llama.cpp, mistral.rs) keeps of its loaded model for
 /// the front: the facts it reports, the tokens' bytes and the tokens an answer ends on.
 pub struct InProcessModel {
+    /// The served model's facts (id, context, fingerprint, device), as `/v1/models`, the
+    /// metrics and the semantic log report them.
     pub info: Arc<ModelInfo>,
     /// The tokens' bytes, for structured output, log-probabilities and `/tokenize`'s
     /// spellings; `None` when the file's tokenizer is not one the grammar knows.
