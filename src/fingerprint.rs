@@ -125,18 +125,16 @@ mod tests {
             base,
             system_fingerprint("aa", "mistral.rs 0.8.1", "cpu", &none)
         );
-        assert_ne!(
-            base,
-            system_fingerprint("ab", "mistral.rs 0.8.1", "cpu", &none)
-        );
-        assert_ne!(
-            base,
-            system_fingerprint("aa", "mistral.rs 0.8.2", "cpu", &none)
-        );
-        assert_ne!(
-            base,
-            system_fingerprint("aa", "mistral.rs 0.8.1", "cuda", &none)
-        );
+        for (model_sha256, engine, device) in [
+            ("ab", "mistral.rs 0.8.1", "cpu"),
+            ("aa", "mistral.rs 0.8.2", "cpu"),
+            ("aa", "mistral.rs 0.8.1", "cuda"),
+        ] {
+            assert_ne!(
+                base,
+                system_fingerprint(model_sha256, engine, device, &none)
+            );
+        }
         let h200 = Accelerator {
             gpu: "NVIDIA H200".into(),
             driver: "580.65.06".into(),

@@ -129,7 +129,7 @@ struct ReplayArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let ended = match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Replay(args) => run_replay(&args),
         Command::Bench(args) => run_bench(&args),
@@ -139,25 +139,29 @@ fn main() -> ExitCode {
             run_semlog_replay(&serve, &files)
         }
         Command::Keys(KeysCommand::Add { key_id, file }) => {
-            match llmgate::auth::add_key(&file, &key_id) {
-                Ok(key) => {
-                    println!("{key}");
-                    eprintln!(
-                        "Added '{key_id}' to {}. The key above is shown once; only its hash is kept.",
-                        file.display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("llmgate keys add: {error}");
-                    ExitCode::from(2)
-                }
-            }
+            cannot_run("llmgate keys add", llmgate::auth::add_key(&file, &key_id)).map(|key| {
+                println!("{key}");
+                eprintln!(
+                    "Added '{key_id}' to {}. The key above is shown once; only its hash is kept.",
+                    file.display()
+                );
+                ExitCode::SUCCESS
+            })
         }
-    }
+    };
+    ended.unwrap_or_else(|status| status)
 }
 
-fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> ExitCode {
+/// `result`'s value, or exit status 2 with its error said on stderr after `command`
+/// (`llmgate bench: ...`): how a command that cannot go on ends.
+fn cannot_run<T>(command: &str, result: Result<T, impl std::fmt::Display>) -> Result<T, ExitCode> {
+    result.map_err(|error| {
+        eprintln!("{command}: {error}");
+        ExitCode::from(2)
+    })
+}
+
+fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> Result<ExitCode, ExitCode> {
     let script = llmgate::bench::upstream::UpstreamScript {
         model: args.model.clone(),
         tokens: args.tokens,
@@ -176,7 +180,7 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> ExitCode {
                     "llmgate scripted-upstream: --fault {}: no such fault (500, 429, cut, no-first-byte, ...)",
                     args.fault
                 );
-                return ExitCode::from(2);
+                return Err(ExitCode::from(2));
             }
         },
         fault_rate: args.fault_rate,
@@ -184,54 +188,40 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> ExitCode {
     };
     let served = TcpListener::bind(args.listen)
         .and_then(|listener| llmgate::bench::upstream::serve(listener, script, args.workers));
-    let upstream = match served {
-        Ok(upstream) => upstream,
-        Err(error) => {
-            eprintln!(
-                "llmgate scripted-upstream: could not listen on {}: {error}",
-                args.listen
-            );
-            return ExitCode::from(2);
-        }
-    };
+    let upstream = cannot_run(
+        "llmgate scripted-upstream",
+        served.map_err(|error| format!("could not listen on {}: {error}", args.listen)),
+    )?;
     eprintln!(
         "Scripted upstream on http://{}/v1 (model {}).",
         args.listen, args.model
     );
-    match actix_web::rt::System::new().block_on(upstream.server) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("llmgate scripted-upstream: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    Ok(
+        match actix_web::rt::System::new().block_on(upstream.server) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("llmgate scripted-upstream: {error}");
+                ExitCode::FAILURE
+            }
+        },
+    )
 }
 
 /// Prints the table(s), and writes JSON when asked. Exit status 1 when a request failed.
-fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
+fn run_bench(args: &llmgate::bench::BenchArgs) -> Result<ExitCode, ExitCode> {
     // --engine-direct loads the engine here: its process-wide settings go in first.
     let direct = args.engine_direct.then(|| {
         let config = llmgate::bench::engine_direct_config(args).map_err(|e| format!("{e:#}"))?;
         process::apply(&config.engine).map(|_| config)
     });
-    let direct = match direct.transpose() {
-        Ok(direct) => direct,
-        Err(error) => {
-            eprintln!("llmgate bench: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match command_runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
-    let reports = match runtime.block_on(llmgate::bench::bench(args, direct.as_ref())) {
-        Ok(reports) => reports,
-        Err(error) => {
-            eprintln!("llmgate bench: {error:#}");
-            return ExitCode::from(2);
-        }
-    };
+    let direct = cannot_run("llmgate bench", direct.transpose())?;
+    let runtime = command_runtime()?;
+    let reports = cannot_run(
+        "llmgate bench",
+        runtime
+            .block_on(llmgate::bench::bench(args, direct.as_ref()))
+            .map_err(|e| format!("{e:#}")),
+    )?;
     for report in &reports {
         println!("{}", report.table());
     }
@@ -239,20 +229,17 @@ fn run_bench(args: &llmgate::bench::BenchArgs) -> ExitCode {
         print!("{}", llmgate::bench::overhead(engine, gateway));
     }
     if let Some(path) = &args.json {
-        if let Err(error) = write_json(path, &reports) {
-            eprintln!("llmgate bench: could not write {}: {error}", path.display());
-            return ExitCode::from(2);
-        }
+        cannot_run("llmgate bench", write_json(path, &reports))?;
     }
     if reports.iter().any(|r| r.errors > 0) {
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the comparison (and writes JSON when asked). Exit status 1 when fewer answers
 /// than `--min-agreement` are identical, 2 when the comparison could not run.
-fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
+fn run_compare(args: &llmgate::compare::CompareArgs) -> Result<ExitCode, ExitCode> {
     let report = if args.semlog.is_some() {
         llmgate::compare::compare_semlog(args)
     } else {
@@ -261,33 +248,24 @@ fn run_compare(args: &llmgate::compare::CompareArgs) -> ExitCode {
             Err(error) => Err(error.into()),
         }
     };
-    let report = match report {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("llmgate compare: {error:#}");
-            return ExitCode::from(2);
-        }
-    };
+    let report = cannot_run("llmgate compare", report.map_err(|e| format!("{e:#}")))?;
     print!("{}", report.table());
     if let Some(path) = &args.json {
-        if let Err(error) = write_json(path, &report) {
-            eprintln!(
-                "llmgate compare: could not write {}: {error}",
-                path.display()
-            );
-            return ExitCode::from(2);
-        }
+        cannot_run("llmgate compare", write_json(path, &report))?;
     }
-    match args.min_agreement {
+    Ok(match args.min_agreement {
         Some(min) if report.summary.identical_share < min => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
-    }
+    })
 }
 
-/// Writes `value` to `path` as pretty JSON (`--json` of bench and compare).
+/// Writes `value` to `path` as pretty JSON (`--json` of bench and compare); the error
+/// names the file.
 fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<(), String> {
-    let json = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
-    std::fs::write(path, json).map_err(|e| e.to_string())
+    serde_json::to_vec_pretty(value)
+        .map_err(|e| e.to_string())
+        .and_then(|json| std::fs::write(path, json).map_err(|e| e.to_string()))
+        .map_err(|error| format!("could not write {}: {error}", path.display()))
 }
 
 /// The async runtime of a command that is not `serve`; exit status 2, said on stderr,
@@ -302,18 +280,9 @@ fn command_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// `llmgate semlog replay`: exit 0 when every dead letter is in the index, 1 when the
 /// cluster refused some again (each is named) or lines could not be read, 2 when it could
 /// not be reached.
-fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
-    let config = match Config::load(args) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("llmgate: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match command_runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> Result<ExitCode, ExitCode> {
+    let config = cannot_run("llmgate", Config::load(args))?;
+    let runtime = command_runtime()?;
     let result = runtime.block_on(llmgate::semlog::replay::replay(&config.semlog, files));
     let (report, failure) = match result {
         Ok(report) => (report, None),
@@ -323,23 +292,20 @@ fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> ExitCode {
         eprintln!("refused again: {id} ({status} {error_type}): {reason}");
     }
     println!("llmgate semlog replay: {report}");
-    match failure {
+    Ok(match failure {
         Some(why) => {
             eprintln!("llmgate semlog replay: stopped: {why}; run it again later (nothing is lost, and documents already sent count as already indexed).");
             ExitCode::from(2)
         }
         None if report.refused.is_empty() && report.unreadable == 0 => ExitCode::SUCCESS,
         None => ExitCode::from(1),
-    }
+    })
 }
 
 /// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
 /// checked.
-fn run_replay(args: &ReplayArgs) -> ExitCode {
-    let runtime = match command_runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+fn run_replay(args: &ReplayArgs) -> Result<ExitCode, ExitCode> {
+    let runtime = command_runtime()?;
     let client = reqwest::Client::new();
     let mut status = ExitCode::SUCCESS;
     for path in &args.files {
@@ -379,49 +345,27 @@ fn run_replay(args: &ReplayArgs) -> ExitCode {
             }
         }
     }
-    status
+    Ok(status)
 }
 
-fn run_serve(args: &ServeArgs) -> ExitCode {
+fn run_serve(args: &ServeArgs) -> Result<ExitCode, ExitCode> {
     if args.check_config {
-        return match Config::load(args) {
-            Ok(config) => {
-                let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
-                println!(
-                    "llmgate: the configuration is valid; listen: {}; models: {}",
-                    config.server.listen,
-                    ids.join(", ")
-                );
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("llmgate: {error}");
-                ExitCode::from(2)
-            }
-        };
+        let config = cannot_run("llmgate", Config::load(args))?;
+        let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+        println!(
+            "llmgate: the configuration is valid; listen: {}; models: {}",
+            config.server.listen,
+            ids.join(", ")
+        );
+        return Ok(ExitCode::SUCCESS);
     }
-    let config = match Config::load(args).and_then(|c| c.check_model_file().map(|()| c)) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("llmgate: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    let config = cannot_run(
+        "llmgate",
+        Config::load(args).and_then(|c| c.check_model_file().map(|()| c)),
+    )?;
     // Before any thread starts: candle and rayon read these once per process.
-    let applied = match process::apply(&config.engine) {
-        Ok(applied) => applied,
-        Err(error) => {
-            eprintln!("llmgate: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let logging = match llmgate::telemetry::logs::init(&config.logging) {
-        Ok(logging) => logging,
-        Err(error) => {
-            eprintln!("llmgate: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    let applied = cannot_run("llmgate", process::apply(&config.engine))?;
+    let logging = cannot_run("llmgate", llmgate::telemetry::logs::init(&config.logging))?;
     for (variable, value) in &applied.overridden {
         tracing::warn!(
             variable,
@@ -442,20 +386,17 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
             "Engine settings (mistral.rs)."
         );
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            tracing::error!(%error, "Could not start the async runtime.");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(config, &logging)) {
+    let runtime = tokio::runtime::Runtime::new().map_err(|error| {
+        tracing::error!(%error, "Could not start the async runtime.");
+        ExitCode::FAILURE
+    })?;
+    Ok(match runtime.block_on(serve(config, &logging)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = %format!("{error:#}"), "The gateway stopped with an error.");
             ExitCode::FAILURE
         }
-    }
+    })
 }
 
 /// How long the semantic log may take to stop: its queue goes to the spool first (on

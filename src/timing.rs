@@ -275,9 +275,9 @@ fn itl_stats(gaps: &[Duration]) -> Option<ItlStats> {
     })
 }
 
-/// Nearest-rank percentile of a sorted, non-empty slice.
-/// The nearest-rank `q` quantile of `sorted` (the gateway's and the benchmark's).
-pub fn nearest_rank(sorted: &[Duration], q: f64) -> Duration {
+/// The nearest-rank `q` quantile of `sorted`, a non-empty slice (the gateway's and the
+/// benchmark's).
+pub fn nearest_rank<T: Copy>(sorted: &[T], q: f64) -> T {
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }

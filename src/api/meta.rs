@@ -6,6 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::responses::{GetErrors, KeyedGetErrors};
 use super::AppState;
 use crate::engine::served::ServedModel;
 use crate::engine::Readiness;
@@ -142,8 +143,7 @@ pub struct EndpointState {
     security((), ("api_key" = [])),
     responses(
         (status = 200, description = "Every served model", body = ModelList),
-        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
-        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+        KeyedGetErrors,
     ),
 )]
 pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
@@ -162,8 +162,7 @@ pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     responses(
         (status = 200, description = "The model", body = ModelObject),
         (status = 404, description = "Not served", body = ErrorBody),
-        (status = 401, description = "A key is needed or is not valid", body = ErrorBody),
-        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+        KeyedGetErrors,
     ),
 )]
 pub async fn get_model(
@@ -203,7 +202,7 @@ fn model_object(model: &ServedModel) -> ModelObject<'_> {
     security(()),
     responses(
         (status = 200, description = "The process is up", body = Health),
-        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+        GetErrors,
     ),
 )]
 pub async fn health() -> HttpResponse {
@@ -221,7 +220,7 @@ pub async fn health() -> HttpResponse {
     responses(
         (status = 200, description = "A served model takes requests", body = Ready),
         (status = 503, description = "Loading, unreachable or stopping", body = Ready),
-        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
+        GetErrors,
     ),
 )]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
@@ -302,8 +301,8 @@ fn model_state(model: &ServedModel) -> ModelState<'_> {
     responses(
         (status = 200, description = "Prometheus text, or OpenMetrics when `Accept` asks for it", content_type = "text/plain", body = String),
         (status = 401, description = "With `--metrics-auth`: a key is needed", body = ErrorBody),
-        (status = 405, description = "Only GET and HEAD", body = ErrorBody),
         (status = 500, description = "The metrics could not be encoded", body = ErrorBody),
+        GetErrors,
     ),
 )]
 pub async fn metrics(

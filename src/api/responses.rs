@@ -66,6 +66,28 @@ impl IntoResponses for TokenErrors {
     }
 }
 
+/// The error statuses of a route read with GET or HEAD that is open to every client.
+pub struct GetErrors;
+
+impl IntoResponses for GetErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        errors(&[(405, ONLY_GET)])
+    }
+}
+
+/// The error statuses of a route read with GET or HEAD that needs a key when the
+/// gateway has keys.
+pub struct KeyedGetErrors;
+
+impl IntoResponses for KeyedGetErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        errors(&[(401, "A key is needed or is not valid"), (405, ONLY_GET)])
+    }
+}
+
+/// 405 of the routes read with GET or HEAD.
+const ONLY_GET: &str = "Only GET and HEAD";
+
 /// Responses with OpenAI's error body, by status.
 fn errors(statuses: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
     let body = || {

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
+use super::responses::KeyedGetErrors;
 use super::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -97,8 +98,7 @@ fn projected(doc: &Value, with_text: bool) -> Value {
     security((), ("api_key" = [])),
     responses(
         (status = 200, description = "The live view", body = Stats),
-        (status = 401, description = "A key is needed or is not valid", body = crate::error::ErrorBody),
-        (status = 405, description = "Only GET and HEAD", body = crate::error::ErrorBody),
+        KeyedGetErrors,
     ),
 )]
 pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
@@ -149,8 +149,7 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
     responses(
         (status = 200, description = "The request's figures, under the keys of the timings object", body = Answer),
         (status = 404, description = "Not among the last requests kept (or another key's)", body = crate::error::ErrorBody),
-        (status = 401, description = "A key is needed or is not valid", body = crate::error::ErrorBody),
-        (status = 405, description = "Only GET and HEAD", body = crate::error::ErrorBody),
+        KeyedGetErrors,
     ),
 )]
 pub async fn request(

@@ -43,6 +43,11 @@ fn a_malformed_line_is_named() {
             "line 1: the key id must be",
         ),
     ];
+    assert_each_refused(cases);
+}
+
+/// Each key file text is refused, with an error that begins as its case says.
+fn assert_each_refused(cases: impl IntoIterator<Item = (String, &'static str)>) {
     for (text, expected) in cases {
         let error = KeyTable::parse(&text).expect_err(&text);
         assert!(error.starts_with(expected), "{error} for {text:?}");
@@ -153,10 +158,7 @@ fn a_line_may_set_its_own_limits_over_the_defaults() {
             "line 1: 'a' sets rpm twice",
         ),
     ];
-    for (text, expected) in bad {
-        let error = KeyTable::parse(&text).expect_err(&text);
-        assert!(error.starts_with(expected), "{error}");
-    }
+    assert_each_refused(bad);
 }
 
 #[test]

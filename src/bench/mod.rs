@@ -340,20 +340,21 @@ async fn engine_direct(
     prompts: &[Value],
     http: impl Fn(String) -> Target,
 ) -> anyhow::Result<Vec<Report>> {
-    let engine = match config.models.first().map(|m| &m.engine) {
+    let engine: Arc<dyn crate::engine::Backend> = match config.models.first().map(|m| &m.engine) {
         #[cfg(feature = "llamacpp")]
         Some(crate::config::ModelEngine::Llamacpp { .. }) => {
-            Front::from(crate::engine::llamacpp::LlamaCppEngine::load_now(
+            crate::engine::llamacpp::LlamaCppEngine::load_now(
                 crate::engine::llamacpp::LlamaCppSettings::from_config(&config.engine),
-            )?)
+            )?
         }
-        _ => Front::from(
+        _ => {
             crate::engine::mistral::MistralEngine::load_now(
                 crate::engine::mistral::MistralSettings::from_config(&config.engine),
             )
-            .await?,
-        ),
+            .await?
+        }
     };
+    let engine = Front::from(engine);
 
     // The gateway over the same engine, on loopback.
     let telemetry = Arc::new(crate::telemetry::Telemetry::without_traces(

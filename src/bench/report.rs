@@ -18,17 +18,8 @@ pub struct Percentiles {
 }
 
 fn percentiles(values: &[Duration]) -> Option<Percentiles> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    let ms = |q: f64| nearest_rank(&sorted, q).as_secs_f64() * 1000.0;
-    Some(Percentiles {
-        p50: ms(0.50),
-        p95: ms(0.95),
-        p99: ms(0.99),
-    })
+    let ms: Vec<f64> = values.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    percentiles_ms(&ms)
 }
 
 /// Percentiles of signed millisecond values (client minus server can be negative).
@@ -38,10 +29,7 @@ pub(super) fn percentiles_ms(values: &[f64]) -> Option<Percentiles> {
     }
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        sorted[rank - 1]
-    };
+    let at = |q: f64| nearest_rank(&sorted, q);
     Some(Percentiles {
         p50: at(0.50),
         p95: at(0.95),

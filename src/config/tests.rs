@@ -2,6 +2,11 @@ use super::*;
 use crate::engine::config::Weights;
 use crate::secret::Secret;
 
+/// What the gateway says of a configuration it must refuse.
+fn error_text(args: &ServeArgs, toml: &str) -> String {
+    Config::from_toml(args, toml).expect_err(toml).to_string()
+}
+
 #[test]
 fn defaults_are_valid() {
     let config = Config::from_toml(&ServeArgs::default(), "").expect("defaults");
@@ -31,8 +36,7 @@ fn flags_win_over_file() {
 #[test]
 fn errors_name_the_setting() {
     let toml = "[engine]\nmax_tokens_cap = 100\ndefault_max_tokens = 200\n";
-    let error = Config::from_toml(&ServeArgs::default(), toml).expect_err("invalid");
-    let text = error.to_string();
+    let text = error_text(&ServeArgs::default(), toml);
     assert!(text.contains("engine.default_max_tokens"), "{text}");
     assert!(text.contains("--default-max-tokens"), "{text}");
     assert!(text.contains("LLMGATE_DEFAULT_MAX_TOKENS"), "{text}");
@@ -44,9 +48,7 @@ fn errors_name_the_setting() {
         },
         ..ServeArgs::default()
     };
-    let text = Config::from_toml(&args, "")
-        .expect_err("bad listen")
-        .to_string();
+    let text = error_text(&args, "");
     assert!(
         text.contains("server.listen") && text.contains("'localhost'"),
         "{text}"
@@ -110,9 +112,7 @@ fn telemetry_and_semlog_settings_and_their_errors() {
         ),
     ];
     for (toml, setting, named) in cases {
-        let text = Config::from_toml(&ServeArgs::default(), toml)
-            .expect_err(toml)
-            .to_string();
+        let text = error_text(&ServeArgs::default(), toml);
         assert!(
             text.contains(setting) && text.contains(named),
             "{toml}: {text}"
@@ -175,9 +175,7 @@ fn semlog_secrets_come_from_files_as_mounted_secrets_give_them() {
     ];
     for (table, expected) in cases {
         let toml = format!("[semlog]\nes_url = \"http://es\"\nes_username = \"u\"\n{table}\n");
-        let text = Config::from_toml(&ServeArgs::default(), &toml)
-            .expect_err(&toml)
-            .to_string();
+        let text = error_text(&ServeArgs::default(), &toml);
         assert!(
             text.contains("semlog.") && text.contains(expected),
             "{toml}: {text}"
@@ -185,9 +183,7 @@ fn semlog_secrets_come_from_files_as_mounted_secrets_give_them() {
     }
     // A secret read and then refused with its setting: the error never quotes it.
     let toml = format!("[semlog]\nes_username = \"u\"\nes_password_file = \"{password}\"\n");
-    let text = Config::from_toml(&ServeArgs::default(), &toml)
-        .expect_err("no URL")
-        .to_string();
+    let text = error_text(&ServeArgs::default(), &toml);
     assert!(text.contains("semlog.es_url"), "{text}");
     assert!(!text.contains("s3cret-pass"), "{text}");
 }
@@ -203,9 +199,7 @@ fn quality_settings_and_their_errors() {
     assert!(config.quality.settings.refusal.is_refusal("Nope."));
 
     let bad = "[quality]\ndegeneration_guard = true\nguard_threshold = 1.5\n";
-    let text = Config::from_toml(&ServeArgs::default(), bad)
-        .expect_err("invalid")
-        .to_string();
+    let text = error_text(&ServeArgs::default(), bad);
     assert!(
         text.contains("quality.guard_threshold") && text.contains("--guard-threshold"),
         "{text}"
@@ -218,17 +212,14 @@ fn quality_settings_and_their_errors() {
         },
         ..ServeArgs::default()
     };
-    let text = Config::from_toml(&args, "")
-        .expect_err("missing file")
-        .to_string();
+    let text = error_text(&args, "");
     assert!(text.contains("quality.intent_rules"), "{text}");
 }
 
 #[test]
 fn unknown_file_keys_are_rejected() {
-    let error = Config::from_toml(&ServeArgs::default(), "[server]\nlisten_addr = \"x\"\n")
-        .expect_err("unknown key");
-    assert!(error.to_string().contains("listen_addr"), "{error}");
+    let text = error_text(&ServeArgs::default(), "[server]\nlisten_addr = \"x\"\n");
+    assert!(text.contains("listen_addr"), "{text}");
 }
 
 #[test]
@@ -241,18 +232,14 @@ fn engine_settings_and_their_errors() {
     assert_eq!(defaults.engine.weights, Weights::Quantized);
     assert_eq!((defaults.engine.threads, defaults.engine.replicas), (0, 1));
 
-    let text = Config::from_toml(&ServeArgs::default(), "[engine]\nreplicas = 0\n")
-        .expect_err("no replicas")
-        .to_string();
+    let text = error_text(&ServeArgs::default(), "[engine]\nreplicas = 0\n");
     assert!(
         text.contains("engine.replicas")
             && text.contains("--replicas")
             && text.contains("LLMGATE_REPLICAS"),
         "{text}"
     );
-    let text = Config::from_toml(&ServeArgs::default(), "[engine]\nweights = \"q4\"\n")
-        .expect_err("unknown mode")
-        .to_string();
+    let text = error_text(&ServeArgs::default(), "[engine]\nweights = \"q4\"\n");
     assert!(text.contains("weights"), "{text}");
 }
 
@@ -285,9 +272,7 @@ fn access_settings_and_their_errors() {
         ),
     ];
     for (toml, setting, why) in cases {
-        let text = Config::from_toml(&ServeArgs::default(), toml)
-            .expect_err(toml)
-            .to_string();
+        let text = error_text(&ServeArgs::default(), toml);
         assert!(text.contains(setting) && text.contains(why), "{text}");
     }
 }
@@ -345,9 +330,7 @@ fn without_a_models_list_engine_names_the_one_model() {
         },
         ..ServeArgs::default()
     };
-    let text = Config::from_toml(&bad, "")
-        .expect_err("no scheme")
-        .to_string();
+    let text = error_text(&bad, "");
     assert!(
         text.contains("engine.upstream_url") && text.contains("--upstream-url"),
         "{text}"
@@ -394,11 +377,7 @@ default_max_tokens = 256
     assert!(!remote.logprobs);
     assert_eq!(config.models[1].default_max_tokens, Some(256));
 
-    let refused = |toml: &str| {
-        Config::from_toml(&ServeArgs::default(), toml)
-            .expect_err(toml)
-            .to_string()
-    };
+    let refused = |toml: &str| error_text(&ServeArgs::default(), toml);
     let text = refused("[[models]]\nid = \"a\"\nengine = \"mistral\"\nurl = \"http://x/v1\"\n");
     assert!(text.contains("entry 1") && text.contains("url"), "{text}");
     let text = refused("[[models]]\nid = \"a\"\nengine = \"upstream\"\n");
@@ -499,9 +478,7 @@ fn bad_sampling_defaults_name_the_setting() {
             "default_top_p",
         ),
     ] {
-        let text = Config::from_toml(&ServeArgs::default(), toml)
-            .expect_err(toml)
-            .to_string();
+        let text = error_text(&ServeArgs::default(), toml);
         assert!(text.contains(setting), "{toml}: {text}");
     }
 }

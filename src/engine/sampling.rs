@@ -73,15 +73,7 @@ impl SeededSampler {
             .filter(|&i| weights[i] >= floor)
             .collect();
         candidates.sort_unstable_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
-        let mut acc = 0.0;
-        let keep = candidates
-            .iter()
-            .position(|&i| {
-                acc += weights[i];
-                acc >= self.top_p * total
-            })
-            .map_or(candidates.len(), |p| p + 1);
-        candidates.truncate(keep);
+        candidates.truncate(nucleus_len(&candidates, weights, self.top_p * total));
         candidates
     }
 
@@ -101,15 +93,7 @@ impl SeededSampler {
         kept.sort_unstable_by(by_weight);
         if self.top_p < 1.0 {
             let total = mass(&kept, weights);
-            let mut acc = 0.0;
-            let keep = kept
-                .iter()
-                .position(|&i| {
-                    acc += weights[i];
-                    acc >= self.top_p * total
-                })
-                .map_or(kept.len(), |p| p + 1);
-            kept.truncate(keep);
+            kept.truncate(nucleus_len(&kept, weights, self.top_p * total));
         }
         kept
     }
@@ -124,6 +108,19 @@ impl SeededSampler {
 
 fn mass(indices: &[usize], weights: &[f64]) -> f64 {
     indices.iter().map(|&i| weights[i]).sum()
+}
+
+/// How many of `sorted` (most probable first) it takes for their weights to reach
+/// `target`: top-p's nucleus; all of them when they never do.
+fn nucleus_len(sorted: &[usize], weights: &[f64], target: f64) -> usize {
+    let mut acc = 0.0;
+    sorted
+        .iter()
+        .position(|&i| {
+            acc += weights[i];
+            acc >= target
+        })
+        .map_or(sorted.len(), |p| p + 1)
 }
 
 /// The index where the running sum of weights first exceeds `target`.

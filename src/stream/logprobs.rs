@@ -18,6 +18,28 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::tokens::{TokenLogprob, TokenText};
 
+/// `$shape`'s schema is that of `$body`, the struct it serialises through: the
+/// document of `/openapi.json` describes what is written.
+macro_rules! schema_of_body {
+    ($shape:ty => $body:ident) => {
+        impl PartialSchema for $shape {
+            fn schema() -> RefOr<Schema> {
+                $body::schema()
+            }
+        }
+
+        impl ToSchema for $shape {
+            fn name() -> Cow<'static, str> {
+                $body::name()
+            }
+
+            fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+                $body::schemas(schemas);
+            }
+        }
+    };
+}
+
 /// OpenAI's chat `logprobs` object over the tokens of one chunk or answer.
 #[derive(Debug, Clone, Copy)]
 pub struct ChatLogprobs<'a>(pub &'a [TokenLogprob]);
@@ -78,21 +100,7 @@ struct ChatTop<'a> {
     bytes: &'a [u8],
 }
 
-impl PartialSchema for ChatLogprobs<'_> {
-    fn schema() -> RefOr<Schema> {
-        ChatBody::schema()
-    }
-}
-
-impl ToSchema for ChatLogprobs<'_> {
-    fn name() -> Cow<'static, str> {
-        ChatBody::name()
-    }
-
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        ChatBody::schemas(schemas);
-    }
-}
+schema_of_body!(ChatLogprobs<'_> => ChatBody);
 
 /// The legacy completions' `logprobs` object over the tokens of one chunk or answer.
 /// `start`: where the first token's `text_offset` counts from, in characters of the whole
@@ -207,21 +215,7 @@ struct TextBody<'a> {
     text_offset: Vec<usize>,
 }
 
-impl PartialSchema for TextLogprobs<'_> {
-    fn schema() -> RefOr<Schema> {
-        TextBody::schema()
-    }
-}
-
-impl ToSchema for TextLogprobs<'_> {
-    fn name() -> Cow<'static, str> {
-        TextBody::name()
-    }
-
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        TextBody::schemas(schemas);
-    }
-}
+schema_of_body!(TextLogprobs<'_> => TextBody);
 
 /// One token's `{text: logprob}` map: the most likely alternatives, then the picked
 /// token if it is not among them (OpenAI's "up to logprobs + 1 entries").

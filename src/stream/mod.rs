@@ -191,6 +191,15 @@ impl Run {
         }
     }
 
+    /// The finish reason and usage an answer that ended so reports: the engine's when it
+    /// finished, else `stop` with the tokens seen so far (the guard cut it).
+    pub fn reason_and_usage(&self, ending: &Ending) -> (FinishReason, Usage) {
+        match ending {
+            Ending::Finished { reason, usage } => (*reason, *usage),
+            _ => (FinishReason::Stop, self.usage_so_far()),
+        }
+    }
+
     /// Latency and quality as of now, for a response body.
     pub fn report(&self, ending: &Ending) -> ResponseTimings {
         let tokens = match ending {

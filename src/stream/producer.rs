@@ -28,7 +28,7 @@ use super::{Ending, Run};
 use crate::engine::{EngineError, EngineEvent, TokenStream};
 use crate::error::ApiError;
 use crate::names;
-use crate::tokens::{FinishReason, TokenLogprob};
+use crate::tokens::TokenLogprob;
 use tokio_util::sync::CancellationToken;
 
 /// How a streamed response paces its writes.
@@ -207,10 +207,7 @@ async fn drive(
                 return fail(run, wire, error).await;
             }
         };
-        let (reason, usage) = match &ending {
-            Ending::Finished { reason, usage, .. } => (*reason, *usage),
-            _ => (FinishReason::Stop, run.usage_so_far()),
-        };
+        let (reason, usage) = run.reason_and_usage(&ending);
         for frame in assembler.finish_frames(reason, usage, &run.report(&ending), &unsent) {
             wire.send(run, frame).await?;
         }
@@ -314,10 +311,7 @@ pub async fn collect_json(
             }
         }
     };
-    let (reason, usage) = match &ending {
-        Ending::Finished { reason, usage, .. } => (*reason, *usage),
-        _ => (FinishReason::Stop, run.usage_so_far()),
-    };
+    let (reason, usage) = run.reason_and_usage(&ending);
     let report = run.report(&ending);
     let logprobs = with_logprobs.then_some(tokens.as_slice());
     let body = serde_json::to_vec(&Completion::new(

@@ -418,18 +418,8 @@ fn sampling(
     // The served model's defaults fill in only what the request left out.
     let temperature = temperature.or(limits.default_temperature);
     let top_p = top_p.or(limits.default_top_p);
-    let presence_penalty = in_range(
-        "presence_penalty",
-        wire.presence_penalty.map(f64::from),
-        -2.0,
-        2.0,
-    )?;
-    let frequency_penalty = in_range(
-        "frequency_penalty",
-        wire.frequency_penalty.map(f64::from),
-        -2.0,
-        2.0,
-    )?;
+    let presence_penalty = in_range("presence_penalty", wire.presence_penalty, -2.0, 2.0)?;
+    let frequency_penalty = in_range("frequency_penalty", wire.frequency_penalty, -2.0, 2.0)?;
     if wire.top_k == Some(0) {
         return Err(ApiError::invalid(
             "top_k",
@@ -437,12 +427,7 @@ fn sampling(
         ));
     }
     let min_p = in_range("min_p", wire.min_p, 0.0, 1.0)?;
-    let repetition_penalty = in_range(
-        "repetition_penalty",
-        wire.repetition_penalty.map(f64::from),
-        0.0,
-        10.0,
-    )?;
+    let repetition_penalty = in_range("repetition_penalty", wire.repetition_penalty, 0.0, 10.0)?;
     if repetition_penalty == Some(0.0) {
         return Err(ApiError::invalid(
             "repetition_penalty",
@@ -565,8 +550,15 @@ fn response_format(wire: Option<WireResponseFormat>) -> Result<ResponseFormat, A
     })
 }
 
-fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
-    match value {
+/// `value` (as `f64`) when it lies within `min..=max`; else an `invalid_value` error
+/// naming `param` and the range.
+fn in_range(
+    param: &str,
+    value: Option<impl Into<f64>>,
+    min: f64,
+    max: f64,
+) -> Result<Option<f64>, ApiError> {
+    match value.map(Into::into) {
         Some(v) if !(min..=max).contains(&v) => Err(ApiError::invalid(
             param,
             format!("{v} is not between {min} and {max}"),

@@ -37,26 +37,23 @@ fn parts<Own: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) {
     Own::schemas(schemas);
 }
 
-impl PartialSchema for ChatCompletionRequest {
-    fn schema() -> RefOr<Schema> {
-        both::<WireChat>()
-    }
+/// `$route`'s body is `$own`'s fields and the shared ones: its schema is [`both`], its
+/// components [`parts`].
+macro_rules! route_body {
+    ($route:ty => $own:ty) => {
+        impl PartialSchema for $route {
+            fn schema() -> RefOr<Schema> {
+                both::<$own>()
+            }
+        }
+
+        impl ToSchema for $route {
+            fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+                parts::<$own>(schemas);
+            }
+        }
+    };
 }
 
-impl ToSchema for ChatCompletionRequest {
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        parts::<WireChat>(schemas);
-    }
-}
-
-impl PartialSchema for CompletionRequest {
-    fn schema() -> RefOr<Schema> {
-        both::<WireCompletion>()
-    }
-}
-
-impl ToSchema for CompletionRequest {
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        parts::<WireCompletion>(schemas);
-    }
-}
+route_body!(ChatCompletionRequest => WireChat);
+route_body!(CompletionRequest => WireCompletion);

@@ -16,6 +16,16 @@ fn messages(request: &ValidatedRequest) -> &[ChatMessage] {
     }
 }
 
+/// A chat request to `m` of one user message, "hi", with `extra`'s fields added (or in
+/// place of the defaults).
+fn chat_body(extra: Value) -> Value {
+    let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for (key, value) in extra.as_object().expect("object") {
+        body[key] = value.clone();
+    }
+    body
+}
+
 fn parse(body: Value) -> Result<ValidatedRequest, ApiError> {
     parse_chat_request(body.to_string().as_bytes(), &limits(), "req-1")
 }
@@ -30,8 +40,7 @@ fn param_of(result: Result<ValidatedRequest, ApiError>) -> (String, String) {
 
 #[test]
 fn minimal_request_gets_defaults() {
-    let request = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        .expect("valid");
+    let request = parse(chat_body(json!({}))).expect("valid");
     assert!(!request.stream);
     assert_eq!(request.generation.budget, Budget::ModelDefault(16));
     assert_eq!(messages(&request)[0].role, Role::User);
@@ -44,10 +53,7 @@ fn model_defaults_fill_only_what_the_request_leaves_out() {
     limits.models[0].default_temperature = Some(0.7);
     limits.models[0].default_top_p = Some(0.9);
     let parse = |extra: Value| {
-        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        body.as_object_mut()
-            .expect("object")
-            .extend(extra.as_object().expect("object").clone());
+        let body = chat_body(extra);
         parse_chat_request(body.to_string().as_bytes(), &limits, "req-1").expect("valid")
     };
     let sampling = |r: &ValidatedRequest| {
@@ -69,9 +75,7 @@ fn model_defaults_fill_only_what_the_request_leaves_out() {
     assert_ne!(
         left_out.input_hash,
         parse_chat_request(
-            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-                .to_string()
-                .as_bytes(),
+            chat_body(json!({})).to_string().as_bytes(),
             &super::tests::limits(),
             "req-2"
         )
@@ -102,151 +106,138 @@ fn full_request_is_carried_over() {
 
 #[test]
 fn rejections_name_the_parameter() {
-    let msg = json!([{"role": "user", "content": "hi"}]);
     let cases = [
+        (chat_body(json!({"n": 2})), "unsupported_parameter", "n"),
         (
-            json!({"model": "m", "messages": msg, "n": 2}),
-            "unsupported_parameter",
-            "n",
-        ),
-        (
-            json!({"model": "m", "messages": msg, "tools": [{"type": "function"}]}),
+            chat_body(json!({"tools": [{"type": "function"}]})),
             "unsupported_parameter",
             "tools",
         ),
         (
-            json!({"model": "m", "messages": msg, "logprobs": true, "top_logprobs": 21}),
+            chat_body(json!({"logprobs": true, "top_logprobs": 21})),
             "invalid_value",
             "top_logprobs",
         ),
         (
-            json!({"model": "m", "messages": msg, "top_logprobs": 3}),
+            chat_body(json!({"top_logprobs": 3})),
             "invalid_value",
             "top_logprobs",
         ),
         (
-            json!({"model": "m", "messages": msg, "response_format": {"type": "json_schema", "json_schema": {"name": "no spaces"}}}),
+            chat_body(
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "no spaces"}}}),
+            ),
             "invalid_value",
             "response_format.json_schema.name",
         ),
         (
-            json!({"model": "m", "messages": msg, "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": [1]}}}),
+            chat_body(
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": [1]}}}),
+            ),
             "invalid_value",
             "response_format.json_schema.schema",
         ),
         (
-            json!({"model": "m", "messages": msg, "response_format": {"type": "yaml"}}),
+            chat_body(json!({"response_format": {"type": "yaml"}})),
             "invalid_value",
             "response_format.type",
         ),
         (
-            json!({"model": "m", "messages": msg, "response_format": {"type": "json_object", "x": 1}}),
+            chat_body(json!({"response_format": {"type": "json_object", "x": 1}})),
             "invalid_value",
             "response_format",
         ),
         (
-            json!({"model": "m", "messages": msg, "response_format": {"type": "text", "schema": {}}}),
+            chat_body(json!({"response_format": {"type": "text", "schema": {}}})),
             "invalid_value",
             "response_format",
         ),
+        (chat_body(json!({"top_k": 0})), "invalid_value", "top_k"),
+        (chat_body(json!({"min_p": 1.5})), "invalid_value", "min_p"),
         (
-            json!({"model": "m", "messages": msg, "top_k": 0}),
-            "invalid_value",
-            "top_k",
-        ),
-        (
-            json!({"model": "m", "messages": msg, "min_p": 1.5}),
-            "invalid_value",
-            "min_p",
-        ),
-        (
-            json!({"model": "m", "messages": msg, "repetition_penalty": 0}),
+            chat_body(json!({"repetition_penalty": 0})),
             "invalid_value",
             "repetition_penalty",
         ),
+        (chat_body(json!({"bogus": 1})), "unknown_parameter", "bogus"),
         (
-            json!({"model": "m", "messages": msg, "bogus": 1}),
-            "unknown_parameter",
-            "bogus",
-        ),
-        (
-            json!({"model": "m", "messages": msg, "temperature": "hot"}),
+            chat_body(json!({"temperature": "hot"})),
             "invalid_value",
             "temperature",
         ),
         (
-            json!({"model": "m", "messages": msg, "temperature": 3.0}),
+            chat_body(json!({"temperature": 3.0})),
             "invalid_value",
             "temperature",
         ),
         (
-            json!({"model": "m", "messages": msg, "max_tokens": 101}),
+            chat_body(json!({"max_tokens": 101})),
             "invalid_value",
             "max_tokens",
         ),
         (
-            json!({"model": "m", "messages": msg, "max_tokens": -1}),
+            chat_body(json!({"max_tokens": -1})),
             "invalid_value",
             "max_tokens",
         ),
         (
-            json!({"model": "m", "messages": msg, "stop": ["a", "b", "c", "d", "e"]}),
+            chat_body(json!({"stop": ["a", "b", "c", "d", "e"]})),
             "invalid_value",
             "stop",
         ),
         (
-            json!({"model": "m", "messages": msg, "stop": ["é".repeat(257)]}),
+            chat_body(json!({"stop": ["é".repeat(257)]})),
             "invalid_value",
             "stop",
         ),
         (
-            json!({"model": "m", "messages": msg, "stream_options": {"include_usage": true}}),
+            chat_body(json!({"stream_options": {"include_usage": true}})),
             "invalid_value",
             "stream_options",
         ),
         (
-            json!({"model": "m", "messages": []}),
+            chat_body(json!({"messages": []})),
             "invalid_value",
             "messages",
         ),
         (json!({"model": "m"}), "invalid_value", "messages"),
         (
-            json!({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}),
+            chat_body(json!({"messages": [{"role": "wizard", "content": "x"}]})),
             "invalid_value",
             "messages[0].role",
         ),
         (
-            json!({"model": "m", "messages": [{"role": "user", "content": 5}]}),
+            chat_body(json!({"messages": [{"role": "user", "content": 5}]})),
             "invalid_value",
             "messages[0].content",
         ),
         (
-            json!({"model": "m", "messages": [{"role": "user"}]}),
+            chat_body(json!({"messages": [{"role": "user"}]})),
             "invalid_value",
             "messages[0].content",
         ),
         (
-            json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}),
+            chat_body(json!({"messages": [{"role": "tool", "content": "x"}]})),
             "unsupported_parameter",
             "messages[0].role",
         ),
         (
-            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            chat_body(json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})),
             "unsupported_parameter",
             "messages[0].content[0].type",
         ),
         (
-            json!({"model": "other", "messages": msg}),
+            chat_body(json!({"model": "other"})),
             "model_not_found",
             "model",
         ),
         (
-            json!({"model": "m", "messages": msg, "store": true}),
+            chat_body(json!({"store": true})),
             "unsupported_parameter",
             "store",
         ),
         (
-            json!({"model": "m", "messages": [{"role": "user", "content": "x", "name": "ann"}]}),
+            chat_body(json!({"messages": [{"role": "user", "content": "x", "name": "ann"}]})),
             "unsupported_parameter",
             "messages[0].name",
         ),
@@ -263,15 +254,9 @@ fn rejections_name_the_parameter() {
 
 #[test]
 fn input_hash_ignores_spelling_but_not_content() {
-    let a = parse(
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5}),
-    )
-    .expect("valid");
+    let a = parse(chat_body(json!({"temperature": 0.5}))).expect("valid");
     let b = parse(json!({"temperature": 0.5, "messages": [{"content": [{"type": "text", "text": "hi"}], "role": "user"}], "model": "m", "max_tokens": 16})).expect("valid");
-    let c = parse(
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.6}),
-    )
-    .expect("valid");
+    let c = parse(chat_body(json!({"temperature": 0.6}))).expect("valid");
     assert_eq!(
         a.input_hash, b.input_hash,
         "same request, other JSON spelling"
@@ -463,7 +448,7 @@ fn sampling_extensions_are_taken_unless_strict() {
 #[test]
 fn response_formats_become_constraints() {
     let with = |format: Value| {
-        parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": format}))
+        parse(chat_body(json!({"response_format": format})))
             .expect("valid")
             .generation
             .response_format
@@ -480,15 +465,19 @@ fn response_formats_become_constraints() {
         ),
         ResponseFormat::JsonSchema(schema)
     );
-    let a = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        .expect("valid");
-    let b = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})).expect("valid");
+    let a = parse(chat_body(json!({}))).expect("valid");
+    let b = parse(chat_body(
+        json!({"response_format": {"type": "json_object"}}),
+    ))
+    .expect("valid");
     assert_ne!(
         a.input_hash, b.input_hash,
         "the format is part of what is asked"
     );
-    let stray = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object", "schema": {}}}))
-        .expect_err("a field json_object does not have");
+    let stray = parse(chat_body(
+        json!({"response_format": {"type": "json_object", "schema": {}}}),
+    ))
+    .expect_err("a field json_object does not have");
     assert!(
         stray.to_string().contains("unknown field `schema`"),
         "{stray}"
@@ -498,14 +487,8 @@ fn response_formats_become_constraints() {
 #[test]
 fn without_a_default_the_budget_is_the_cap_for_the_engine_to_fit() {
     let open = RequestLimits::single("m", 100);
-    let request = parse_chat_request(
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-            .to_string()
-            .as_bytes(),
-        &open,
-        "r",
-    )
-    .expect("valid");
+    let request =
+        parse_chat_request(chat_body(json!({})).to_string().as_bytes(), &open, "r").expect("valid");
     assert_eq!(
         request.generation.budget,
         Budget::Cap(100),
@@ -515,13 +498,7 @@ fn without_a_default_the_budget_is_the_cap_for_the_engine_to_fit() {
 
 #[test]
 fn logprobs_are_asked_for_as_openai_takes_them() {
-    let with = |extra: Value| {
-        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        for (k, v) in extra.as_object().expect("object") {
-            body[k] = v.clone();
-        }
-        parse(body).expect("valid")
-    };
+    let with = |extra: Value| parse(chat_body(extra)).expect("valid");
     assert_eq!(with(json!({})).generation.top_logprobs, None);
     assert_eq!(
         with(json!({"logprobs": false, "top_logprobs": 0}))
@@ -544,13 +521,7 @@ fn logprobs_are_asked_for_as_openai_takes_them() {
 
 #[test]
 fn newer_openai_parameters_are_taken_where_they_mean_something() {
-    let body = |extra: Value| {
-        let mut b = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        for (k, v) in extra.as_object().expect("object") {
-            b[k] = v.clone();
-        }
-        parse(b)
-    };
+    let body = |extra: Value| parse(chat_body(extra));
     let request =
         body(json!({"safety_identifier": "u-42", "prompt_cache_key": "k", "verbosity": "medium"}))
             .expect("valid");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::GgufFacts;
 use crate::engine::grammar::Vocabulary;
-use crate::engine::ModelInfo;
+use crate::engine::{Decoding, LoadedModel, ModelInfo, Slots, Tokenized};
 use crate::fingerprint::{self, Accelerator};
 
 /// A GGUF file, read but not yet loaded.
@@ -69,5 +69,43 @@ impl ModelFile {
             upstream: None,
             loaded_at: crate::clock::unix_seconds(std::time::SystemTime::now()),
         }
+    }
+}
+
+/// What an engine in this process (llama.cpp, mistral.rs) keeps of its loaded model for
+/// the front: the facts it reports, the tokens' bytes and the tokens an answer ends on.
+pub struct InProcessModel {
+    /// The served model's facts (id, context, fingerprint, device), as `/v1/models`, the
+    /// metrics and the semantic log report them.
+    pub info: Arc<ModelInfo>,
+    /// The tokens' bytes, for structured output, log-probabilities and `/tokenize`'s
+    /// spellings; `None` when the file's tokenizer is not one the grammar knows.
+    pub vocabulary: Option<Arc<Vocabulary>>,
+    /// The tokens a sequence ends on, for `ignore_eos`, `min_tokens` and
+    /// `stop_token_ids`.
+    pub end_tokens: Arc<[u32]>,
+}
+
+impl InProcessModel {
+    /// The model as the front sees it: the gateway picks its tokens among `vocab_size`,
+    /// `sequences` run at once (each with its own KV cache one context long), and the
+    /// gateway's stop screen cuts answers at `stop`.
+    pub fn loaded(&self, vocab_size: u32, sequences: usize) -> LoadedModel {
+        LoadedModel {
+            info: Arc::clone(&self.info),
+            decoding: Decoding::Picked {
+                vocabulary: self.vocabulary.clone(),
+                vocab_size,
+                end_tokens: Arc::clone(&self.end_tokens),
+            },
+            slots: Slots::Sequences(sequences),
+            applies_stops: false,
+        }
+    }
+
+    /// `ids` with their spellings, where the vocabulary knows them.
+    pub fn tokenized(&self, ids: Vec<u32>) -> Tokenized {
+        let spellings = self.vocabulary.as_ref().and_then(|v| v.spellings(&ids));
+        Tokenized { ids, spellings }
     }
 }

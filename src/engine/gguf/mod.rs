@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::grammar::Vocabulary;
-pub use file::ModelFile;
+pub use file::{InProcessModel, ModelFile};
 pub use reader::{GgufError, MetaValue};
 
 /// The architectures mistral.rs 0.8.1 loads from a GGUF file (`GGUFArchitecture` and the

@@ -16,7 +16,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::batch::{self, BatchShape};
 use super::{LlamaCppSettings, Loaded, DEFAULT_CONTEXT_CAP, ENGINE_NAME};
-use crate::engine::gguf::{GgufFacts, ModelFile};
+use crate::engine::gguf::{GgufFacts, InProcessModel, ModelFile};
 
 /// Tokens one decode call takes at most (llama.cpp's server and llama-cpp-python use
 /// the same): a prompt longer than this is prefilled over several steps.
@@ -102,9 +102,11 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
     Ok(Loaded {
         model,
         template,
-        info: Arc::new(info),
-        vocabulary,
-        eos,
+        served: InProcessModel {
+            info: Arc::new(info),
+            vocabulary,
+            end_tokens: eos,
+        },
         jobs,
         stopped,
     })

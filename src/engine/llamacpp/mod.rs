@@ -30,11 +30,11 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::grammar::Vocabulary;
+use super::gguf::InProcessModel;
 use super::picking::{EndRules, TokenPicker};
 use super::{
-    Backend, Decoding, EngineError, Generation, Job, LoadedModel, ModelInfo, Prompt, PromptTokens,
-    Readiness, Slots, TokenizeRequest, Tokenized,
+    Backend, EngineError, Generation, Job, LoadedModel, Prompt, PromptTokens, Readiness,
+    TokenizeRequest, Tokenized,
 };
 use crate::engine::config::EngineConfig;
 use crate::engine::known_token_ids;
@@ -111,12 +111,8 @@ struct Loaded {
     model: Arc<LlamaModel>,
     /// The chat template from the file; `None`: only text prompts can be served.
     template: Option<LlamaChatTemplate>,
-    info: Arc<ModelInfo>,
-    /// The tokens' bytes, for structured output, log-probabilities and spellings.
-    vocabulary: Option<Arc<Vocabulary>>,
-    /// The tokens a sequence ends on, for `ignore_eos`, `min_tokens` and
-    /// `stop_token_ids`.
-    eos: Arc<[u32]>,
+    /// Its facts, vocabulary and end tokens, as the front sees them.
+    served: InProcessModel,
     /// Where requests go to the decode loop.
     jobs: std::sync::mpsc::Sender<batch::NewSequence>,
     /// The decode loop's thread has ended (a panic: it ends otherwise only with the engine).
@@ -132,7 +128,10 @@ pub struct LlamaCppEngine {
 impl std::fmt::Debug for LlamaCppEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlamaCppEngine")
-            .field("model", &self.loaded.get().map(|l| l.info.id.as_str()))
+            .field(
+                "model",
+                &self.loaded.get().map(|l| l.served.info.id.as_str()),
+            )
             .field("sequences", &self.sequences)
             .finish_non_exhaustive()
     }
@@ -161,10 +160,10 @@ impl LlamaCppEngine {
                 match load::load(&settings) {
                     Ok(loaded) => {
                         tracing::info!(
-                            model = %loaded.info.id,
-                            context_length = loaded.info.context_length,
+                            model = %loaded.served.info.id,
+                            context_length = loaded.served.info.context_length,
                             sequences = settings.sequences,
-                            system_fingerprint = %loaded.info.system_fingerprint,
+                            system_fingerprint = %loaded.served.info.system_fingerprint,
                             "Model loaded in llama.cpp; ready to serve."
                         );
                         let _ = loader.loaded.set(loaded);
@@ -255,16 +254,8 @@ impl Backend for LlamaCppEngine {
     /// Each sequence has its own region of the KV cache, one context long.
     fn model(&self) -> Option<LoadedModel> {
         let loaded = self.loaded.get()?;
-        Some(LoadedModel {
-            info: Arc::clone(&loaded.info),
-            decoding: Decoding::Picked {
-                vocabulary: loaded.vocabulary.clone(),
-                vocab_size: u32::try_from(loaded.model.n_vocab()).unwrap_or_default(),
-                end_tokens: Arc::clone(&loaded.eos),
-            },
-            slots: Slots::Sequences(self.sequences),
-            applies_stops: false,
-        })
+        let vocab_size = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
+        Some(loaded.served.loaded(vocab_size, self.sequences))
     }
 
     fn health(&self) -> Readiness {
@@ -310,7 +301,7 @@ impl Backend for LlamaCppEngine {
             None => tokenize_prompt(loaded, &request.prompt, true, true)?.into(),
         };
         let started = std::time::Instant::now();
-        let ends = EndRules::of(&request.sampling, &loaded.eos, ids.len());
+        let ends = EndRules::of(&request.sampling, &loaded.served.end_tokens, ids.len());
         let picker = TokenPicker::new(&request.sampling, grammar, request.top_logprobs, ends);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let job = batch::NewSequence {
@@ -342,8 +333,7 @@ impl Backend for LlamaCppEngine {
             request.add_special_tokens,
             request.add_generation_prompt,
         )?;
-        let spellings = loaded.vocabulary.as_ref().and_then(|v| v.spellings(&ids));
-        Ok(Tokenized { ids, spellings })
+        Ok(loaded.served.tokenized(ids))
     }
 
     async fn detokenize(

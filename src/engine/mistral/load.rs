@@ -8,7 +8,7 @@ use std::sync::Arc;
 use mistralrs::GgufModelBuilder;
 
 use super::{process, Loaded, MistralSettings, ENGINE_NAME};
-use crate::engine::gguf::ModelFile;
+use crate::engine::gguf::{InProcessModel, ModelFile};
 
 pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     let path = settings.model_path.clone();
@@ -39,9 +39,11 @@ pub(super) async fn load(settings: &MistralSettings) -> anyhow::Result<Loaded> {
     Ok(Loaded {
         health: Arc::new(super::watchdog::Health::new(replicas.len())),
         replicas,
-        info: Arc::new(info),
-        vocabulary: model_file.vocabulary,
-        eos,
+        served: InProcessModel {
+            info: Arc::new(info),
+            vocabulary: model_file.vocabulary,
+            end_tokens: eos,
+        },
     })
 }
 

@@ -38,10 +38,10 @@ use mistralrs::{
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::grammar::Vocabulary;
+use super::gguf::InProcessModel;
 use super::{
-    Backend, Decoding, EngineError, Generation, GenerationRequest, Job, LoadedModel, ModelInfo,
-    Prompt, PromptTokens, Readiness, Slots, TokenizeRequest, Tokenized,
+    Backend, EngineError, Generation, GenerationRequest, Job, LoadedModel, Prompt, PromptTokens,
+    Readiness, Slots, TokenizeRequest, Tokenized,
 };
 use crate::engine::config::{EngineConfig, DEFAULT_BATCH_CPU, DEFAULT_BATCH_CUDA};
 use crate::engine::known_token_ids;
@@ -127,12 +127,8 @@ struct Loaded {
     replicas: Vec<Arc<Model>>,
     /// Whether each instance's engine thread runs ([`watchdog`]).
     health: Arc<watchdog::Health>,
-    info: Arc<ModelInfo>,
-    /// The tokens' bytes, for structured output and `/tokenize`'s spellings; `None` when
-    /// the file's tokenizer is not one the grammar knows.
-    vocabulary: Option<Arc<Vocabulary>>,
-    /// The tokens a sequence ends on, for `ignore_eos` and `min_tokens`.
-    eos: Arc<[u32]>,
+    /// Its facts, vocabulary and end tokens, as the front sees them.
+    served: InProcessModel,
 }
 
 pub struct MistralEngine {
@@ -210,10 +206,10 @@ impl MistralEngine {
                         loader.verify_batching(&loaded, &settings).await;
                     }
                     tracing::info!(
-                        model = %loaded.info.id,
-                        context_length = loaded.info.context_length,
+                        model = %loaded.served.info.id,
+                        context_length = loaded.served.info.context_length,
                         replicas = loaded.replicas.len(),
-                        system_fingerprint = %loaded.info.system_fingerprint,
+                        system_fingerprint = %loaded.served.info.system_fingerprint,
                         "Model loaded; ready to serve."
                     );
                     watch(&loaded);
@@ -407,19 +403,12 @@ impl Backend for MistralEngine {
     fn model(&self) -> Option<LoadedModel> {
         let loaded = self.loaded.get()?;
         let vocab_size = loaded
+            .served
             .vocabulary
             .as_ref()
             .map_or(u32::MAX, |v| u32::try_from(v.len()).unwrap_or(u32::MAX));
-        Some(LoadedModel {
-            info: Arc::clone(&loaded.info),
-            decoding: Decoding::Picked {
-                vocabulary: loaded.vocabulary.clone(),
-                vocab_size,
-                end_tokens: Arc::clone(&loaded.eos),
-            },
-            slots: Slots::Sequences(self.sequences.load(Ordering::SeqCst)),
-            applies_stops: false,
-        })
+        let sequences = self.sequences.load(Ordering::SeqCst);
+        Some(loaded.served.loaded(vocab_size, sequences))
     }
 
     fn health(&self) -> Readiness {
@@ -450,8 +439,7 @@ impl Backend for MistralEngine {
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         let ids = tokenize(self.idlest(loaded), &request).await?;
-        let spellings = loaded.vocabulary.as_ref().and_then(|v| v.spellings(&ids));
-        Ok(Tokenized { ids, spellings })
+        Ok(loaded.served.tokenized(ids))
     }
 
     async fn detokenize(
@@ -462,6 +450,7 @@ impl Backend for MistralEngine {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         known_token_ids("tokens", &ids, |id| {
             loaded
+                .served
                 .vocabulary
                 .as_ref()
                 .is_none_or(|v| v.spellings(&[id]).is_some())
@@ -476,7 +465,7 @@ impl Backend for MistralEngine {
 /// Starts the [`watchdog`] of a loaded model's engine threads; it ends with the model.
 fn watch(loaded: &Loaded) {
     tokio::spawn(watchdog::watch(
-        loaded.info.id.clone(),
+        loaded.served.info.id.clone(),
         loaded.replicas.iter().map(Arc::downgrade).collect(),
         Arc::clone(&loaded.health),
     ));
@@ -522,7 +511,11 @@ impl MistralEngine {
         let (engine_tx, engine_rx) = mpsc::channel(32);
         let picked = PickedIds::default();
         let parked = ParkedReplicaSlot::default();
-        let ends = EndRules::of(&request.sampling, &loaded.eos, prompt_tokens as usize);
+        let ends = EndRules::of(
+            &request.sampling,
+            &loaded.served.end_tokens,
+            prompt_tokens as usize,
+        );
         let picker = Picker::new(
             &request.sampling,
             grammar,
@@ -547,7 +540,7 @@ impl MistralEngine {
             forward::forward(
                 engine_rx,
                 picked,
-                loaded.vocabulary.clone(),
+                loaded.served.vocabulary.clone(),
                 prompt_tokens,
                 budget,
                 tx,

@@ -7,20 +7,23 @@ fn record() -> RequestRecord {
     crate::record::sample()
 }
 
-#[test]
-fn encodes_a_bulk_pair_byte_for_byte() {
-    let settings = DocumentSettings {
+/// The settings of a gateway left at its defaults, with excerpts or not.
+fn settings(stats_only: bool) -> DocumentSettings {
+    DocumentSettings {
         namespace: "default".into(),
         excerpt_chars: 512,
-        stats_only: false,
-    };
-    let doc = RedactedLog::build(
-        &record(),
-        "0123abcd".into(),
-        record().received_at,
-        &Redactor::default(),
-        &settings,
-    );
+        stats_only,
+    }
+}
+
+/// The document of `r` under `id`, stamped with its own arrival, redacted without a key.
+fn document(r: &RequestRecord, id: &str, settings: &DocumentSettings) -> RedactedLog {
+    RedactedLog::build(r, id.into(), r.received_at, &Redactor::default(), settings)
+}
+
+#[test]
+fn encodes_a_bulk_pair_byte_for_byte() {
+    let doc = document(&record(), "0123abcd", &settings(false));
     let encoded = doc.encode().expect("encode");
     let expected = concat!(
         r#"{"create":{"_id":"0123abcd"}}"#,
@@ -59,18 +62,7 @@ fn encodes_a_bulk_pair_byte_for_byte() {
 
 #[test]
 fn stats_only_keeps_no_excerpt_but_counts_and_hashes() {
-    let settings = DocumentSettings {
-        namespace: "default".into(),
-        excerpt_chars: 512,
-        stats_only: true,
-    };
-    let doc = RedactedLog::build(
-        &record(),
-        "id".into(),
-        record().received_at,
-        &Redactor::default(),
-        &settings,
-    );
+    let doc = document(&record(), "id", &settings(true));
     let json = serde_json::to_value(&doc).expect("json");
     let llm = &json["llm"];
     assert!(llm.get("prompt_excerpt").is_none() && llm.get("response_excerpt").is_none());
@@ -86,11 +78,7 @@ fn stats_only_keeps_no_excerpt_but_counts_and_hashes() {
 
 #[test]
 fn the_user_field_is_kept_only_as_a_keyed_hash() {
-    let settings = DocumentSettings {
-        namespace: "default".into(),
-        excerpt_chars: 512,
-        stats_only: false,
-    };
+    let settings = settings(false);
     let build = |redactor: &Redactor| {
         let doc = RedactedLog::build(&record(), "x".into(), UNIX_EPOCH, redactor, &settings);
         serde_json::to_value(&doc).expect("json")
@@ -119,13 +107,7 @@ fn failed_requests_carry_their_error_type_and_no_response() {
         excerpt_chars: 8,
         stats_only: false,
     };
-    let doc = RedactedLog::build(
-        &r,
-        "x".into(),
-        r.received_at,
-        &Redactor::default(),
-        &settings,
-    );
+    let doc = document(&r, "x", &settings);
     let value = serde_json::to_value(&doc).expect("json");
     assert_eq!(value["error"]["type"], "context_length_exceeded");
     assert_eq!(value["event"]["outcome"], "failure");
@@ -173,18 +155,7 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
             },
         ],
     });
-    let settings = DocumentSettings {
-        namespace: "default".into(),
-        excerpt_chars: 512,
-        stats_only: false,
-    };
-    let doc = RedactedLog::build(
-        &r,
-        "id".into(),
-        r.received_at,
-        &Redactor::default(),
-        &settings,
-    );
+    let doc = document(&r, "id", &settings(false));
     let json = serde_json::to_value(&doc).expect("json");
     assert_eq!(json["gen_ai"]["request"]["model"], "llama", "the served id");
     assert_eq!(
@@ -201,14 +172,7 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
             "failed_attempts": [{"endpoint": "http://10.0.0.1:8000/v1", "error_type": "upstream_unreachable"}]})
     );
     // The in-process record above says none of it.
-    let local = serde_json::to_value(RedactedLog::build(
-        &record(),
-        "id".into(),
-        record().received_at,
-        &Redactor::default(),
-        &settings,
-    ))
-    .expect("json");
+    let local = serde_json::to_value(document(&record(), "id", &settings(false))).expect("json");
     assert!(
         local["llm"].get("repetition_basis").is_none() && local["llm"].get("upstream").is_none()
     );

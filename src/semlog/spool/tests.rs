@@ -12,17 +12,33 @@ fn doc(i: usize) -> Encoded {
     }
 }
 
+/// A spool in `dir` of two documents a segment (all `doc(i)` below 10 are one size).
+fn two_per_segment(dir: &Path, sync_each: bool) -> Spool {
+    let one = doc(0).lines.len() as u64;
+    Spool::open(dir, 1 << 20, one * 2, sync_each).expect("open")
+}
+
+/// Appends the documents numbered `numbers`.
+fn append_all(spool: &Spool, numbers: std::ops::Range<usize>) {
+    for i in numbers {
+        spool.append(&doc(i)).expect("append");
+    }
+}
+
+/// Sends the first `count` documents waiting, as a sink that took them would: peeks
+/// them and acknowledges them. Their ids.
+fn send(spool: &Spool, count: usize) -> Vec<String> {
+    let batch = spool.peek(count, usize::MAX).expect("peek");
+    spool.ack(batch.end, batch.docs.len()).expect("ack");
+    batch.docs.into_iter().map(|d| d.id).collect()
+}
+
 #[test]
 fn replays_in_order_across_segments_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spool = Spool::open(dir.path(), 1 << 20, 100, false).expect("open");
-    for i in 0..10 {
-        spool.append(&doc(i)).expect("append");
-    }
-    let first = spool.peek(4, usize::MAX).expect("peek");
-    let ids: Vec<_> = first.docs.iter().map(|d| d.id.as_str()).collect();
-    assert_eq!(ids, ["doc-0", "doc-1", "doc-2", "doc-3"]);
-    spool.ack(first.end, first.docs.len()).expect("ack");
+    append_all(&spool, 0..10);
+    assert_eq!(send(&spool, 4), ["doc-0", "doc-1", "doc-2", "doc-3"]);
     drop(spool);
 
     // A restart continues after the acknowledged documents.
@@ -68,13 +84,10 @@ fn only_the_gateways_user_can_read_the_spool() {
 fn a_batch_ending_inside_a_segment_keeps_its_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let one = doc(0).lines.len() as u64;
-    // Two documents per segment; a batch of three ends inside the second segment.
-    let spool = Spool::open(dir.path(), 1 << 20, one * 2, false).expect("open");
-    for i in 0..6 {
-        spool.append(&doc(i)).expect("append");
-    }
-    let batch = spool.peek(3, usize::MAX).expect("peek");
-    spool.ack(batch.end, batch.docs.len()).expect("ack");
+    // A batch of three ends inside the second segment.
+    let spool = two_per_segment(dir.path(), false);
+    append_all(&spool, 0..6);
+    send(&spool, 3);
     assert_eq!(spool.pending_bytes(), one * 3);
     let ids = |spool: &Spool| -> Vec<String> {
         let batch = spool.peek(100, usize::MAX).expect("peek");
@@ -82,7 +95,7 @@ fn a_batch_ending_inside_a_segment_keeps_its_offset() {
     };
     assert_eq!(ids(&spool), ["doc-3", "doc-4", "doc-5"]);
     drop(spool);
-    let reopened = Spool::open(dir.path(), 1 << 20, one * 2, false).expect("reopen");
+    let reopened = two_per_segment(dir.path(), false);
     assert_eq!(
         ids(&reopened),
         ["doc-3", "doc-4", "doc-5"],
@@ -110,28 +123,21 @@ fn a_torn_tail_is_skipped_and_the_spool_goes_on() {
     drop(file);
     let spool = Spool::open(dir.path(), 1 << 20, 1 << 20, false).expect("reopen");
     spool.append(&doc(2)).expect("append after the tear");
-    let batch = spool.peek(100, usize::MAX).expect("peek");
-    let ids: Vec<_> = batch.docs.iter().map(|d| d.id.as_str()).collect();
-    assert_eq!(ids, ["doc-0", "doc-2"]);
-    spool.ack(batch.end, batch.docs.len()).expect("ack");
+    assert_eq!(send(&spool, 100), ["doc-0", "doc-2"]);
     assert!(spool.is_empty());
 }
 
 #[test]
 fn counts_the_documents_waiting_also_after_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let one = doc(0).lines.len() as u64;
-    let spool = Spool::open(dir.path(), 1 << 20, one * 2, false).expect("open");
-    for i in 0..5 {
-        spool.append(&doc(i)).expect("append");
-    }
+    let spool = two_per_segment(dir.path(), false);
+    append_all(&spool, 0..5);
     assert_eq!(spool.pending_docs(), 5);
-    let batch = spool.peek(3, usize::MAX).expect("peek");
-    spool.ack(batch.end, batch.docs.len()).expect("ack");
+    send(&spool, 3);
     assert_eq!(spool.pending_docs(), 2);
     spool.flush().expect("flush");
     drop(spool);
-    let reopened = Spool::open(dir.path(), 1 << 20, one * 2, true).expect("reopen");
+    let reopened = two_per_segment(dir.path(), true);
     assert_eq!(reopened.pending_docs(), 2, "counted from the files");
     reopened.append(&doc(5)).expect("a synced append");
     assert_eq!(reopened.pending_docs(), 3);
@@ -143,12 +149,9 @@ fn refuses_appends_beyond_its_size_bound() {
     let dir = tempfile::tempdir().expect("tempdir");
     let one = doc(0).lines.len() as u64;
     let spool = Spool::open(dir.path(), one * 3, one * 2, false).expect("open");
-    for i in 0..3 {
-        spool.append(&doc(i)).expect("fits");
-    }
+    append_all(&spool, 0..3);
     assert!(matches!(spool.append(&doc(3)), Err(SpoolError::Full(_))));
-    let batch = spool.peek(2, usize::MAX).expect("peek");
-    spool.ack(batch.end, batch.docs.len()).expect("ack");
+    send(&spool, 2);
     spool.append(&doc(3)).expect("room again once sent");
 }
 
@@ -185,9 +188,7 @@ mod fuzz {
             let dir = tempfile::tempdir().expect("tempdir");
             let one = doc(0).lines.len() as u64;
             let spool = Spool::open(dir.path(), 1 << 20, one * per_segment, false).expect("open");
-            for i in 0..before {
-                spool.append(&doc(i)).expect("append");
-            }
+            append_all(&spool, 0..before);
             drop(spool);
 
             // Damage the newest segment: a torn tail, or bytes overwritten inside it.
@@ -217,17 +218,13 @@ mod fuzz {
 
             let spool = Spool::open(dir.path(), 1 << 20, one * per_segment, false).expect("reopen");
             let later: Vec<String> = (100..100 + after).map(|i| format!("doc-{i}")).collect();
-            for i in 100..100 + after {
-                spool.append(&doc(i)).expect("append after the damage");
-            }
+            append_all(&spool, 100..100 + after);
             let mut read = Vec::new();
             for _ in 0..100 {
                 if spool.is_empty() {
                     break;
                 }
-                let batch = spool.peek(3, usize::MAX).expect("peek");
-                read.extend(batch.docs.iter().map(|d| d.id.clone()));
-                spool.ack(batch.end, batch.docs.len()).expect("ack");
+                read.extend(send(&spool, 3));
             }
             prop_assert!(spool.is_empty(), "the spool stalled after {read:?}");
             prop_assert_eq!(spool.pending_docs(), 0);
