@@ -290,14 +290,16 @@ mod tests {
     use crate::engine::scripted::{Script, ScriptedEngine};
     use crate::engine::{Budget, EngineEvent, Prompt, Sampling};
 
-    /// The scripted engine (one token per word) with a 10-token context.
+    /// The scripted engine (one token per word) with a 10-token context, each answer
+    /// two tokens 50 ms apart.
     fn front(slots: Option<usize>) -> Front {
         let info = ModelInfo {
             id: "m".into(),
             context_length: 10,
             ..ModelInfo::default()
         };
-        let engine = ScriptedEngine::new(info, Script::tokens(&["a", "b"], Duration::ZERO));
+        let script = Script::tokens(&["a", "b"], Duration::from_millis(50));
+        let engine = ScriptedEngine::new(info, script);
         let engine = match slots {
             Some(n) => engine.with_slots(n),
             None => engine,
@@ -361,6 +363,11 @@ mod tests {
 
     #[tokio::test]
     async fn requests_wait_for_a_slot_and_hold_it_until_their_answer_ends() {
+        let bounded = tokio::time::timeout(Duration::from_secs(10), one_slot_for_two());
+        bounded.await.expect("the second request ran once the first ended");
+    }
+
+    async fn one_slot_for_two() {
         let front = front(Some(1));
         assert!(front.waits_in_queue());
         let mut first = front.run(request("hi", Budget::Cap(8), 0)).await.unwrap();
@@ -396,7 +403,7 @@ mod tests {
         let mut second = second.await.unwrap().unwrap();
         while second.events.recv().await.is_some() {}
         while front.load() != EngineLoad::default() {
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }
