@@ -344,7 +344,7 @@ async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shr
     );
     let legacy: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}),
     )
     .await;

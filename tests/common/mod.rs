@@ -97,6 +97,9 @@ pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
 /// The chat route.
 pub const CHAT: &str = "/v1/chat/completions";
 
+/// The legacy completions route.
+pub const COMPLETIONS: &str = "/v1/completions";
+
 /// POSTs `body` as JSON to `path` with the request id `t1`, so that the answer's id is
 /// known (`chatcmpl-t1`, `cmpl-t1`).
 pub async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
