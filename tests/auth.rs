@@ -41,21 +41,11 @@ fn keys_file<const N: usize>(names: [&str; N]) -> (tempfile::TempDir, PathBuf, [
 }
 
 async fn chat(server: &TestServer, key: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body("hi", json!({})));
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.expect("request")
+    post_with_key(server, CHAT, &chat_body("hi", json!({})), key).await
 }
 
 async fn get(server: &TestServer, path: &str, key: Option<&str>) -> u16 {
-    let mut request = reqwest::Client::new().get(server.url(path));
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.expect("request").status().as_u16()
+    get_with_key(server, path, key).await.status().as_u16()
 }
 
 async fn expect_401(response: reqwest::Response) {
@@ -223,13 +213,8 @@ fn limited(dir: &Path, alice_limits: &str, clock: SharedClock) -> (Guard, String
 }
 
 async fn chat_with(server: &TestServer, key: &str, max_tokens: u32) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(&chat_body("hi", json!({"max_tokens": max_tokens})))
-        .send()
-        .await
-        .expect("request")
+    let body = chat_body("hi", json!({"max_tokens": max_tokens}));
+    post_with_key(server, CHAT, &body, Some(key)).await
 }
 
 fn header(response: &reqwest::Response, name: &str) -> String {
@@ -397,16 +382,11 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
         .guard(guard(&file, false))
         .start()
         .await;
-    let response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .bearer_auth(&alice)
-        .json(&chat_body(
-            "hi",
-            json!({"stream": true, "stream_options": {"include_usage": true}}),
-        ))
-        .send()
-        .await
-        .expect("request");
+    let body = chat_body(
+        "hi",
+        json!({"stream": true, "stream_options": {"include_usage": true}}),
+    );
+    let response = post_with_key(&server, CHAT, &body, Some(&alice)).await;
     let request_id = response.headers()["x-request-id"]
         .to_str()
         .expect("id")

@@ -122,6 +122,30 @@ pub async fn post_text(server: &TestServer, path: &str, body: &Value) -> String 
     post(server, path, body).await.text().await.expect("body")
 }
 
+/// GETs `path`, with `key` as the bearer token where there is one.
+pub async fn get_with_key(server: &TestServer, path: &str, key: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(server.url(path));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
+}
+
+/// POSTs `body` as JSON to `path`, with `key` as the bearer token where there is one
+/// (and no request id of its own, unlike [`post`]).
+pub async fn post_with_key(
+    server: &TestServer,
+    path: &str,
+    body: &Value,
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new().post(server.url(path)).json(body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
+}
+
 /// The JSON chunks of an SSE body, `[DONE]` left out.
 pub fn chunks_of(body: &str) -> Vec<Value> {
     body.lines()
