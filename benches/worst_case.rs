@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 use actix_web::ResponseError;
 use bytes::Bytes;
 use futures_util::stream;
-use llmgate::api::request::{parse_chat_request, RequestLimits};
+use llmgate::api::request::{parse_chat_request, RequestLimits, ValidatedRequest};
 use llmgate::engine::gguf::GgufFacts;
 use llmgate::engine::upstream::stream::events_of;
 use llmgate::engine::{EngineEvent, ResponseFormat};
+use llmgate::error::ApiError;
 use llmgate::redact::{Mode, RedactionCounts, Redactor};
 use llmgate::stream::stops::StopScreen;
 use serde_json::{json, Value};
@@ -54,9 +55,7 @@ fn limits() -> RequestLimits {
     RequestLimits::single("m", 2048)
 }
 
-fn verdict(
-    result: &Result<llmgate::api::request::ValidatedRequest, llmgate::error::ApiError>,
-) -> String {
+fn verdict(result: &Result<ValidatedRequest, ApiError>) -> String {
     match result {
         Ok(_) => "accepted".into(),
         Err(e) => {
@@ -90,23 +89,21 @@ fn bodies(rounds: usize) {
     let many: Vec<Value> = (0..50_000)
         .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "hi"}))
         .collect();
-    let wide = serde_json::to_vec(&json!({"model": "m", "messages": many})).expect("body");
-    let (took, result) = best_of(rounds, || parse_chat_request(&wide, &limits(), "w"));
-    row(
-        "body: 50,000 messages",
-        &format!("{} KiB", wide.len() >> 10),
-        took,
-        &verdict(&result),
-    );
-    let half = &many[..25_000];
-    let narrow = serde_json::to_vec(&json!({"model": "m", "messages": half})).expect("body");
-    let (took_half, _) = best_of(rounds, || parse_chat_request(&narrow, &limits(), "w"));
-    row(
-        "body: 25,000 messages",
-        &format!("{} KiB", narrow.len() >> 10),
-        took_half,
-        "linear check",
-    );
+    let (size, took, result) = parse_messages(rounds, &many);
+    row("body: 50,000 messages", &size, took, &verdict(&result));
+    let (size, took_half, _) = parse_messages(rounds, &many[..25_000]);
+    row("body: 25,000 messages", &size, took_half, "linear check");
+}
+
+/// Times the parse of a chat body made of `messages`: the body's size in KiB, the best
+/// time of `rounds` and the parser's answer.
+fn parse_messages(
+    rounds: usize,
+    messages: &[Value],
+) -> (String, Duration, Result<ValidatedRequest, ApiError>) {
+    let body = serde_json::to_vec(&json!({"model": "m", "messages": messages})).expect("body");
+    let (took, result) = best_of(rounds, || parse_chat_request(&body, &limits(), "w"));
+    (format!("{} KiB", body.len() >> 10), took, result)
 }
 
 fn stops(rounds: usize) {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,22 +31,21 @@ fn guard_on(file: &Path, metrics_need_key: bool, clock: SharedClock) -> Guard {
     }
 }
 
+/// A keys file in a fresh directory with a key for each of `names`: the directory (gone
+/// when dropped), the file, and the keys in the order of `names`.
+fn keys_file<const N: usize>(names: [&str; N]) -> (tempfile::TempDir, PathBuf, [String; N]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("keys");
+    let keys = names.map(|name| add_key(&file, name).expect("add"));
+    (dir, file, keys)
+}
+
 async fn chat(server: &TestServer, key: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body("hi", json!({})));
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.expect("request")
+    post_with_key(server, CHAT, &chat_body("hi", json!({})), key).await
 }
 
 async fn get(server: &TestServer, path: &str, key: Option<&str>) -> u16 {
-    let mut request = reqwest::Client::new().get(server.url(path));
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.expect("request").status().as_u16()
+    get_with_key(server, path, key).await.status().as_u16()
 }
 
 async fn expect_401(response: reqwest::Response) {
@@ -73,9 +72,7 @@ async fn until_chat_answers(server: &TestServer, key: &str, status: u16) -> bool
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_guard_v1_and_only_their_ids_travel() {
     let logs = captured_logs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("keys");
-    let alice = add_key(&file, "alice").expect("add");
+    let (_dir, file, [alice]) = keys_file(["alice"]);
     let server = TestServer::builder(hello_engine())
         .guard(guard(&file, false))
         .start()
@@ -179,9 +176,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_can_require_a_key() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("keys");
-    let ops = add_key(&file, "prometheus").expect("add");
+    let (_dir, file, [ops]) = keys_file(["prometheus"]);
     let server = TestServer::builder(hello_engine())
         .guard(guard(&file, true))
         .start()
@@ -218,13 +213,8 @@ fn limited(dir: &Path, alice_limits: &str, clock: SharedClock) -> (Guard, String
 }
 
 async fn chat_with(server: &TestServer, key: &str, max_tokens: u32) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(&chat_body("hi", json!({"max_tokens": max_tokens})))
-        .send()
-        .await
-        .expect("request")
+    let body = chat_body("hi", json!({"max_tokens": max_tokens}));
+    post_with_key(server, CHAT, &body, Some(key)).await
 }
 
 fn header(response: &reqwest::Response, name: &str) -> String {
@@ -327,9 +317,7 @@ async fn cors_is_off_unless_origins_are_named() {
     assert!(!answer.headers().contains_key("access-control-allow-origin"));
 
     let config = test_config(&format!("[server]\ncors_origins = [\"{origin}\"]\n"));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("keys");
-    let key = add_key(&file, "web").expect("add");
+    let (_dir, file, [key]) = keys_file(["web"]);
     let open = TestServer::builder(hello_engine())
         .config(&config)
         .guard(guard(&file, false))
@@ -389,24 +377,16 @@ async fn metrics_can_have_a_listener_of_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("keys");
-    let alice = add_key(&file, "alice").expect("add");
-    let bob = add_key(&file, "bob").expect("add");
+    let (_dir, file, [alice, bob]) = keys_file(["alice", "bob"]);
     let server = TestServer::builder(hello_engine())
         .guard(guard(&file, false))
         .start()
         .await;
-    let response = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .bearer_auth(&alice)
-        .json(&chat_body(
-            "hi",
-            json!({"stream": true, "stream_options": {"include_usage": true}}),
-        ))
-        .send()
-        .await
-        .expect("request");
+    let body = chat_body(
+        "hi",
+        json!({"stream": true, "stream_options": {"include_usage": true}}),
+    );
+    let response = post_with_key(&server, CHAT, &body, Some(&alice)).await;
     let request_id = response.headers()["x-request-id"]
         .to_str()
         .expect("id")

@@ -19,7 +19,7 @@ const HEAD: &str = r#"data: {"id":"cmpl-t1","object":"text_completion","created"
 async fn completions_stream_text_pieces_and_record_like_chat() {
     let server = TestServer::builder(hello_engine()).frozen().start().await;
     let body = json!({"model": MODEL, "prompt": "say hi", "stream": true, "stream_options": {"include_usage": true}});
-    let response = post(&server, "/v1/completions", &body).await;
+    let response = post(&server, COMPLETIONS, &body).await;
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("body");
     let piece = |t: &str, finish: &str| {
@@ -40,7 +40,7 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
 
     let answer: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": ["say hi"]}),
     )
     .await;
@@ -68,7 +68,7 @@ async fn completions_stream_text_pieces_and_record_like_chat() {
     }
     let refused = post(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "x", "echo": true, "logprobs": 1}),
     )
     .await;
@@ -184,7 +184,7 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
     let server = TestServer::builder(hello_engine()).start().await;
     let answer: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "say hi", "logprobs": 2}),
     )
     .await;
@@ -199,7 +199,7 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
 
     let streamed = post_text(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "say hi", "logprobs": 0, "stream": true}),
     )
     .await;
@@ -219,7 +219,7 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
 
     let echoed: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "say hi", "echo": true}),
     )
     .await;
@@ -230,7 +230,7 @@ async fn legacy_completions_echo_and_give_logprobs_in_their_own_shape() {
     );
     let echoed_stream = post_text(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "say hi", "echo": true, "stream": true}),
     )
     .await;
@@ -278,7 +278,7 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
 
     let streamed = post_text(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "hi", "stop": [" M"], "stream": true}),
     )
     .await;
@@ -306,7 +306,7 @@ async fn stop_sequences_end_the_answer_where_they_begin_and_stop_the_engine() {
     // The tokens that spelled the stop are not the answer's: no log-probabilities.
     let scored: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "hi", "stop": ["lo!"], "logprobs": 1}),
     )
     .await;

@@ -23,22 +23,14 @@ fn engine() -> Arc<llmgate::engine::scripted::ScriptedEngine> {
     )))
 }
 
-async fn get(server: &TestServer, path: &str, key: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new().get(server.url(path));
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.expect("request")
-}
-
 async fn ask(server: &TestServer, prompt: &str, key: Option<&str>) {
-    let mut request = reqwest::Client::new()
-        .post(server.url("/v1/chat/completions"))
-        .json(&chat_body(prompt, json!({"stream": true})));
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    let response = request.send().await.expect("send");
+    let response = post_with_key(
+        server,
+        CHAT,
+        &chat_body(prompt, json!({"stream": true})),
+        key,
+    )
+    .await;
     assert_eq!(response.status(), 200);
     response.text().await.expect("the whole stream");
 }
@@ -47,7 +39,11 @@ async fn ask(server: &TestServer, prompt: &str, key: Option<&str>) {
 /// the response ends).
 async fn stats_with(server: &TestServer, records: usize, key: Option<&str>) -> Value {
     for _ in 0..200 {
-        let stats: Value = get(server, "/stats", key).await.json().await.expect("json");
+        let stats: Value = get_with_key(server, "/stats", key)
+            .await
+            .json()
+            .await
+            .expect("json");
         if stats["records"]
             .as_array()
             .is_some_and(|r| r.len() >= records)
@@ -90,7 +86,7 @@ fn semlog_config(dir: &std::path::Path, extra: &str) -> llmgate::config::Config 
 #[tokio::test]
 async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
     let server = TestServer::builder(engine()).start().await;
-    let page = get(&server, "/", None).await;
+    let page = get_with_key(&server, "/", None).await;
     assert_eq!(page.status(), 200);
     let headers = page.headers().clone();
     assert_eq!(headers["content-type"], "text/html; charset=utf-8");
@@ -119,7 +115,7 @@ async fn the_page_is_served_with_a_strict_policy_and_nothing_from_elsewhere() {
         ("/page/page.css", "text/css"),
         ("/page/icon.svg", "image/svg+xml"),
     ] {
-        let response = get(&server, path, None).await;
+        let response = get_with_key(&server, path, None).await;
         assert_eq!(response.status(), 200, "{path}");
         assert!(response.headers()["content-type"]
             .to_str()
@@ -142,13 +138,13 @@ async fn the_page_can_be_turned_off() {
         .start()
         .await;
     for path in ["/", "/page/page.js", "/page/timeline.js"] {
-        let response = get(&server, path, None).await;
+        let response = get_with_key(&server, path, None).await;
         assert_eq!(response.status(), 404, "{path}");
         let body: Value = response.json().await.expect("json");
         assert_eq!(body["error"]["code"], "not_found");
     }
     assert_eq!(
-        get(&server, "/stats", None).await.status(),
+        get_with_key(&server, "/stats", None).await.status(),
         200,
         "the live view stays"
     );
@@ -162,7 +158,7 @@ async fn stats_count_requests_and_list_their_redacted_records() {
         .semlog()
         .start()
         .await;
-    let empty: Value = get(&server, "/stats", None)
+    let empty: Value = get_with_key(&server, "/stats", None)
         .await
         .json()
         .await
@@ -233,20 +229,26 @@ async fn with_keys_each_key_sees_its_own_records_only() {
     let alice = add_key(&file, "alice").expect("add");
     let bob = add_key(&file, "bob").expect("add");
     let server = keyed(dir.path(), "").await;
-    assert_eq!(get(&server, "/stats", None).await.status(), 401);
+    assert_eq!(get_with_key(&server, "/stats", None).await.status(), 401);
     assert_eq!(
-        get(&server, "/stats", Some("llmgate-wrong")).await.status(),
+        get_with_key(&server, "/stats", Some("llmgate-wrong"))
+            .await
+            .status(),
         401
     );
     assert_eq!(
-        get(&server, "/", None).await.status(),
+        get_with_key(&server, "/", None).await.status(),
         200,
         "the page loads without a key"
     );
 
     // The router decodes the path; the key check sees it as the router does.
     for path in ["/%73tats", "/%761/models"] {
-        assert_eq!(get(&server, path, None).await.status(), 401, "{path}");
+        assert_eq!(
+            get_with_key(&server, path, None).await.status(),
+            401,
+            "{path}"
+        );
     }
 
     ask(&server, "alice asks jane@example.com", Some(&alice)).await;
@@ -255,7 +257,7 @@ async fn with_keys_each_key_sees_its_own_records_only() {
     assert_eq!(own["prompt_excerpt"], "alice asks <EMAIL>");
     assert_eq!(own["response_excerpt"], "Paris it is.");
     assert!(!seen_by_alice.to_string().contains("jane@example.com"));
-    let seen_by_bob: Value = get(&server, "/stats", Some(&bob))
+    let seen_by_bob: Value = get_with_key(&server, "/stats", Some(&bob))
         .await
         .json()
         .await

@@ -34,6 +34,22 @@ fn request_head(content_length: usize) -> String {
     )
 }
 
+/// A raw connection to the server that has sent a whole chat request with `body`.
+async fn send_chat(
+    server: &TestServer,
+    receive_buffer: Option<u32>,
+    body: &Value,
+) -> tokio::net::TcpStream {
+    let mut stream = connect(server, receive_buffer).await;
+    let body = body.to_string();
+    let request = format!("{}{body}", request_head(body.len()));
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("send request");
+    stream
+}
+
 /// Waits up to ten seconds for a record with this status and error kind.
 async fn recorded(server: &TestServer, status: Status, kind: &str) -> bool {
     eventually(10, || {
@@ -70,13 +86,12 @@ async fn a_client_that_stops_reading_is_cut_off_and_the_server_carries_on() {
         .await;
 
     // A client with a tiny receive window that sends its request and never reads a byte.
-    let mut stalled = connect(&server, Some(4096)).await;
-    let body = chat_body("flood", json!({"stream": true, "max_tokens": 3000})).to_string();
-    let request = format!("{}{body}", request_head(body.len()));
-    stalled
-        .write_all(request.as_bytes())
-        .await
-        .expect("send request");
+    let stalled = send_chat(
+        &server,
+        Some(4096),
+        &chat_body("flood", json!({"stream": true, "max_tokens": 3000})),
+    )
+    .await;
     let started = std::time::Instant::now();
 
     // While it stalls, the server answers others.
@@ -131,13 +146,12 @@ async fn a_quiet_non_reader(send_buffer_bytes: usize) -> (bool, u64) {
         .start()
         .await;
     // An ordinary client (default buffers) that sends its request and never reads.
-    let mut quiet = connect(&server, None).await;
-    let body = chat_body("long", json!({"stream": true, "max_tokens": 3000})).to_string();
-    let request = format!("{}{body}", request_head(body.len()));
-    quiet
-        .write_all(request.as_bytes())
-        .await
-        .expect("send request");
+    let quiet = send_chat(
+        &server,
+        None,
+        &chat_body("long", json!({"stream": true, "max_tokens": 3000})),
+    )
+    .await;
     let cut = recorded(&server, Status::Cancelled, "client_stalled").await;
     let produced = engine.tokens_produced();
     drop(quiet);
@@ -164,12 +178,12 @@ async fn the_time_spent_waiting_for_a_slow_reader_is_reported_on_its_own() {
     let config = test_config("[engine]\nmax_tokens_cap = 4096\n");
     let server = TestServer::builder(engine).config(&config).start().await;
 
-    let mut slow = connect(&server, None).await;
-    let body = chat_body("flood", json!({"stream": true, "max_tokens": 3000})).to_string();
-    let request = format!("{}{body}", request_head(body.len()));
-    slow.write_all(request.as_bytes())
-        .await
-        .expect("send request");
+    let mut slow = send_chat(
+        &server,
+        None,
+        &chat_body("flood", json!({"stream": true, "max_tokens": 3000})),
+    )
+    .await;
     let mut tail = Vec::new();
     let mut buffer = vec![0u8; 64 << 10];
     loop {
@@ -330,7 +344,7 @@ async fn a_budget_that_does_not_fit_the_context_is_refused_and_a_default_one_shr
     );
     let legacy: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": prompt, "max_tokens": 40}),
     )
     .await;
@@ -352,13 +366,7 @@ async fn a_client_that_half_closes_its_connection_has_left() {
     let server = TestServer::builder(engine.clone()).start().await;
 
     // A non-streamed request, then the client shuts its writing side and waits.
-    let mut client = connect(&server, None).await;
-    let body = chat_body("hi", json!({})).to_string();
-    let request = format!("{}{body}", request_head(body.len()));
-    client
-        .write_all(request.as_bytes())
-        .await
-        .expect("send request");
+    let mut client = send_chat(&server, None, &chat_body("hi", json!({}))).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     client.shutdown().await.expect("half-close");
 

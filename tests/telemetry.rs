@@ -60,40 +60,25 @@ fn value(exposition: &str, series: &str) -> f64 {
 /// Sends the four outcomes: one success, one 400, one mid-stream failure, one cancel.
 async fn send_outcomes(base: &str, client: &reqwest::Client) {
     let url = format!("{base}/v1/chat/completions");
-    let ok = client
-        .post(&url)
-        .json(&chat_body("hi", serde_json::json!({"stream": true})))
-        .send()
+    let send = |prompt: &str, extra: serde_json::Value| {
+        client.post(&url).json(&chat_body(prompt, extra)).send()
+    };
+    let ok = send("hi", serde_json::json!({"stream": true}))
         .await
         .expect("send");
     assert!(ok.text().await.expect("body").contains("[DONE]"));
 
-    let bad = client
-        .post(&url)
-        .json(&chat_body("hi", serde_json::json!({"temperature": 7})))
-        .send()
+    let bad = send("hi", serde_json::json!({"temperature": 7}))
         .await
         .expect("send");
     assert_eq!(bad.status(), 400);
 
-    let failing = client
-        .post(&url)
-        .json(&chat_body(
-            "fail please",
-            serde_json::json!({"stream": true}),
-        ))
-        .send()
+    let failing = send("fail please", serde_json::json!({"stream": true}))
         .await
         .expect("send");
     assert!(failing.text().await.expect("body").contains("\"error\""));
 
-    let slow = client
-        .post(&url)
-        .json(&chat_body(
-            "take your time",
-            serde_json::json!({"stream": true}),
-        ))
-        .send()
+    let slow = send("take your time", serde_json::json!({"stream": true}))
         .await
         .expect("send");
     let mut frames = slow.bytes_stream();

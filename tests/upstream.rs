@@ -167,7 +167,7 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
 
     let legacy: Value = post_json(
         &server,
-        "/v1/completions",
+        COMPLETIONS,
         &json!({"model": MODEL, "prompt": "Once", "max_tokens": 2, "echo": true}),
     )
     .await;

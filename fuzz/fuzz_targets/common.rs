@@ -19,6 +19,32 @@ pub fn limits() -> RequestLimits {
     RequestLimits::single(MODEL, CAP)
 }
 
+/// A request parser of the API: a body, its limits and a request id in, the validated
+/// request or the refusal out.
+pub type Parser = fn(&[u8], &RequestLimits, &str) -> Result<ValidatedRequest, ApiError>;
+
+/// What a request target checks of one body: a refusal is in OpenAI's shape; an accepted
+/// request is within every limit and, re-serialised for an upstream server, parses to the
+/// same request; parsing twice gives the same answer.
+pub fn check_body(parse: Parser, body: &[u8]) {
+    let limits = limits();
+    let first = parse(body, &limits, "fuzz");
+    match &first {
+        Err(error) => check_refusal(error),
+        Ok(request) => {
+            check_accepted(request);
+            let again = parse(&upstream_body(&request.generation), &limits, "fuzz")
+                .unwrap_or_else(|e| panic!("the upstream body is refused: {e:?}"));
+            assert_same_generation(&request.generation, &again.generation);
+        }
+    }
+    assert_eq!(
+        first,
+        parse(body, &limits, "fuzz"),
+        "parsing is not deterministic"
+    );
+}
+
 /// A refusal is a 4xx in OpenAI's shape, with a message that says something.
 pub fn check_refusal(error: &ApiError) {
     let status = error.status_code().as_u16();

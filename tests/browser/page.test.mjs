@@ -108,6 +108,16 @@ async function useKey(page) {
   await page.locator("#model option").first().waitFor({ state: "attached" });
 }
 
+/** Runs `body` on a desktop-sized page with the API key entered, then checks the page
+ * logged no error and closes it. */
+async function withKeyedPage(body) {
+  const { context, page, seen } = await open(1366, 900);
+  await useKey(page);
+  await body({ page, seen });
+  assert.deepEqual(seen.errors, []);
+  await context.close();
+}
+
 /** Sends the form with the given fields (ids to values; logprobs: true or false). */
 async function ask(page, fields) {
   for (const [id, value] of Object.entries(fields)) {
@@ -251,9 +261,7 @@ test("the page fits a phone's width and is usable with the keyboard", async () =
   await context.close();
 });
 
-test("a figure the server leaves out shows as – and the table keeps its rows", async () => {
-  const { context, page, seen } = await open(1366, 900);
-  await useKey(page);
+test("a figure the server leaves out shows as – and the table keeps its rows", () => withKeyedPage(async ({ page, seen }) => {
   // One token: no TPOT (it needs two), so its record says "tpot_ms": null.
   await ask(page, { prompt: "Say hi.", "max-tokens": 1 });
   await answered(page);
@@ -271,13 +279,9 @@ test("a figure the server leaves out shows as – and the table keeps its rows",
   const first = await page.locator("#records tbody tr").first().locator("td").allTextContents();
   assert.equal(first[5], "–", `TPOT of the one-token answer: ${first}`);
   assert.equal(await page.locator("#figures tbody tr", { hasText: "TPOT" }).locator("td").first().textContent(), "–");
-  assert.deepEqual(seen.errors, []);
-  await context.close();
-});
+}));
 
-test("Stop ends an answer quietly, and the record says cancelled once", async () => {
-  const { context, page, seen } = await open(1366, 900);
-  await useKey(page);
+test("Stop ends an answer quietly, and the record says cancelled once", () => withKeyedPage(async ({ page, seen }) => {
   await ask(page, { prompt: "Write a long story about a lighthouse keeper.", "max-tokens": 400 });
   await page.locator("#answer .tok").nth(4).waitFor({ timeout: 120_000 });
   assert.equal(await page.locator("#send").isDisabled(), true, "no second send while one runs");
@@ -292,13 +296,9 @@ test("Stop ends an answer quietly, and the record says cancelled once", async ()
   await row.waitFor({ timeout: 15_000 });
   const outcome = (await row.locator("td").allTextContents())[2];
   assert.equal(outcome, "cancelled", "the outcome says it once");
-  assert.deepEqual(seen.errors, []);
-  await context.close();
-});
+}));
 
-test("without log-probabilities a mark is a chunk; a long answer scrolls in its box", async () => {
-  const { context, page, seen } = await open(1366, 900);
-  await useKey(page);
+test("without log-probabilities a mark is a chunk; a long answer scrolls in its box", () => withKeyedPage(async ({ page, seen }) => {
   await ask(page, { prompt: "Write a long story about a dragon.", "max-tokens": 400, temperature: 0, logprobs: false });
   await answered(page);
   assert.equal(await page.locator("#answer-error").isHidden(), true, await page.locator("#answer-error").textContent());
@@ -317,13 +317,9 @@ test("without log-probabilities a mark is a chunk; a long answer scrolls in its 
   assert.ok(box.scroll > box.client, "the answer is longer than its box (a longer answer needed)");
   assert.ok(box.scroll - box.top - box.client < 2, "scrolled to the end of the answer");
   await page.screenshot({ path: join(SHOTS, "long-answer.png") });
-  assert.deepEqual(seen.errors, []);
-  await context.close();
-});
+}));
 
-test("text that comes before its token is coloured when the token arrives", async () => {
-  const { context, page, seen } = await open(1366, 900);
-  await useKey(page);
+test("text that comes before its token is coloured when the token arrives", () => withKeyedPage(async ({ page, seen }) => {
   // A stream as the server sends one with stop sequences: the text "Hel" is held for its
   // token "Hello", which comes with the next chunk; the end-of-text token has no text.
   const chunk = (delta, logprobs, extra = {}) => "data: " + JSON.stringify({
@@ -363,9 +359,7 @@ test("text that comes before its token is coloured when the token arrives", asyn
   await answered(page);
   assert.deepEqual(await page.locator("#answer .tok").evaluateAll((ts) => ts.map((t) => [t.textContent, t.className])),
     [["Hello", "tok band-4"], [" world", "tok band-0"], ["!", "tok band-none"]]);
-  assert.deepEqual(seen.errors, []);
-  await context.close();
-});
+}));
 
 test("a proxy's 502 for a gateway that is down is shown unreachable; Ctrl+Enter sends nothing then", async () => {
   const { context, page, seen } = await open(1366, 900);
@@ -465,11 +459,7 @@ test("a model on several replicas shows each, the one that is gone out, and wher
   }
 });
 
-test("the live view has no replicas table for a model in this process", async () => {
-  const { context, page, seen } = await open(1366, 900);
-  await useKey(page);
+test("the live view has no replicas table for a model in this process", () => withKeyedPage(async ({ page, seen }) => {
   await page.locator("#live-cards .card").first().waitFor();
   assert.equal(await page.locator("#replicas").isHidden(), true);
-  assert.deepEqual(seen.errors, []);
-  await context.close();
-});
+}));

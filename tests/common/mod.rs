@@ -97,6 +97,9 @@ pub fn chat_body(content: &str, extra: serde_json::Value) -> serde_json::Value {
 /// The chat route.
 pub const CHAT: &str = "/v1/chat/completions";
 
+/// The legacy completions route.
+pub const COMPLETIONS: &str = "/v1/completions";
+
 /// POSTs `body` as JSON to `path` with the request id `t1`, so that the answer's id is
 /// known (`chatcmpl-t1`, `cmpl-t1`).
 pub async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
@@ -117,6 +120,30 @@ pub async fn post_json(server: &TestServer, path: &str, body: &Value) -> Value {
 /// [`post`], then the answer's body as text.
 pub async fn post_text(server: &TestServer, path: &str, body: &Value) -> String {
     post(server, path, body).await.text().await.expect("body")
+}
+
+/// GETs `path`, with `key` as the bearer token where there is one.
+pub async fn get_with_key(server: &TestServer, path: &str, key: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(server.url(path));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
+}
+
+/// POSTs `body` as JSON to `path`, with `key` as the bearer token where there is one
+/// (and no request id of its own, unlike [`post`]).
+pub async fn post_with_key(
+    server: &TestServer,
+    path: &str,
+    body: &Value,
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new().post(server.url(path)).json(body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
 }
 
 /// The JSON chunks of an SSE body, `[DONE]` left out.

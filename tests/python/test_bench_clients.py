@@ -46,6 +46,20 @@ def send(base: str, path: str, body: str, headers: dict, accept: str = None):
     return answer.status, dict(answer.headers), answer.read().decode()
 
 
+def guidellm(base: str, path: str, template: str):
+    """Sends GuideLLM's recorded body `template`, its model and prompt filled in, with
+    GuideLLM's headers."""
+    body = template % {"model": MODEL_ID, "prompt": json.dumps(GUIDELLM_PROMPT)}
+    return send(base, path, body, GUIDELLM_HEADERS)
+
+
+def aiperf(base: str, path: str, template: str, accept: str):
+    """Sends AIPerf's recorded body `template`, its model and prompt filled in, with
+    AIPerf's headers and `accept`."""
+    body = template % {"model": MODEL_ID, "prompt": json.dumps(AIPERF_PROMPT)}
+    return send(base, path, body, AIPERF_HEADERS, accept=accept)
+
+
 def events(text: str) -> list:
     data = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
     assert data[-1] == "[DONE]", text
@@ -58,12 +72,13 @@ def test_guidellm_checks_health_first(gateway):
 
 
 def test_guidellm_chat_stream_runs_to_its_output_length_with_usage_in_every_chunk(gateway):
-    body = (
-        '{"model":"%s","stream":true,"stream_options":{"include_usage":true,'
+    status, _, text = guidellm(
+        gateway,
+        "/v1/chat/completions",
+        '{"model":"%(model)s","stream":true,"stream_options":{"include_usage":true,'
         '"continuous_usage_stats":true},"max_completion_tokens":16,"ignore_eos":true,'
-        '"messages":[{"role":"user","content":[{"type":"text","text":%s}]}]}'
-    ) % (MODEL_ID, json.dumps(GUIDELLM_PROMPT))
-    status, _, text = send(gateway, "/v1/chat/completions", body, GUIDELLM_HEADERS)
+        '"messages":[{"role":"user","content":[{"type":"text","text":%(prompt)s}]}]}',
+    )
     assert status == 200
     chunks = events(text)
     assert all(c["usage"] is not None for c in chunks), "continuous usage stats"
@@ -77,31 +92,33 @@ def test_guidellm_chat_stream_runs_to_its_output_length_with_usage_in_every_chun
 
 
 def test_guidellm_chat_without_stream_and_completions_stream(gateway):
-    body = (
-        '{"model":"%s","max_completion_tokens":16,"ignore_eos":true,'
-        '"messages":[{"role":"user","content":[{"type":"text","text":%s}]}]}'
-    ) % (MODEL_ID, json.dumps(GUIDELLM_PROMPT))
-    status, _, text = send(gateway, "/v1/chat/completions", body, GUIDELLM_HEADERS)
+    status, _, text = guidellm(
+        gateway,
+        "/v1/chat/completions",
+        '{"model":"%(model)s","max_completion_tokens":16,"ignore_eos":true,'
+        '"messages":[{"role":"user","content":[{"type":"text","text":%(prompt)s}]}]}',
+    )
     answer = json.loads(text)
     assert status == 200 and answer["usage"]["completion_tokens"] == 16
     assert answer["choices"][0]["finish_reason"] == "length"
-    body = (
-        '{"model":"%s","stream":true,"stream_options":{"include_usage":true,'
-        '"continuous_usage_stats":true},"max_tokens":16,"ignore_eos":true,"prompt":%s}'
-    ) % (MODEL_ID, json.dumps(GUIDELLM_PROMPT))
-    status, _, text = send(gateway, "/v1/completions", body, GUIDELLM_HEADERS)
+    status, _, text = guidellm(
+        gateway,
+        "/v1/completions",
+        '{"model":"%(model)s","stream":true,"stream_options":{"include_usage":true,'
+        '"continuous_usage_stats":true},"max_tokens":16,"ignore_eos":true,"prompt":%(prompt)s}',
+    )
     chunks = events(text)
     assert status == 200 and chunks[-1]["usage"]["completion_tokens"] == 16
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
 
 
 def test_aiperf_chat_stream_and_its_request_id(gateway):
-    body = (
-        '{"messages":[{"role":"user","content":%s}],"model":"%s","stream":true,'
-        '"max_completion_tokens":16,"stream_options":{"include_usage":true}}'
-    ) % (json.dumps(AIPERF_PROMPT), MODEL_ID)
-    status, headers, text = send(
-        gateway, "/v1/chat/completions", body, AIPERF_HEADERS, accept="text/event-stream"
+    status, headers, text = aiperf(
+        gateway,
+        "/v1/chat/completions",
+        '{"messages":[{"role":"user","content":%(prompt)s}],"model":"%(model)s","stream":true,'
+        '"max_completion_tokens":16,"stream_options":{"include_usage":true}}',
+        "text/event-stream",
     )
     assert status == 200
     assert headers["x-request-id"] == AIPERF_HEADERS["X-Request-ID"], "its id is ours too"
@@ -112,19 +129,19 @@ def test_aiperf_chat_stream_and_its_request_id(gateway):
 
 
 def test_aiperf_non_streamed_chat_and_streamed_completions(gateway):
-    body = (
-        '{"messages":[{"role":"user","content":%s}],"model":"%s","stream":false,'
-        '"max_completion_tokens":16}'
-    ) % (json.dumps(AIPERF_PROMPT), MODEL_ID)
-    status, _, text = send(
-        gateway, "/v1/chat/completions", body, AIPERF_HEADERS, accept="application/json"
+    status, _, text = aiperf(
+        gateway,
+        "/v1/chat/completions",
+        '{"messages":[{"role":"user","content":%(prompt)s}],"model":"%(model)s","stream":false,'
+        '"max_completion_tokens":16}',
+        "application/json",
     )
     assert status == 200 and json.loads(text)["choices"][0]["message"]["content"]
-    body = (
-        '{"prompt":%s,"model":"%s","stream":true,"max_tokens":16,'
-        '"stream_options":{"include_usage":true}}'
-    ) % (json.dumps(AIPERF_PROMPT), MODEL_ID)
-    status, _, text = send(
-        gateway, "/v1/completions", body, AIPERF_HEADERS, accept="text/event-stream"
+    status, _, text = aiperf(
+        gateway,
+        "/v1/completions",
+        '{"prompt":%(prompt)s,"model":"%(model)s","stream":true,"max_tokens":16,'
+        '"stream_options":{"include_usage":true}}',
+        "text/event-stream",
     )
     assert status == 200 and events(text)[-1]["usage"]["completion_tokens"] > 0
