@@ -37,7 +37,7 @@ use super::files::{refusal_line, RotatingFile};
 use super::health::{Health, Trouble};
 use super::setup;
 use super::spool::Spool;
-use super::target::Lifecycle;
+use super::target::IndexLifecycle;
 use crate::telemetry::metrics::{Metrics, SemlogEvent};
 
 /// Where batches go.
@@ -75,10 +75,10 @@ pub struct Indexer {
     /// is sent, or the data stream would be created from the built-in template.
     pub ready: bool,
     /// The retention `semlog.lifecycle` asks for, and how long.
-    pub lifecycle: Lifecycle,
+    pub lifecycle: IndexLifecycle,
     pub retention_days: u32,
     /// Where the set-up's report goes, for `/ready`.
-    pub status: super::Status,
+    pub status: super::SemlogStatus,
     pub health: Arc<Health>,
 }
 
@@ -249,7 +249,7 @@ impl Indexer {
                         );
                         self.metrics.semlog_setup_problem(problem.step);
                     }
-                    if report.lifecycle == Lifecycle::None {
+                    if report.lifecycle == IndexLifecycle::None {
                         tracing::warn!(
                             "The semantic log has no retention policy on this cluster: nothing is ever deleted (semlog.lifecycle)."
                         );

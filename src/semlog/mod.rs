@@ -58,16 +58,16 @@ use spool::Spool;
 /// and what its set-up found (once it has run); the sink's [`health::Health`] and the
 /// spool's depth.
 #[derive(Debug, Clone, Default)]
-pub struct Status {
+pub struct SemlogStatus {
     /// Documents go to a cluster (else to files).
     cluster: bool,
     /// Its set-up's report, once the set-up has run.
-    report: Arc<Mutex<Option<setup::Report>>>,
+    report: Arc<Mutex<Option<setup::SetupSummary>>>,
     /// `None` without a semantic log (tests of other parts).
     sink: Option<(Arc<health::Health>, Arc<Spool>)>,
 }
 
-impl Status {
+impl SemlogStatus {
     /// Files, or a cluster whose set-up is yet to run.
     fn new(cluster: bool, health: Arc<health::Health>, spool: Arc<Spool>) -> Self {
         Self {
@@ -77,7 +77,7 @@ impl Status {
         }
     }
 
-    pub(crate) fn set(&self, report: setup::Report) {
+    pub(crate) fn set(&self, report: setup::SetupSummary) {
         if let Ok(mut slot) = self.report.lock() {
             *slot = Some(report);
         }
@@ -128,7 +128,7 @@ pub struct Semlog {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
-    status: Status,
+    status: SemlogStatus,
     health: Arc<health::Health>,
     /// The last [`RECENT_DOCUMENTS`] documents and their requests' API key ids, newest
     /// last, for the live view (serialised only when it asks).
@@ -178,7 +178,7 @@ impl Semlog {
         let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
         let health = Arc::new(health::Health::new(Arc::clone(&metrics)));
-        let status = Status::new(
+        let status = SemlogStatus::new(
             config.elasticsearch.is_some(),
             Arc::clone(&health),
             Arc::clone(&spool),
@@ -233,7 +233,7 @@ impl Semlog {
     }
 
     /// Where documents go and what the set-up found, for `/ready`.
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> SemlogStatus {
         self.status.clone()
     }
 

@@ -136,7 +136,7 @@ struct Scraped {
 
 /// How an attempt there went, for its health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AttemptHealth {
     /// It answered (whatever the answer): it is there and working.
     Answered,
     /// A failure that counts toward ejection.
@@ -145,7 +145,7 @@ pub enum Outcome {
     Neutral,
 }
 
-impl Outcome {
+impl AttemptHealth {
     /// What a fault says of the endpoint: its own failure, or the request's.
     pub fn of(fault: &Fault) -> Self {
         match fault {
@@ -156,10 +156,10 @@ impl Outcome {
             | Fault::Protocol(_)
             // A replica with another key, or of another model (a rollout's old pods).
             | Fault::Auth { .. }
-            | Fault::ModelMismatch { .. } => Outcome::Failed,
-            Fault::Failed { status, .. } if *status >= 500 => Outcome::Failed,
+            | Fault::ModelMismatch { .. } => AttemptHealth::Failed,
+            Fault::Failed { status, .. } if *status >= 500 => AttemptHealth::Failed,
             Fault::Failed { .. } | Fault::Refused { .. } | Fault::RateLimited { .. } => {
-                Outcome::Neutral
+                AttemptHealth::Neutral
             }
         }
     }
@@ -227,7 +227,7 @@ impl Endpoint {
     /// [`Fleet::attempted`]: super::Fleet::attempted
     pub fn attempted(
         &self,
-        outcome: Outcome,
+        outcome: AttemptHealth,
         fault: Option<&Fault>,
         now: Instant,
         config: &FleetConfig,
@@ -244,19 +244,19 @@ impl Endpoint {
             }
         }
         match outcome {
-            Outcome::Answered => {
+            AttemptHealth::Answered => {
                 h.failures = 0;
                 if h.state(now) == State::Up {
                     h.ejections = 0;
                 }
             }
-            Outcome::Failed => {
+            AttemptHealth::Failed => {
                 h.failures += 1;
                 if may_eject && h.failures >= config.eject_after && h.ejected_until.is_none() {
                     h.eject(now, config, &self.label);
                 }
             }
-            Outcome::Neutral => {}
+            AttemptHealth::Neutral => {}
         }
     }
 
@@ -476,9 +476,9 @@ mod tests {
     #[test]
     fn repeated_failures_eject_for_a_cool_down_that_doubles_and_readmits_gradually() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Up, "one failure is not enough");
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Ejected);
         assert_eq!(e.share(t0, &c), 0.0);
         assert_eq!(e.view(t0, &c).reason.as_deref(), Some("upstream_error"));
@@ -494,14 +494,14 @@ mod tests {
         );
 
         // Failing again while re-admitted: out for twice as long.
-        e.attempted(Outcome::Failed, Some(&server_error()), half, &c, true);
-        e.attempted(Outcome::Failed, Some(&server_error()), half, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), half, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), half, &c, true);
         assert_eq!(e.state(half + Duration::from_secs(19), &c), State::Ejected);
         let again = half + Duration::from_secs(20);
         assert_eq!(e.state(again, &c), State::Readmitting);
         // Fully back and answering: the repeat count ends.
         let full = again + Duration::from_secs(20);
-        e.attempted(Outcome::Answered, None, full, &c, true);
+        e.attempted(AttemptHealth::Answered, None, full, &c, true);
         assert_eq!(e.state(full, &c), State::Up);
         assert_eq!(e.view(full, &c).ejections, 0);
     }
@@ -509,14 +509,14 @@ mod tests {
     #[test]
     fn a_success_between_failures_resets_the_count_and_refusals_do_not_count() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
-        e.attempted(Outcome::Answered, None, t0, &c, true);
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(AttemptHealth::Answered, None, t0, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
         let refused = Fault::Refused {
             param: None,
             message: String::new(),
         };
-        e.attempted(Outcome::of(&refused), Some(&refused), t0, &c, true);
+        e.attempted(AttemptHealth::of(&refused), Some(&refused), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::Up);
     }
 
@@ -526,7 +526,7 @@ mod tests {
         let limited = Fault::RateLimited {
             retry_after: Some(Duration::from_secs(7)),
         };
-        e.attempted(Outcome::of(&limited), Some(&limited), t0, &c, true);
+        e.attempted(AttemptHealth::of(&limited), Some(&limited), t0, &c, true);
         assert_eq!(e.state(t0, &c), State::RateLimited);
         assert_eq!(e.view(t0, &c).back_in_secs, Some(7.0));
         assert_eq!(e.state(t0 + Duration::from_secs(7), &c), State::Up);

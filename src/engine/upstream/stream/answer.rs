@@ -32,7 +32,7 @@ pub(crate) struct Terms {
 
 /// What the stream has said about how the answer ends.
 #[derive(Debug, Default)]
-pub(super) struct Ending {
+pub(super) struct StreamEnd {
     pub(super) finish: Option<FinishReason>,
     pub(super) usage: Option<Usage>,
     /// Tokens seen: log-probabilities where there are any, else chunks with text.
@@ -72,13 +72,13 @@ pub(super) enum Stop {
 }
 
 /// The answer as read so far, and the rules it is read by.
-pub(super) struct Answer {
+pub(super) struct AnswerSoFar {
     terms: Terms,
     /// Where the upstream's own account of the answer goes (its model, fingerprint,
     /// token basis, whether its usage was estimated).
     reported: Arc<Reported>,
     tokens: TokenReader,
-    ending: Ending,
+    ending: StreamEnd,
     /// When the request was sent (the time to the first content counts from here).
     sent: Instant,
     /// When content first and last arrived, and how many tokens came after the first.
@@ -87,7 +87,7 @@ pub(super) struct Answer {
     later_tokens: u32,
 }
 
-impl Answer {
+impl AnswerSoFar {
     /// An answer to a request sent at `sent`, nothing of it read yet.
     pub(super) fn new(
         terms: Terms,
@@ -95,11 +95,11 @@ impl Answer {
         tokens: TokenReader,
         sent: Instant,
     ) -> Self {
-        Answer {
+        AnswerSoFar {
             terms,
             reported,
             tokens,
-            ending: Ending::default(),
+            ending: StreamEnd::default(),
             sent,
             first_content: None,
             last_content: sent,
@@ -317,14 +317,14 @@ fn clipped(text: &str) -> String {
 }
 
 /// The stream is over (`[DONE]`, the end of the body, or a finish with its usage).
-fn end_of_stream(ending: &Ending) -> Result<Ending, Fault> {
+fn end_of_stream(ending: &StreamEnd) -> Result<StreamEnd, Fault> {
     match ending.finish {
-        Some(finish) => Ok(Ending {
+        Some(finish) => Ok(StreamEnd {
             finish: Some(finish),
             usage: ending.usage,
             tokens: ending.tokens,
         }),
-        None if ending.usage.is_some() => Ok(Ending {
+        None if ending.usage.is_some() => Ok(StreamEnd {
             finish: Some(FinishReason::Stop),
             usage: ending.usage,
             tokens: ending.tokens,
