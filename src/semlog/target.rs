@@ -291,26 +291,28 @@ mod tests {
             version: v.into(),
             serverless: false,
         };
-        assert_eq!(
-            IndexLifecycle::Ilm.fallback(&es("8.15.3")),
-            IndexLifecycle::DataStream
-        );
-        assert_eq!(
-            IndexLifecycle::Ilm.fallback(&es("8.10.0")),
-            IndexLifecycle::None
-        );
-        assert_eq!(
-            IndexLifecycle::DataStream.fallback(&es("8.15.3")),
-            IndexLifecycle::None
-        );
-        assert_eq!(
-            IndexLifecycle::Ism.fallback(&es("2.11.0")),
-            IndexLifecycle::None
-        );
-        assert_eq!(
-            IndexLifecycle::Ilm.fallback(&Target::unknown()),
-            IndexLifecycle::Ism
-        );
+        let cases = [
+            (
+                IndexLifecycle::Ilm,
+                es("8.15.3"),
+                IndexLifecycle::DataStream,
+            ),
+            (IndexLifecycle::Ilm, es("8.10.0"), IndexLifecycle::None),
+            (
+                IndexLifecycle::DataStream,
+                es("8.15.3"),
+                IndexLifecycle::None,
+            ),
+            (IndexLifecycle::Ism, es("2.11.0"), IndexLifecycle::None),
+            (IndexLifecycle::Ilm, Target::unknown(), IndexLifecycle::Ism),
+        ];
+        for (wanted, target, fallback) in cases {
+            assert_eq!(
+                wanted.fallback(&target),
+                fallback,
+                "{wanted:?} on {target:?}"
+            );
+        }
     }
 
     #[test]

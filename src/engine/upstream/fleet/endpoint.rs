@@ -233,15 +233,10 @@ impl Endpoint {
         config: &FleetConfig,
         may_eject: bool,
     ) {
-        let mut h = self.health();
-        h.settle(now, config);
-        h.reached(fault, &self.label);
-        if let Some(fault) = fault {
-            h.last_fault = Some(fault.kind().as_str());
-            if let Fault::RateLimited { retry_after } = fault {
-                let wait = retry_after.unwrap_or(Duration::from_secs(1));
-                h.limited_until = Some(now + wait);
-            }
+        let mut h = self.heard(fault, now, config);
+        if let Some(Fault::RateLimited { retry_after }) = fault {
+            let wait = retry_after.unwrap_or(Duration::from_secs(1));
+            h.limited_until = Some(now + wait);
         }
         match outcome {
             AttemptHealth::Answered => {
@@ -269,16 +264,30 @@ impl Endpoint {
         config: &FleetConfig,
         may_eject: bool,
     ) {
-        let mut h = self.health();
-        h.settle(now, config);
-        h.reached(fault, &self.label);
+        let mut h = self.heard(fault, now, config);
         if let Some(fault) = fault {
-            h.last_fault = Some(fault.kind().as_str());
             let out = fault.is_connect() || matches!(fault, Fault::Auth { .. });
             if may_eject && out && h.ejected_until.is_none() {
                 h.eject(now, config, &self.label);
             }
         }
+    }
+
+    /// Its health once an attempt or probe has been heard from at `now`: settled to
+    /// `now`, reached or not, and the fault's kind kept as the last one.
+    fn heard(
+        &self,
+        fault: Option<&Fault>,
+        now: Instant,
+        config: &FleetConfig,
+    ) -> std::sync::MutexGuard<'_, Health> {
+        let mut h = self.health();
+        h.settle(now, config);
+        h.reached(fault, &self.label);
+        if let Some(fault) = fault {
+            h.last_fault = Some(fault.kind().as_str());
+        }
+        h
     }
 
     /// Whether it is out of rotation after failures at `now`.
