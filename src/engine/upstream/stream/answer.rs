@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::Answered;
 use crate::engine::upstream::fault::Fault;
 use crate::engine::upstream::tokens::TokenReader;
-use crate::engine::upstream::wire::{Chunk, Piece, StreamError};
+use crate::engine::upstream::wire::{Piece, StreamError, WireChunk};
 use crate::engine::{Budget, EngineEvent, Reported};
 use crate::tokens::{FinishReason, Usage};
 
@@ -122,7 +122,7 @@ impl AnswerSoFar {
         if data == "[DONE]" {
             return Step::stop(self.ended(false));
         }
-        let chunk = match Chunk::parse(data) {
+        let chunk = match WireChunk::parse(data) {
             Ok(chunk) => chunk,
             Err(message) => return Step::stop(Stop::Failed(Fault::Protocol(message))),
         };
@@ -338,7 +338,7 @@ fn end_of_stream(ending: &StreamEnd) -> Result<StreamEnd, Fault> {
 
 /// The first model a chunk names is the answer's; a chunk that names another than the
 /// one asked for ends it.
-fn check_model(chunk: &Chunk, expected: Option<&str>, reported: &Reported) -> Option<Fault> {
+fn check_model(chunk: &WireChunk, expected: Option<&str>, reported: &Reported) -> Option<Fault> {
     if let Some(fingerprint) = &chunk.system_fingerprint {
         let _ = reported.system_fingerprint.set(clipped(fingerprint));
     }
