@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 use crate::engine::{Prompt, Role};
-pub use endpoint::{AttemptHealth, Endpoint, EndpointView, State};
+pub use endpoint::{AttemptHealth, Endpoint, EndpointState, EndpointView};
 pub use policy::Policy;
 use policy::{Candidate, Choice};
 

@@ -42,7 +42,7 @@ pub(super) struct StreamEnd {
 /// What one event of the stream leads to, in this order: the opening told, a token
 /// handed on, the reading stopped.
 #[derive(Debug, Default)]
-pub(super) struct Step {
+pub(super) struct EventEffects {
     /// The event was a good chunk: the request has opened.
     pub opened: bool,
     /// Content to hand on.
@@ -51,12 +51,12 @@ pub(super) struct Step {
     pub stop: Option<Stop>,
 }
 
-impl Step {
+impl EventEffects {
     /// An event that ends the reading and hands nothing on.
     pub(super) fn stop(stop: Stop) -> Self {
-        Step {
+        EventEffects {
             stop: Some(stop),
-            ..Step::default()
+            ..EventEffects::default()
         }
     }
 }
@@ -114,28 +114,28 @@ impl AnswerSoFar {
     }
 
     /// One SSE event, its `name` and `data`, parsed at `at`.
-    pub(super) fn on_event(&mut self, name: &str, data: &str, at: Instant) -> Step {
+    pub(super) fn on_event(&mut self, name: &str, data: &str, at: Instant) -> EventEffects {
         if name == "error" {
-            return Step::stop(Stop::Failed(Fault::Stream(clipped(data))));
+            return EventEffects::stop(Stop::Failed(Fault::Stream(clipped(data))));
         }
         let data = data.trim();
         if data == "[DONE]" {
-            return Step::stop(self.ended(false));
+            return EventEffects::stop(self.ended(false));
         }
         let chunk = match WireChunk::parse(data) {
             Ok(chunk) => chunk,
-            Err(message) => return Step::stop(Stop::Failed(Fault::Protocol(message))),
+            Err(message) => return EventEffects::stop(Stop::Failed(Fault::Protocol(message))),
         };
         let expected = self.terms.expected_model.as_deref();
         if let Some(fault) = check_model(&chunk, expected, &self.reported) {
-            return Step::stop(Stop::Failed(fault));
+            return EventEffects::stop(Stop::Failed(fault));
         }
         let mut piece = chunk.piece();
         for lp in &mut piece.logprobs {
             lp.top.truncate(self.terms.top_logprobs);
         }
         if let Some(error) = piece.error {
-            return Step::stop(Stop::Failed(self.error_frame(error)));
+            return EventEffects::stop(Stop::Failed(self.error_frame(error)));
         }
         self.on_piece(piece, at)
     }
@@ -159,10 +159,10 @@ impl AnswerSoFar {
 
     /// A good chunk's part of the answer: its usage, its content within the budget, its
     /// finish.
-    fn on_piece(&mut self, mut piece: Piece, at: Instant) -> Step {
-        let mut step = Step {
+    fn on_piece(&mut self, mut piece: Piece, at: Instant) -> EventEffects {
+        let mut step = EventEffects {
             opened: true,
-            ..Step::default()
+            ..EventEffects::default()
         };
         if let Some(usage) = piece.usage {
             self.ending.usage = Some(usage);

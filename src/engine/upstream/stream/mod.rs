@@ -26,7 +26,7 @@ use crate::clock::SharedClock;
 use crate::engine::{Budget, EngineError, EngineEvent, Reported};
 pub use answer::same_model;
 pub(crate) use answer::Terms;
-use answer::{AnswerSoFar, Step, Stop};
+use answer::{AnswerSoFar, EventEffects, Stop};
 pub use transport::Patience;
 use transport::{next_in_time, stamped, LastByte, Next, ReadError, Timeline};
 
@@ -100,9 +100,9 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
         let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &tx).await;
         let step = match next {
             Next::Event(Ok(event)) => answer.on_event(&event.event, &event.data, timeline.now()),
-            Next::Event(Err(error)) => Step::stop(Stop::Failed(unreadable(error))),
-            Next::End => Step::stop(answer.on_body_end()),
-            Next::Late(fault) => Step::stop(Stop::Failed(fault)),
+            Next::Event(Err(error)) => EventEffects::stop(Stop::Failed(unreadable(error))),
+            Next::End => EventEffects::stop(answer.on_body_end()),
+            Next::Late(fault) => EventEffects::stop(Stop::Failed(fault)),
             // The gateway dropped the answer: dropping the response tells the upstream.
             Next::Gone => return AttemptEnd::Left,
         };

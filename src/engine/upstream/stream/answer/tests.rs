@@ -182,7 +182,7 @@ fn content_past_a_budget_the_upstream_was_sent_is_cut_there() {
 #[test]
 fn faults_stop_the_reading_and_a_refusal_comes_only_before_content() {
     let sent = Instant::now();
-    let failed = |step: Step| match step.stop {
+    let failed = |step: EventEffects| match step.stop {
         Some(Stop::Failed(fault)) => fault,
         other => panic!("not a failure: {other:?}"),
     };
