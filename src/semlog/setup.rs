@@ -365,28 +365,72 @@ pub fn policy_body(retention_days: u32) -> Value {
 /// `plain`: only types every OpenSearch 2.x and 3.x knows (`keyword` for the seed and the
 /// `data_stream.*` constants; `unsigned_long` and `constant_keyword` came in 2.8 and 2.14).
 pub fn component_template_body(plain: bool) -> Value {
-    let keyword = || json!({"type": "keyword"});
     let constant = || {
         if plain {
-            json!({"type": "keyword"})
+            keyword()
         } else {
             json!({"type": "constant_keyword"})
         }
     };
     let seed = if plain {
-        json!({"type": "keyword"})
+        keyword()
     } else {
         json!({"type": "unsigned_long"})
     };
-    let double = || json!({"type": "double"});
+    json!({
+        "_meta": {"managed_by": "llmgate"},
+        "template": {
+            "mappings": {
+                "dynamic": false,
+                "properties": {
+                    "@timestamp": {"type": "date"},
+                    "event": {"properties": {
+                        "id": keyword(), "kind": keyword(), "category": keyword(),
+                        "type": keyword(), "dataset": keyword(), "outcome": keyword(),
+                        "duration": {"type": "long"}
+                    }},
+                    "service": {"properties": {"name": keyword(), "version": keyword()}},
+                    "trace": {"properties": {"id": keyword()}},
+                    "user": {"properties": {"hash": keyword()}},
+                    "span": {"properties": {"id": keyword()}},
+                    "error": {"properties": {"type": keyword()}},
+                    "gen_ai": {"properties": {
+                        "operation": {"properties": {"name": keyword()}},
+                        "provider": {"properties": {"name": keyword()}},
+                        "request": {"properties": {
+                            "model": keyword(), "max_tokens": {"type": "integer"},
+                            "temperature": double(), "top_p": double(),
+                            "seed": seed
+                        }},
+                        "response": {"properties": {
+                            "id": keyword(), "model": keyword(), "finish_reasons": keyword()
+                        }},
+                        "usage": {"properties": {
+                            "input_tokens": {"type": "long"}, "output_tokens": {"type": "long"}
+                        }}
+                    }},
+                    "llm": {"properties": llm_properties()},
+                    "data_stream": {"properties": {
+                        "type": constant(),
+                        "dataset": constant(),
+                        "namespace": constant()
+                    }}
+                }
+            }
+        }
+    })
+}
+
+/// The mappings of the `llm.*` fields. Built apart from the template: one `json!` this
+/// deep would pass the macro's recursion limit.
+fn llm_properties() -> Value {
     let redactions: serde_json::Map<String, Value> = Kind::ALL
         .iter()
         .map(|k| (k.as_str().to_owned(), json!({"type": "integer"})))
         .collect();
     let percentiles =
         || json!({"properties": {"p50_ms": double(), "p95_ms": double(), "max_ms": double()}});
-    // Built apart: one json! this deep would pass the macro's recursion limit.
-    let llm = json!({
+    json!({
         "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
         "stream": {"type": "boolean"},
         "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
@@ -420,49 +464,17 @@ pub fn component_template_body(plain: bool) -> Value {
         "response_excerpt": {"type": "text"},
         "redactions": {"properties": redactions},
         "redactions_total": {"type": "integer"}
-    });
-    json!({
-        "_meta": {"managed_by": "llmgate"},
-        "template": {
-            "mappings": {
-                "dynamic": false,
-                "properties": {
-                    "@timestamp": {"type": "date"},
-                    "event": {"properties": {
-                        "id": keyword(), "kind": keyword(), "category": keyword(),
-                        "type": keyword(), "dataset": keyword(), "outcome": keyword(),
-                        "duration": {"type": "long"}
-                    }},
-                    "service": {"properties": {"name": keyword(), "version": keyword()}},
-                    "trace": {"properties": {"id": keyword()}},
-                    "user": {"properties": {"hash": keyword()}},
-                    "span": {"properties": {"id": keyword()}},
-                    "error": {"properties": {"type": keyword()}},
-                    "gen_ai": {"properties": {
-                        "operation": {"properties": {"name": keyword()}},
-                        "provider": {"properties": {"name": keyword()}},
-                        "request": {"properties": {
-                            "model": keyword(), "max_tokens": {"type": "integer"},
-                            "temperature": double(), "top_p": double(),
-                            "seed": seed
-                        }},
-                        "response": {"properties": {
-                            "id": keyword(), "model": keyword(), "finish_reasons": keyword()
-                        }},
-                        "usage": {"properties": {
-                            "input_tokens": {"type": "long"}, "output_tokens": {"type": "long"}
-                        }}
-                    }},
-                    "llm": {"properties": llm},
-                    "data_stream": {"properties": {
-                        "type": constant(),
-                        "dataset": constant(),
-                        "namespace": constant()
-                    }}
-                }
-            }
-        }
     })
+}
+
+/// A `keyword` field's mapping.
+fn keyword() -> Value {
+    json!({"type": "keyword"})
+}
+
+/// A `double` field's mapping.
+fn double() -> Value {
+    json!({"type": "double"})
 }
 
 /// The index template of `logs-llmgate.requests-*`: a data stream (or, where the cluster
