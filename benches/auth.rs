@@ -2,7 +2,7 @@
 //!
 //! 1. `KeyTable::verify` alone (sha256 of the presented key, then a constant-time
 //!    comparison with every entry) for files of 1, 100 and 1,000 keys.
-//! 2. `Budget::charge` (one request and its tokens against a key with both limits): the
+//! 2. `KeyBudget::charge` (one request and its tokens against a key with both limits): the
 //!    per-request cost of rate limits, on the chat route only.
 //! 3. Through the real server (the scripted engine): `GET /v1/models` over one kept-alive
 //!    connection, with keys and without, alternating in rounds; the median of each.
@@ -15,7 +15,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llmgate::auth::limits::{Budget, LimitClock, Limits};
+use llmgate::auth::limits::{KeyBudget, LimitClock, Limits};
 use llmgate::auth::{add_key, Guard, KeyTable, Keys};
 use llmgate::clock::MonotonicClock;
 
@@ -49,7 +49,7 @@ fn verify_cost(keys: usize, calls: usize) {
 
 fn charge_cost(calls: usize) {
     // Limits no bench run reaches, so every charge passes (the common case).
-    let budget = Budget::with_clock(
+    let budget = KeyBudget::with_clock(
         Limits {
             requests_per_minute: std::num::NonZeroU32::new(u32::MAX),
             tokens_per_minute: std::num::NonZeroU32::new(u32::MAX),

@@ -60,7 +60,7 @@ pub struct CompareArgs {
 
 /// One side's answer to one prompt, with the figures its gateway reported.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Answer {
+pub struct SideAnswer {
     pub text: Option<String>,
     /// sha256 of the text (the semantic log's `llm.output_hash`).
     pub output_hash: Option<String>,
@@ -73,7 +73,7 @@ pub struct Answer {
     pub error: Option<String>,
 }
 
-impl Answer {
+impl SideAnswer {
     fn from_response(body: &Value) -> Self {
         let t = &body["timings"];
         let text = body["choices"][0]["message"]["content"]
@@ -129,13 +129,13 @@ pub struct Row {
     pub mean_logprob_delta: Option<f64>,
     /// `(baseline, candidate)`.
     pub refusal: (Option<bool>, Option<bool>),
-    pub baseline: Answer,
-    pub candidate: Answer,
+    pub baseline: SideAnswer,
+    pub candidate: SideAnswer,
 }
 
 impl Row {
-    pub fn new(id: String, baseline: Answer, candidate: Answer) -> Self {
-        let delta = |f: fn(&Answer) -> Option<f64>| match (f(&baseline), f(&candidate)) {
+    pub fn new(id: String, baseline: SideAnswer, candidate: SideAnswer) -> Self {
+        let delta = |f: fn(&SideAnswer) -> Option<f64>| match (f(&baseline), f(&candidate)) {
             (Some(b), Some(c)) => Some(c - b),
             _ => None,
         };
@@ -231,8 +231,9 @@ impl Comparison {
         let identical = ok.iter().filter(|r| r.identical).count();
         let count_refusals =
             |side: fn(&Row) -> Option<bool>| ok.iter().filter(|r| side(r) == Some(true)).count();
-        let fingerprint =
-            |side: fn(&Row) -> &Answer| ok.iter().find_map(|r| side(r).system_fingerprint.clone());
+        let fingerprint = |side: fn(&Row) -> &SideAnswer| {
+            ok.iter().find_map(|r| side(r).system_fingerprint.clone())
+        };
         let summary = Summary {
             compared: ok.len(),
             failed: rows.len() - ok.len(),
@@ -315,7 +316,12 @@ impl Comparison {
 }
 
 /// Asks one gateway one prompt, non-streamed, and reads its answer and timings.
-async fn ask(client: &reqwest::Client, base: &str, args: &CompareArgs, messages: &Value) -> Answer {
+async fn ask(
+    client: &reqwest::Client,
+    base: &str,
+    args: &CompareArgs,
+    messages: &Value,
+) -> SideAnswer {
     let body = serde_json::json!({
         "model": args.model,
         "messages": messages,
@@ -334,16 +340,16 @@ async fn ask(client: &reqwest::Client, base: &str, args: &CompareArgs, messages:
     }
     let response = match request.send().await {
         Ok(response) => response,
-        Err(error) => return Answer::failed(error.to_string()),
+        Err(error) => return SideAnswer::failed(error.to_string()),
     };
     let status = response.status();
     match response.json::<Value>().await {
-        Ok(body) if status.is_success() => Answer::from_response(&body),
-        Ok(body) => Answer::failed(format!(
+        Ok(body) if status.is_success() => SideAnswer::from_response(&body),
+        Ok(body) => SideAnswer::failed(format!(
             "status {status}: {}",
             body["error"]["message"].as_str().unwrap_or("")
         )),
-        Err(error) => Answer::failed(format!("status {status}: {error}")),
+        Err(error) => SideAnswer::failed(format!("status {status}: {error}")),
     }
 }
 
@@ -428,7 +434,7 @@ pub fn compare_semlog(args: &CompareArgs) -> anyhow::Result<Comparison> {
         } else {
             continue;
         };
-        side.insert(input.to_owned(), Answer::from_document(llm));
+        side.insert(input.to_owned(), SideAnswer::from_document(llm));
     }
     let rows: Vec<Row> = baseline
         .into_iter()
@@ -449,8 +455,8 @@ pub fn compare_semlog(args: &CompareArgs) -> anyhow::Result<Comparison> {
 mod tests {
     use super::*;
 
-    fn answer(text: &str, ttft: f64, rep: f64, refusal: bool, lp: f64) -> Answer {
-        Answer {
+    fn answer(text: &str, ttft: f64, rep: f64, refusal: bool, lp: f64) -> SideAnswer {
+        SideAnswer {
             text: Some(text.into()),
             output_hash: Some(crate::record::output_hash(text)),
             ttft_ms: Some(ttft),
@@ -482,7 +488,7 @@ mod tests {
         assert_eq!(other.shared_prefix, 0.5);
         let failed = Row::new(
             "c".into(),
-            Answer::failed("down".into()),
+            SideAnswer::failed("down".into()),
             answer("x", 1.0, 0.0, false, 0.0),
         );
         let report = Comparison::new(vec![same, other, failed]);

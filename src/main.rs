@@ -173,7 +173,7 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> Result<ExitCode, ExitCo
         first_delay: std::time::Duration::from_millis(args.first_delay_ms),
         record: false,
         ignore_max_tokens: false,
-        fault: match llmgate::bench::upstream::Fault::named(&args.fault) {
+        fault: match llmgate::bench::upstream::ScriptedFault::named(&args.fault) {
             Some(fault) => (args.fault_rate > 0.0).then_some(fault),
             None => {
                 eprintln!(

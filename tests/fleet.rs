@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::upstream::*;
 use common::*;
-use llmgate::bench::upstream::{Fault, UpstreamScript};
+use llmgate::bench::upstream::{ScriptedFault as Fault, UpstreamScript};
 use llmgate::engine::upstream::fleet::{EndpointView, FleetConfig, Policy};
 use llmgate::record::{RequestRecord, Status};
 use serde_json::{json, Value};

@@ -73,7 +73,7 @@ pub struct AppState {
     /// Whether the API listener serves `/metrics` (not when it has a listener of its own).
     pub metrics_on_api: bool,
     /// Where semantic logs go and what the cluster's set-up found, for `/ready`.
-    pub semlog: crate::semlog::Status,
+    pub semlog: crate::semlog::SemlogStatus,
     /// SO_SNDBUF of client connections (0: the OS's).
     pub send_buffer_bytes: usize,
     /// `/openapi.json`'s body, made on its first request (it depends only on `limits`).
@@ -137,7 +137,7 @@ impl AppState {
             guard: crate::auth::Guard::default(),
             cors_origins: config.server.cors_origins.clone(),
             metrics_on_api: config.server.metrics_listen.is_none(),
-            semlog: crate::semlog::Status::default(),
+            semlog: crate::semlog::SemlogStatus::default(),
             send_buffer_bytes: config.server.send_buffer_bytes,
             openapi: std::sync::OnceLock::new(),
             page: config.server.page,

@@ -17,7 +17,7 @@ use super::responses::KeyedGetErrors;
 use super::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::telemetry::answers::Answer;
+use crate::telemetry::answers::RequestFigures;
 use crate::telemetry::live::RecentFigures;
 
 /// What the gateway is doing now and did in the last minutes.
@@ -147,7 +147,7 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
     params(("id" = String, Path, description = "The response's x-request-id, or its id (chatcmpl-…)")),
     security((), ("api_key" = [])),
     responses(
-        (status = 200, description = "The request's figures, under the keys of the timings object", body = Answer),
+        (status = 200, description = "The request's figures, under the keys of the timings object", body = RequestFigures),
         (status = 404, description = "Not among the last requests kept (or another key's)", body = crate::error::ErrorBody),
         KeyedGetErrors,
     ),

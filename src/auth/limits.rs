@@ -1,6 +1,6 @@
 //! Per-key rate limits: requests per minute and tokens per minute.
 //!
-//! Each key has a [`Budget`]: one GCRA limiter ([`governor`]) per limit it has. A request
+//! Each key has a [`KeyBudget`]: one GCRA limiter ([`governor`]) per limit it has. A request
 //! is charged when the gateway knows what it will cost, after its prompt is counted and
 //! before it waits for the engine: one request, and its prompt's tokens plus its
 //! completion budget (`max_tokens` after it is fitted to the context), which is how
@@ -197,22 +197,22 @@ impl<C: Clock + Clone> Meter<C> {
 }
 
 /// The limiters of one key, kept while the key and its limits stay in the keys file.
-pub struct Budget<C: Clock + Clone = LimitClock> {
+pub struct KeyBudget<C: Clock + Clone = LimitClock> {
     limits: Limits,
     requests: Option<Meter<C>>,
     tokens: Option<Meter<C>>,
     clock: C,
 }
 
-impl<C: Clock + Clone> std::fmt::Debug for Budget<C> {
+impl<C: Clock + Clone> std::fmt::Debug for KeyBudget<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Budget")
+        f.debug_struct("KeyBudget")
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
-impl<C: Clock + Clone> Budget<C> {
+impl<C: Clock + Clone> KeyBudget<C> {
     pub fn with_clock(limits: Limits, clock: C) -> Self {
         Self {
             limits,
@@ -310,13 +310,13 @@ mod tests {
     use super::*;
     use governor::clock::FakeRelativeClock;
 
-    fn budget(rpm: u32, tpm: u32) -> (Budget<FakeRelativeClock>, FakeRelativeClock) {
+    fn budget(rpm: u32, tpm: u32) -> (KeyBudget<FakeRelativeClock>, FakeRelativeClock) {
         let clock = FakeRelativeClock::default();
         let limits = Limits {
             requests_per_minute: NonZeroU32::new(rpm),
             tokens_per_minute: NonZeroU32::new(tpm),
         };
-        (Budget::with_clock(limits, clock.clone()), clock)
+        (KeyBudget::with_clock(limits, clock.clone()), clock)
     }
 
     #[test]

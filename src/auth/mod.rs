@@ -9,7 +9,7 @@
 //! compared with every entry in constant time. A refusal is OpenAI's 401
 //! (`invalid_api_key`), which the OpenAI SDKs raise as `AuthenticationError`. An accepted
 //! request carries its [`Caller`] in its extensions: the key id to the request record
-//! (semantic log, span, log line; never a metric) and the key's [`limits::Budget`] to the
+//! (semantic log, span, log line; never a metric) and the key's [`limits::KeyBudget`] to the
 //! handler that charges it.
 //!
 //! `llmgate keys add <key-id> --file FILE` makes a key ([`new_key`]) and appends its line.
@@ -34,7 +34,7 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::SharedClock;
 use crate::error::ApiError;
-use limits::{Budget, LimitClock, Limits};
+use limits::{KeyBudget, LimitClock, Limits};
 
 /// Every key starts with this, so a leaked one is recognisable (secret scanners, logs).
 pub const KEY_PREFIX: &str = "llmgate-";
@@ -43,7 +43,7 @@ pub const KEY_PREFIX: &str = "llmgate-";
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub key_id: String,
-    pub budget: Arc<Budget>,
+    pub budget: Arc<KeyBudget>,
 }
 
 /// A limit as one line of the keys file sets it.
@@ -211,7 +211,7 @@ impl KeyTable {
 #[derive(Debug, Default)]
 struct Active {
     table: Arc<KeyTable>,
-    budgets: HashMap<String, Arc<Budget>>,
+    budgets: HashMap<String, Arc<KeyBudget>>,
 }
 
 impl Active {
@@ -225,7 +225,7 @@ impl Active {
                 let limits = entry.limits(defaults);
                 let budget = match previous.budgets.get(&entry.id) {
                     Some(kept) if kept.limits() == limits => Arc::clone(kept),
-                    _ => Arc::new(Budget::with_clock(limits, LimitClock(Arc::clone(clock)))),
+                    _ => Arc::new(KeyBudget::with_clock(limits, LimitClock(Arc::clone(clock)))),
                 };
                 (entry.id.clone(), budget)
             })

@@ -15,7 +15,7 @@ mod report;
 pub mod upstream;
 
 use report::percentiles_ms;
-pub use report::{overhead, Percentiles, Report};
+pub use report::{overhead, LatencyPercentiles, Report};
 
 use std::path::PathBuf;
 use std::sync::Arc;

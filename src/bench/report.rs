@@ -11,26 +11,26 @@ use crate::timing::nearest_rank;
 
 /// p50, p95 and p99 in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
-pub struct Percentiles {
+pub struct LatencyPercentiles {
     pub p50: f64,
     pub p95: f64,
     pub p99: f64,
 }
 
-fn percentiles(values: &[Duration]) -> Option<Percentiles> {
+fn percentiles(values: &[Duration]) -> Option<LatencyPercentiles> {
     let ms: Vec<f64> = values.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
     percentiles_ms(&ms)
 }
 
 /// Percentiles of signed millisecond values (client minus server can be negative).
-pub(super) fn percentiles_ms(values: &[f64]) -> Option<Percentiles> {
+pub(super) fn percentiles_ms(values: &[f64]) -> Option<LatencyPercentiles> {
     if values.is_empty() {
         return None;
     }
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let at = |q: f64| nearest_rank(&sorted, q);
-    Some(Percentiles {
+    Some(LatencyPercentiles {
         p50: at(0.50),
         p95: at(0.95),
         p99: at(0.99),
@@ -49,17 +49,17 @@ pub struct Report {
     pub duration_s: f64,
     pub requests_per_s: f64,
     pub output_tokens_per_s: f64,
-    pub ttft_ms: Option<Percentiles>,
-    pub tpot_ms: Option<Percentiles>,
-    pub itl_ms: Option<Percentiles>,
-    pub e2e_ms: Option<Percentiles>,
+    pub ttft_ms: Option<LatencyPercentiles>,
+    pub tpot_ms: Option<LatencyPercentiles>,
+    pub itl_ms: Option<LatencyPercentiles>,
+    pub e2e_ms: Option<LatencyPercentiles>,
     /// Client minus server, per request, when the server reports `timings` (llmgate).
-    pub client_minus_server_ttft_ms: Option<Percentiles>,
-    pub client_minus_server_tpot_ms: Option<Percentiles>,
+    pub client_minus_server_ttft_ms: Option<LatencyPercentiles>,
+    pub client_minus_server_tpot_ms: Option<LatencyPercentiles>,
     /// With `--engine-direct` at concurrency 1: this request through the gateway minus
     /// the same prompt straight into the engine, paired request by request.
-    pub gateway_minus_direct_ttft_ms: Option<Percentiles>,
-    pub gateway_minus_direct_tpot_ms: Option<Percentiles>,
+    pub gateway_minus_direct_ttft_ms: Option<LatencyPercentiles>,
+    pub gateway_minus_direct_tpot_ms: Option<LatencyPercentiles>,
 }
 
 impl Report {
@@ -108,7 +108,7 @@ impl Report {
 
     /// The human-readable table.
     pub fn table(&self) -> String {
-        let row = |name: &str, p: Option<Percentiles>| match p {
+        let row = |name: &str, p: Option<LatencyPercentiles>| match p {
             Some(p) => format!(
                 "{name:<28} {:>10.2} {:>10.2} {:>10.2}\n",
                 p.p50, p.p95, p.p99
@@ -164,7 +164,7 @@ impl Report {
 /// The gateway over what it fronts (the engine in-process, or the upstream server), for
 /// the summary line of an `--engine-direct` or `--direct-url` run.
 pub fn overhead(engine: &Report, gateway: &Report) -> String {
-    let ratio = |g: Option<Percentiles>, e: Option<Percentiles>| match (g, e) {
+    let ratio = |g: Option<LatencyPercentiles>, e: Option<LatencyPercentiles>| match (g, e) {
         (Some(g), Some(e)) if e.p50 > 0.0 => {
             format!("{:+.3} ms ({:.4}x)", g.p50 - e.p50, g.p50 / e.p50)
         }

@@ -5,7 +5,7 @@
 //! log-probabilities when asked, a usage chunk and `[DONE]`), answers `GET /v1/models`,
 //! and keeps every request it was sent (headers and body) for tests to check what the
 //! gateway forwarded. A request whose last message (or prompt) is `fault:<name>` gets
-//! that fault instead (see [`Fault`]), so one server plays every failure.
+//! that fault instead (see [`ScriptedFault`]), so one server plays every failure.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,7 +36,7 @@ pub struct UpstreamScript {
     pub ignore_max_tokens: bool,
     /// A fault this replica answers with, whatever the prompt, on `fault_rate` of its
     /// requests (a failing replica of a fleet).
-    pub fault: Option<Fault>,
+    pub fault: Option<ScriptedFault>,
     /// The share of requests that get `fault`, spread evenly (0.2: the 5th, 10th, ...).
     pub fault_rate: f64,
     /// Answers streamed at once, as an engine's batch (0: no limit); the others wait in
@@ -80,7 +80,7 @@ impl Received {
 /// What tests ask the scripted upstream to do instead of answering, by sending
 /// `fault:<name>` as the last message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub enum ScriptedFault {
     /// 401 with a message that echoes a key.
     Unauthorized,
     /// 429 with `Retry-After: 7`.
@@ -122,29 +122,29 @@ pub enum Fault {
     LateHeaders,
 }
 
-impl Fault {
+impl ScriptedFault {
     /// The fault of `fault:<name>` (`500`, `429`, `cut`, ...).
     pub fn named(name: &str) -> Option<Self> {
         Some(match name {
-            "401" => Fault::Unauthorized,
-            "429" => Fault::RateLimited,
-            "500" => Fault::ServerError,
-            "400" => Fault::BadRequest,
-            "no-first-byte" => Fault::NoFirstByte,
-            "idle" => Fault::Idle,
-            "cut" => Fault::Cut,
-            "bad-json" => Fault::BadJson,
-            "bad-sse" => Fault::BadSse,
-            "other-model" => Fault::OtherModel,
-            "no-usage" => Fault::NoUsage,
-            "error-event" => Fault::ErrorEvent,
-            "refused-in-stream" => Fault::RefusedInStream,
-            "not-a-stream" => Fault::NotAStream,
-            "no-logprobs" => Fault::NoLogprobs,
-            "silent" => Fault::Silent,
-            "pings" => Fault::Pings,
-            "huge-line" => Fault::HugeLine,
-            "late-headers" => Fault::LateHeaders,
+            "401" => ScriptedFault::Unauthorized,
+            "429" => ScriptedFault::RateLimited,
+            "500" => ScriptedFault::ServerError,
+            "400" => ScriptedFault::BadRequest,
+            "no-first-byte" => ScriptedFault::NoFirstByte,
+            "idle" => ScriptedFault::Idle,
+            "cut" => ScriptedFault::Cut,
+            "bad-json" => ScriptedFault::BadJson,
+            "bad-sse" => ScriptedFault::BadSse,
+            "other-model" => ScriptedFault::OtherModel,
+            "no-usage" => ScriptedFault::NoUsage,
+            "error-event" => ScriptedFault::ErrorEvent,
+            "refused-in-stream" => ScriptedFault::RefusedInStream,
+            "not-a-stream" => ScriptedFault::NotAStream,
+            "no-logprobs" => ScriptedFault::NoLogprobs,
+            "silent" => ScriptedFault::Silent,
+            "pings" => ScriptedFault::Pings,
+            "huge-line" => ScriptedFault::HugeLine,
+            "late-headers" => ScriptedFault::LateHeaders,
             _ => return None,
         })
     }
@@ -188,7 +188,7 @@ impl Batch {
 
 impl State {
     /// The replica's own fault for its next request, on `fault_rate` of them.
-    fn own_fault(&self) -> Option<Fault> {
+    fn own_fault(&self) -> Option<ScriptedFault> {
         let fault = self.script.fault?;
         let n = self.answered.fetch_add(1, Ordering::SeqCst) as f64;
         let rate = self.script.fault_rate.clamp(0.0, 1.0);
@@ -304,7 +304,7 @@ async fn answer(
     state.keep(&req, &body);
     let fault = prompt_of(&body)
         .strip_prefix("fault:")
-        .and_then(|name| Fault::named(name.trim()))
+        .and_then(|name| ScriptedFault::named(name.trim()))
         .or_else(|| state.own_fault());
     let logprobs = match shape {
         Shape::Chat => body["logprobs"].as_bool().unwrap_or(false),
@@ -314,8 +314,8 @@ async fn answer(
         return refusal;
     }
     match fault {
-        Some(Fault::NoFirstByte) => tokio::time::sleep(Duration::from_secs(30)).await,
-        Some(Fault::LateHeaders) => tokio::time::sleep(Duration::from_millis(1500)).await,
+        Some(ScriptedFault::NoFirstByte) => tokio::time::sleep(Duration::from_secs(30)).await,
+        Some(ScriptedFault::LateHeaders) => tokio::time::sleep(Duration::from_millis(1500)).await,
         _ => {}
     }
     let script = &state.script;
@@ -325,7 +325,7 @@ async fn answer(
         .unwrap_or(u32::MAX);
     let streamed = Streamed {
         shape,
-        model: if fault == Some(Fault::OtherModel) {
+        model: if fault == Some(ScriptedFault::OtherModel) {
             "someone-else".to_owned()
         } else {
             script.model.clone()
@@ -384,28 +384,28 @@ impl State {
 }
 
 /// The answer a fault gives instead of a stream, if it is one of those.
-fn refusal(fault: Fault, logprobs: bool) -> Option<HttpResponse> {
+fn refusal(fault: ScriptedFault, logprobs: bool) -> Option<HttpResponse> {
     let error = |status: u16, message: &str, param: Value| {
         HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap_or_default())
             .json(json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}}))
     };
     Some(match fault {
-        Fault::Unauthorized => error(
+        ScriptedFault::Unauthorized => error(
             401,
             "Incorrect API key provided: sk-upstream-secret",
             Value::Null,
         ),
-        Fault::RateLimited => HttpResponse::TooManyRequests()
+        ScriptedFault::RateLimited => HttpResponse::TooManyRequests()
             .insert_header(("retry-after", "7"))
             .json(json!({"error": {"message": "Rate limit reached", "type": "requests"}})),
-        Fault::ServerError => error(500, "internal: stack trace at 0xdead", Value::Null),
-        Fault::BadRequest => error(400, "top_k must be a positive integer", json!("top_k")),
-        Fault::NoLogprobs if logprobs => error(
+        ScriptedFault::ServerError => error(500, "internal: stack trace at 0xdead", Value::Null),
+        ScriptedFault::BadRequest => error(400, "top_k must be a positive integer", json!("top_k")),
+        ScriptedFault::NoLogprobs if logprobs => error(
             400,
             "logprobs is not supported by this server",
             json!("logprobs"),
         ),
-        Fault::NotAStream => {
+        ScriptedFault::NotAStream => {
             HttpResponse::Ok().json(json!({"choices": [{"message": {"content": "hi"}}]}))
         }
         _ => return None,
@@ -421,7 +421,7 @@ struct Streamed {
     /// the script ignores it).
     tokens: u32,
     logprobs: bool,
-    fault: Option<Fault>,
+    fault: Option<ScriptedFault>,
     script: UpstreamScript,
     /// Counted when the reader goes away before the end.
     abandoned: Arc<AtomicUsize>,
@@ -444,17 +444,17 @@ impl Streamed {
     /// The faults whose stream has no content at all; whether this is one.
     async fn without_content(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) -> bool {
         match self.fault {
-            Some(Fault::Silent) => tokio::time::sleep(Duration::from_secs(3600)).await,
-            Some(Fault::Pings) => {
+            Some(ScriptedFault::Silent) => tokio::time::sleep(Duration::from_secs(3600)).await,
+            Some(ScriptedFault::Pings) => {
                 while tx.send(Bytes::from_static(b": ping\n\n")).await.is_ok() {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
-            Some(Fault::HugeLine) => {
+            Some(ScriptedFault::HugeLine) => {
                 let _ = tx.send(Bytes::from(vec![b'x'; 300 << 10])).await;
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
-            Some(Fault::RefusedInStream) => {
+            Some(ScriptedFault::RefusedInStream) => {
                 let refusal = json!({"error": {"message": "Token id 999999 is out of vocabulary",
                     "type": "BadRequestError", "param": "stop_token_ids", "code": 400}});
                 let _ = tx.send(frame(refusal)).await;
@@ -478,9 +478,13 @@ impl Streamed {
                 interval.tick().await;
             }
             let broken = match self.fault {
-                Some(Fault::BadJson) if i == 1 => Some(Bytes::from_static(b"data: {not json\n\n")),
-                Some(Fault::BadSse) if i == 1 => Some(Bytes::from_static(b"data: \xff\xfe\n\n")),
-                Some(Fault::ErrorEvent) if i == 1 => Some(frame(
+                Some(ScriptedFault::BadJson) if i == 1 => {
+                    Some(Bytes::from_static(b"data: {not json\n\n"))
+                }
+                Some(ScriptedFault::BadSse) if i == 1 => {
+                    Some(Bytes::from_static(b"data: \xff\xfe\n\n"))
+                }
+                Some(ScriptedFault::ErrorEvent) if i == 1 => Some(frame(
                     json!({"error": {"message": "CUDA error: out of memory", "code": 500}}),
                 )),
                 _ => None,
@@ -489,10 +493,10 @@ impl Streamed {
                 let _ = tx.send(bytes).await;
                 return false;
             }
-            if i == 2 && matches!(self.fault, Some(Fault::Cut)) {
+            if i == 2 && matches!(self.fault, Some(ScriptedFault::Cut)) {
                 return false;
             }
-            if i == 2 && matches!(self.fault, Some(Fault::Idle)) {
+            if i == 2 && matches!(self.fault, Some(ScriptedFault::Idle)) {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 return false;
             }
@@ -521,7 +525,7 @@ impl Streamed {
         let _ = tx
             .send(frame(content(shape, model, "", false, Some(reason))))
             .await;
-        if self.fault != Some(Fault::NoUsage) {
+        if self.fault != Some(ScriptedFault::NoUsage) {
             let prompt_tokens = 5;
             let usage = json!({
                 "id": "scripted-1", "object": object(shape), "created": 0, "model": model,

@@ -19,7 +19,7 @@ use super::{
 
 /// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
 /// an upstream backend has.
-pub trait Fleet: Send + Sync {
+pub trait FleetView: Send + Sync {
     /// How requests are spread over the endpoints (`least_outstanding`, ...).
     fn policy(&self) -> &'static str;
     /// Each endpoint's state now.
@@ -32,7 +32,7 @@ pub struct Front {
     backend: Arc<dyn Backend>,
     /// Built when the model is first seen loaded: its slots are known then.
     queue: Arc<OnceLock<SlotQueue>>,
-    fleet: Option<Arc<dyn Fleet>>,
+    fleet: Option<Arc<dyn FleetView>>,
 }
 
 impl std::fmt::Debug for Front {
@@ -81,7 +81,7 @@ impl Prepared {
 
 impl Front {
     /// The front of an upstream backend, whose endpoints `/ready` and `/stats` show.
-    pub fn with_fleet(backend: Arc<dyn Backend>, fleet: Arc<dyn Fleet>) -> Self {
+    pub fn with_fleet(backend: Arc<dyn Backend>, fleet: Arc<dyn FleetView>) -> Self {
         Self {
             fleet: Some(fleet),
             ..Self::from(backend)

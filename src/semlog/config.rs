@@ -61,7 +61,7 @@ pub struct SemlogTable {
         env = "LLMGATE_SEMLOG_LIFECYCLE",
         value_enum
     )]
-    pub lifecycle: Option<super::target::Lifecycle>,
+    pub lifecycle: Option<super::target::IndexLifecycle>,
     /// Key of the keyed-hash redaction mode (equal values get equal tokens); off if unset.
     #[arg(long, env = "LLMGATE_REDACTION_KEY", hide_env_values = true)]
     pub redaction_key: Option<String>,
@@ -109,7 +109,7 @@ pub struct SemlogConfig {
     pub elasticsearch: Option<EsConfig>,
     pub namespace: String,
     /// The retention asked for (`auto`: what the cluster offers).
-    pub lifecycle: super::target::Lifecycle,
+    pub lifecycle: super::target::IndexLifecycle,
     /// Keyed-hash redaction when set.
     pub redaction_key: Option<Secret>,
     /// Characters of prompt and response kept in a document, after redaction.

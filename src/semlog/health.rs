@@ -73,7 +73,7 @@ impl Trouble {
 /// The sink's health, shared by the indexer (which reports), the request path (spool
 /// drops) and `/ready` (which reads).
 #[derive(Debug)]
-pub struct Health {
+pub struct SinkHealth {
     inner: Mutex<Inner>,
     metrics: Arc<Metrics>,
 }
@@ -101,7 +101,7 @@ struct Unlogged {
     dropped: u64,
 }
 
-impl Health {
+impl SinkHealth {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             inner: Mutex::default(),
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn trouble_degrades_until_a_delivery_and_counts_since_the_start() {
-        let health = Health::new(Arc::new(Metrics::for_models(&["m"], &[])));
+        let health = SinkHealth::new(Arc::new(Metrics::for_models(&["m"], &[])));
         assert_eq!(health.to_json(0)["state"], "ok");
         health.trouble(
             Trouble::Blocked,

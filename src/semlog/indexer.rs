@@ -14,7 +14,7 @@
 //!   parsing) go to the dead-letter file as `_bulk` NDJSON (`llmgate semlog replay`
 //!   sends them again) with the cluster's reason beside them; 413 splits the batch. A
 //!   whole-request failure retries the batch a few times, then leaves it in the spool
-//!   and backs off. Every trouble and recovery goes to [`Health`].
+//!   and backs off. Every trouble and recovery goes to [`SinkHealth`].
 //! - Files: batches are appended to rotating NDJSON files. A crash between that write
 //!   and the acknowledgement writes those documents again at the next start (at least
 //!   once; a reader can drop repeats by `event.id`).
@@ -34,10 +34,10 @@ use tokio_util::sync::CancellationToken;
 use super::document::Encoded;
 use super::elasticsearch::{BulkResult, Cluster, Item};
 use super::files::{refusal_line, RotatingFile};
-use super::health::{Health, Trouble};
+use super::health::{SinkHealth, Trouble};
 use super::setup;
 use super::spool::Spool;
-use super::target::Lifecycle;
+use super::target::IndexLifecycle;
 use crate::telemetry::metrics::{Metrics, SemlogEvent};
 
 /// Where batches go.
@@ -75,11 +75,11 @@ pub struct Indexer {
     /// is sent, or the data stream would be created from the built-in template.
     pub ready: bool,
     /// The retention `semlog.lifecycle` asks for, and how long.
-    pub lifecycle: Lifecycle,
+    pub lifecycle: IndexLifecycle,
     pub retention_days: u32,
     /// Where the set-up's report goes, for `/ready`.
-    pub status: super::Status,
-    pub health: Arc<Health>,
+    pub status: super::SemlogStatus,
+    pub health: Arc<SinkHealth>,
 }
 
 /// How a delivery attempt ended.
@@ -188,7 +188,7 @@ impl Indexer {
         }
     }
 
-    /// Tells [`Health`] when the first of `docs` (the oldest in the spool) was made.
+    /// Tells [`SinkHealth`] when the first of `docs` (the oldest in the spool) was made.
     fn note_oldest(&self, docs: &[Encoded]) {
         self.health
             .oldest(docs.first().and_then(Encoded::created_ms));
@@ -249,7 +249,7 @@ impl Indexer {
                         );
                         self.metrics.semlog_setup_problem(problem.step);
                     }
-                    if report.lifecycle == Lifecycle::None {
+                    if report.lifecycle == IndexLifecycle::None {
                         tracing::warn!(
                             "The semantic log has no retention policy on this cluster: nothing is ever deleted (semlog.lifecycle)."
                         );

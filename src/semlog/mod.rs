@@ -55,21 +55,21 @@ use redact::{Mode, Redactor};
 use spool::Spool;
 
 /// Where the semantic log goes and how it is doing, for `/ready`: files, or a cluster
-/// and what its set-up found (once it has run); the sink's [`health::Health`] and the
+/// and what its set-up found (once it has run); the sink's [`health::SinkHealth`] and the
 /// spool's depth.
 #[derive(Debug, Clone, Default)]
-pub struct Status {
+pub struct SemlogStatus {
     /// Documents go to a cluster (else to files).
     cluster: bool,
     /// Its set-up's report, once the set-up has run.
-    report: Arc<Mutex<Option<setup::Report>>>,
+    report: Arc<Mutex<Option<setup::SetupSummary>>>,
     /// `None` without a semantic log (tests of other parts).
-    sink: Option<(Arc<health::Health>, Arc<Spool>)>,
+    sink: Option<(Arc<health::SinkHealth>, Arc<Spool>)>,
 }
 
-impl Status {
+impl SemlogStatus {
     /// Files, or a cluster whose set-up is yet to run.
-    fn new(cluster: bool, health: Arc<health::Health>, spool: Arc<Spool>) -> Self {
+    fn new(cluster: bool, health: Arc<health::SinkHealth>, spool: Arc<Spool>) -> Self {
         Self {
             cluster,
             report: Arc::default(),
@@ -77,7 +77,7 @@ impl Status {
         }
     }
 
-    pub(crate) fn set(&self, report: setup::Report) {
+    pub(crate) fn set(&self, report: setup::SetupSummary) {
         if let Ok(mut slot) = self.report.lock() {
             *slot = Some(report);
         }
@@ -128,8 +128,8 @@ pub struct Semlog {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
-    status: Status,
-    health: Arc<health::Health>,
+    status: SemlogStatus,
+    health: Arc<health::SinkHealth>,
     /// The last [`RECENT_DOCUMENTS`] documents and their requests' API key ids, newest
     /// last, for the live view (serialised only when it asks).
     recent: Mutex<std::collections::VecDeque<(Option<String>, Arc<RedactedLog>)>>,
@@ -177,8 +177,8 @@ impl Semlog {
         let refusals = beside_dead_letters(config, "refusals")?;
         let arrived = Arc::new(Notify::new());
         let shutdown = CancellationToken::new();
-        let health = Arc::new(health::Health::new(Arc::clone(&metrics)));
-        let status = Status::new(
+        let health = Arc::new(health::SinkHealth::new(Arc::clone(&metrics)));
+        let status = SemlogStatus::new(
             config.elasticsearch.is_some(),
             Arc::clone(&health),
             Arc::clone(&spool),
@@ -233,7 +233,7 @@ impl Semlog {
     }
 
     /// Where documents go and what the set-up found, for `/ready`.
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> SemlogStatus {
         self.status.clone()
     }
 

@@ -20,7 +20,7 @@ const BATCH: usize = 500;
 
 /// What a replay did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub struct ReplaySummary {
     pub files: usize,
     pub documents: usize,
     /// Indexed now.
@@ -33,7 +33,7 @@ pub struct Report {
     pub unreadable: usize,
 }
 
-impl std::fmt::Display for Report {
+impl std::fmt::Display for ReplaySummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -115,8 +115,11 @@ fn pair(id: &str, action: &[u8], source: &[u8]) -> Encoded {
 /// Sends `files` (the data directory's dead-letter files when empty) to the cluster of
 /// `config`. An error when the cluster is not taking documents: the report so far and
 /// why (nothing is lost: the files stay).
-pub async fn replay(config: &SemlogConfig, files: &[PathBuf]) -> Result<Report, (Report, String)> {
-    let mut report = Report::default();
+pub async fn replay(
+    config: &SemlogConfig,
+    files: &[PathBuf],
+) -> Result<ReplaySummary, (ReplaySummary, String)> {
+    let mut report = ReplaySummary::default();
     let Some(es) = &config.elasticsearch else {
         return Err((
             report,
@@ -135,7 +138,8 @@ pub async fn replay(config: &SemlogConfig, files: &[PathBuf]) -> Result<Report, 
         Err(e) => return Err((report, e)),
     };
     let files = if files.is_empty() {
-        dead_letter_files(&config.data_dir).map_err(|e| (Report::default(), e.to_string()))?
+        dead_letter_files(&config.data_dir)
+            .map_err(|e| (ReplaySummary::default(), e.to_string()))?
     } else {
         files.to_vec()
     };
@@ -158,7 +162,11 @@ pub async fn replay(config: &SemlogConfig, files: &[PathBuf]) -> Result<Report, 
 }
 
 /// One batch; a 413 sends it in halves.
-async fn send(cluster: &Cluster, batch: &[Encoded], report: &mut Report) -> Result<(), String> {
+async fn send(
+    cluster: &Cluster,
+    batch: &[Encoded],
+    report: &mut ReplaySummary,
+) -> Result<(), String> {
     match cluster.bulk(batch).await {
         BulkResult::Items(items) => {
             // Every item is counted before a trouble stops the replay: the ones before

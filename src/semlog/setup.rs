@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::document::DATASET;
 use super::elasticsearch::Cluster;
 use super::redact::Kind;
-use super::target::{answer, Answer, Lifecycle, Target};
+use super::target::{answer, IndexLifecycle, SetupAnswer, Target};
 
 /// The names of what the set-up creates.
 pub const POLICY: &str = "llmgate-requests";
@@ -51,16 +51,16 @@ pub struct Problem {
 
 /// What the set-up found and did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Report {
+pub struct SetupSummary {
     pub target: Target,
     /// The retention applied (never `auto`).
-    pub lifecycle: Lifecycle,
+    pub lifecycle: IndexLifecycle,
     /// Documents go to a data stream; `false`: to a plain index of the same name.
     pub data_stream: bool,
     pub problems: Vec<Problem>,
 }
 
-impl Report {
+impl SetupSummary {
     /// The sentence the log says once.
     pub fn describe(&self, data_stream: &str, retention_days: u32) -> String {
         let target = if self.data_stream {
@@ -69,12 +69,16 @@ impl Report {
             format!("index {data_stream} (no data streams here)")
         };
         let retention = match self.lifecycle {
-            Lifecycle::Ilm => format!("ILM policy {POLICY} deletes after {retention_days} days"),
-            Lifecycle::DataStream => {
+            IndexLifecycle::Ilm => {
+                format!("ILM policy {POLICY} deletes after {retention_days} days")
+            }
+            IndexLifecycle::DataStream => {
                 format!("the data stream lifecycle keeps {retention_days} days")
             }
-            Lifecycle::Ism => format!("ISM policy {POLICY} deletes after {retention_days} days"),
-            Lifecycle::None | Lifecycle::Auto => {
+            IndexLifecycle::Ism => {
+                format!("ISM policy {POLICY} deletes after {retention_days} days")
+            }
+            IndexLifecycle::None | IndexLifecycle::Auto => {
                 "no retention policy: nothing is ever deleted".into()
             }
         };
@@ -86,12 +90,12 @@ impl Report {
 }
 
 /// Runs the set-up against `cluster`. `Err`: the cluster cannot be reached or asks to
-/// wait (try again later); everything else is a [`Report`], problems included.
+/// wait (try again later); everything else is a [`SetupSummary`], problems included.
 pub async fn run(
     cluster: &Cluster,
-    wanted: Lifecycle,
+    wanted: IndexLifecycle,
     retention_days: u32,
-) -> Result<Report, String> {
+) -> Result<SetupSummary, String> {
     let mut problems = Vec::new();
     let target = detect(cluster, &mut problems).await?;
     cluster.set_include_source_on_error(target.knows_include_source_on_error());
@@ -115,9 +119,9 @@ pub async fn run(
     let lifecycle = if data_stream {
         lifecycle
     } else {
-        Lifecycle::None
+        IndexLifecycle::None
     };
-    Ok(Report {
+    Ok(SetupSummary {
         target,
         lifecycle,
         data_stream,
@@ -129,15 +133,15 @@ pub async fn run(
 async fn detect(cluster: &Cluster, problems: &mut Vec<Problem>) -> Result<Target, String> {
     let (status, body) = cluster.call("GET", "/", None).await?;
     let (reason, fix) = match answer(status, &body) {
-        Answer::Done => {
+        SetupAnswer::Done => {
             return Ok(Target::from_root(
                 &serde_json::from_str(&body).unwrap_or_default(),
             ))
         }
-        Answer::Transient(reason) => return Err(format!("GET /: {reason}")),
-        Answer::Exists => return Ok(Target::unknown()),
-        Answer::Denied(reason) => (reason, "grant the monitor cluster privilege so the gateway can tell the cluster's version (it goes on without)"),
-        Answer::Missing(reason) | Answer::Refused(reason) => (reason, "point semlog.es_url at the cluster itself, not a proxy that answers GET / with something else"),
+        SetupAnswer::Transient(reason) => return Err(format!("GET /: {reason}")),
+        SetupAnswer::Exists => return Ok(Target::unknown()),
+        SetupAnswer::Denied(reason) => (reason, "grant the monitor cluster privilege so the gateway can tell the cluster's version (it goes on without)"),
+        SetupAnswer::Missing(reason) | SetupAnswer::Refused(reason) => (reason, "point semlog.es_url at the cluster itself, not a proxy that answers GET / with something else"),
     };
     problems.push(Problem {
         step: "detect",
@@ -151,17 +155,19 @@ async fn detect(cluster: &Cluster, problems: &mut Vec<Problem>) -> Result<Target
 /// it, without; returns the lifecycle the template has.
 async fn index_template(
     cluster: &Cluster,
-    mut lifecycle: Lifecycle,
+    mut lifecycle: IndexLifecycle,
     retention_days: u32,
     problems: &mut Vec<Problem>,
-) -> Result<Lifecycle, String> {
+) -> Result<IndexLifecycle, String> {
     let template_path = format!("/_index_template/{INDEX_TEMPLATE}");
     let body = index_template_body(lifecycle, true, retention_days);
     let put_template = cluster.call("PUT", &template_path, Some(&body)).await?;
     match answer(put_template.0, &put_template.1) {
-        Answer::Done | Answer::Exists => {}
-        Answer::Transient(reason) => return Err(format!("PUT {template_path}: {reason}")),
-        Answer::Missing(reason) if matches!(lifecycle, Lifecycle::Ilm | Lifecycle::DataStream) => {
+        SetupAnswer::Done | SetupAnswer::Exists => {}
+        SetupAnswer::Transient(reason) => return Err(format!("PUT {template_path}: {reason}")),
+        SetupAnswer::Missing(reason)
+            if matches!(lifecycle, IndexLifecycle::Ilm | IndexLifecycle::DataStream) =>
+        {
             // The template's lifecycle part is what this cluster does not know.
             problems.push(Problem {
                 step: "index_template",
@@ -171,7 +177,7 @@ async fn index_template(
                     lifecycle.as_str()
                 ),
             });
-            lifecycle = Lifecycle::None;
+            lifecycle = IndexLifecycle::None;
             let body = index_template_body(lifecycle, true, retention_days);
             let (status, text) = cluster.call("PUT", &template_path, Some(&body)).await?;
             note(status, &text, "index_template", TEMPLATE_FIX, problems)?;
@@ -187,11 +193,11 @@ const TEMPLATE_FIX: &str = "grant the manage_index_templates cluster privilege, 
 async fn policy(
     cluster: &Cluster,
     target: &Target,
-    wanted: Lifecycle,
+    wanted: IndexLifecycle,
     retention_days: u32,
     problems: &mut Vec<Problem>,
-) -> Result<Lifecycle, String> {
-    let auto = wanted == Lifecycle::Auto;
+) -> Result<IndexLifecycle, String> {
+    let auto = wanted == IndexLifecycle::Auto;
     let mut lifecycle = if auto {
         target.auto_lifecycle()
     } else {
@@ -199,23 +205,25 @@ async fn policy(
     };
     loop {
         let (path, body, privilege) = match lifecycle {
-            Lifecycle::Ilm => (
+            IndexLifecycle::Ilm => (
                 format!("/_ilm/policy/{POLICY}"),
                 policy_body(retention_days),
                 "manage_ilm",
             ),
-            Lifecycle::Ism => (
+            IndexLifecycle::Ism => (
                 format!("/_plugins/_ism/policies/{POLICY}"),
                 ism_policy_body(retention_days),
                 "the ISM plugin's policy management",
             ),
-            Lifecycle::DataStream | Lifecycle::None | Lifecycle::Auto => return Ok(lifecycle),
+            IndexLifecycle::DataStream | IndexLifecycle::None | IndexLifecycle::Auto => {
+                return Ok(lifecycle)
+            }
         };
         let (status, text) = cluster.call("PUT", &path, Some(&body)).await?;
         match answer(status, &text) {
-            Answer::Done | Answer::Exists => return Ok(lifecycle),
-            Answer::Transient(reason) => return Err(format!("PUT {path}: {reason}")),
-            Answer::Missing(_) if auto => {
+            SetupAnswer::Done | SetupAnswer::Exists => return Ok(lifecycle),
+            SetupAnswer::Transient(reason) => return Err(format!("PUT {path}: {reason}")),
+            SetupAnswer::Missing(_) if auto => {
                 let next = lifecycle.fallback(target);
                 tracing::info!(
                     tried = lifecycle.as_str(),
@@ -224,7 +232,7 @@ async fn policy(
                 );
                 lifecycle = next;
             }
-            Answer::Missing(reason) => {
+            SetupAnswer::Missing(reason) => {
                 problems.push(Problem {
                     step: "policy",
                     reason,
@@ -233,23 +241,23 @@ async fn policy(
                         lifecycle.as_str()
                     ),
                 });
-                return Ok(Lifecycle::None);
+                return Ok(IndexLifecycle::None);
             }
-            Answer::Denied(reason) => {
+            SetupAnswer::Denied(reason) => {
                 problems.push(Problem {
                     step: "policy",
                     reason,
                     fix: format!("grant {privilege}, or set semlog.lifecycle = none and manage retention yourself"),
                 });
-                return Ok(Lifecycle::None);
+                return Ok(IndexLifecycle::None);
             }
-            Answer::Refused(reason) => {
+            SetupAnswer::Refused(reason) => {
                 problems.push(Problem {
                     step: "policy",
                     reason,
                     fix: "the cluster refused the policy's body; set semlog.lifecycle = none and manage retention yourself".into(),
                 });
-                return Ok(Lifecycle::None);
+                return Ok(IndexLifecycle::None);
             }
         }
     }
@@ -259,16 +267,16 @@ async fn policy(
 /// for plain indices. Whether documents go to a data stream.
 async fn stream(
     cluster: &Cluster,
-    lifecycle: Lifecycle,
+    lifecycle: IndexLifecycle,
     retention_days: u32,
     problems: &mut Vec<Problem>,
 ) -> Result<bool, String> {
     let path = format!("/_data_stream/{}", cluster.data_stream());
     let (status, text) = cluster.call("PUT", &path, None).await?;
     match answer(status, &text) {
-        Answer::Done | Answer::Exists => Ok(true),
-        Answer::Transient(reason) => Err(format!("PUT {path}: {reason}")),
-        Answer::Missing(reason) => {
+        SetupAnswer::Done | SetupAnswer::Exists => Ok(true),
+        SetupAnswer::Transient(reason) => Err(format!("PUT {path}: {reason}")),
+        SetupAnswer::Missing(reason) => {
             tracing::warn!(reason = %reason, "The cluster has no data streams; documents go to a plain index of the same name, without rollover.");
             let template_path = format!("/_index_template/{INDEX_TEMPLATE}");
             let body = index_template_body(lifecycle, false, retention_days);
@@ -310,7 +318,7 @@ fn note(
     problems: &mut Vec<Problem>,
 ) -> Result<(), String> {
     match answer(status, text) {
-        Answer::Transient(reason) => Err(format!("{step}: {reason}")),
+        SetupAnswer::Transient(reason) => Err(format!("{step}: {reason}")),
         other => {
             note_answer(other, step, fix, problems);
             Ok(())
@@ -318,15 +326,16 @@ fn note(
     }
 }
 
-fn note_answer(answer: Answer, step: &'static str, fix: &str, problems: &mut Vec<Problem>) {
+fn note_answer(answer: SetupAnswer, step: &'static str, fix: &str, problems: &mut Vec<Problem>) {
     match answer {
-        Answer::Done | Answer::Exists | Answer::Transient(_) => {}
-        Answer::Missing(reason) | Answer::Denied(reason) | Answer::Refused(reason) => problems
-            .push(Problem {
-                step,
-                reason,
-                fix: fix.to_owned(),
-            }),
+        SetupAnswer::Done | SetupAnswer::Exists | SetupAnswer::Transient(_) => {}
+        SetupAnswer::Missing(reason)
+        | SetupAnswer::Denied(reason)
+        | SetupAnswer::Refused(reason) => problems.push(Problem {
+            step,
+            reason,
+            fix: fix.to_owned(),
+        }),
     }
 }
 
@@ -356,28 +365,72 @@ pub fn policy_body(retention_days: u32) -> Value {
 /// `plain`: only types every OpenSearch 2.x and 3.x knows (`keyword` for the seed and the
 /// `data_stream.*` constants; `unsigned_long` and `constant_keyword` came in 2.8 and 2.14).
 pub fn component_template_body(plain: bool) -> Value {
-    let keyword = || json!({"type": "keyword"});
     let constant = || {
         if plain {
-            json!({"type": "keyword"})
+            keyword()
         } else {
             json!({"type": "constant_keyword"})
         }
     };
     let seed = if plain {
-        json!({"type": "keyword"})
+        keyword()
     } else {
         json!({"type": "unsigned_long"})
     };
-    let double = || json!({"type": "double"});
+    json!({
+        "_meta": {"managed_by": "llmgate"},
+        "template": {
+            "mappings": {
+                "dynamic": false,
+                "properties": {
+                    "@timestamp": {"type": "date"},
+                    "event": {"properties": {
+                        "id": keyword(), "kind": keyword(), "category": keyword(),
+                        "type": keyword(), "dataset": keyword(), "outcome": keyword(),
+                        "duration": {"type": "long"}
+                    }},
+                    "service": {"properties": {"name": keyword(), "version": keyword()}},
+                    "trace": {"properties": {"id": keyword()}},
+                    "user": {"properties": {"hash": keyword()}},
+                    "span": {"properties": {"id": keyword()}},
+                    "error": {"properties": {"type": keyword()}},
+                    "gen_ai": {"properties": {
+                        "operation": {"properties": {"name": keyword()}},
+                        "provider": {"properties": {"name": keyword()}},
+                        "request": {"properties": {
+                            "model": keyword(), "max_tokens": {"type": "integer"},
+                            "temperature": double(), "top_p": double(),
+                            "seed": seed
+                        }},
+                        "response": {"properties": {
+                            "id": keyword(), "model": keyword(), "finish_reasons": keyword()
+                        }},
+                        "usage": {"properties": {
+                            "input_tokens": {"type": "long"}, "output_tokens": {"type": "long"}
+                        }}
+                    }},
+                    "llm": {"properties": llm_properties()},
+                    "data_stream": {"properties": {
+                        "type": constant(),
+                        "dataset": constant(),
+                        "namespace": constant()
+                    }}
+                }
+            }
+        }
+    })
+}
+
+/// The mappings of the `llm.*` fields. Built apart from the template: one `json!` this
+/// deep would pass the macro's recursion limit.
+fn llm_properties() -> Value {
     let redactions: serde_json::Map<String, Value> = Kind::ALL
         .iter()
         .map(|k| (k.as_str().to_owned(), json!({"type": "integer"})))
         .collect();
     let percentiles =
         || json!({"properties": {"p50_ms": double(), "p95_ms": double(), "max_ms": double()}});
-    // Built apart: one json! this deep would pass the macro's recursion limit.
-    let llm = json!({
+    json!({
         "request_id": keyword(), "api_key_id": keyword(), "status": keyword(),
         "stream": {"type": "boolean"},
         "ttft_ms": double(), "engine_ttft_ms": double(), "tpot_ms": double(),
@@ -411,56 +464,28 @@ pub fn component_template_body(plain: bool) -> Value {
         "response_excerpt": {"type": "text"},
         "redactions": {"properties": redactions},
         "redactions_total": {"type": "integer"}
-    });
-    json!({
-        "_meta": {"managed_by": "llmgate"},
-        "template": {
-            "mappings": {
-                "dynamic": false,
-                "properties": {
-                    "@timestamp": {"type": "date"},
-                    "event": {"properties": {
-                        "id": keyword(), "kind": keyword(), "category": keyword(),
-                        "type": keyword(), "dataset": keyword(), "outcome": keyword(),
-                        "duration": {"type": "long"}
-                    }},
-                    "service": {"properties": {"name": keyword(), "version": keyword()}},
-                    "trace": {"properties": {"id": keyword()}},
-                    "user": {"properties": {"hash": keyword()}},
-                    "span": {"properties": {"id": keyword()}},
-                    "error": {"properties": {"type": keyword()}},
-                    "gen_ai": {"properties": {
-                        "operation": {"properties": {"name": keyword()}},
-                        "provider": {"properties": {"name": keyword()}},
-                        "request": {"properties": {
-                            "model": keyword(), "max_tokens": {"type": "integer"},
-                            "temperature": double(), "top_p": double(),
-                            "seed": seed
-                        }},
-                        "response": {"properties": {
-                            "id": keyword(), "model": keyword(), "finish_reasons": keyword()
-                        }},
-                        "usage": {"properties": {
-                            "input_tokens": {"type": "long"}, "output_tokens": {"type": "long"}
-                        }}
-                    }},
-                    "llm": {"properties": llm},
-                    "data_stream": {"properties": {
-                        "type": constant(),
-                        "dataset": constant(),
-                        "namespace": constant()
-                    }}
-                }
-            }
-        }
     })
+}
+
+/// A `keyword` field's mapping.
+fn keyword() -> Value {
+    json!({"type": "keyword"})
+}
+
+/// A `double` field's mapping.
+fn double() -> Value {
+    json!({"type": "double"})
 }
 
 /// The index template of `logs-llmgate.requests-*`: a data stream (or, where the cluster
 /// has none, plain indices), its mappings from the component template, and the
 /// retention `lifecycle` says: the ILM policy's name, or the data stream lifecycle's
 /// `data_retention` (an ISM policy attaches itself by its own `ism_template`).
-pub fn index_template_body(lifecycle: Lifecycle, data_stream: bool, retention_days: u32) -> Value {
+pub fn index_template_body(
+    lifecycle: IndexLifecycle,
+    data_stream: bool,
+    retention_days: u32,
+) -> Value {
     let mut body = json!({
         "_meta": {"managed_by": "llmgate"},
         "index_patterns": [format!("logs-{DATASET}-*")],
@@ -472,10 +497,10 @@ pub fn index_template_body(lifecycle: Lifecycle, data_stream: bool, retention_da
     }
     match lifecycle {
         // Rolling over needs a data stream (or an alias, which plain mode has not).
-        Lifecycle::Ilm if data_stream => {
+        IndexLifecycle::Ilm if data_stream => {
             body["template"] = json!({"settings": {"index.lifecycle.name": POLICY}});
         }
-        Lifecycle::DataStream if data_stream => {
+        IndexLifecycle::DataStream if data_stream => {
             body["template"] =
                 json!({"lifecycle": {"data_retention": format!("{retention_days}d")}});
         }
@@ -527,7 +552,7 @@ mod tests {
             component_template_body(false),
             golden("component_template.json", component_template_body(false))
         );
-        let template = index_template_body(Lifecycle::Ilm, true, 30);
+        let template = index_template_body(IndexLifecycle::Ilm, true, 30);
         assert_eq!(template, golden("index_template.json", template.clone()));
         assert_eq!(
             ism_policy_body(30),
@@ -541,19 +566,19 @@ mod tests {
         assert!(!plain.contains("constant_keyword") && !plain.contains("unsigned_long"));
         let full = component_template_body(false).to_string();
         assert!(full.contains("constant_keyword") && full.contains("unsigned_long"));
-        let dsl = index_template_body(Lifecycle::DataStream, true, 7);
+        let dsl = index_template_body(IndexLifecycle::DataStream, true, 7);
         assert_eq!(
             dsl["template"],
             json!({"lifecycle": {"data_retention": "7d"}})
         );
         assert_eq!(dsl["data_stream"], json!({}));
-        let plain_index = index_template_body(Lifecycle::Ilm, false, 7);
+        let plain_index = index_template_body(IndexLifecycle::Ilm, false, 7);
         assert!(plain_index.get("data_stream").is_none());
         assert!(
             plain_index.get("template").is_none(),
             "no rollover without a data stream"
         );
-        assert!(index_template_body(Lifecycle::Ism, true, 7)
+        assert!(index_template_body(IndexLifecycle::Ism, true, 7)
             .get("template")
             .is_none());
     }

@@ -105,13 +105,13 @@ impl Target {
     }
 
     /// The retention the cluster's kind offers, for `lifecycle = auto`.
-    pub fn auto_lifecycle(&self) -> Lifecycle {
+    pub fn auto_lifecycle(&self) -> IndexLifecycle {
         match self.product {
-            Product::Elasticsearch if self.serverless => Lifecycle::DataStream,
-            Product::Elasticsearch => Lifecycle::Ilm,
-            Product::OpenSearch => Lifecycle::Ism,
+            Product::Elasticsearch if self.serverless => IndexLifecycle::DataStream,
+            Product::Elasticsearch => IndexLifecycle::Ilm,
+            Product::OpenSearch => IndexLifecycle::Ism,
             // Try ILM: most clusters are Elasticsearch, and a refusal falls back.
-            Product::Unknown => Lifecycle::Ilm,
+            Product::Unknown => IndexLifecycle::Ilm,
         }
     }
 
@@ -134,7 +134,7 @@ impl Target {
 /// How old documents are deleted (`semlog.lifecycle`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
-pub enum Lifecycle {
+pub enum IndexLifecycle {
     /// What the cluster offers: ILM on Elasticsearch, the data stream lifecycle on
     /// Serverless, ISM on OpenSearch; falling back when the API is missing.
     #[default]
@@ -150,36 +150,36 @@ pub enum Lifecycle {
     None,
 }
 
-impl Lifecycle {
+impl IndexLifecycle {
     pub fn as_str(self) -> &'static str {
         match self {
-            Lifecycle::Auto => "auto",
-            Lifecycle::Ilm => "ilm",
-            Lifecycle::DataStream => "data_stream",
-            Lifecycle::Ism => "ism",
-            Lifecycle::None => "none",
+            IndexLifecycle::Auto => "auto",
+            IndexLifecycle::Ilm => "ilm",
+            IndexLifecycle::DataStream => "data_stream",
+            IndexLifecycle::Ism => "ism",
+            IndexLifecycle::None => "none",
         }
     }
 
     /// What to try when this one's API is missing (`auto` only; an explicit choice that
     /// fails is an error, and the documents are indexed without retention).
-    pub fn fallback(self, target: &Target) -> Lifecycle {
+    pub fn fallback(self, target: &Target) -> IndexLifecycle {
         match self {
             // The data stream lifecycle came with 8.11.
-            Lifecycle::Ilm
+            IndexLifecycle::Ilm
                 if target.product != Product::OpenSearch && target.major_minor() >= (8, 11) =>
             {
-                Lifecycle::DataStream
+                IndexLifecycle::DataStream
             }
-            Lifecycle::Ilm if target.product == Product::Unknown => Lifecycle::Ism,
-            _ => Lifecycle::None,
+            IndexLifecycle::Ilm if target.product == Product::Unknown => IndexLifecycle::Ism,
+            _ => IndexLifecycle::None,
         }
     }
 }
 
 /// How one set-up call went, from its status and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub enum SetupAnswer {
     /// 2xx.
     Done,
     /// It exists already (a data stream; an ISM policy: updating one needs its sequence
@@ -198,18 +198,18 @@ pub enum Answer {
 }
 
 /// Reads a set-up call's answer.
-pub fn answer(status: u16, body: &str) -> Answer {
+pub fn answer(status: u16, body: &str) -> SetupAnswer {
     let reason = || reason_of(body);
     let lower = body.to_ascii_lowercase();
     match status {
-        200..=299 => Answer::Done,
-        401 | 403 => Answer::Denied(reason()),
+        200..=299 => SetupAnswer::Done,
+        401 | 403 => SetupAnswer::Denied(reason()),
         // 501: the server does not do this at all (no retry changes that).
-        501 => Answer::Missing(reason()),
-        408 | 429 | 500..=599 => Answer::Transient(reason()),
-        409 => Answer::Exists,
-        400 if lower.contains("resource_already_exists_exception") => Answer::Exists,
-        410 => Answer::Missing(reason()),
+        501 => SetupAnswer::Missing(reason()),
+        408 | 429 | 500..=599 => SetupAnswer::Transient(reason()),
+        409 => SetupAnswer::Exists,
+        400 if lower.contains("resource_already_exists_exception") => SetupAnswer::Exists,
+        410 => SetupAnswer::Missing(reason()),
         400 | 404
             if lower.contains("no handler found")
                 || lower.contains("api_not_available")
@@ -219,9 +219,9 @@ pub fn answer(status: u16, body: &str) -> Answer {
                 || lower.contains("not supported")
                 || lower.contains("unsupported_operation") =>
         {
-            Answer::Missing(reason())
+            SetupAnswer::Missing(reason())
         }
-        _ => Answer::Refused(reason()),
+        _ => SetupAnswer::Refused(reason()),
     }
 }
 
@@ -258,7 +258,7 @@ mod tests {
         );
         assert_eq!(es8.major_minor(), (8, 15));
         assert!(!es8.knows_include_source_on_error(), "added in 8.18");
-        assert_eq!(es8.auto_lifecycle(), Lifecycle::Ilm);
+        assert_eq!(es8.auto_lifecycle(), IndexLifecycle::Ilm);
         assert_eq!(es8.describe(), "Elasticsearch 8.15.3");
 
         let es9 =
@@ -269,7 +269,7 @@ mod tests {
             &json!({"version": {"number": "8.11.0", "build_flavor": "serverless"}, "tagline": "You Know, for Search"}),
         );
         assert!(serverless.serverless && serverless.knows_include_source_on_error());
-        assert_eq!(serverless.auto_lifecycle(), Lifecycle::DataStream);
+        assert_eq!(serverless.auto_lifecycle(), IndexLifecycle::DataStream);
         assert_eq!(serverless.describe(), "Elasticsearch Serverless");
 
         let opensearch = Target::from_root(
@@ -277,7 +277,7 @@ mod tests {
         );
         assert_eq!(opensearch.product, Product::OpenSearch);
         assert!(!opensearch.knows_include_source_on_error() && opensearch.plain_mapping_types());
-        assert_eq!(opensearch.auto_lifecycle(), Lifecycle::Ism);
+        assert_eq!(opensearch.auto_lifecycle(), IndexLifecycle::Ism);
 
         let proxy = Target::from_root(&json!({"message": "ok"}));
         assert_eq!(proxy.product, Product::Unknown);
@@ -291,43 +291,56 @@ mod tests {
             version: v.into(),
             serverless: false,
         };
-        assert_eq!(
-            Lifecycle::Ilm.fallback(&es("8.15.3")),
-            Lifecycle::DataStream
-        );
-        assert_eq!(Lifecycle::Ilm.fallback(&es("8.10.0")), Lifecycle::None);
-        assert_eq!(
-            Lifecycle::DataStream.fallback(&es("8.15.3")),
-            Lifecycle::None
-        );
-        assert_eq!(Lifecycle::Ism.fallback(&es("2.11.0")), Lifecycle::None);
-        assert_eq!(Lifecycle::Ilm.fallback(&Target::unknown()), Lifecycle::Ism);
+        let cases = [
+            (
+                IndexLifecycle::Ilm,
+                es("8.15.3"),
+                IndexLifecycle::DataStream,
+            ),
+            (IndexLifecycle::Ilm, es("8.10.0"), IndexLifecycle::None),
+            (
+                IndexLifecycle::DataStream,
+                es("8.15.3"),
+                IndexLifecycle::None,
+            ),
+            (IndexLifecycle::Ism, es("2.11.0"), IndexLifecycle::None),
+            (IndexLifecycle::Ilm, Target::unknown(), IndexLifecycle::Ism),
+        ];
+        for (wanted, target, fallback) in cases {
+            assert_eq!(
+                wanted.fallback(&target),
+                fallback,
+                "{wanted:?} on {target:?}"
+            );
+        }
     }
 
     #[test]
     fn set_up_answers_are_told_apart() {
         let no_handler =
             r#"{"error":"no handler found for uri [/_ilm/policy/x] and method [PUT]"}"#;
-        assert!(matches!(answer(400, no_handler), Answer::Missing(_)));
+        assert!(matches!(answer(400, no_handler), SetupAnswer::Missing(_)));
         let serverless = r#"{"error":{"root_cause":[{"type":"api_not_available_exception","reason":"Request for uri [/_ilm/policy/x] with method [PUT] exists but is not available when running in serverless mode"}],"type":"api_not_available_exception","reason":"Request for uri [/_ilm/policy/x] with method [PUT] exists but is not available when running in serverless mode"},"status":410}"#;
         assert!(
-            matches!(answer(410, serverless), Answer::Missing(r) if r.contains("serverless mode"))
+            matches!(answer(410, serverless), SetupAnswer::Missing(r) if r.contains("serverless mode"))
         );
         let setting = r#"{"error":{"type":"settings_exception","reason":"unknown setting [index.lifecycle.name] please check that any required plugins are installed"},"status":400}"#;
-        assert!(matches!(answer(400, setting), Answer::Missing(_)));
+        assert!(matches!(answer(400, setting), SetupAnswer::Missing(_)));
         let exists = r#"{"error":{"type":"resource_already_exists_exception","reason":"data_stream [logs-llmgate.requests-default] already exists"},"status":400}"#;
-        assert_eq!(answer(400, exists), Answer::Exists);
-        assert_eq!(answer(409, ""), Answer::Exists);
+        assert_eq!(answer(400, exists), SetupAnswer::Exists);
+        assert_eq!(answer(409, ""), SetupAnswer::Exists);
         let denied = r#"{"error":{"type":"security_exception","reason":"action [cluster:admin/ilm/put] is unauthorized for API key id [x]"},"status":403}"#;
-        assert!(matches!(answer(403, denied), Answer::Denied(r) if r.contains("unauthorized")));
-        assert!(matches!(answer(503, "{}"), Answer::Transient(_)));
+        assert!(
+            matches!(answer(403, denied), SetupAnswer::Denied(r) if r.contains("unauthorized"))
+        );
+        assert!(matches!(answer(503, "{}"), SetupAnswer::Transient(_)));
         let mapping = r#"{"error":{"type":"mapper_parsing_exception","reason":"Failed to parse mapping: unknown parameter [foo]"},"status":400}"#;
-        assert!(matches!(answer(400, mapping), Answer::Refused(_)));
-        assert_eq!(answer(201, ""), Answer::Done);
+        assert!(matches!(answer(400, mapping), SetupAnswer::Refused(_)));
+        assert_eq!(answer(201, ""), SetupAnswer::Done);
         assert!(
             matches!(
                 answer(501, "Unsupported method ('GET')"),
-                Answer::Missing(_)
+                SetupAnswer::Missing(_)
             ),
             "not implemented is not worth waiting for"
         );

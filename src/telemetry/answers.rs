@@ -23,7 +23,8 @@ pub const KEPT: usize = 4096;
 
 /// One finished request's figures, as `GET /stats/requests/{id}` answers them.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct Answer {
+#[schema(as = Answer)]
+pub struct RequestFigures {
     /// `llmgate.request`.
     pub object: &'static str,
     /// The request's id: its `x-request-id` (the client's, or the gateway's own).
@@ -57,7 +58,7 @@ pub struct Answer {
     pub api_key_id: Option<String>,
 }
 
-impl Answer {
+impl RequestFigures {
     pub fn of(record: &RequestRecord) -> Self {
         let mut timings = serde_json::to_value(&record.timings).unwrap_or_default();
         if let (Some(quality), Some(object)) = (&record.quality, timings.as_object_mut()) {
@@ -103,14 +104,14 @@ pub struct Answers {
 
 #[derive(Debug, Default)]
 struct Inner {
-    order: VecDeque<Arc<Answer>>,
+    order: VecDeque<Arc<RequestFigures>>,
     /// By (API key id, request or response id).
-    by_id: HashMap<(Option<String>, String), Arc<Answer>>,
+    by_id: HashMap<(Option<String>, String), Arc<RequestFigures>>,
 }
 
 impl Answers {
     pub fn observe(&self, record: &RequestRecord) {
-        let answer = Arc::new(Answer::of(record));
+        let answer = Arc::new(RequestFigures::of(record));
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for id in ids(&answer) {
             inner.by_id.insert(key(&answer, id), Arc::clone(&answer));
@@ -132,7 +133,7 @@ impl Answers {
 
     /// The answer `id` names (a request id or a response id) among those `api_key_id`
     /// sent (`None`: without keys).
-    pub fn get(&self, api_key_id: Option<&str>, id: &str) -> Option<Arc<Answer>> {
+    pub fn get(&self, api_key_id: Option<&str>, id: &str) -> Option<Arc<RequestFigures>> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner
             .by_id
@@ -141,11 +142,11 @@ impl Answers {
     }
 }
 
-fn key(answer: &Answer, id: &str) -> (Option<String>, String) {
+fn key(answer: &RequestFigures, id: &str) -> (Option<String>, String) {
     (answer.api_key_id.clone(), id.to_owned())
 }
 
-fn ids(answer: &Answer) -> impl Iterator<Item = &str> {
+fn ids(answer: &RequestFigures) -> impl Iterator<Item = &str> {
     std::iter::once(answer.request_id.as_str()).chain(answer.id.as_deref())
 }
 

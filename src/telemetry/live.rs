@@ -31,7 +31,7 @@ struct Sample {
     ttft_ms: Option<f64>,
     tpot_ms: Option<f64>,
     completion_tokens: u32,
-    outcome: Outcome,
+    outcome: EndedAs,
     /// An upstream model's replica that answered it, if one did, with its own TTFT and
     /// TPOT (from that attempt's send).
     served_by: Option<Arc<str>>,
@@ -42,7 +42,7 @@ struct Sample {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+enum EndedAs {
     Ok,
     /// Failed, or cancelled (`cancelled`, or the gateway's reason: `client_stalled`):
     /// the error kind it is counted under.
@@ -100,9 +100,9 @@ impl Recent {
     /// Adds the record of a request that ended at `now`.
     pub fn observe(&self, record: &RequestRecord, now: Duration) {
         let outcome = match record.status {
-            Status::Ok => Outcome::Ok,
-            Status::Error => Outcome::Failed(record.error_kind.unwrap_or("error")),
-            Status::Cancelled => Outcome::Failed(record.error_kind.unwrap_or("cancelled")),
+            Status::Ok => EndedAs::Ok,
+            Status::Error => EndedAs::Failed(record.error_kind.unwrap_or("error")),
+            Status::Cancelled => EndedAs::Failed(record.error_kind.unwrap_or("cancelled")),
         };
         let attempts = record
             .upstream
@@ -150,7 +150,7 @@ impl Recent {
         let rate_secs = RATE_WINDOW.min(now).as_secs_f64().max(1.0);
         let mut errors = BTreeMap::new();
         for sample in samples.iter() {
-            let Outcome::Failed(kind) = sample.outcome else {
+            let EndedAs::Failed(kind) = sample.outcome else {
                 continue;
             };
             *errors.entry(kind.to_owned()).or_insert(0) += 1;

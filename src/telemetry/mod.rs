@@ -25,7 +25,7 @@ use crate::clock::Clock;
 use crate::record::{RequestObserver, RequestRecord, Status};
 use crate::telemetry::config::TelemetryConfig;
 use metrics::{Metrics, Snapshot};
-use sampler::{Outcome, SamplingPolicy};
+use sampler::{FinishedTrace, SamplingPolicy};
 use trace::{RequestTrace, TraceSettings, Tracing};
 
 impl From<&TelemetryConfig> for TraceSettings {
@@ -136,7 +136,7 @@ impl Telemetry {
         let exported = self.tracing.is_some()
             && self
                 .policy
-                .decide(&Outcome {
+                .decide(&FinishedTrace {
                     trace_id: trace.ids.trace_id,
                     failed: record.status != Status::Ok,
                     ttft: record

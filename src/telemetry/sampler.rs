@@ -43,7 +43,7 @@ pub struct SamplingPolicy {
 
 /// What the policy looks at.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct FinishedTrace {
     pub trace_id: TraceId,
     /// Failed or cancelled.
     pub failed: bool,
@@ -56,7 +56,7 @@ pub struct Outcome {
 impl SamplingPolicy {
     /// `(keep, reason)`. Deterministic: the same outcome always gets the same answer, so
     /// the metrics can attach exemplars only to traces that are exported.
-    pub fn decide(&self, o: &Outcome) -> (bool, TraceReason) {
+    pub fn decide(&self, o: &FinishedTrace) -> (bool, TraceReason) {
         if o.failed {
             (true, TraceReason::Error)
         } else if o.ttft.is_some_and(|t| t > self.slow_ttft) || o.e2e > self.slow_e2e {
@@ -88,7 +88,7 @@ fn ratio_draw(trace_id: TraceId, ratio: f64) -> bool {
 
 /// Reads the policy's inputs off a finished root span (see `trace::RequestTrace::finish`
 /// for the attributes it sets).
-fn outcome_of(root: &SpanData, parent_sampled: bool) -> Outcome {
+fn outcome_of(root: &SpanData, parent_sampled: bool) -> FinishedTrace {
     let attribute = |key: &str| root.attributes.iter().find(|kv| kv.key.as_str() == key);
     let failed =
         matches!(root.status, Status::Error { .. }) || attribute(names::ERROR_TYPE).is_some();
@@ -105,7 +105,7 @@ fn outcome_of(root: &SpanData, parent_sampled: bool) -> Outcome {
             .duration_since(root.start_time)
             .unwrap_or_default(),
     };
-    Outcome {
+    FinishedTrace {
         trace_id: root.span_context.trace_id(),
         failed,
         ttft,
@@ -354,8 +354,8 @@ fn export_loop<E, B>(
 mod tests {
     use super::*;
 
-    fn outcome(trace: u128) -> Outcome {
-        Outcome {
+    fn outcome(trace: u128) -> FinishedTrace {
+        FinishedTrace {
             trace_id: TraceId::from(trace),
             failed: false,
             ttft: Some(Duration::from_millis(100)),
@@ -375,22 +375,22 @@ mod tests {
     #[test]
     fn errors_slow_requests_and_sampled_parents_are_always_kept() {
         let p = policy(0.0);
-        let failed = Outcome {
+        let failed = FinishedTrace {
             failed: true,
             ..outcome(1)
         };
         assert_eq!(p.decide(&failed), (true, TraceReason::Error));
-        let slow_first = Outcome {
+        let slow_first = FinishedTrace {
             ttft: Some(Duration::from_secs(3)),
             ..outcome(1)
         };
         assert_eq!(p.decide(&slow_first), (true, TraceReason::Slow));
-        let slow_end = Outcome {
+        let slow_end = FinishedTrace {
             e2e: Duration::from_secs(31),
             ..outcome(1)
         };
         assert_eq!(p.decide(&slow_end), (true, TraceReason::Slow));
-        let parent = Outcome {
+        let parent = FinishedTrace {
             parent_sampled: true,
             ..outcome(1)
         };

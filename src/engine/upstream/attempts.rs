@@ -22,9 +22,9 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use tokio::sync::mpsc;
 
 use super::fault::{self, Fault};
-use super::fleet::{Endpoint, Fleet, Outcome, Routing};
+use super::fleet::{AttemptHealth, Endpoint, Fleet, Routing};
 use super::opening::Opening;
-use super::stream::{self, Answered, Ended, OnAnswered, Patience, Reading, Terms};
+use super::stream::{self, Answered, AttemptEnd, OnAnswered, Patience, Reading, Terms};
 use super::tokens::TokenReader;
 use super::wire::{self, Asks};
 use super::Shared;
@@ -34,7 +34,7 @@ use crate::engine::{Attempt, Counted, EngineError, EngineEvent, GenerationReques
 const ERROR_BODY_BYTES: usize = 16 << 10;
 
 /// Everything one request's attempts need; moved into their task.
-pub(crate) struct Job {
+pub(crate) struct RequestAttempts {
     pub shared: Arc<Shared>,
     pub request: GenerationRequest,
     pub prompt_tokens: u32,
@@ -63,7 +63,7 @@ fn worth_another(fault: &Fault) -> bool {
 
 /// Runs the request's attempts until one answers, or none is left to try; then the
 /// last failure is the request's.
-pub(crate) async fn run(mut job: Job) {
+pub(crate) async fn run(mut job: RequestAttempts) {
     let Err(fault) = job.try_endpoints().await else {
         return;
     };
@@ -118,7 +118,7 @@ impl Tried {
     }
 }
 
-impl Job {
+impl RequestAttempts {
     /// Attempts at the fleet's endpoints until one answers (or the client leaves): the
     /// fault the request ends with when none does.
     async fn try_endpoints(&mut self) -> Result<(), Fault> {
@@ -176,26 +176,31 @@ impl Job {
         let tx = self.tx.clone();
         let ended = tokio::select! {
             ended = self.attempt_at(endpoint, first_byte) => ended,
-            () = tx.closed() => Ended::Left,
+            () = tx.closed() => AttemptEnd::Left,
         };
         let fleet = &self.shared.fleet;
         let fault = match ended {
             // Settled at the endpoint by `settle`, before the client had its end.
-            Ended::Answered | Ended::Left => return None,
-            Ended::FailedMidway(fault) => {
+            AttemptEnd::Answered | AttemptEnd::Left => return None,
+            AttemptEnd::FailedMidway(fault) => {
                 failed_attempt(&self.reported, &fault);
-                fleet.attempted(endpoint, Outcome::of(&fault), Some(&fault), Instant::now());
+                fleet.attempted(
+                    endpoint,
+                    AttemptHealth::of(&fault),
+                    Some(&fault),
+                    Instant::now(),
+                );
                 return None;
             }
-            Ended::Unsent(fault) => fault,
+            AttemptEnd::Unsent(fault) => fault,
         };
         failed_attempt(&self.reported, &fault);
         // Waiting only as long as the request's deadline left is no fault of the
         // replica's: a timeout then is the request's own.
         let own_timeout = first_byte < self.shared.config.first_byte_timeout;
         let outcome = match &fault {
-            Fault::Timeout { .. } if own_timeout => Outcome::Neutral,
-            fault => Outcome::of(fault),
+            Fault::Timeout { .. } if own_timeout => AttemptHealth::Neutral,
+            fault => AttemptHealth::of(fault),
         };
         fleet.attempted(endpoint, outcome, Some(&fault), Instant::now());
         // A first byte that never came is the latency policy's worst measurement (a
@@ -210,11 +215,11 @@ impl Job {
 
     /// One attempt at `endpoint`: sent, its answer checked and read to its end. The
     /// endpoint counts it in flight until then.
-    async fn attempt_at(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> Ended {
+    async fn attempt_at(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> AttemptEnd {
         let on_answered = settle(&self.shared, endpoint, &self.reported);
         let (response, sent) = match self.opened(endpoint, first_byte).await {
             Ok(opened) => opened,
-            Err(fault) => return Ended::Unsent(fault),
+            Err(fault) => return AttemptEnd::Unsent(fault),
         };
         let content_type = response
             .headers()
@@ -223,7 +228,7 @@ impl Job {
             .unwrap_or_default()
             .to_ascii_lowercase();
         if !content_type.starts_with("text/event-stream") {
-            return Ended::Unsent(Fault::Protocol(format!(
+            return AttemptEnd::Unsent(Fault::Protocol(format!(
                 "the answer is '{content_type}', not an event stream"
             )));
         }
@@ -294,7 +299,7 @@ fn settle(shared: &Shared, endpoint: &Arc<Endpoint>, reported: &Arc<Reported>) -
         drop(outstanding);
         endpoint.measured(answered.ttft_ms, answered.tpot_ms);
         fleet.answered(answered.tokens);
-        fleet.attempted(&endpoint, Outcome::Answered, None, Instant::now());
+        fleet.attempted(&endpoint, AttemptHealth::Answered, None, Instant::now());
         // The replica's own figures, from its attempt's send: the request's TTFT also
         // holds the attempts that failed before it.
         if let Some(last) = route(&reported).attempts.last_mut() {

@@ -173,7 +173,7 @@ async fn probe(shared: Weak<Shared>) {
     }
 }
 
-/// An upstream's front shows its endpoints ([`Fleet`](crate::engine::front::Fleet)).
+/// An upstream's front shows its endpoints ([`FleetView`](crate::engine::front::FleetView)).
 impl From<Arc<UpstreamEngine>> for crate::engine::Front {
     fn from(engine: Arc<UpstreamEngine>) -> Self {
         Self::with_fleet(engine.clone(), engine)
@@ -258,7 +258,7 @@ impl Backend for UpstreamEngine {
         let (tx, rx) = mpsc::channel(32);
         let (opening, waiting) = opening::channel();
         let started = Instant::now();
-        let job = attempts::Job {
+        let job = attempts::RequestAttempts {
             shared: Arc::clone(&self.shared),
             request,
             prompt_tokens: prompt.count,
@@ -303,7 +303,7 @@ impl UpstreamEngine {
     }
 }
 
-impl crate::engine::front::Fleet for UpstreamEngine {
+impl crate::engine::front::FleetView for UpstreamEngine {
     fn policy(&self) -> &'static str {
         self.shared.fleet.config.policy.as_str()
     }

@@ -123,13 +123,13 @@ fn response_format(format: &ResponseFormat) -> Option<Value> {
 
 /// One streamed chunk, chat or legacy.
 #[derive(Debug, Deserialize)]
-pub struct Chunk {
+pub struct WireChunk {
     #[serde(default)]
     pub model: Option<String>,
     #[serde(default)]
     pub system_fingerprint: Option<String>,
     #[serde(default)]
-    choices: Vec<Choice>,
+    choices: Vec<WireChoice>,
     #[serde(default)]
     usage: Option<WireUsage>,
     /// vLLM and others put an error object in a chunk when generation fails.
@@ -142,9 +142,9 @@ pub struct Chunk {
 }
 
 #[derive(Debug, Deserialize)]
-struct Choice {
+struct WireChoice {
     #[serde(default)]
-    delta: Option<Delta>,
+    delta: Option<WireDelta>,
     /// Legacy completions.
     #[serde(default)]
     text: Option<String>,
@@ -155,7 +155,7 @@ struct Choice {
 }
 
 #[derive(Debug, Deserialize)]
-struct Delta {
+struct WireDelta {
     #[serde(default)]
     content: Option<String>,
 }
@@ -209,7 +209,7 @@ impl StreamError {
     }
 }
 
-impl Chunk {
+impl WireChunk {
     pub fn parse(data: &str) -> Result<Self, String> {
         serde_json::from_str(data).map_err(|e| {
             let shown: String = data.chars().take(120).collect();
@@ -426,14 +426,14 @@ mod tests {
 
     #[test]
     fn chunks_of_each_shape_give_their_piece() {
-        let chat = Chunk::parse(r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" Paris"},"logprobs":{"content":[{"token":" Paris","logprob":-0.25,"bytes":[32,80,97,114,105,115],"top_logprobs":[]}]},"finish_reason":null}]}"#).expect("chunk");
+        let chat = WireChunk::parse(r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" Paris"},"logprobs":{"content":[{"token":" Paris","logprob":-0.25,"bytes":[32,80,97,114,105,115],"top_logprobs":[]}]},"finish_reason":null}]}"#).expect("chunk");
         assert_eq!(chat.model.as_deref(), Some("m"));
         let piece = chat.piece();
         assert_eq!(piece.text, " Paris");
         assert_eq!(piece.logprobs.len(), 1);
         assert_eq!(piece.logprobs[0].logprob, -0.25);
 
-        let usage = Chunk::parse(
+        let usage = WireChunk::parse(
             r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}"#,
         )
         .expect("chunk")
@@ -445,20 +445,20 @@ mod tests {
                 completion_tokens: 3
             })
         );
-        let litellm = Chunk::parse(r#"{"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":9,"completion_tokens":3}}"#)
+        let litellm = WireChunk::parse(r#"{"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":9,"completion_tokens":3}}"#)
             .expect("chunk")
             .piece();
         assert_eq!(litellm.text, "");
         assert!(litellm.usage.is_some());
 
-        let legacy = Chunk::parse(r#"{"choices":[{"text":" is","index":0,"logprobs":{"tokens":[" is"],"token_logprobs":[-1.5],"top_logprobs":[{" is":-1.5," was":-2.0}],"text_offset":[0]},"finish_reason":"length"}]}"#)
+        let legacy = WireChunk::parse(r#"{"choices":[{"text":" is","index":0,"logprobs":{"tokens":[" is"],"token_logprobs":[-1.5],"top_logprobs":[{" is":-1.5," was":-2.0}],"text_offset":[0]},"finish_reason":"length"}]}"#)
             .expect("chunk")
             .piece();
         assert_eq!(legacy.text, " is");
         assert_eq!(legacy.finish_reason.as_deref(), Some("length"));
         assert_eq!(legacy.logprobs[0].top[0].0.text, " is", "likeliest first");
 
-        let error = Chunk::parse(r#"{"error":{"message":"CUDA out of memory","code":500}}"#)
+        let error = WireChunk::parse(r#"{"error":{"message":"CUDA out of memory","code":500}}"#)
             .expect("chunk")
             .piece();
         let error = error.error.expect("an error");
@@ -466,7 +466,7 @@ mod tests {
             (error.message.as_str(), error.status),
             ("CUDA out of memory", Some(500))
         );
-        let refusal = Chunk::parse(
+        let refusal = WireChunk::parse(
             r#"{"error":{"message":"out of vocabulary","param":"stop_token_ids","code":"400"}}"#,
         )
         .expect("chunk")
@@ -477,6 +477,6 @@ mod tests {
             (refusal.status, refusal.param.as_deref()),
             (Some(400), Some("stop_token_ids"))
         );
-        assert!(Chunk::parse("not json").is_err());
+        assert!(WireChunk::parse("not json").is_err());
     }
 }

@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use super::families::{declare_families, label_sets, Buckets, TOKEN_BUCKETS, TTFT_BUCKETS};
 use crate::engine::upstream::fault::FaultKind;
-use crate::engine::upstream::fleet::{EndpointView, State};
+use crate::engine::upstream::fleet::{EndpointState, EndpointView};
 use crate::names;
 use crate::record::RequestRecord;
 
@@ -134,7 +134,7 @@ impl EndpointMetrics {
                 f.outstanding
                     .get_or_create(&labels)
                     .set(i64::try_from(view.outstanding).unwrap_or(i64::MAX));
-                for state in State::ALL {
+                for state in EndpointState::ALL {
                     f.state
                         .get_or_create(&StateLabels {
                             model: model.clone(),
@@ -153,7 +153,7 @@ impl EndpointMetrics {
         f.ttft.remove(gone);
         f.tpot.remove(gone);
         f.outstanding.remove(gone);
-        for state in State::ALL {
+        for state in EndpointState::ALL {
             f.state.remove(&StateLabels {
                 model: gone.model.clone(),
                 endpoint: gone.endpoint.clone(),

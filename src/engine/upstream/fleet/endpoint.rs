@@ -38,7 +38,7 @@ const MAX_BACKOFF: u32 = 32;
 
 /// Where an endpoint stands, as `/ready`, `/stats` and the metrics name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub enum EndpointState {
     /// In rotation.
     Up,
     /// Out for a cool-down after failures (or an unreachable probe).
@@ -49,20 +49,20 @@ pub enum State {
     RateLimited,
 }
 
-impl State {
-    pub const ALL: [State; 4] = [
-        State::Up,
-        State::Ejected,
-        State::Readmitting,
-        State::RateLimited,
+impl EndpointState {
+    pub const ALL: [EndpointState; 4] = [
+        EndpointState::Up,
+        EndpointState::Ejected,
+        EndpointState::Readmitting,
+        EndpointState::RateLimited,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            State::Up => "up",
-            State::Ejected => "ejected",
-            State::Readmitting => "readmitting",
-            State::RateLimited => "rate_limited",
+            EndpointState::Up => "up",
+            EndpointState::Ejected => "ejected",
+            EndpointState::Readmitting => "readmitting",
+            EndpointState::RateLimited => "rate_limited",
         }
     }
 }
@@ -136,7 +136,7 @@ struct Scraped {
 
 /// How an attempt there went, for its health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AttemptHealth {
     /// It answered (whatever the answer): it is there and working.
     Answered,
     /// A failure that counts toward ejection.
@@ -145,7 +145,7 @@ pub enum Outcome {
     Neutral,
 }
 
-impl Outcome {
+impl AttemptHealth {
     /// What a fault says of the endpoint: its own failure, or the request's.
     pub fn of(fault: &Fault) -> Self {
         match fault {
@@ -156,10 +156,10 @@ impl Outcome {
             | Fault::Protocol(_)
             // A replica with another key, or of another model (a rollout's old pods).
             | Fault::Auth { .. }
-            | Fault::ModelMismatch { .. } => Outcome::Failed,
-            Fault::Failed { status, .. } if *status >= 500 => Outcome::Failed,
+            | Fault::ModelMismatch { .. } => AttemptHealth::Failed,
+            Fault::Failed { status, .. } if *status >= 500 => AttemptHealth::Failed,
             Fault::Failed { .. } | Fault::Refused { .. } | Fault::RateLimited { .. } => {
-                Outcome::Neutral
+                AttemptHealth::Neutral
             }
         }
     }
@@ -190,7 +190,7 @@ impl Endpoint {
     }
 
     /// Where it stands at `now` (a cool-down that has passed is re-admission).
-    pub fn state(&self, now: Instant, config: &FleetConfig) -> State {
+    pub fn state(&self, now: Instant, config: &FleetConfig) -> EndpointState {
         let mut h = self.health();
         h.settle(now, config);
         h.state(now)
@@ -201,13 +201,13 @@ impl Endpoint {
         let mut h = self.health();
         h.settle(now, config);
         match h.state(now) {
-            State::Up => 1.0,
-            State::Readmitting => {
+            EndpointState::Up => 1.0,
+            EndpointState::Readmitting => {
                 let since = h.readmitted_at.map_or(Duration::ZERO, |at| now - at);
                 let ramp = since.as_secs_f64() / config.readmit.as_secs_f64().max(1e-3);
                 (READMIT_FLOOR + (1.0 - READMIT_FLOOR) * ramp).min(1.0)
             }
-            State::Ejected | State::RateLimited => 0.0,
+            EndpointState::Ejected | EndpointState::RateLimited => 0.0,
         }
     }
 
@@ -227,36 +227,31 @@ impl Endpoint {
     /// [`Fleet::attempted`]: super::Fleet::attempted
     pub fn attempted(
         &self,
-        outcome: Outcome,
+        outcome: AttemptHealth,
         fault: Option<&Fault>,
         now: Instant,
         config: &FleetConfig,
         may_eject: bool,
     ) {
-        let mut h = self.health();
-        h.settle(now, config);
-        h.reached(fault, &self.label);
-        if let Some(fault) = fault {
-            h.last_fault = Some(fault.kind().as_str());
-            if let Fault::RateLimited { retry_after } = fault {
-                let wait = retry_after.unwrap_or(Duration::from_secs(1));
-                h.limited_until = Some(now + wait);
-            }
+        let mut h = self.heard(fault, now, config);
+        if let Some(Fault::RateLimited { retry_after }) = fault {
+            let wait = retry_after.unwrap_or(Duration::from_secs(1));
+            h.limited_until = Some(now + wait);
         }
         match outcome {
-            Outcome::Answered => {
+            AttemptHealth::Answered => {
                 h.failures = 0;
-                if h.state(now) == State::Up {
+                if h.state(now) == EndpointState::Up {
                     h.ejections = 0;
                 }
             }
-            Outcome::Failed => {
+            AttemptHealth::Failed => {
                 h.failures += 1;
                 if may_eject && h.failures >= config.eject_after && h.ejected_until.is_none() {
                     h.eject(now, config, &self.label);
                 }
             }
-            Outcome::Neutral => {}
+            AttemptHealth::Neutral => {}
         }
     }
 
@@ -269,16 +264,30 @@ impl Endpoint {
         config: &FleetConfig,
         may_eject: bool,
     ) {
-        let mut h = self.health();
-        h.settle(now, config);
-        h.reached(fault, &self.label);
+        let mut h = self.heard(fault, now, config);
         if let Some(fault) = fault {
-            h.last_fault = Some(fault.kind().as_str());
             let out = fault.is_connect() || matches!(fault, Fault::Auth { .. });
             if may_eject && out && h.ejected_until.is_none() {
                 h.eject(now, config, &self.label);
             }
         }
+    }
+
+    /// Its health once an attempt or probe has been heard from at `now`: settled to
+    /// `now`, reached or not, and the fault's kind kept as the last one.
+    fn heard(
+        &self,
+        fault: Option<&Fault>,
+        now: Instant,
+        config: &FleetConfig,
+    ) -> std::sync::MutexGuard<'_, Health> {
+        let mut h = self.health();
+        h.settle(now, config);
+        h.reached(fault, &self.label);
+        if let Some(fault) = fault {
+            h.last_fault = Some(fault.kind().as_str());
+        }
+        h
     }
 
     /// Whether it is out of rotation after failures at `now`.
@@ -339,8 +348,8 @@ impl Endpoint {
             endpoint: self.label.clone(),
             state: state.as_str(),
             reason: match state {
-                State::Up | State::Readmitting => h.unreachable,
-                State::Ejected | State::RateLimited => h.last_fault,
+                EndpointState::Up | EndpointState::Readmitting => h.unreachable,
+                EndpointState::Ejected | EndpointState::RateLimited => h.last_fault,
             }
             .map(str::to_owned),
             reachable: h.unreachable.is_none(),
@@ -415,15 +424,15 @@ impl Health {
         }
     }
 
-    fn state(&self, now: Instant) -> State {
+    fn state(&self, now: Instant) -> EndpointState {
         if self.ejected_until.is_some_and(|until| until > now) {
-            State::Ejected
+            EndpointState::Ejected
         } else if self.limited_until.is_some_and(|until| until > now) {
-            State::RateLimited
+            EndpointState::RateLimited
         } else if self.readmitted_at.is_some() {
-            State::Readmitting
+            EndpointState::Readmitting
         } else {
-            State::Up
+            EndpointState::Up
         }
     }
 
@@ -476,15 +485,19 @@ mod tests {
     #[test]
     fn repeated_failures_eject_for_a_cool_down_that_doubles_and_readmits_gradually() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
-        assert_eq!(e.state(t0, &c), State::Up, "one failure is not enough");
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
-        assert_eq!(e.state(t0, &c), State::Ejected);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
+        assert_eq!(
+            e.state(t0, &c),
+            EndpointState::Up,
+            "one failure is not enough"
+        );
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
+        assert_eq!(e.state(t0, &c), EndpointState::Ejected);
         assert_eq!(e.share(t0, &c), 0.0);
         assert_eq!(e.view(t0, &c).reason.as_deref(), Some("upstream_error"));
 
         let back = t0 + Duration::from_secs(10);
-        assert_eq!(e.state(back, &c), State::Readmitting);
+        assert_eq!(e.state(back, &c), EndpointState::Readmitting);
         assert!((e.share(back, &c) - READMIT_FLOOR).abs() < 1e-9);
         let half = back + Duration::from_secs(10);
         assert!(
@@ -494,30 +507,33 @@ mod tests {
         );
 
         // Failing again while re-admitted: out for twice as long.
-        e.attempted(Outcome::Failed, Some(&server_error()), half, &c, true);
-        e.attempted(Outcome::Failed, Some(&server_error()), half, &c, true);
-        assert_eq!(e.state(half + Duration::from_secs(19), &c), State::Ejected);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), half, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), half, &c, true);
+        assert_eq!(
+            e.state(half + Duration::from_secs(19), &c),
+            EndpointState::Ejected
+        );
         let again = half + Duration::from_secs(20);
-        assert_eq!(e.state(again, &c), State::Readmitting);
+        assert_eq!(e.state(again, &c), EndpointState::Readmitting);
         // Fully back and answering: the repeat count ends.
         let full = again + Duration::from_secs(20);
-        e.attempted(Outcome::Answered, None, full, &c, true);
-        assert_eq!(e.state(full, &c), State::Up);
+        e.attempted(AttemptHealth::Answered, None, full, &c, true);
+        assert_eq!(e.state(full, &c), EndpointState::Up);
         assert_eq!(e.view(full, &c).ejections, 0);
     }
 
     #[test]
     fn a_success_between_failures_resets_the_count_and_refusals_do_not_count() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
-        e.attempted(Outcome::Answered, None, t0, &c, true);
-        e.attempted(Outcome::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
+        e.attempted(AttemptHealth::Answered, None, t0, &c, true);
+        e.attempted(AttemptHealth::Failed, Some(&server_error()), t0, &c, true);
         let refused = Fault::Refused {
             param: None,
             message: String::new(),
         };
-        e.attempted(Outcome::of(&refused), Some(&refused), t0, &c, true);
-        assert_eq!(e.state(t0, &c), State::Up);
+        e.attempted(AttemptHealth::of(&refused), Some(&refused), t0, &c, true);
+        assert_eq!(e.state(t0, &c), EndpointState::Up);
     }
 
     #[test]
@@ -526,17 +542,17 @@ mod tests {
         let limited = Fault::RateLimited {
             retry_after: Some(Duration::from_secs(7)),
         };
-        e.attempted(Outcome::of(&limited), Some(&limited), t0, &c, true);
-        assert_eq!(e.state(t0, &c), State::RateLimited);
+        e.attempted(AttemptHealth::of(&limited), Some(&limited), t0, &c, true);
+        assert_eq!(e.state(t0, &c), EndpointState::RateLimited);
         assert_eq!(e.view(t0, &c).back_in_secs, Some(7.0));
-        assert_eq!(e.state(t0 + Duration::from_secs(7), &c), State::Up);
+        assert_eq!(e.state(t0 + Duration::from_secs(7), &c), EndpointState::Up);
     }
 
     #[test]
     fn an_unreachable_probe_ejects_at_once_and_a_good_one_clears_unreachable() {
         let (c, e, t0) = (config(), endpoint(), Instant::now());
         e.probed(Some(&Fault::Unreachable("refused".into())), t0, &c, true);
-        assert_eq!(e.state(t0, &c), State::Ejected);
+        assert_eq!(e.state(t0, &c), EndpointState::Ejected);
         assert!(!e.view(t0, &c).reachable);
         e.probed(None, t0 + Duration::from_secs(1), &c, true);
         let view = e.view(t0 + Duration::from_secs(1), &c);

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 use crate::engine::{Prompt, Role};
-pub use endpoint::{Endpoint, EndpointView, Outcome, State};
+pub use endpoint::{AttemptHealth, Endpoint, EndpointState, EndpointView};
 pub use policy::Policy;
 use policy::{Candidate, Choice};
 
@@ -273,7 +273,7 @@ impl Fleet {
     pub fn attempted(
         &self,
         endpoint: &Endpoint,
-        outcome: Outcome,
+        outcome: AttemptHealth,
         fault: Option<&crate::engine::upstream::Fault>,
         now: Instant,
     ) {
@@ -399,7 +399,7 @@ mod tests {
         let now = Instant::now();
         let [a, b] = <[Arc<Endpoint>; 2]>::try_from(f.endpoints()).unwrap();
         let down = Fault::Unreachable("refused".into());
-        f.attempted(&a, Outcome::Failed, Some(&down), now);
+        f.attempted(&a, AttemptHealth::Failed, Some(&down), now);
         for _ in 0..10 {
             let picked = f.pick(&Routing::default(), &[], now).unwrap();
             assert!(Arc::ptr_eq(&picked, &b));
@@ -412,7 +412,7 @@ mod tests {
         // b fails too, but one of two is out already: b stays in rotation (an overload
         // or a request that fails everywhere cannot take the whole fleet out).
         let later = now + Duration::from_secs(1);
-        f.attempted(&b, Outcome::Failed, Some(&down), later);
+        f.attempted(&b, AttemptHealth::Failed, Some(&down), later);
         assert!(!b.is_ejected(later));
         assert!(Arc::ptr_eq(
             &f.pick(&Routing::default(), &[], later).unwrap(),
@@ -429,8 +429,8 @@ mod tests {
         let limited = |secs| Fault::RateLimited {
             retry_after: Some(Duration::from_secs(secs)),
         };
-        f.attempted(&a, Outcome::Neutral, Some(&limited(9)), now);
-        f.attempted(&b, Outcome::Neutral, Some(&limited(3)), now);
+        f.attempted(&a, AttemptHealth::Neutral, Some(&limited(9)), now);
+        f.attempted(&b, AttemptHealth::Neutral, Some(&limited(3)), now);
         for _ in 0..4 {
             assert!(Arc::ptr_eq(
                 &f.pick(&Routing::default(), &[], now).unwrap(),
@@ -445,12 +445,17 @@ mod tests {
         let now = Instant::now();
         let down = Fault::Unreachable("refused".into());
         for e in f.endpoints() {
-            f.attempted(&e, Outcome::Failed, Some(&down), now);
+            f.attempted(&e, AttemptHealth::Failed, Some(&down), now);
         }
         let out = f.endpoints().iter().filter(|e| e.is_ejected(now)).count();
         assert_eq!(out, 2, "floor(5 / 2)");
         let solo = fleet(Policy::RoundRobin, 1);
-        solo.attempted(&solo.endpoints()[0], Outcome::Failed, Some(&down), now);
+        solo.attempted(
+            &solo.endpoints()[0],
+            AttemptHealth::Failed,
+            Some(&down),
+            now,
+        );
         assert!(solo.endpoints()[0].is_ejected(now), "one of one may be out");
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::Answered;
 use crate::engine::upstream::fault::Fault;
 use crate::engine::upstream::tokens::TokenReader;
-use crate::engine::upstream::wire::{Chunk, Piece, StreamError};
+use crate::engine::upstream::wire::{Piece, StreamError, WireChunk};
 use crate::engine::{Budget, EngineEvent, Reported};
 use crate::tokens::{FinishReason, Usage};
 
@@ -32,7 +32,7 @@ pub(crate) struct Terms {
 
 /// What the stream has said about how the answer ends.
 #[derive(Debug, Default)]
-pub(super) struct Ending {
+pub(super) struct StreamEnd {
     pub(super) finish: Option<FinishReason>,
     pub(super) usage: Option<Usage>,
     /// Tokens seen: log-probabilities where there are any, else chunks with text.
@@ -42,7 +42,7 @@ pub(super) struct Ending {
 /// What one event of the stream leads to, in this order: the opening told, a token
 /// handed on, the reading stopped.
 #[derive(Debug, Default)]
-pub(super) struct Step {
+pub(super) struct EventEffects {
     /// The event was a good chunk: the request has opened.
     pub opened: bool,
     /// Content to hand on.
@@ -51,12 +51,12 @@ pub(super) struct Step {
     pub stop: Option<Stop>,
 }
 
-impl Step {
+impl EventEffects {
     /// An event that ends the reading and hands nothing on.
     pub(super) fn stop(stop: Stop) -> Self {
-        Step {
+        EventEffects {
             stop: Some(stop),
-            ..Step::default()
+            ..EventEffects::default()
         }
     }
 }
@@ -72,13 +72,13 @@ pub(super) enum Stop {
 }
 
 /// The answer as read so far, and the rules it is read by.
-pub(super) struct Answer {
+pub(super) struct AnswerSoFar {
     terms: Terms,
     /// Where the upstream's own account of the answer goes (its model, fingerprint,
     /// token basis, whether its usage was estimated).
     reported: Arc<Reported>,
     tokens: TokenReader,
-    ending: Ending,
+    ending: StreamEnd,
     /// When the request was sent (the time to the first content counts from here).
     sent: Instant,
     /// When content first and last arrived, and how many tokens came after the first.
@@ -87,7 +87,7 @@ pub(super) struct Answer {
     later_tokens: u32,
 }
 
-impl Answer {
+impl AnswerSoFar {
     /// An answer to a request sent at `sent`, nothing of it read yet.
     pub(super) fn new(
         terms: Terms,
@@ -95,11 +95,11 @@ impl Answer {
         tokens: TokenReader,
         sent: Instant,
     ) -> Self {
-        Answer {
+        AnswerSoFar {
             terms,
             reported,
             tokens,
-            ending: Ending::default(),
+            ending: StreamEnd::default(),
             sent,
             first_content: None,
             last_content: sent,
@@ -114,28 +114,28 @@ impl Answer {
     }
 
     /// One SSE event, its `name` and `data`, parsed at `at`.
-    pub(super) fn on_event(&mut self, name: &str, data: &str, at: Instant) -> Step {
+    pub(super) fn on_event(&mut self, name: &str, data: &str, at: Instant) -> EventEffects {
         if name == "error" {
-            return Step::stop(Stop::Failed(Fault::Stream(clipped(data))));
+            return EventEffects::stop(Stop::Failed(Fault::Stream(clipped(data))));
         }
         let data = data.trim();
         if data == "[DONE]" {
-            return Step::stop(self.ended(false));
+            return EventEffects::stop(self.ended(false));
         }
-        let chunk = match Chunk::parse(data) {
+        let chunk = match WireChunk::parse(data) {
             Ok(chunk) => chunk,
-            Err(message) => return Step::stop(Stop::Failed(Fault::Protocol(message))),
+            Err(message) => return EventEffects::stop(Stop::Failed(Fault::Protocol(message))),
         };
         let expected = self.terms.expected_model.as_deref();
         if let Some(fault) = check_model(&chunk, expected, &self.reported) {
-            return Step::stop(Stop::Failed(fault));
+            return EventEffects::stop(Stop::Failed(fault));
         }
         let mut piece = chunk.piece();
         for lp in &mut piece.logprobs {
             lp.top.truncate(self.terms.top_logprobs);
         }
         if let Some(error) = piece.error {
-            return Step::stop(Stop::Failed(self.error_frame(error)));
+            return EventEffects::stop(Stop::Failed(self.error_frame(error)));
         }
         self.on_piece(piece, at)
     }
@@ -159,10 +159,10 @@ impl Answer {
 
     /// A good chunk's part of the answer: its usage, its content within the budget, its
     /// finish.
-    fn on_piece(&mut self, mut piece: Piece, at: Instant) -> Step {
-        let mut step = Step {
+    fn on_piece(&mut self, mut piece: Piece, at: Instant) -> EventEffects {
+        let mut step = EventEffects {
             opened: true,
-            ..Step::default()
+            ..EventEffects::default()
         };
         if let Some(usage) = piece.usage {
             self.ending.usage = Some(usage);
@@ -317,14 +317,14 @@ fn clipped(text: &str) -> String {
 }
 
 /// The stream is over (`[DONE]`, the end of the body, or a finish with its usage).
-fn end_of_stream(ending: &Ending) -> Result<Ending, Fault> {
+fn end_of_stream(ending: &StreamEnd) -> Result<StreamEnd, Fault> {
     match ending.finish {
-        Some(finish) => Ok(Ending {
+        Some(finish) => Ok(StreamEnd {
             finish: Some(finish),
             usage: ending.usage,
             tokens: ending.tokens,
         }),
-        None if ending.usage.is_some() => Ok(Ending {
+        None if ending.usage.is_some() => Ok(StreamEnd {
             finish: Some(FinishReason::Stop),
             usage: ending.usage,
             tokens: ending.tokens,
@@ -338,7 +338,7 @@ fn end_of_stream(ending: &Ending) -> Result<Ending, Fault> {
 
 /// The first model a chunk names is the answer's; a chunk that names another than the
 /// one asked for ends it.
-fn check_model(chunk: &Chunk, expected: Option<&str>, reported: &Reported) -> Option<Fault> {
+fn check_model(chunk: &WireChunk, expected: Option<&str>, reported: &Reported) -> Option<Fault> {
     if let Some(fingerprint) = &chunk.system_fingerprint {
         let _ = reported.system_fingerprint.set(clipped(fingerprint));
     }

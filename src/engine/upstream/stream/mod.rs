@@ -26,7 +26,7 @@ use crate::clock::SharedClock;
 use crate::engine::{Budget, EngineError, EngineEvent, Reported};
 pub use answer::same_model;
 pub(crate) use answer::Terms;
-use answer::{Answer, Step, Stop};
+use answer::{AnswerSoFar, EventEffects, Stop};
 pub use transport::Patience;
 use transport::{next_in_time, stamped, LastByte, Next, ReadError, Timeline};
 
@@ -74,7 +74,7 @@ pub(crate) type OnAnswered = Box<dyn FnOnce(Answered) + Send>;
 
 /// How reading an answer ended.
 #[derive(Debug)]
-pub(crate) enum Ended {
+pub(crate) enum AttemptEnd {
     /// Read to its end (or to its budget); its figures went to `on_answered`.
     Answered,
     /// The gateway stopped taking it (the client left, the stop screen or guard ended
@@ -89,29 +89,29 @@ pub(crate) enum Ended {
 
 /// Reads the answer to its end, sending events until the gateway stops taking them;
 /// `opening` is told once the first chunk is good. The waiting, stamping and sending
-/// are here; what each event means is [`Answer`]'s.
-pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
+/// are here; what each event means is [`AnswerSoFar`]'s.
+pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     let timeline = Timeline::new(r.clock, r.sent);
     let last_byte = Arc::new(LastByte::default());
     let mut events = stamped(r.body, &timeline, &last_byte).eventsource();
-    let mut answer = Answer::new(r.terms, r.reported, r.tokens, r.sent);
+    let mut answer = AnswerSoFar::new(r.terms, r.reported, r.tokens, r.sent);
     let tx = r.tx;
     let drain = loop {
         let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &tx).await;
         let step = match next {
             Next::Event(Ok(event)) => answer.on_event(&event.event, &event.data, timeline.now()),
-            Next::Event(Err(error)) => Step::stop(Stop::Failed(unreadable(error))),
-            Next::End => Step::stop(answer.on_body_end()),
-            Next::Late(fault) => Step::stop(Stop::Failed(fault)),
+            Next::Event(Err(error)) => EventEffects::stop(Stop::Failed(unreadable(error))),
+            Next::End => EventEffects::stop(answer.on_body_end()),
+            Next::Late(fault) => EventEffects::stop(Stop::Failed(fault)),
             // The gateway dropped the answer: dropping the response tells the upstream.
-            Next::Gone => return Ended::Left,
+            Next::Gone => return AttemptEnd::Left,
         };
         if step.opened {
             opening.opened();
         }
         if let Some(token) = step.token {
             if tx.send(token).await.is_err() {
-                return Ended::Left;
+                return AttemptEnd::Left;
             }
         }
         match step.stop {
@@ -122,7 +122,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
     };
     if let Some(flush) = answer.flush(timeline.now()) {
         if tx.send(flush).await.is_err() {
-            return Ended::Left;
+            return AttemptEnd::Left;
         }
     }
     let (answered, last) = answer.answered();
@@ -135,7 +135,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> Ended {
         let drained = async { while events.next().await.is_some() {} };
         let _ = tokio::time::timeout(DRAIN, drained).await;
     }
-    Ended::Answered
+    AttemptEnd::Answered
 }
 
 /// Bytes that could not be read as events: the connection's failure, or not SSE.
@@ -150,16 +150,16 @@ fn unreadable(error: EventStreamError<ReadError>) -> Fault {
 
 /// A failed answer: unsent while nothing was handed on (another endpoint may answer
 /// instead), otherwise ended with its error event.
-async fn failed(answer: &Answer, fault: Fault, tx: &mpsc::Sender<EngineEvent>) -> Ended {
+async fn failed(answer: &AnswerSoFar, fault: Fault, tx: &mpsc::Sender<EngineEvent>) -> AttemptEnd {
     // The upstream's own words (an error event, a refusal) may quote secrets.
     let fault = fault.scrubbed();
     if !answer.handed_on() {
-        return Ended::Unsent(fault);
+        return AttemptEnd::Unsent(fault);
     }
     tracing::warn!(error = %fault, error_type = fault.kind().as_str(), "The upstream's stream failed.");
     let failed = EngineEvent::Failed(EngineError::Upstream(fault.clone()));
     let _ = tx.send(failed).await;
-    Ended::FailedMidway(fault)
+    AttemptEnd::FailedMidway(fault)
 }
 
 /// The events an answer whose bytes arrive as `body` gives the gateway, read to the end
@@ -191,7 +191,7 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
     };
     let reader = tokio::spawn(async move {
         // What a request with nowhere else to go gets: the failure as its last event.
-        if let Ended::Unsent(fault) = read(reading, &mut Opening::none()).await {
+        if let AttemptEnd::Unsent(fault) = read(reading, &mut Opening::none()).await {
             let _ = failures
                 .send(EngineEvent::Failed(EngineError::Upstream(fault)))
                 .await;

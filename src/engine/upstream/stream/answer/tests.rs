@@ -54,15 +54,15 @@ fn dated_names_are_the_same_model_and_longer_names_are_not() {
 
 #[test]
 fn a_stream_without_a_finish_is_cut() {
-    let cut = end_of_stream(&Ending {
+    let cut = end_of_stream(&StreamEnd {
         tokens: 3,
-        ..Ending::default()
+        ..StreamEnd::default()
     });
     assert!(matches!(cut, Err(Fault::Cut(_))));
-    let done = end_of_stream(&Ending {
+    let done = end_of_stream(&StreamEnd {
         finish: Some(FinishReason::Length),
         tokens: 3,
-        ..Ending::default()
+        ..StreamEnd::default()
     })
     .expect("finished");
     assert_eq!(done.finish, Some(FinishReason::Length));
@@ -88,9 +88,9 @@ fn terms(max_tokens: u32, budget_sent: bool) -> Terms {
     }
 }
 
-fn answer(terms: Terms, sent: Instant) -> (Answer, Arc<Reported>) {
+fn answer(terms: Terms, sent: Instant) -> (AnswerSoFar, Arc<Reported>) {
     let reported = Arc::new(Reported::default());
-    let answer = Answer::new(terms, Arc::clone(&reported), TokenReader::new(None), sent);
+    let answer = AnswerSoFar::new(terms, Arc::clone(&reported), TokenReader::new(None), sent);
     (answer, reported)
 }
 
@@ -182,7 +182,7 @@ fn content_past_a_budget_the_upstream_was_sent_is_cut_there() {
 #[test]
 fn faults_stop_the_reading_and_a_refusal_comes_only_before_content() {
     let sent = Instant::now();
-    let failed = |step: Step| match step.stop {
+    let failed = |step: EventEffects| match step.stop {
         Some(Stop::Failed(fault)) => fault,
         other => panic!("not a failure: {other:?}"),
     };
