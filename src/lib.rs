@@ -24,9 +24,11 @@
 //!   route table of both listeners, the page's routes with the API's.
 //! - [`auth`]: API keys (a file of hashes, re-read on change), the middleware that
 //!   checks them on `/v1/*`, and per-key rate limits.
-//! - [`engine`]: the [`engine::Engine`] trait, the mistral.rs adapter (with its replicas
-//!   and process-wide CPU settings), the seeded sampler, structured output (grammar
-//!   masks from the model's vocabulary) and a scripted engine.
+//! - [`engine`]: the [`engine::Front`] every engine sits behind (the budget fitted to the
+//!   context, the post-fit checks, grammar, the slot queue) and the narrow
+//!   [`engine::Backend`] trait of each engine: llama.cpp, mistral.rs (with its replicas
+//!   and process-wide CPU settings), upstream servers and a scripted engine; the seeded
+//!   sampler and structured output (grammar masks from the model's vocabulary).
 //! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
 //! - [`timing`] and [`clock`]: the latency definitions and the time source.
 //! - [`tokens`]: what every layer says about generated text (tokens, log-probabilities,

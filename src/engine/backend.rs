@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::grammar::{Grammar, Vocabulary};
-use super::slots::Claim;
+use super::slots::{Claim, Slots};
 use super::{
     EngineError, Generation, GenerationRequest, ModelInfo, Prompt, Readiness, Reported,
     TokenizeRequest,
@@ -24,21 +24,6 @@ pub struct LoadedModel {
     /// the gateway's stop screen (`stream::stops`) cuts them, as for mistral.rs, which
     /// stops a token late.
     pub applies_stops: bool,
-}
-
-/// How many requests the backend runs at once, and where the others wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slots {
-    /// This many sequences, each with its own KV-cache region one context long
-    /// (llama.cpp, mistral.rs): requests beyond them wait in the front's queue, which the
-    /// queue timeout bounds.
-    Sequences(usize),
-    /// As many as come, each started within the queue timeout (the scripted engine, whose
-    /// script may wait as a busy engine's queue does); no KV cache to report.
-    Unlimited,
-    /// No queue of the gateway's: an upstream's wait is its first byte, bounded by its
-    /// own timeout, and its KV cache is its own.
-    Elsewhere,
 }
 
 /// Who chooses each token of an answer.

@@ -8,23 +8,17 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Slots, Tokenized};
+use super::backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Tokenized};
 use super::grammar::Grammar;
+use super::scripted::ScriptedEngine;
 use super::slots::SlotQueue;
-use super::upstream::fleet::EndpointView;
+use super::slots::Slots;
+use super::upstream::fleet::{EndpointView, FleetView};
+use super::upstream::UpstreamEngine;
 use super::{
     EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
     Reported, ResponseFormat, Sampling, TokenizeRequest,
 };
-
-/// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
-/// an upstream backend has.
-pub trait FleetView: Send + Sync {
-    /// How requests are spread over the endpoints (`least_outstanding`, ...).
-    fn policy(&self) -> &'static str;
-    /// Each endpoint's state now.
-    fn endpoints(&self) -> Vec<EndpointView>;
-}
 
 /// A served model's engine, as everything above the engines uses it.
 #[derive(Clone)]
@@ -50,6 +44,33 @@ impl From<Arc<dyn Backend>> for Front {
             queue: Arc::default(),
             fleet: None,
         }
+    }
+}
+
+impl From<Arc<ScriptedEngine>> for Front {
+    fn from(engine: Arc<ScriptedEngine>) -> Self {
+        Self::from(engine as Arc<dyn Backend>)
+    }
+}
+
+/// An upstream's front shows its endpoints.
+impl From<Arc<UpstreamEngine>> for Front {
+    fn from(engine: Arc<UpstreamEngine>) -> Self {
+        Self::with_fleet(engine.clone(), engine)
+    }
+}
+
+#[cfg(feature = "llamacpp")]
+impl From<Arc<super::llamacpp::LlamaCppEngine>> for Front {
+    fn from(engine: Arc<super::llamacpp::LlamaCppEngine>) -> Self {
+        Self::from(engine as Arc<dyn Backend>)
+    }
+}
+
+#[cfg(feature = "mistral")]
+impl From<Arc<super::mistral::MistralEngine>> for Front {
+    fn from(engine: Arc<super::mistral::MistralEngine>) -> Self {
+        Self::from(engine as Arc<dyn Backend>)
     }
 }
 
@@ -364,7 +385,9 @@ mod tests {
     #[tokio::test]
     async fn requests_wait_for_a_slot_and_hold_it_until_their_answer_ends() {
         let bounded = tokio::time::timeout(Duration::from_secs(10), one_slot_for_two());
-        bounded.await.expect("the second request ran once the first ended");
+        bounded
+            .await
+            .expect("the second request ran once the first ended");
     }
 
     async fn one_slot_for_two() {

@@ -34,10 +34,11 @@ pub mod served;
 pub mod slots;
 pub mod upstream;
 
-pub use backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Slots, Tokenized};
+pub use backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Tokenized};
 pub use budget::Budget;
 pub use front::{Front, Prepared};
 pub(crate) use slots::Counted;
+pub use slots::Slots;
 
 use std::sync::Arc;
 use std::time::Instant;

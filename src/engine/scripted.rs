@@ -122,12 +122,6 @@ impl ScriptedEngine {
     }
 }
 
-impl From<Arc<ScriptedEngine>> for crate::engine::Front {
-    fn from(engine: Arc<ScriptedEngine>) -> Self {
-        Self::from(engine as Arc<dyn Backend>)
-    }
-}
-
 #[async_trait]
 impl Backend for ScriptedEngine {
     fn name(&self) -> &'static str {

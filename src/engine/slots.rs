@@ -7,8 +7,22 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::backend::Slots;
 use super::{EngineError, EngineLoad, KvCacheUse};
+
+/// How many requests the backend runs at once, and where the others wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slots {
+    /// This many sequences, each with its own KV-cache region one context long
+    /// (llama.cpp, mistral.rs): requests beyond them wait in the front's queue, which the
+    /// queue timeout bounds.
+    Sequences(usize),
+    /// As many as come, each started within the queue timeout (the scripted engine, whose
+    /// script may wait as a busy engine's queue does); no KV cache to report.
+    Unlimited,
+    /// No queue of the gateway's: an upstream's wait is its first byte, bounded by its
+    /// own timeout, and its KV cache is its own.
+    Elsewhere,
+}
 
 /// Counts itself in a shared number while it lives: figures that stay right whichever
 /// way a task ends (finished, failed, cancelled).

@@ -239,12 +239,6 @@ fn tokenize_prompt(
         .collect())
 }
 
-impl From<Arc<LlamaCppEngine>> for crate::engine::Front {
-    fn from(engine: Arc<LlamaCppEngine>) -> Self {
-        Self::from(engine as Arc<dyn Backend>)
-    }
-}
-
 #[async_trait]
 impl Backend for LlamaCppEngine {
     fn name(&self) -> &'static str {

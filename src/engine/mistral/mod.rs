@@ -385,12 +385,6 @@ impl canary::Subject for Canary<'_> {
     }
 }
 
-impl From<Arc<MistralEngine>> for crate::engine::Front {
-    fn from(engine: Arc<MistralEngine>) -> Self {
-        Self::from(engine as Arc<dyn Backend>)
-    }
-}
-
 #[async_trait]
 impl Backend for MistralEngine {
     fn name(&self) -> &'static str {

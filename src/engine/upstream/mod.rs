@@ -14,7 +14,7 @@
 //! - [`fault`]: every way it can fail, each with its `error_type`;
 //! - [`tokens`]: token ids for the repetition rate, and the model's tokenizer.
 //!
-//! A background probe (`GET <url>/models`) keeps [`Engine::readiness`] current, and
+//! A background probe (`GET <url>/models`) keeps [`Backend::health`] current, and
 //! each request's own outcome updates it too: `/ready` reports each upstream, and a
 //! down upstream leaves the gateway's other models serving.
 
@@ -173,13 +173,6 @@ async fn probe(shared: Weak<Shared>) {
     }
 }
 
-/// An upstream's front shows its endpoints ([`FleetView`](crate::engine::front::FleetView)).
-impl From<Arc<UpstreamEngine>> for crate::engine::Front {
-    fn from(engine: Arc<UpstreamEngine>) -> Self {
-        Self::with_fleet(engine.clone(), engine)
-    }
-}
-
 #[async_trait]
 impl Backend for UpstreamEngine {
     fn name(&self) -> &'static str {
@@ -303,7 +296,7 @@ impl UpstreamEngine {
     }
 }
 
-impl crate::engine::front::FleetView for UpstreamEngine {
+impl fleet::FleetView for UpstreamEngine {
     fn policy(&self) -> &'static str {
         self.shared.fleet.config.policy.as_str()
     }

@@ -1,6 +1,6 @@
 //! Prometheus metrics: one registry per gateway (in application state, never global),
-//! fed once per request from its [`RequestRecord`] and refreshed with point-in-time
-//! gauges (engine load, memory) at each scrape.
+//! fed once per request from its [`RequestRecord`](crate::record::RequestRecord) and
+//! refreshed with point-in-time gauges (engine load, memory) at each scrape.
 //!
 //! Labels take a small fixed set of values: `model` is the configured model id or
 //! `none`; `status`, `finish_reason` and `error_type` come from enums and the error
