@@ -437,7 +437,7 @@ fn guard(config: &Config, clock: SharedClock) -> anyhow::Result<llmgate::auth::G
 
 /// The engine of each served model: mistral.rs loading in the background for a GGUF,
 /// an upstream client (with its probe) for a server.
-fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
+fn served_models(config: &Config, clock: &SharedClock) -> anyhow::Result<ServedModels> {
     let mut models = Vec::with_capacity(config.models.len());
     for model in &config.models {
         let engine: Front = match &model.engine {
@@ -445,13 +445,14 @@ fn served_models(config: &Config) -> anyhow::Result<ServedModels> {
                 let mut settings = MistralSettings::from_config(&config.engine);
                 settings.model_path = model_path.clone();
                 settings.model_id = model.id.clone();
-                Front::from(MistralEngine::start(settings) as Arc<dyn Backend>)
+                Front::from(MistralEngine::start(settings))
             }
             ModelEngine::Llamacpp { model_path } => {
                 Front::from(llamacpp_engine(config, model, model_path)?)
             }
             ModelEngine::Upstream(upstream) => {
-                Front::from(UpstreamEngine::start(&model.id, (**upstream).clone())?)
+                let config = (**upstream).clone();
+                Front::from(UpstreamEngine::start(&model.id, config, Arc::clone(clock))?)
             }
         };
         models.push(ServedModel {
@@ -495,7 +496,8 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             config.server.listen
         )
     })?;
-    let models = served_models(&config)?;
+    let clock: SharedClock = Arc::new(MonotonicClock::new());
+    let models = served_models(&config, &clock)?;
     let metrics = Arc::new(metrics_of(&config));
     let trace_settings = TraceSettings::from(&config.telemetry);
     let tracing = otlp_tracing(&trace_settings, &metrics)?;
@@ -505,12 +507,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         Telemetry::new(metrics, tracing, trace_settings.policy, Arc::new(records))
             .with_log_drops(logging.drop_counter()),
     );
-    let mut state = AppState::with_models(
-        &config,
-        models,
-        Arc::new(MonotonicClock::new()),
-        Arc::clone(&telemetry),
-    );
+    let mut state = AppState::with_models(&config, models, clock, Arc::clone(&telemetry));
     state.guard = guard(&config, Arc::clone(&state.clock))?;
     state.semlog = semlog.status();
     log_served_models(&config);

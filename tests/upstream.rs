@@ -319,7 +319,7 @@ async fn unreachable_upstreams_fail_fast_and_the_gateway_stays_ready_for_the_oth
     drop(closed);
     let tls_to_plain = up.url.replace("http://", "https://");
     let engine = |url: &str| -> Arc<dyn Backend> {
-        UpstreamEngine::start("x", upstream_config(url)).expect("engine")
+        UpstreamEngine::start("x", upstream_config(url), monotonic()).expect("engine")
     };
     let server = gateway_of(
         vec![
@@ -398,7 +398,8 @@ async fn one_gateway_serves_an_in_process_model_and_an_upstream_side_by_side() {
     let local: Arc<dyn Backend> =
         Arc::new(scripted(Script::tokens(&["Hel", "lo"], Duration::ZERO)));
     let remote: Arc<dyn Backend> =
-        UpstreamEngine::start("remote", upstream_config(&upstream.url)).expect("engine");
+        UpstreamEngine::start("remote", upstream_config(&upstream.url), monotonic())
+            .expect("engine");
     let server = gateway_of(vec![("local", local), ("remote", remote)], &["remote"]).await;
     let models: Value = reqwest::get(server.url("/v1/models"))
         .await

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::grammar::{Grammar, Vocabulary};
 use super::slots::{Claim, Slots};
+use super::upstream::fleet::FleetView;
 use super::{
     EngineError, Generation, GenerationRequest, ModelInfo, Prompt, Readiness, Reported,
     TokenizeRequest,
@@ -24,6 +25,9 @@ pub struct LoadedModel {
     /// the gateway's stop screen (`stream::stops`) cuts them, as for mistral.rs, which
     /// stops a token late.
     pub applies_stops: bool,
+    /// An upstream's endpoints, as `/ready` and `/stats` show them; `None` for an
+    /// engine in this process.
+    pub fleet: Option<Arc<dyn FleetView>>,
 }
 
 /// Who chooses each token of an answer.

@@ -10,11 +10,9 @@ use std::sync::{Arc, OnceLock};
 
 use super::backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Tokenized};
 use super::grammar::Grammar;
-use super::scripted::ScriptedEngine;
 use super::slots::SlotQueue;
 use super::slots::Slots;
 use super::upstream::fleet::{EndpointView, FleetView};
-use super::upstream::UpstreamEngine;
 use super::{
     EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
     Reported, ResponseFormat, Sampling, TokenizeRequest,
@@ -26,7 +24,6 @@ pub struct Front {
     backend: Arc<dyn Backend>,
     /// Built when the model is first seen loaded: its slots are known then.
     queue: Arc<OnceLock<SlotQueue>>,
-    fleet: Option<Arc<dyn FleetView>>,
 }
 
 impl std::fmt::Debug for Front {
@@ -42,34 +39,13 @@ impl From<Arc<dyn Backend>> for Front {
         Self {
             backend,
             queue: Arc::default(),
-            fleet: None,
         }
     }
 }
 
-impl From<Arc<ScriptedEngine>> for Front {
-    fn from(engine: Arc<ScriptedEngine>) -> Self {
-        Self::from(engine as Arc<dyn Backend>)
-    }
-}
-
-/// An upstream's front shows its endpoints.
-impl From<Arc<UpstreamEngine>> for Front {
-    fn from(engine: Arc<UpstreamEngine>) -> Self {
-        Self::with_fleet(engine.clone(), engine)
-    }
-}
-
-#[cfg(feature = "llamacpp")]
-impl From<Arc<super::llamacpp::LlamaCppEngine>> for Front {
-    fn from(engine: Arc<super::llamacpp::LlamaCppEngine>) -> Self {
-        Self::from(engine as Arc<dyn Backend>)
-    }
-}
-
-#[cfg(feature = "mistral")]
-impl From<Arc<super::mistral::MistralEngine>> for Front {
-    fn from(engine: Arc<super::mistral::MistralEngine>) -> Self {
+/// Any engine, as its front.
+impl<B: Backend> From<Arc<B>> for Front {
+    fn from(engine: Arc<B>) -> Self {
         Self::from(engine as Arc<dyn Backend>)
     }
 }
@@ -101,14 +77,6 @@ impl Prepared {
 }
 
 impl Front {
-    /// The front of an upstream backend, whose endpoints `/ready` and `/stats` show.
-    pub fn with_fleet(backend: Arc<dyn Backend>, fleet: Arc<dyn FleetView>) -> Self {
-        Self {
-            fleet: Some(fleet),
-            ..Self::from(backend)
-        }
-    }
-
     /// Which engine this is (`llamacpp`, `mistral`, `upstream`, `scripted`).
     pub fn name(&self) -> &'static str {
         self.backend.name()
@@ -127,16 +95,17 @@ impl Front {
     /// Each endpoint of an upstream model as `/ready` and `/stats` show it; empty for an
     /// engine in this process.
     pub fn endpoints(&self) -> Vec<EndpointView> {
-        self.fleet
-            .as_ref()
-            .map(|f| f.endpoints())
-            .unwrap_or_default()
+        self.fleet().map(|f| f.endpoints()).unwrap_or_default()
     }
 
     /// How an upstream model's requests are spread over its endpoints; `None` for an
     /// engine in this process.
     pub fn routing_policy(&self) -> Option<&'static str> {
-        self.fleet.as_ref().map(|f| f.policy())
+        self.fleet().map(|f| f.policy())
+    }
+
+    fn fleet(&self) -> Option<Arc<dyn FleetView>> {
+        self.backend.model()?.fleet
     }
 
     /// Sequences running and requests waiting for a slot now.

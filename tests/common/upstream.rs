@@ -82,6 +82,11 @@ pub fn limits(id: &str) -> ModelPolicy {
     ModelPolicy::plain(id, 2048)
 }
 
+/// The clock an upstream engine reads its answers' moments from in these tests.
+pub fn monotonic() -> llmgate::clock::SharedClock {
+    std::sync::Arc::new(llmgate::clock::MonotonicClock::new())
+}
+
 /// The gateway serving [`MODEL`] from an upstream configured as `config` says.
 pub async fn gateway(config: UpstreamConfig) -> TestServer {
     gateway_with(config, limits(MODEL), "").await
@@ -89,7 +94,7 @@ pub async fn gateway(config: UpstreamConfig) -> TestServer {
 
 /// The same, with the model's `limits` and the gateway's own config (`toml`).
 pub async fn gateway_with(config: UpstreamConfig, limits: ModelPolicy, toml: &str) -> TestServer {
-    let engine = UpstreamEngine::start(MODEL, config).expect("engine");
+    let engine = UpstreamEngine::start(MODEL, config, monotonic()).expect("engine");
     let models = ServedModels::single(limits, engine);
     TestServer::serving(models, &[MODEL])
         .config(&test_config(toml))

@@ -100,6 +100,7 @@ impl InProcessModel {
             },
             slots: Slots::Sequences(sequences),
             applies_stops: false,
+            fleet: None,
         }
     }
 

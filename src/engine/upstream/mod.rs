@@ -40,7 +40,7 @@ use super::{
     Backend, Decoding, EngineError, Generation, Job, LoadedModel, ModelInfo, Prompt, PromptTokens,
     Readiness, Slots, TokenizeRequest, Tokenized, UpstreamFacts,
 };
-use crate::clock::{MonotonicClock, SharedClock};
+use crate::clock::SharedClock;
 use crate::engine::upstream::config::UpstreamConfig;
 pub use fault::Fault;
 use fleet::discovery::{self, Connections};
@@ -78,8 +78,13 @@ impl std::fmt::Debug for UpstreamEngine {
 impl UpstreamEngine {
     /// The engine for model `id` served by `config`'s upstream, with its endpoints'
     /// probe (and, as configured, their DNS refresh and metrics scrape) running in the
-    /// background while the engine lives. Errors: the tokenizer cannot be read.
-    pub fn start(id: &str, config: UpstreamConfig) -> anyhow::Result<Arc<Self>> {
+    /// background while the engine lives; its answers' moments are read from `clock`,
+    /// the gateway's. Errors: the tokenizer cannot be read.
+    pub fn start(
+        id: &str,
+        config: UpstreamConfig,
+        clock: SharedClock,
+    ) -> anyhow::Result<Arc<Self>> {
         let tokenizer = match &config.tokenizer {
             Some(path) => Some(Arc::new(tokens::load_tokenizer(path).map_err(|e| {
                 anyhow::anyhow!("the tokenizer of model '{id}' ({}): {e:#}", path.display())
@@ -120,7 +125,7 @@ impl UpstreamEngine {
             fleet,
             info: Arc::new(info),
             tokenizer,
-            clock: Arc::new(MonotonicClock::new()),
+            clock,
             logprobs_refused: AtomicBool::new(false),
         });
         tokio::spawn(probe(Arc::downgrade(&shared)).in_current_span());
@@ -185,6 +190,7 @@ impl Backend for UpstreamEngine {
             decoding: Decoding::Own,
             slots: Slots::Elsewhere,
             applies_stops: true,
+            fleet: Some(Arc::clone(&self.shared.fleet) as Arc<dyn fleet::FleetView>),
         })
     }
 
@@ -296,12 +302,12 @@ impl UpstreamEngine {
     }
 }
 
-impl fleet::FleetView for UpstreamEngine {
+impl fleet::FleetView for Fleet {
     fn policy(&self) -> &'static str {
-        self.shared.fleet.config.policy.as_str()
+        self.config.policy.as_str()
     }
 
     fn endpoints(&self) -> Vec<EndpointView> {
-        self.shared.fleet.views(Instant::now())
+        self.views(Instant::now())
     }
 }

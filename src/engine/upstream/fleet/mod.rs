@@ -30,7 +30,7 @@ pub use policy::Policy;
 
 /// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
 /// an upstream backend has, which its [`Front`](crate::engine::Front) carries.
-pub trait FleetView: Send + Sync {
+pub trait FleetView: Send + Sync + std::fmt::Debug {
     /// How requests are spread over the endpoints (`least_outstanding`, ...).
     fn policy(&self) -> &'static str;
     /// Each endpoint's state now.
