@@ -9,7 +9,6 @@ use async_trait::async_trait;
 
 use super::grammar::{Grammar, Vocabulary};
 use super::slots::{Claim, Slots};
-use super::upstream::fleet::FleetView;
 use super::{
     EngineError, Generation, GenerationRequest, ModelInfo, Prompt, Readiness, Reported,
     TokenizeRequest,
@@ -125,4 +124,41 @@ pub trait Backend: Send + Sync + 'static {
     /// Starts generating. Errors here happen before any token; errors during generation
     /// arrive as [`EngineEvent::Failed`](super::EngineEvent::Failed).
     async fn run(&self, job: Job) -> Result<Generation, EngineError>;
+}
+
+/// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
+/// an upstream backend has, which its [`Front`](crate::engine::Front) carries.
+pub trait FleetView: Send + Sync + std::fmt::Debug {
+    /// How requests are spread over the endpoints (`least_outstanding`, ...).
+    fn policy(&self) -> &'static str;
+    /// Each endpoint's state now.
+    fn endpoints(&self) -> Vec<EndpointView>;
+}
+
+/// What `/ready`, `/stats` and the metrics show of one endpoint.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EndpointView {
+    /// Its base URL, without credentials.
+    pub endpoint: String,
+    pub state: &'static str,
+    /// Why it is out (the last fault's kind), or unreachable for `/ready`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whether the last probe or request reached it.
+    pub reachable: bool,
+    /// Requests this gateway has in flight there.
+    pub outstanding: usize,
+    /// Decaying averages of this gateway's measurements there.
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    /// Times it has been ejected since it was last fully healthy.
+    pub ejections: u32,
+    /// Seconds until it is back in rotation, while it is out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub back_in_secs: Option<f64>,
+    /// What its own `/metrics` last said (the `engine_metrics` policy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_waiting: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_kv_cache: Option<f64>,
 }

@@ -8,11 +8,13 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Tokenized};
+use super::backend::{
+    Backend, Decoding, EndpointView, FleetView, Job, LoadedModel, PromptTokens, Tokenized,
+};
 use super::grammar::Grammar;
 use super::slots::SlotQueue;
 use super::slots::Slots;
-use super::upstream::fleet::{EndpointView, FleetView};
+
 use super::{
     EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
     Reported, ResponseFormat, Sampling, TokenizeRequest,

@@ -21,6 +21,7 @@
 //! Whatever the state, the fleet never has no endpoint to send to: when every one is
 //! out, the one due back first is tried (`Fleet::pick`).
 
+pub use crate::engine::backend::EndpointView;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,34 +66,6 @@ impl EndpointState {
             EndpointState::RateLimited => "rate_limited",
         }
     }
-}
-
-/// What `/ready`, `/stats` and the metrics show of one endpoint.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct EndpointView {
-    /// Its base URL, without credentials.
-    pub endpoint: String,
-    pub state: &'static str,
-    /// Why it is out (the last fault's kind), or unreachable for `/ready`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Whether the last probe or request reached it.
-    pub reachable: bool,
-    /// Requests this gateway has in flight there.
-    pub outstanding: usize,
-    /// Decaying averages of this gateway's measurements there.
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    /// Times it has been ejected since it was last fully healthy.
-    pub ejections: u32,
-    /// Seconds until it is back in rotation, while it is out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub back_in_secs: Option<f64>,
-    /// What its own `/metrics` last said (the `engine_metrics` policy).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine_waiting: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine_kv_cache: Option<f64>,
 }
 
 #[derive(Debug)]

@@ -24,18 +24,11 @@ use std::time::{Duration, Instant};
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
+pub use crate::engine::backend::FleetView;
 use crate::engine::{Prompt, Role};
 pub use endpoint::{AttemptHealth, Endpoint, EndpointState, EndpointView};
 pub use policy::Policy;
 
-/// An upstream's endpoints as `/ready` and `/stats` show them: the one capability only
-/// an upstream backend has, which its [`Front`](crate::engine::Front) carries.
-pub trait FleetView: Send + Sync + std::fmt::Debug {
-    /// How requests are spread over the endpoints (`least_outstanding`, ...).
-    fn policy(&self) -> &'static str;
-    /// Each endpoint's state now.
-    fn endpoints(&self) -> Vec<EndpointView>;
-}
 use policy::{Candidate, Choice};
 
 /// The answer length the latency policy expects before the model has answered.
