@@ -59,6 +59,7 @@ fn record(i: usize) -> RequestRecord {
             delivery_ms: None,
             client_wait_ms: Some(0.0),
             upstream_ttft_ms: None,
+            overhead_ms: 0.0,
         },
         quality: Some(Quality {
             repetition_rate: 0.12,

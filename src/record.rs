@@ -404,6 +404,7 @@ pub(crate) fn sample() -> RequestRecord {
             }),
             client_wait_ms: Some(0.25),
             upstream_ttft_ms: None,
+            overhead_ms: 0.0,
         },
         quality: Some(Quality {
             repetition_rate: 0.0,

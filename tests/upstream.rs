@@ -191,6 +191,64 @@ async fn non_streamed_and_legacy_requests_and_asked_logprobs_come_back() {
     assert!(sent[1].body.get("echo").is_none(), "echo is the gateway's");
 }
 
+#[tokio::test]
+async fn the_gateways_own_share_is_reported_without_the_upstreams_waits() {
+    // Three chunks 25 ms apart: at least 50 ms of each answer is waiting on the upstream.
+    let upstream = start_upstream(UpstreamScript {
+        interval: Duration::from_millis(25),
+        ..script(3)
+    })
+    .await;
+    let server = gateway(upstream_config(&upstream.url)).await;
+    let response = reqwest::Client::new()
+        .post(server.url(CHAT))
+        .json(&chat_body("hi", json!({})))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let header = response
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .expect("a Server-Timing header")
+        .to_owned();
+    let duration = |name: &str| -> f64 {
+        let entry = header
+            .split(", ")
+            .find(|e| e.starts_with(&format!("{name};")))
+            .unwrap_or_else(|| panic!("{name} in {header}"));
+        let dur = entry.split(';').find_map(|p| p.strip_prefix("dur="));
+        dur.and_then(|d| d.parse().ok()).expect("dur")
+    };
+    let body: Value = response.json().await.expect("body");
+    let t = &body["timings"];
+    let (overhead, e2e) = (
+        t["overhead_ms"].as_f64().unwrap(),
+        t["e2e_ms"].as_f64().unwrap(),
+    );
+    assert!(overhead > 0.0 && overhead < e2e - 40.0, "{t}");
+    let (header_overhead, total) = (duration("overhead"), duration("total"));
+    assert!(header_overhead >= overhead, "measured later: {header} {t}");
+    assert!(total >= e2e && total >= header_overhead, "{header} {t}");
+
+    let streamed = post_text(&server, CHAT, &chat_body("hi", json!({"stream": true}))).await;
+    let chunks = chunks_before_done(&streamed);
+    let t = &chunks[chunks.len() - 1]["timings"];
+    let (overhead, e2e) = (
+        t["overhead_ms"].as_f64().unwrap(),
+        t["e2e_ms"].as_f64().unwrap(),
+    );
+    assert!(overhead > 0.0 && overhead < e2e - 40.0, "{t}");
+
+    assert!(eventually(5, || server.observer.records().len() == 2).await);
+    let records = server.observer.records();
+    assert!(records.iter().all(|r| r.timings.overhead_ms > 0.0));
+    let text = metrics(&server).await;
+    let count = format!("llmgate_gateway_overhead_seconds_count{{model=\"{MODEL}\"}} 2");
+    assert!(text.contains(&count), "{count} in\n{text}");
+}
+
 /// What one fault gave the client and the record.
 struct Outcome {
     status: u16,

@@ -539,12 +539,13 @@ async fn respond(
         prompt_tokens,
     } = started;
     if !stream {
-        let body = producer::collect_json(run, &meta, events, deadline, with_logprobs)
+        let collected = producer::collect_json(run, &meta, events, deadline, with_logprobs)
             .await
             .map_err(Failure::Recorded)?;
         return Ok(HttpResponse::Ok()
             .content_type("application/json")
-            .body(body));
+            .insert_header(server_timing(&collected.timings))
+            .body(collected.body));
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, include_usage)
@@ -561,6 +562,20 @@ async fn respond(
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(body))
+}
+
+/// The W3C `Server-Timing` header of a non-streamed answer (browsers' developer tools
+/// show it): the gateway's own share (`overhead`, see `timings.overhead_ms`) and the whole
+/// (`total`), both measured once the body is serialised. A stream's headers go before its
+/// timings are known: its final chunk carries them.
+fn server_timing(timings: &crate::timing::Timings) -> (&'static str, String) {
+    (
+        "Server-Timing",
+        format!(
+            "overhead;dur={:.3};desc=\"llmgate\", total;dur={:.3}",
+            timings.overhead_ms, timings.e2e_ms
+        ),
+    )
 }
 
 /// Hands the request to the engine and waits for it to start: at most the queue

@@ -26,7 +26,7 @@ use crate::record::{
 };
 use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::Telemetry;
-use crate::timing::RequestTimer;
+use crate::timing::{RequestTimer, Timings};
 use crate::tokens::{FinishReason, TokenLogprob, Usage};
 use stops::StopScreen;
 
@@ -178,6 +178,16 @@ impl Run {
         self.timer.content_sent(self.clock.now());
     }
 
+    /// The token event that arrived last is handled: its frame, if any, is sent.
+    pub fn event_handled(&mut self) {
+        self.timer.event_handled(self.clock.now());
+    }
+
+    /// The engine's last event arrived: what follows is the gateway's own work.
+    pub fn engine_done(&mut self) {
+        self.timer.engine_done(self.clock.now());
+    }
+
     /// The answer so far.
     pub fn text(&self) -> &str {
         self.quality.text()
@@ -216,9 +226,10 @@ impl Run {
         }
     }
 
-    /// Records the request as ended, with timings as of now.
-    pub fn finish(mut self, ending: Ending) {
+    /// Records the request as ended, with timings as of now, and returns them.
+    pub fn finish(mut self, ending: Ending) -> Timings {
         let report = self.report(&ending);
+        let timings = report.timings.clone();
         let (status, error_kind, finish_reason, usage) = match ending {
             Ending::Finished { reason, usage, .. } => (Status::Ok, None, Some(reason), usage),
             Ending::Degenerated => (
@@ -230,6 +241,7 @@ impl Run {
             Ending::Failed { kind } => (Status::Error, Some(kind), None, self.usage_so_far()),
         };
         self.record(status, error_kind, finish_reason, usage, report);
+        timings
     }
 
     /// Records the request as cancelled by the gateway for `reason`, which becomes its

@@ -28,6 +28,7 @@ use super::{Ending, Run};
 use crate::engine::{EngineError, EngineEvent, TokenStream};
 use crate::error::ApiError;
 use crate::names;
+use crate::timing::Timings;
 use crate::tokens::TokenLogprob;
 use tokio_util::sync::CancellationToken;
 
@@ -126,7 +127,9 @@ pub async fn stream_sse(
     )
     .await
     {
-        Ok(ending) => run.finish(ending),
+        Ok(ending) => {
+            run.finish(ending);
+        }
         // Dropping the run records it as cancelled by the client.
         Err(Lost::Left) => drop(run),
         Err(Lost::Stalled) => {
@@ -188,6 +191,7 @@ async fn drive(
                 if send_text(run, assembler, wire, &arrival.text, &mut unsent).await? {
                     idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
+                run.event_handled();
                 let Some(ending) = arrival.end else {
                     continue;
                 };
@@ -197,6 +201,7 @@ async fn drive(
                 ending
             }
             Some(EngineEvent::Finished { reason, usage }) => {
+                run.engine_done();
                 let rest = run.release_held_text();
                 send_text(run, assembler, wire, &rest, &mut unsent).await?;
                 Ending::Finished { reason, usage }
@@ -257,7 +262,7 @@ pub async fn collect_json(
     mut events: TokenStream,
     deadline: Deadline,
     with_logprobs: bool,
-) -> Result<Bytes, ApiError> {
+) -> Result<Collected, ApiError> {
     let passed = deadline.passed();
     tokio::pin!(passed);
     let mut tokens: Vec<TokenLogprob> = Vec::new();
@@ -291,12 +296,14 @@ pub async fn collect_json(
                 if !arrival.text.is_empty() {
                     run.content_sent();
                 }
+                run.event_handled();
                 if let Some(ending) = arrival.end {
                     drop(events);
                     break ending;
                 }
             }
             Some(EngineEvent::Finished { reason, usage }) => {
+                run.engine_done();
                 if !run.release_held_text().is_empty() {
                     run.content_sent();
                 }
@@ -322,8 +329,16 @@ pub async fn collect_json(
         &report,
         logprobs,
     ));
-    run.finish(ending);
-    body.map(Bytes::from).map_err(|_| ApiError::Internal)
+    let timings = run.finish(ending);
+    let body = body.map(Bytes::from).map_err(|_| ApiError::Internal)?;
+    Ok(Collected { body, timings })
+}
+
+/// A non-streamed response's body, and the request's timings as recorded once it was
+/// serialised (for the `Server-Timing` header).
+pub struct Collected {
+    pub body: Bytes,
+    pub timings: Timings,
 }
 
 fn failed(run: Run, error: EngineError) -> ApiError {

@@ -318,6 +318,7 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
     }
     a.set_some(names::ATTR_TTFT_MS, r.timings.ttft_ms);
     a.set_some(names::ATTR_UPSTREAM_TTFT_MS, r.timings.upstream_ttft_ms);
+    a.set(names::ATTR_OVERHEAD_MS, r.timings.overhead_ms);
     a.set_some(names::ATTR_TPOT_MS, r.timings.tpot_ms);
     if let Some(upstream) = &r.upstream {
         a.set_some(names::ATTR_UPSTREAM_ENDPOINT, upstream.endpoint.clone());

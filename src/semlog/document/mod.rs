@@ -197,6 +197,7 @@ struct Llm {
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_ttft_ms: Option<f64>,
     e2e_ms: f64,
+    overhead_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -436,6 +437,7 @@ impl Llm {
             tpot_ms: t.tpot_ms,
             upstream_ttft_ms: t.upstream_ttft_ms,
             e2e_ms: t.e2e_ms,
+            overhead_ms: t.overhead_ms,
             queue_ms: t.queue_ms,
             client_wait_ms: t.client_wait_ms,
             itl: t.itl_ms.as_ref().map(Itl::from),

@@ -26,6 +26,7 @@ fn timings() -> ResponseTimings {
             delivery_ms: None,
             client_wait_ms: None,
             upstream_ttft_ms: None,
+            overhead_ms: 0.0,
         },
         quality: crate::quality::Quality {
             repetition_rate: 0.0,

@@ -13,6 +13,12 @@ pub(super) const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 3.0, 5.0, 7.5,
     10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
+/// Gateway overhead buckets (seconds): 50 µs to 1 s, dense below 5 ms where a proxy's
+/// share of a request lies.
+pub(super) const OVERHEAD_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+    0.025, 0.05, 0.1, 0.25, 1.0,
+];
 /// TPOT and ITL buckets (seconds): vLLM's list from 10 ms, denser over 10-100 ms.
 pub(super) const TOKEN_BUCKETS: &[f64] = &[
     0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,

@@ -134,6 +134,7 @@ impl Metrics {
             for histograms in [
                 &f.itl,
                 &f.queue,
+                &f.overhead,
                 &f.repetition,
                 &f.mean_logprob,
                 &f.low_confidence,

@@ -80,6 +80,9 @@ impl Metrics {
         if let Some(queue) = t.queue_ms {
             f.queue.get_or_create(model).observe(queue / 1000.0);
         }
+        f.overhead
+            .get_or_create(model)
+            .observe(t.overhead_ms / 1000.0);
         if !r.itl_gaps.is_empty() {
             let itl = f.itl.get_or_create(model);
             for gap in &r.itl_gaps {

@@ -33,6 +33,9 @@ declare_families! {
         queue: Histograms = histogram_family(REQUEST_BUCKETS),
             names::REQUEST_QUEUE_TIME,
             "Time from receiving a request to the engine starting it";
+        overhead: Histograms = histogram_family(OVERHEAD_BUCKETS),
+            names::GATEWAY_OVERHEAD,
+            "The gateway's own share of each request: the time it worked on it rather than waiting for the model or the client";
         repetition: Histograms = histogram_family(RATE_BUCKETS),
             names::REPETITION_RATE,
             "seq-rep-n repetition rate of each answer (0 = no repeated n-gram)";
