@@ -1,12 +1,12 @@
 """llmgate in front of a real, independently written OpenAI-compatible server:
-llama.cpp's server (PyPI llama-cpp-python, pinned in scripts/peers) on the default model
-file, with the official OpenAI client on the outside.
+llama.cpp's own C++ server (`llama-server`, built by scripts/peers from the llama.cpp tree
+of the pinned llama-cpp-python sdist) on the default model file, with the official OpenAI
+client on the outside.
 
 One gateway serves three models from a [[models]] config: the upstream with the right
 key, the same upstream with a wrong key, and the default GGUF in this process. What is
-checked: streamed and non-streamed answers, usage (llama.cpp sends none: the gateway
-counts), timings with the upstream's share, log-probabilities, the repetition basis,
-the semantic log, /ready and /metrics, and an upstream refusing the gateway's key.
+checked: streamed and non-streamed answers, usage (llama-server's own), timings with
+the upstream's share, log-probabilities, the repetition basis, the semantic log, /ready and /metrics, and an upstream refusing the gateway's key.
 """
 
 import json
@@ -27,10 +27,10 @@ MODEL_FILE = ROOT / "models" / "SmolLM2-135M-Instruct.Q8_0.gguf"
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-def peer_python() -> str:
-    python = ROOT / ".peers" / "llamacpp" / "bin" / "python"
-    assert python.exists(), f"{python} is missing: run scripts/peers (it installs llama.cpp's server)"
-    return str(python)
+def llama_server() -> str:
+    binary = ROOT / ".peers" / "llama-server" / "llama-server"
+    assert binary.exists(), f"{binary} is missing: run scripts/peers (it builds llama-server)"
+    return str(binary)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +39,8 @@ def llamacpp():
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [
-            peer_python(), "-m", "llama_cpp.server", "--model", str(MODEL_FILE),
-            "--model_alias", UPSTREAM_ALIAS, "--n_threads", "1", "--n_threads_batch", "1",
-            "--interrupt_requests", "False", "--api_key", PEER_KEY, "--verbose", "False",
+            llama_server(), "-m", str(MODEL_FILE), "--alias", UPSTREAM_ALIAS,
+            "-t", "1", "-c", "4096", "-np", "2", "--api-key", PEER_KEY,
             "--host", "127.0.0.1", "--port", str(port),
         ],
         stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
@@ -49,13 +48,13 @@ def llamacpp():
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 120
     while True:
-        assert proc.poll() is None, f"llama.cpp's server exited: {log.seek(0) or log.read()!r}"
+        assert proc.poll() is None, f"llama-server exited: {log.seek(0) or log.read()!r}"
         try:
             request = urllib.request.Request(f"{base}/models", headers={"authorization": f"Bearer {PEER_KEY}"})
             with urllib.request.urlopen(request, timeout=2):
                 break
         except OSError:
-            assert time.monotonic() < deadline, "llama.cpp's server did not start"
+            assert time.monotonic() < deadline, "llama-server did not start"
             time.sleep(0.3)
     yield base
     proc.terminate()
@@ -208,7 +207,7 @@ def test_the_semantic_log_names_the_upstream_and_what_it_could_not_say(client, f
     assert docs, "the requests were logged"
     doc = docs[-1]
     assert doc["gen_ai"]["response"]["model"] == UPSTREAM_ALIAS, "what the upstream said"
-    assert doc["llm"]["upstream"]["usage_estimated"] is True, "llama.cpp sends no usage"
+    assert "usage_estimated" not in doc["llm"]["upstream"], "llama-server reports its usage"
     assert doc["llm"]["model"]["upstream_model"] == UPSTREAM_ALIAS
     assert doc["llm"]["upstream_ttft_ms"] > 0
     assert doc["llm"]["repetition_basis"] == "logprob_tokens"
