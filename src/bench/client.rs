@@ -24,6 +24,8 @@ pub struct Sample {
     pub server_ttft_ms: Option<f64>,
     pub server_tpot_ms: Option<f64>,
     pub error: Option<String>,
+    /// The first send failed before reaching the server and was sent again.
+    pub resent: bool,
 }
 
 /// The request body's sampling settings.
@@ -58,12 +60,21 @@ pub async fn over_http(
     });
     let started = Instant::now();
     let mut sample = Sample::default();
-    let response = match client
-        .post(format!("{url}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-    {
+    let send = || {
+        client
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&body)
+            .send()
+    };
+    let mut sent = send().await;
+    // A kept-alive connection the server closed just as it was taken from the pool
+    // (llama-server closes them after a few requests): the request never reached the
+    // server. Sent again once, as the SDKs do, timed from the first try.
+    if matches!(&sent, Err(error) if error.is_request() && !error.is_timeout()) {
+        sample.resent = true;
+        sent = send().await;
+    }
+    let response = match sent {
         Ok(response) if response.status().is_success() => response,
         Ok(response) => {
             sample.error = Some(format!("status {}", response.status()));

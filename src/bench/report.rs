@@ -46,6 +46,10 @@ pub struct Report {
     pub rate: Option<f64>,
     pub requests_ok: usize,
     pub errors: usize,
+    /// Each distinct error of the failed requests, and how many had it.
+    pub error_messages: std::collections::BTreeMap<String, usize>,
+    /// Requests sent a second time because the first send never reached the server.
+    pub resent: usize,
     pub duration_s: f64,
     pub requests_per_s: f64,
     pub output_tokens_per_s: f64,
@@ -84,6 +88,10 @@ impl Report {
             .filter_map(|s| Some(s.tpot?.as_secs_f64() * 1000.0 - s.server_tpot_ms?))
             .collect();
         let tokens: u64 = ok.iter().map(|s| u64::from(s.output_tokens)).sum();
+        let mut error_messages = std::collections::BTreeMap::new();
+        for error in samples.iter().filter_map(|s| s.error.as_ref()) {
+            *error_messages.entry(error.clone()).or_insert(0) += 1;
+        }
         let secs = took.as_secs_f64().max(f64::EPSILON);
         Report {
             label,
@@ -92,6 +100,8 @@ impl Report {
             rate: args.rate,
             requests_ok: ok.len(),
             errors: samples.len() - ok.len(),
+            error_messages,
+            resent: samples.iter().filter(|s| s.resent).count(),
             duration_s: secs,
             requests_per_s: ok.len() as f64 / secs,
             output_tokens_per_s: tokens as f64 / secs,
@@ -125,6 +135,15 @@ impl Report {
             self.errors,
             self.duration_s
         );
+        if self.resent > 0 {
+            out.push_str(&format!(
+                "  {} sent again: the connection was closed before the request reached the server\n",
+                self.resent
+            ));
+        }
+        for (message, count) in &self.error_messages {
+            out.push_str(&format!("  {count} failed: {message}\n"));
+        }
         out.push_str(&format!(
             "{:<28} {:>10} {:>10} {:>10}\n",
             "ms", "p50", "p95", "p99"
