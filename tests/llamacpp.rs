@@ -217,7 +217,10 @@ async fn a_client_that_leaves_frees_its_sequence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     let logs = common::logs::captured_logs();
-    let engine = engine(true);
+    // The engine's thread logs inside this span: the lines of this test's engine, not
+    // of the others running beside it.
+    let engine = tracing::info_span!(target: "llmgate::tests", "case", case = "prefix")
+        .in_scope(|| engine(true));
     let server = TestServer::builder(engine.clone()).start().await;
     let system = "You are the assistant of a bakery. ".repeat(40);
     let ask_with = |question: &str, seed: Option<u64>| {
@@ -228,7 +231,9 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     let reused = |logs: &[u8]| -> Vec<u64> {
         String::from_utf8_lossy(logs)
             .lines()
-            .filter(|l| l.contains("Reusing a cached prompt prefix."))
+            .filter(|l| {
+                l.contains("Reusing a cached prompt prefix.") && l.contains(r#""case":"prefix""#)
+            })
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter_map(|l| l["fields"]["reused"].as_u64().or(l["reused"].as_u64()))
             .collect()
@@ -266,5 +271,62 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     assert!(
         hits[1..].iter().all(|&n| n > 300),
         "each app's prefix kept: {hits:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_whose_sequence_was_given_away_comes_back_from_the_stash() {
+    let logs = common::logs::captured_logs();
+    // One sequence: each new app's prompt takes it from the previous one.
+    let engine: Front = tracing::info_span!(target: "llmgate::tests", "case", case = "stash")
+        .in_scope(|| {
+            LlamaCppEngine::load_now(LlamaCppSettings {
+                sequences: 1,
+                context_length: Some(2048),
+                ..LlamaCppSettings::new(model_path(), MODEL)
+            })
+            .expect("llama.cpp loads the default model")
+            .into()
+        });
+    let server = TestServer::builder(engine).start().await;
+    let app = |role: &str, question: &str| {
+        json!({"model": MODEL, "temperature": 0, "max_tokens": 8, "messages": [
+            {"role": "system", "content": format!("You are the assistant of {role}. ").repeat(40)},
+            {"role": "user", "content": question}]})
+    };
+    let restored = |logs: &[u8]| -> Vec<u64> {
+        String::from_utf8_lossy(logs)
+            .lines()
+            .filter(|l| {
+                l.contains("Restored a stashed prompt prefix.") && l.contains(r#""case":"stash""#)
+            })
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|l| l["fields"]["restored"].as_u64().or(l["restored"].as_u64()))
+            .collect()
+    };
+    let bakery = app("a bakery", "Are you open today?");
+    let first = ask(&server, &bakery).await;
+    ask(&server, &app("a hiking club", "Where do we meet?")).await;
+    assert!(
+        restored(&logs.lock().unwrap()).iter().all(|&n| n < 20),
+        "at most the template's opening"
+    );
+    // The bakery's keys and values went to the stash when the hiking club took the
+    // sequence; they come back, and the answer is the one read from scratch.
+    let again = ask(&server, &bakery).await;
+    let hits = restored(&logs.lock().unwrap());
+    let prompt = first["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert_eq!(
+        hits.iter().filter(|&&n| n > 300).count(),
+        1,
+        "one long restore: {hits:?}"
+    );
+    assert!(
+        hits.contains(&(prompt - 1)),
+        "all but the last token, read again for its logits: {hits:?}"
+    );
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        first["choices"][0]["message"]["content"]
     );
 }

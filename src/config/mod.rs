@@ -236,7 +236,7 @@ impl Config {
                 max_tokens_cap: engine.max_tokens_cap.unwrap_or(2048),
                 default_max_tokens: engine.default_max_tokens,
                 force_cpu: engine.force_cpu.unwrap_or(false),
-                prefix_cache: engine.prefix_cache.unwrap_or(false),
+                prefix_cache: engine.prefix_cache,
                 weights: engine.weights.unwrap_or_default(),
                 threads: engine.threads.unwrap_or(0),
                 replicas: engine.replicas.unwrap_or(1),

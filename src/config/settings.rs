@@ -187,7 +187,8 @@ pub struct EngineTable {
     /// Run the model on CPU even in a CUDA build.
     #[arg(long, env = "LLMGATE_FORCE_CPU")]
     pub force_cpu: Option<bool>,
-    /// Reuse KV caches of repeated prompt prefixes [default: false].
+    /// Reuse KV caches of repeated prompt prefixes [default: true with llama.cpp, false
+    /// with mistral.rs].
     #[arg(long, env = "LLMGATE_PREFIX_CACHE")]
     pub prefix_cache: Option<bool>,
     /// How quantized weights are held on CPU [default: quantized].

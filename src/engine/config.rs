@@ -30,8 +30,9 @@ pub struct EngineConfig {
     /// context leaves after the prompt, at most `max_tokens_cap` (as vLLM does).
     pub default_max_tokens: Option<u32>,
     pub force_cpu: bool,
-    /// Reuse KV caches of shared prompt prefixes (off: seeded answers stay reproducible).
-    pub prefix_cache: bool,
+    /// Reuse KV caches of shared prompt prefixes; unset: the engine's default (llama.cpp
+    /// on, as its own server; mistral.rs off, where it would move seeded answers).
+    pub prefix_cache: Option<bool>,
     /// How quantized weights are held on CPU (see the engine settings table in docs/engine.md).
     pub weights: Weights,
     /// Compute threads; 0 means one per CPU core.

@@ -10,9 +10,10 @@
 //! - a seeded request runs in a batch of its own, with chunks of a fixed size and no
 //!   prefix from another request: what its logits are cannot depend on what else ran,
 //!   so a replay gives the same text;
-//! - with [`BatchShape::reuse_prefixes`] a request takes the free slot whose cache is mostly
-//!   its prompt's prefix (a system prompt; at least half of what the slot holds, as
-//!   llama.cpp's server judges a slot's similarity) and reads only the rest; otherwise
+//! - with [`BatchShape::reuse_prefixes`] a request takes the free slot whose cache shares
+//!   the longest prefix with its prompt (a system prompt, a chat template's opening: at
+//!   least a tenth of the prompt, as llama.cpp's server judges a slot's similarity, or
+//!   half of what the slot holds) and reads only the rest; otherwise
 //!   a free slot beside the running ones (see [`runs_with`]), the one taken longest ago
 //!   among those, so the prefixes of other recent requests stay;
 //! - each token is picked by the gateway's picker on the sequence's logits (penalties
@@ -29,6 +30,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::stash::{Stash, WORTH_STASHING};
 use super::text::Pieces;
 use crate::engine::grammar::Vocabulary;
 use crate::engine::picking::{penalize, Pick, TokenPicker};
@@ -50,6 +52,8 @@ pub(super) struct BatchShape {
     pub chunk: u32,
     /// Keep finished sequences' caches for requests that share their prefix.
     pub reuse_prefixes: bool,
+    /// Bytes of host memory for caches cut from their slot ([`Stash`]); 0 for none.
+    pub stash_bytes: usize,
 }
 
 /// A request for the loop: a sequence to decode.
@@ -111,13 +115,14 @@ pub(super) fn run(
     let mut slots: Vec<Slot> = (0..shape.sequences).map(|_| Slot::default()).collect();
     let mut batch = LlamaBatch::new(shape.batch as usize, 1);
     let tokens = Tokens { model, vocabulary };
+    let mut stash = Stash::new(shape.stash_bytes);
     let mut admitted = 0u64;
     loop {
         if slots.iter().all(|s| s.running.is_none()) {
             match jobs.recv() {
                 Ok(job) => {
                     admitted += 1;
-                    admit(&mut ctx, &mut slots, job, shape, admitted);
+                    admit(&mut ctx, &mut slots, &mut stash, job, shape, admitted);
                 }
                 Err(_) => return,
             }
@@ -126,7 +131,7 @@ pub(super) fn run(
             match jobs.try_recv() {
                 Ok(job) => {
                     admitted += 1;
-                    admit(&mut ctx, &mut slots, job, shape, admitted);
+                    admit(&mut ctx, &mut slots, &mut stash, job, shape, admitted);
                 }
                 Err(TryRecvError::Empty) => break,
                 // The engine is gone: the sequences still running end with it.
@@ -159,10 +164,12 @@ pub(super) fn run(
 /// Gives `job` a free slot (the `now`th admission): with prefix reuse, the one whose
 /// cache is mostly a prefix of its prompt, keeping that prefix (never all of the prompt:
 /// its last token is read again for its logits); otherwise one beside the running
-/// slots, taken longest ago among those, emptied.
+/// slots, taken longest ago among those, emptied. What the slot held and loses goes to
+/// the stash first; a stashed state sharing a longer prefix is copied in.
 fn admit(
     ctx: &mut LlamaContext<'_>,
     slots: &mut [Slot],
+    stash: &mut Stash,
     job: NewSequence,
     shape: BatchShape,
     now: u64,
@@ -177,10 +184,14 @@ fn admit(
             .count();
         common.min(job.prompt.len().saturating_sub(1))
     };
-    // Half of what the slot holds or more: the same prefix, not a common opening.
+    // A tenth of the prompt or more, as llama.cpp's server judges a slot alike
+    // (`--slot-prompt-similarity` 0.1: a chat template's opening and default system
+    // prompt are worth keeping before a short question); or half of what the slot holds
+    // (the same long prefix).
     let similar = |slot: &Slot| {
         let common = shared(slot);
-        (common > 0 && common * 2 >= slot.cached.len()).then_some(common)
+        let alike = common * 10 >= job.prompt.len() || common * 2 >= slot.cached.len();
+        (common > 0 && alike).then_some(common)
     };
     let free = || {
         slots
@@ -192,7 +203,8 @@ fn admit(
         .then(|| {
             free()
                 .filter_map(|(i, s)| similar(s).map(|common| (i, common)))
-                .max_by_key(|&(_, common)| common)
+                // The longest shared prefix; of equals, the slot that loses least.
+                .max_by_key(|&(i, common)| (common, std::cmp::Reverse(slots[i].cached.len())))
         })
         .flatten();
     // Otherwise a slot beside the running ones (see `runs_with`), the one taken longest
@@ -212,6 +224,25 @@ fn admit(
     };
     let slot = &mut slots[index];
     slot.taken = now;
+    let seq = sequence(index);
+    if slot.cached.len() >= keep + WORTH_STASHING {
+        stash.keep(ctx, seq, &slot.cached);
+    }
+    let mut keep = keep;
+    if let Some(found) = reuse.then(|| stash.best_for(&job.prompt, keep)).flatten() {
+        if let Some(held) = stash.restore(ctx, seq, &found) {
+            let (states, bytes) = stash.size();
+            tracing::debug!(
+                sequence = index,
+                restored = found.common,
+                stashed_states = states,
+                stashed_mb = bytes / (1 << 20),
+                "Restored a stashed prompt prefix."
+            );
+            slot.cached = held;
+            keep = found.common;
+        }
+    }
     let keep = forget_from(ctx, index, slot, keep);
     if keep > 0 {
         tracing::debug!(
@@ -318,7 +349,16 @@ fn step(
     if entries.is_empty() {
         return;
     }
-    if let Err(error) = ctx.decode(batch) {
+    let began = std::time::Instant::now();
+    let decoded = ctx.decode(batch);
+    tracing::trace!(
+        sequences = entries.len(),
+        tokens = batch.n_tokens(),
+        solo,
+        decode_us = began.elapsed().as_micros() as u64,
+        "Decoding a batch."
+    );
+    if let Err(error) = decoded {
         tracing::error!(error = %error, sequences = entries.len(), "llama.cpp failed to decode a batch.");
         for entry in &entries {
             let slot = &mut slots[entry.slot];

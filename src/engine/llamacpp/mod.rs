@@ -14,10 +14,12 @@
 //!
 //! - [`load`]: the file's facts and fingerprint, the model, the loop's thread;
 //! - [`batch`]: the decode loop;
+//! - [`stash`]: prompt caches kept in host memory after their slot is given up;
 //! - [`text`]: a sequence's bytes to text, a character split across tokens held back.
 
 mod batch;
 mod load;
+mod stash;
 mod text;
 
 use std::path::PathBuf;
@@ -76,7 +78,7 @@ impl LlamaCppSettings {
             sequences: DEFAULT_SEQUENCES,
             context_length: None,
             threads: 0,
-            prefix_cache: false,
+            prefix_cache: true,
             force_cpu: false,
         }
     }
@@ -90,7 +92,9 @@ impl LlamaCppSettings {
             sequences: engine.max_batch_size.unwrap_or(DEFAULT_SEQUENCES).max(1),
             context_length: engine.context_length,
             threads: engine.threads,
-            prefix_cache: engine.prefix_cache,
+            // On, as in llama.cpp's own server: a seeded request never reuses a prefix,
+            // so replays stay exact.
+            prefix_cache: engine.prefix_cache.unwrap_or(true),
             force_cpu: engine.force_cpu,
         }
     }

@@ -106,7 +106,8 @@ impl MistralSettings {
             verify_batching: engine.max_batch_size.is_none() && !on_cpu,
             replicas: engine.replicas,
             force_cpu: engine.force_cpu,
-            prefix_cache: engine.prefix_cache,
+            // Off: mistral.rs's prefix cache would move seeded answers.
+            prefix_cache: engine.prefix_cache.unwrap_or(false),
         }
     }
 
