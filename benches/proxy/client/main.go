@@ -139,9 +139,10 @@ func main() {
 	// CPU over the measured window: from the end of the warm-up to the deadline, not
 	// the drain after it.
 	time.Sleep(time.Until(measureFrom))
-	cpu0 := watcher.cpuSeconds()
+	cpu0 := watcher.cpu()
 	time.Sleep(time.Until(deadline))
-	cpu1 := watcher.cpuSeconds()
+	cpu1 := watcher.cpu()
+	cpu := cpuSecondsBetween(cpu0, cpu1)
 	windowEnd := time.Now()
 	// Requests still open after -drain are counted as errors, not waited for.
 	finished := make(chan struct{})
@@ -164,8 +165,8 @@ func main() {
 	out["label"] = *label
 	out["wall_s"] = windowEnd.Sub(measureFrom).Seconds()
 	if *watch > 0 && completedInWindow > 0 {
-		out["cpu_ms_per_request"] = (cpu1 - cpu0) * 1000 / float64(completedInWindow)
-		out["cpu_util"] = (cpu1 - cpu0) / windowEnd.Sub(measureFrom).Seconds()
+		out["cpu_ms_per_request"] = cpu * 1000 / float64(completedInWindow)
+		out["cpu_util"] = cpu / windowEnd.Sub(measureFrom).Seconds()
 		out["peak_rss_mib"] = peakRSS / 1024
 	}
 	out["completed_in_window"] = completedInWindow

@@ -60,9 +60,16 @@ func statFields(pid int) []string {
 	return strings.Fields(string(b[i+1:]))
 }
 
-// cpuSeconds is user + system time of the tree, including children it has waited for.
-func (w watcher) cpuSeconds() float64 {
-	var ticks int64
+// cpuSample is the tree's CPU time read two ways: /proc/PID/stat's user + system time,
+// which counts threads that have exited (and children waited for) but comes in 10 ms
+// ticks, and each live thread's schedstat run time, in nanoseconds.
+type cpuSample struct {
+	ticks   int64
+	threads map[string]int64 // "pid/tid" -> ns on a CPU
+}
+
+func (w watcher) cpu() cpuSample {
+	s := cpuSample{threads: map[string]int64{}}
 	for _, pid := range w.tree() {
 		f := statFields(pid)
 		if len(f) < 15 {
@@ -70,10 +77,38 @@ func (w watcher) cpuSeconds() float64 {
 		}
 		for _, k := range f[11:15] { // utime, stime, cutime, cstime
 			v, _ := strconv.ParseInt(k, 10, 64)
-			ticks += v
+			s.ticks += v
+		}
+		dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+		tasks, _ := os.ReadDir(dir)
+		for _, t := range tasks {
+			b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+			if err != nil {
+				continue
+			}
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				ns, _ := strconv.ParseInt(f[0], 10, 64)
+				s.threads[strconv.Itoa(pid)+"/"+t.Name()] = ns
+			}
 		}
 	}
-	return float64(ticks) / clockTicks
+	return s
+}
+
+// cpuSecondsBetween is the CPU time the tree used from a to b: the threads' own run time,
+// precise, unless the tick count says clearly more was used (by threads that ended in
+// between, which schedstat no longer shows).
+func cpuSecondsBetween(a, b cpuSample) float64 {
+	var ns int64
+	for id, v := range b.threads {
+		ns += v - a.threads[id] // a thread born in between started from 0
+	}
+	precise := float64(ns) / 1e9
+	coarse := float64(b.ticks-a.ticks) / clockTicks
+	if coarse-precise > 0.02 {
+		return coarse
+	}
+	return precise
 }
 
 func (w watcher) rssKiB(tree []int) float64 {
