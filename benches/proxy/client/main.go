@@ -200,11 +200,16 @@ type chunk struct {
 	Timings map[string]any `json:"timings"`
 }
 
-func (o options) do(client *http.Client, body []byte) (r result) {
+func (o options) do(client *http.Client, body []byte) result {
+	return o.doAt(client, o.url+"/chat/completions", body)
+}
+
+// doAt sends one chat request to url and measures it.
+func (o options) doAt(client *http.Client, url string, body []byte) (r result) {
 	r.overhead = -1
 	r.start = time.Now()
 	defer func() { r.end = time.Now(); r.e2e = ms(r.end.Sub(r.start)) }()
-	req, _ := http.NewRequest("POST", o.url+"/chat/completions", bytes.NewReader(body))
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if o.key != "" {
 		req.Header.Set("Authorization", "Bearer "+o.key)
