@@ -63,6 +63,7 @@ func main() {
 	ramp := flag.Duration("ramp", 0, "workers start spread over this time (within the warm-up)")
 	requests := flag.Int("requests", 0, "stop after this many measured requests (0: -duration)")
 	drain := flag.Duration("drain", 60*time.Second, "longest wait for requests in flight at the end")
+	think := flag.Duration("think", 0, "pause between a worker's answer and its next request")
 	watch := flag.Int("watch-pid", 0, "process whose CPU and RSS (with its descendants) to report")
 	label := flag.String("label", "", "copied into the output")
 	flag.Parse()
@@ -133,6 +134,9 @@ func main() {
 					}
 				}
 				mu.Unlock()
+				if *think > 0 {
+					time.Sleep(*think)
+				}
 			}
 		}(w)
 	}
