@@ -1,0 +1,3 @@
+module llmgate/benches/proxy
+
+go 1.26
