@@ -266,7 +266,7 @@ const NOT_IN_NAMES: &str = "今年是的在了和与跟住电手我你他她您�
 pub(super) fn address(text: &str, start: usize, end: usize) -> Verdict {
     let value = &text[start..end];
     if !value.chars().next().is_some_and(is_han) {
-        return Verdict::Accept(end);
+        return Verdict::Accept(postcode_or_number(text, start, end));
     }
     let mut from = start;
     for (offset, c) in value.char_indices() {
@@ -284,6 +284,24 @@ pub(super) fn address(text: &str, start: usize, end: usize) -> Verdict {
         return Verdict::Unrelated;
     }
     Verdict::Within(from, end)
+}
+
+/// Where an address written with its number first ends: at `end`, unless what the
+/// pattern took as its postcode is the first group of a longer number the text goes on
+/// with (`... Road 2000 0100 0000 6`, a card): then before it, so that the number is
+/// judged whole (a postcode taken off a card left the card's other twelve digits).
+fn postcode_or_number(text: &str, start: usize, end: usize) -> usize {
+    let after = &text[end..];
+    let goes_on = after
+        .strip_prefix([' ', '-'])
+        .unwrap_or(after)
+        .starts_with(|c: char| c.is_ascii_digit());
+    let value = &text[start..end];
+    let without = value.trim_end_matches(|c: char| c.is_ascii_digit());
+    if !goes_on || without.len() == value.len() {
+        return end;
+    }
+    start + without.trim_end_matches([' ', '\t', ',']).len()
 }
 
 /// Characters that lead into an address without being part of it.
