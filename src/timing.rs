@@ -30,12 +30,11 @@
 //!   picked; an upstream's: when it reached the gateway) to the gateway's stream taking
 //!   it, just before its frame is handed to the transport: what the gateway's own
 //!   runtime adds, and on a starved machine the lag that bunches tokens.
-//! - overhead: the gateway's own share of the request, the time it was working rather
-//!   than waiting for the model: `t_recv` -> the engine starts it (less the wait for an
-//!   in-process engine's slot), plus each token event's handling (its engine stamp, or
-//!   the end of the previous one's handling if later, -> its frame handed to the
-//!   transport), plus the engine's last event -> the end; less the time blocked on the
-//!   client. What a client measures as added over the model alone, less the network.
+//! - overhead: what the gateway added to the request's end, less the network: `t_recv`
+//!   -> the engine starts it (less the wait for an in-process engine's slot), plus the
+//!   engine's last token (its stamp) -> the end, less the time blocked on the client.
+//!   What a client measures as added over the model alone at the end of the response;
+//!   at the first token the same share is `ttft - engine_ttft` (`ttft - upstream_ttft`).
 //!
 //! [`Clock`]: crate::clock::Clock
 
@@ -71,10 +70,6 @@ pub struct RequestTimer {
     client_wait: Option<Duration>,
     /// The engine is an upstream server: its TTFT is also `upstream_ttft`.
     upstream: bool,
-    /// The token events' handling, summed without overlap (see [`Self::event_handled`]).
-    handling: Duration,
-    /// When the last token event's handling ended.
-    t_last_handled: Option<Duration>,
     /// The stream took the engine's last event (the end of the answer).
     t_engine_done: Option<Duration>,
 }
@@ -112,8 +107,8 @@ pub struct Timings {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub upstream_ttft_ms: Option<f64>,
-    /// The gateway's own share of `e2e_ms`: the time it worked on the request rather
-    /// than waiting for the model (upstream or in process) or the client.
+    /// What the gateway added to the end of the request: `e2e_ms` less the model's
+    /// part (from its start to its last token) and the client's (`client_wait_ms`).
     pub overhead_ms: f64,
 }
 
@@ -158,8 +153,6 @@ impl RequestTimer {
             delivery: Vec::new(),
             client_wait: None,
             upstream: false,
-            handling: Duration::ZERO,
-            t_last_handled: None,
             t_engine_done: None,
         }
     }
@@ -201,19 +194,6 @@ impl RequestTimer {
     /// A chunk with text stamped by the engine `waited` ago was taken by the stream.
     pub fn delivered(&mut self, waited: Duration) {
         self.delivery.push(waited);
-    }
-
-    /// The stream has done all it does with the token event stamped last (its frame, if
-    /// any, is with the transport). Its handling began at that stamp, or at the end of
-    /// the previous event's handling where that came later: intervals never overlap.
-    pub fn event_handled(&mut self, at: Duration) {
-        let began = match (self.t_last_token, self.t_last_handled) {
-            (Some(stamp), Some(previous)) => stamp.max(previous),
-            (Some(stamp), None) => stamp,
-            (None, _) => return,
-        };
-        self.handling += at.saturating_sub(began);
-        self.t_last_handled = Some(at);
     }
 
     /// The stream took the engine's last event: the answer is complete.
@@ -289,8 +269,7 @@ impl RequestTimer {
         }
     }
 
-    /// The gateway's own share of the request up to `t_end` (see the module's
-    /// definitions).
+    /// What the gateway added up to `t_end` (see the module's definitions).
     fn overhead(&self, t_end: Duration) -> Duration {
         let Some(started) = self.t_started else {
             // It never reached the engine: all of it was the gateway's.
@@ -305,13 +284,11 @@ impl RequestTimer {
         let before = started
             .saturating_sub(self.t_recv)
             .saturating_sub(slot_wait);
-        let done = [self.t_engine_done, self.t_last_handled]
-            .into_iter()
-            .flatten()
-            .max()
-            .unwrap_or(started);
-        let after = t_end.saturating_sub(done);
-        (before + self.handling + after).saturating_sub(self.client_wait.unwrap_or_default())
+        // The model's part ends at its last token; without one, when its end came, and
+        // without that (a failure) it ran until now.
+        let model_done = self.t_last_token.or(self.t_engine_done).unwrap_or(t_end);
+        let after = t_end.saturating_sub(model_done.max(started));
+        (before + after).saturating_sub(self.client_wait.unwrap_or_default())
     }
 }
 
@@ -505,9 +482,9 @@ mod tests {
     }
 
     #[test]
-    fn overhead_is_the_gateway_working_not_waiting_for_the_upstream() {
-        // Received at 0, sent upstream at 2; chunks reach the gateway at 50 and 60 and
-        // each is handled in 1 ms; the upstream ends at 70; the last frame goes at 71.
+    fn overhead_is_what_the_gateway_adds_not_the_upstreams_waits() {
+        // Received at 0, sent upstream at 2; chunks reach the gateway at 50 and 60, the
+        // end of the upstream's stream at 61; the last frame goes at 63.
         let mut timer = RequestTimer::start(at(0));
         timer.prompt_prepared(at(1));
         timer.engine_started(at(2));
@@ -515,32 +492,34 @@ mod tests {
         for t in [50, 60] {
             timer.engine_token(at(t), true);
             timer.content_sent(at(t + 1));
-            timer.event_handled(at(t + 1));
         }
-        timer.engine_done(at(70));
-        let t = timer.finish(at(71), 2);
-        assert_eq!(t.overhead_ms, 2.0 + 1.0 + 1.0 + 1.0);
+        timer.engine_done(at(61));
+        let t = timer.finish(at(63), 2);
+        assert_eq!(t.overhead_ms, 2.0 + 3.0);
         assert_eq!(t.upstream_ttft_ms, Some(48.0));
+        // A failure with nothing from the upstream: only the time before it was sent.
+        let mut failed = RequestTimer::start(at(0));
+        failed.engine_started(at(2));
+        failed.engine_is_upstream();
+        assert_eq!(failed.finish(at(900), 0).overhead_ms, 2.0);
     }
 
     #[test]
-    fn overhead_leaves_out_the_slot_wait_overlaps_and_the_client() {
-        // In process: prepared at 3, the slot comes at 40. Two tokens stamped 50 and 51
-        // arrive together; their handling runs 50-53 then 53-54, counted once each.
+    fn overhead_leaves_out_the_slot_wait_and_the_client() {
+        // In process: prepared at 3, the slot comes at 40, the last token at 51, the
+        // end at 54.
         let mut timer = RequestTimer::start(at(0));
         timer.prompt_prepared(at(3));
         timer.engine_started(at(40));
         timer.client_waited(Duration::ZERO);
         timer.engine_token(at(50), true);
-        timer.event_handled(at(53));
         timer.engine_token(at(51), true);
-        timer.event_handled(at(54));
-        timer.engine_done(at(60));
-        let t = timer.finish(at(62), 2);
-        assert_eq!(t.overhead_ms, 3.0 + 4.0 + 2.0);
-        // The client held the second frame back 3 ms: not the gateway's.
-        timer.client_waited(at(3));
-        assert_eq!(timer.finish(at(62), 2).overhead_ms, 6.0);
+        timer.engine_done(at(52));
+        let t = timer.finish(at(54), 2);
+        assert_eq!(t.overhead_ms, 3.0 + 3.0);
+        // The client held a frame back 2 ms: not the gateway's.
+        timer.client_waited(at(2));
+        assert_eq!(timer.finish(at(54), 2).overhead_ms, 4.0);
         // Refused before the engine: all of it is the gateway's.
         assert_eq!(RequestTimer::start(at(0)).finish(at(7), 0).overhead_ms, 7.0);
     }

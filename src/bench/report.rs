@@ -212,6 +212,7 @@ mod tests {
             server_ttft_ms: Some(server_ttft),
             server_tpot_ms: Some(20.0),
             error: None,
+            resent: false,
         }
     }
 
@@ -238,12 +239,9 @@ mod tests {
         };
         let mut failed = sample(0, 0.0);
         failed.error = Some("status 500".into());
-        let samples = [
-            sample(100, 99.0),
-            sample(200, 198.5),
-            sample(300, 299.0),
-            failed,
-        ];
+        let mut resent = sample(100, 99.0);
+        resent.resent = true;
+        let samples = [resent, sample(200, 198.5), sample(300, 299.0), failed];
         let r = Report::from_samples(
             "t".into(),
             "u".into(),
@@ -252,10 +250,17 @@ mod tests {
             Duration::from_secs(2),
         );
         assert_eq!((r.requests_ok, r.errors), (3, 1));
+        assert_eq!(r.error_messages.get("status 500"), Some(&1));
+        assert!(
+            r.table().contains("  1 failed: status 500"),
+            "{}",
+            r.table()
+        );
         assert_eq!(r.ttft_ms.map(|p| p.p50), Some(200.0));
         assert_eq!(r.ttft_ms.map(|p| p.p99), Some(300.0));
         assert_eq!(r.output_tokens_per_s, 6.0);
         assert_eq!(r.client_minus_server_ttft_ms.map(|p| p.p50), Some(1.0));
         assert!(r.table().contains("TTFT client - server"));
+        assert_eq!(r.resent, 1, "sent again, and answered");
     }
 }

@@ -178,11 +178,6 @@ impl Run {
         self.timer.content_sent(self.clock.now());
     }
 
-    /// The token event that arrived last is handled: its frame, if any, is sent.
-    pub fn event_handled(&mut self) {
-        self.timer.event_handled(self.clock.now());
-    }
-
     /// The engine's last event arrived: what follows is the gateway's own work.
     pub fn engine_done(&mut self) {
         self.timer.engine_done(self.clock.now());

@@ -191,7 +191,6 @@ async fn drive(
                 if send_text(run, assembler, wire, &arrival.text, &mut unsent).await? {
                     idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
-                run.event_handled();
                 let Some(ending) = arrival.end else {
                     continue;
                 };
@@ -296,7 +295,6 @@ pub async fn collect_json(
                 if !arrival.text.is_empty() {
                     run.content_sent();
                 }
-                run.event_handled();
                 if let Some(ending) = arrival.end {
                     drop(events);
                     break ending;

@@ -38,7 +38,7 @@ fn encodes_a_bulk_pair_byte_for_byte() {
         r#""response":{"id":"chatcmpl-req-1","model":"smollm2","finish_reasons":["length"]},"#,
         r#""usage":{"input_tokens":12,"output_tokens":3}},"#,
         r#""llm":{"request_id":"req-1","api_key_id":"ci-bot","status":"ok","stream":true,"ttft_ms":120.5,"engine_ttft_ms":118.25,"#,
-        r#""tpot_ms":21.0,"e2e_ms":170.5,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
+        r#""tpot_ms":21.0,"e2e_ms":170.5,"overhead_ms":0.0,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
         r#""chunks":3,"delivery":{"p50_ms":0.05,"p95_ms":0.08,"max_ms":0.08},"#,
         r#""tokens_per_second":17.595,"repetition_rate":0.0,"mean_logprob":-0.42,"min_logprob":-2.5,"low_confidence_share":0.0,"degenerated":false,"refusal":false,"#,
         r#""intent":"general","language":"eng","answer_language":"eng","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,

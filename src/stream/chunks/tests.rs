@@ -76,7 +76,7 @@ fn frames_without_usage() {
     assert_eq!(end.len(), 2);
     assert_eq!(
         text(&end[0]),
-        format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"chunks\":1,\"delivery_ms\":null,\"client_wait_ms\":null,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\",\"language\":\"und\",\"answer_language\":\"und\",\"mean_logprob\":null,\"min_logprob\":null,\"low_confidence_share\":null}}}}\n\n")
+        format!("{HEAD}[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"timings\":{{\"ttft_ms\":1.0,\"engine_ttft_ms\":null,\"tpot_ms\":null,\"e2e_ms\":2.0,\"queue_ms\":null,\"itl_ms\":null,\"tokens_per_second\":null,\"output_tokens\":1,\"chunks\":1,\"delivery_ms\":null,\"client_wait_ms\":null,\"overhead_ms\":0.0,\"repetition_rate\":0.0,\"degenerated\":false,\"refusal\":false,\"intent\":\"general\",\"language\":\"und\",\"answer_language\":\"und\",\"mean_logprob\":null,\"min_logprob\":null,\"low_confidence_share\":null}}}}\n\n")
     );
     assert_eq!(text(&end[1]), "data: [DONE]\n\n");
 }
