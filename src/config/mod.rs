@@ -241,6 +241,7 @@ impl Config {
                 threads: engine.threads.unwrap_or(0),
                 replicas: engine.replicas.unwrap_or(1),
                 context_length: engine.context_length,
+                prompt_stash_mb: engine.prompt_stash_mb,
             },
             quality: QualityConfig {
                 settings: quality_settings(quality)?,

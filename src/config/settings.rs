@@ -198,6 +198,10 @@ pub struct EngineTable {
     /// context, at most 4096].
     #[arg(long, env = "LLMGATE_CONTEXT_LENGTH")]
     pub context_length: Option<u32>,
+    /// llamacpp: MiB of host memory for prompt caches cut from their sequence, copied
+    /// back for a prompt that shares them; 0 for none [default: 1024].
+    #[arg(long, env = "LLMGATE_PROMPT_STASH_MB")]
+    pub prompt_stash_mb: Option<usize>,
     /// Compute threads, 0 for one per core [default: 0].
     #[arg(long, env = "LLMGATE_THREADS")]
     pub threads: Option<usize>,

@@ -42,6 +42,9 @@ pub struct EngineConfig {
     /// llama.cpp: tokens of context each sequence has; `None`: the model's trained
     /// context, at most 4096.
     pub context_length: Option<u32>,
+    /// llama.cpp: MiB of host memory for prompt caches cut from their sequence; `None`:
+    /// 1024.
+    pub prompt_stash_mb: Option<usize>,
 }
 
 /// How the model's quantized weights are held in memory on CPU; the engine passes it to

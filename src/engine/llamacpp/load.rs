@@ -25,9 +25,6 @@ const BATCH_TOKENS: u32 = 512;
 /// Tokens of one sequence's prompt prefilled in a step while other sequences decode: a
 /// long prompt then costs each of them one such step at a time, not its whole prefill.
 const PREFILL_CHUNK: u32 = 128;
-/// Host memory for prompt caches cut from their slot (see `stash`): 1 GiB, some 45,000
-/// tokens of SmolLM2-135M's keys and values (23 KiB a token), 2,000 of an 8B model's.
-const STASH_BYTES: usize = 1 << 30;
 
 /// llama.cpp's backend, initialised once per process however many models it serves.
 fn backend() -> anyhow::Result<&'static LlamaBackend> {
@@ -87,7 +84,11 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         batch: BATCH_TOKENS,
         chunk: PREFILL_CHUNK,
         reuse_prefixes,
-        stash_bytes: if reuse_prefixes { STASH_BYTES } else { 0 },
+        stash_bytes: if reuse_prefixes {
+            settings.stash_bytes
+        } else {
+            0
+        },
     };
     let stopped = Arc::new(AtomicBool::new(false));
     let jobs = start_loop(

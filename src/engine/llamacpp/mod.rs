@@ -51,6 +51,10 @@ pub const DEFAULT_SEQUENCES: usize = 4;
 /// most this (a 128k-token model's KV cache for four sequences would not fit most hosts).
 pub const DEFAULT_CONTEXT_CAP: u32 = 4096;
 
+/// Host memory for prompt caches cut from their sequence, by default: 1 GiB, some 45,000
+/// tokens of SmolLM2-135M's keys and values (23 KiB a token), 2,000 of an 8B model's.
+pub const DEFAULT_STASH_MB: usize = 1024;
+
 /// What the engine needs to load and run a model.
 #[derive(Debug, Clone)]
 pub struct LlamaCppSettings {
@@ -66,6 +70,9 @@ pub struct LlamaCppSettings {
     pub threads: usize,
     /// Keep finished sequences' KV caches for the next request sharing their prefix.
     pub prefix_cache: bool,
+    /// Bytes of host memory for prompt caches cut from their sequence (`stash`); 0:
+    /// none. Used only with the prefix cache.
+    pub stash_bytes: usize,
     /// Run on CPU even in a CUDA build.
     pub force_cpu: bool,
 }
@@ -79,6 +86,7 @@ impl LlamaCppSettings {
             context_length: None,
             threads: 0,
             prefix_cache: true,
+            stash_bytes: DEFAULT_STASH_MB << 20,
             force_cpu: false,
         }
     }
@@ -95,6 +103,7 @@ impl LlamaCppSettings {
             // On, as in llama.cpp's own server: a seeded request never reuses a prefix,
             // so replays stay exact.
             prefix_cache: engine.prefix_cache.unwrap_or(true),
+            stash_bytes: engine.prompt_stash_mb.unwrap_or(DEFAULT_STASH_MB) << 20,
             force_cpu: engine.force_cpu,
         }
     }
