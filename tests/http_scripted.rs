@@ -14,7 +14,7 @@ use llmgate::record::Status;
 use serde_json::{json, Value};
 
 const HEAD: &str = r#"data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,"model":"test-model","system_fingerprint":"fp_test","choices":"#;
-const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":0.0,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"chunks":3,"delivery_ms":{"p50":0.0,"p95":0.0,"max":0.0},"client_wait_ms":0.0,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"greeting","language":"und","answer_language":"und","mean_logprob":-0.2,"min_logprob":-0.3,"low_confidence_share":0.0}"#;
+const ZERO_TIMINGS: &str = r#""timings":{"ttft_ms":0.0,"engine_ttft_ms":0.0,"tpot_ms":0.0,"e2e_ms":0.0,"queue_ms":0.0,"itl_ms":{"p50":0.0,"p95":0.0,"max":0.0},"tokens_per_second":null,"output_tokens":3,"chunks":3,"delivery_ms":{"p50":0.0,"p95":0.0,"max":0.0},"client_wait_ms":0.0,"overhead_ms":0.0,"repetition_rate":0.0,"degenerated":false,"refusal":false,"intent":"greeting","language":"und","answer_language":"und","mean_logprob":-0.2,"min_logprob":-0.3,"low_confidence_share":0.0}"#;
 
 #[tokio::test]
 async fn streamed_frames_are_exact_without_usage() {
@@ -80,7 +80,7 @@ async fn non_streamed_response_is_exact() {
             "timings": {"ttft_ms": 0.0, "engine_ttft_ms": 0.0, "tpot_ms": 0.0, "e2e_ms": 0.0, "queue_ms": 0.0,
                         "itl_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0}, "tokens_per_second": null, "output_tokens": 3,
                         "chunks": 3, "delivery_ms": {"p50": 0.0, "p95": 0.0, "max": 0.0},
-                        "client_wait_ms": null, "repetition_rate": 0.0, "degenerated": false, "refusal": false, "intent": "greeting", "language": "und", "answer_language": "und",
+                        "client_wait_ms": null, "overhead_ms": 0.0, "repetition_rate": 0.0, "degenerated": false, "refusal": false, "intent": "greeting", "language": "und", "answer_language": "und",
                         "mean_logprob": -0.2, "min_logprob": -0.3, "low_confidence_share": 0.0}
         })
     );
