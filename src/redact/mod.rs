@@ -298,6 +298,51 @@ impl Redactor {
         out
     }
 
+    /// The values [`find`](Self::find) sees in `text`, as strings, for
+    /// [`excerpt_knowing`](Self::excerpt_knowing): a prompt's, whose names and addresses
+    /// an answer may repeat without the cue that marked them.
+    pub fn known_values(&self, text: &str) -> Vec<(Kind, String)> {
+        let mut known: Vec<(Kind, String)> = self
+            .find(text)
+            .into_iter()
+            .map(|(kind, range)| (kind, text[range].to_owned()))
+            .filter(|(_, value)| worth_knowing(value))
+            .collect();
+        // The longest first, so that a name inside a longer value goes with it.
+        known.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+        known.dedup_by(|a, b| a.1 == b.1);
+        known
+    }
+
+    /// [`excerpt`](Self::excerpt), with each of the `known` values replaced wherever it
+    /// occurs first: "My name is Bartholomew Quigglesworth" marks the name, and the
+    /// answer "Hello, Bartholomew Quigglesworth!" has no cue of its own.
+    pub fn excerpt_knowing(
+        &self,
+        text: &str,
+        known: &[(Kind, String)],
+        max_chars: usize,
+        counts: &mut RedactionCounts,
+    ) -> Redacted {
+        if !known.iter().any(|(_, value)| text.contains(value.as_str())) {
+            return self.excerpt(text, max_chars, counts);
+        }
+        let mut replaced = text.to_owned();
+        for (kind, value) in known {
+            let hits = replaced.matches(value.as_str()).count();
+            if hits == 0 {
+                continue;
+            }
+            let mut placeholder = String::new();
+            self.write_replacement(*kind, value, &mut placeholder);
+            replaced = replaced.replace(value.as_str(), &placeholder);
+            for _ in 0..hits {
+                counts.add(*kind);
+            }
+        }
+        self.excerpt(&replaced, max_chars, counts)
+    }
+
     /// Redacts `text`, then keeps at most `max_chars` characters, the trailing "…" (added
     /// when the text was cut) included. Redaction happens *before* truncation, so a value
     /// cut in half is never half-revealed, and a cut that would fall inside a placeholder
@@ -442,6 +487,17 @@ impl Redactor {
         }
         out.push('>');
     }
+}
+
+/// Whether a value found in a prompt is long enough to look for elsewhere: four
+/// characters, or two Han characters (a Chinese given name and surname), so that a short
+/// value does not blank out every word it is part of.
+fn worth_knowing(value: &str) -> bool {
+    let han = value
+        .chars()
+        .filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c))
+        .count();
+    han >= 2 || value.chars().count() >= 4
 }
 
 /// Passes of [`Redactor::redact`] at most. Each pass after the first only finds values
