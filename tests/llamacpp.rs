@@ -214,6 +214,18 @@ async fn a_client_that_leaves_frees_its_sequence() {
     assert!(freed, "the sequence ended when its client left");
 }
 
+/// The `field` of each `message` the engine of test `case` logged (its lines carry the
+/// `case` span's field; other tests' engines log beside it).
+fn logged(logs: &[u8], case: &str, message: &str, field: &str) -> Vec<u64> {
+    let case = format!(r#""case":"{case}""#);
+    String::from_utf8_lossy(logs)
+        .lines()
+        .filter(|l| l.contains(message) && l.contains(&case))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| l["fields"][field].as_u64().or(l[field].as_u64()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     let logs = common::logs::captured_logs();
@@ -228,16 +240,7 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
             {"role": "system", "content": system},
             {"role": "user", "content": question}]})
     };
-    let reused = |logs: &[u8]| -> Vec<u64> {
-        String::from_utf8_lossy(logs)
-            .lines()
-            .filter(|l| {
-                l.contains("Reusing a cached prompt prefix.") && l.contains(r#""case":"prefix""#)
-            })
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|l| l["fields"]["reused"].as_u64().or(l["reused"].as_u64()))
-            .collect()
-    };
+    let reused = |logs: &[u8]| logged(logs, "prefix", "Reusing a cached prompt prefix.", "reused");
     let first = ask(&server, &ask_with("Are you open today?", None)).await;
     let prompt = first["usage"]["prompt_tokens"].as_u64().expect("usage");
     assert!(prompt > 300, "{prompt}");
@@ -294,15 +297,13 @@ async fn a_prompt_whose_sequence_was_given_away_comes_back_from_the_stash() {
             {"role": "system", "content": format!("You are the assistant of {role}. ").repeat(40)},
             {"role": "user", "content": question}]})
     };
-    let restored = |logs: &[u8]| -> Vec<u64> {
-        String::from_utf8_lossy(logs)
-            .lines()
-            .filter(|l| {
-                l.contains("Restored a stashed prompt prefix.") && l.contains(r#""case":"stash""#)
-            })
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|l| l["fields"]["restored"].as_u64().or(l["restored"].as_u64()))
-            .collect()
+    let restored = |logs: &[u8]| {
+        logged(
+            logs,
+            "stash",
+            "Restored a stashed prompt prefix.",
+            "restored",
+        )
     };
     let bakery = app("a bakery", "Are you open today?");
     let first = ask(&server, &bakery).await;

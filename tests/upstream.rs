@@ -200,12 +200,7 @@ async fn the_gateways_own_share_is_reported_without_the_upstreams_waits() {
     })
     .await;
     let server = gateway(upstream_config(&upstream.url)).await;
-    let response = reqwest::Client::new()
-        .post(server.url(CHAT))
-        .json(&chat_body("hi", json!({})))
-        .send()
-        .await
-        .expect("request");
+    let response = post(&server, CHAT, &chat_body("hi", json!({}))).await;
     assert_eq!(response.status(), 200);
     let header = response
         .headers()
