@@ -30,7 +30,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::stash::{Stash, WORTH_STASHING};
+use super::stash::{a_tenth_of, shared_prefix, Stash, WORTH_STASHING};
 use super::text::Pieces;
 use crate::engine::grammar::Vocabulary;
 use crate::engine::picking::{penalize, Pick, TokenPicker};
@@ -175,22 +175,11 @@ fn admit(
     now: u64,
 ) {
     let reuse = shape.reuse_prefixes && !job.solo();
-    let shared = |slot: &Slot| {
-        let common = slot
-            .cached
-            .iter()
-            .zip(job.prompt.iter())
-            .take_while(|(a, b)| a == b)
-            .count();
-        common.min(job.prompt.len().saturating_sub(1))
-    };
-    // A tenth of the prompt or more, as llama.cpp's server judges a slot alike
-    // (`--slot-prompt-similarity` 0.1: a chat template's opening and default system
-    // prompt are worth keeping before a short question); or half of what the slot holds
-    // (the same long prefix).
+    // A tenth of the prompt or more, as llama.cpp's server judges a slot alike; or half of
+    // what the slot holds (the same long prefix).
     let similar = |slot: &Slot| {
-        let common = shared(slot);
-        let alike = common * 10 >= job.prompt.len() || common * 2 >= slot.cached.len();
+        let common = shared_prefix(&slot.cached, &job.prompt);
+        let alike = a_tenth_of(common, &job.prompt) || common * 2 >= slot.cached.len();
         (common > 0 && alike).then_some(common)
     };
     let free = || {

@@ -16,6 +16,23 @@ use llama_cpp_2::context::LlamaContext;
 /// A cut shorter than this many tokens is not worth a copy: reading it again is cheap.
 pub(super) const WORTH_STASHING: usize = 8;
 
+/// How many tokens of `prompt` a cache holding `held` can keep: their common prefix,
+/// never all of the prompt (its last token is read again for its logits).
+pub(super) fn shared_prefix(held: &[u32], prompt: &[u32]) -> usize {
+    held.iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(prompt.len().saturating_sub(1))
+}
+
+/// Whether `common` tokens are a tenth of the prompt or more, as llama.cpp's server judges
+/// a slot alike (`--slot-prompt-similarity` 0.1): a chat template's opening and default
+/// system prompt before a short question are worth keeping, not before a long prompt.
+pub(super) fn a_tenth_of(common: usize, prompt: &[u32]) -> bool {
+    common * 10 >= prompt.len()
+}
+
 /// The stashed states and their bytes.
 #[derive(Default)]
 pub(super) struct Stash {
@@ -53,7 +70,7 @@ impl Stash {
     /// worth it: the state of a longer prompt replaces those of its prefixes; old
     /// entries go until it fits. A state llama.cpp cannot copy is let go.
     pub(super) fn keep(&mut self, ctx: &LlamaContext<'_>, seq: i32, tokens: &[u32]) {
-        if self.limit == 0 || tokens.len() < WORTH_STASHING {
+        if self.limit == 0 {
             return;
         }
         if self.entries.iter().any(|e| e.tokens.starts_with(tokens)) {
@@ -90,26 +107,20 @@ impl Stash {
         });
     }
 
-    /// The stashed state sharing the longest prefix with `prompt`, if it shares more
-    /// than `beyond` tokens (what a free slot already holds) by at least
-    /// [`WORTH_STASHING`], and a tenth of the prompt or more (a slot's rule: a chat
-    /// template's opening alone is not worth a whole state's copy before a long
-    /// prompt). Never all of the prompt: its last token is read again for its logits.
+    /// The stashed state sharing the longest prefix with `prompt` (see
+    /// [`shared_prefix`]), if it shares more than `beyond` tokens (what a free slot
+    /// already holds) by at least [`WORTH_STASHING`], and [`a_tenth_of`] the prompt (a
+    /// slot's rule: a chat template's opening alone is not worth a whole state's copy
+    /// before a long prompt).
     pub(super) fn best_for(&self, prompt: &[u32], beyond: usize) -> Option<Found> {
         self.entries
             .iter()
             .enumerate()
-            .map(|(index, e)| {
-                let common = e
-                    .tokens
-                    .iter()
-                    .zip(prompt)
-                    .take_while(|(a, b)| a == b)
-                    .count()
-                    .min(prompt.len().saturating_sub(1));
-                Found { index, common }
+            .map(|(index, e)| Found {
+                index,
+                common: shared_prefix(&e.tokens, prompt),
             })
-            .filter(|f| f.common >= beyond + WORTH_STASHING && f.common * 10 >= prompt.len())
+            .filter(|f| f.common >= beyond + WORTH_STASHING && a_tenth_of(f.common, prompt))
             .max_by_key(|f| f.common)
     }
 
