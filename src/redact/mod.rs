@@ -286,7 +286,17 @@ impl Redactor {
     /// nothing. Text without values costs one pass, text with them two.
     fn redact_until_stable(&self, text: &str, counts: &mut RedactionCounts) -> String {
         let mut out = String::with_capacity(text.len());
-        let mut replaced = self.redact_into(text, counts, &mut out);
+        let replaced = self.redact_into(text, counts, &mut out);
+        self.more_passes(out, replaced, counts)
+    }
+
+    /// The passes after the first, which replaced `replaced` values in making `out`.
+    fn more_passes(
+        &self,
+        mut out: String,
+        mut replaced: usize,
+        counts: &mut RedactionCounts,
+    ) -> String {
         for _ in 1..MAX_PASSES {
             if replaced == 0 {
                 break;
@@ -298,24 +308,28 @@ impl Redactor {
         out
     }
 
-    /// The values [`find`](Self::find) sees in `text`, as strings, for
-    /// [`excerpt_knowing`](Self::excerpt_knowing): a prompt's, whose names and addresses
-    /// an answer may repeat without the cue that marked them.
-    pub fn known_values(&self, text: &str) -> Vec<(Kind, String)> {
-        let mut known: Vec<(Kind, String)> = self
-            .find(text)
-            .into_iter()
-            .map(|(kind, range)| (kind, text[range].to_owned()))
-            .filter(|(_, value)| worth_knowing(value))
-            .collect();
-        // The longest first, so that a name inside a longer value goes with it.
-        known.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
-        known.dedup_by(|a, b| a.1 == b.1);
-        known
+    /// [`excerpt`](Self::excerpt) of a prompt, and the values it found there (at least
+    /// four characters, or two Han characters), for
+    /// [`excerpt_knowing`](Self::excerpt_knowing): the first pass both redacts and
+    /// finds. A value is also replaced where the prompt repeats it without the cue that
+    /// marked it once.
+    pub fn prompt_excerpt(
+        &self,
+        text: &str,
+        max_chars: usize,
+        counts: &mut RedactionCounts,
+    ) -> (Redacted, Vec<(Kind, String)>) {
+        let mut found = Vec::new();
+        let mut out = String::with_capacity(text.len());
+        let mut replaced = self.replace_into(text, counts, &mut out, Some(&mut found));
+        let known = known_values(text, found);
+        replaced += self.replace_known(&mut out, &known, counts);
+        let out = self.more_passes(out, replaced, counts);
+        (cut(out, max_chars), known)
     }
 
     /// [`excerpt`](Self::excerpt), with each of the `known` values replaced wherever it
-    /// occurs first: "My name is Bartholomew Quigglesworth" marks the name, and the
+    /// occurs: "My name is Bartholomew Quigglesworth" marks the name in a prompt, and the
     /// answer "Hello, Bartholomew Quigglesworth!" has no cue of its own.
     pub fn excerpt_knowing(
         &self,
@@ -327,20 +341,33 @@ impl Redactor {
         if !known.iter().any(|(_, value)| text.contains(value.as_str())) {
             return self.excerpt(text, max_chars, counts);
         }
-        let mut replaced = text.to_owned();
+        let mut text = text.to_owned();
+        self.replace_known(&mut text, known, counts);
+        self.excerpt(&text, max_chars, counts)
+    }
+
+    /// Replaces every occurrence of each `known` value in `text`; how many it replaced.
+    fn replace_known(
+        &self,
+        text: &mut String,
+        known: &[(Kind, String)],
+        counts: &mut RedactionCounts,
+    ) -> usize {
+        let mut replaced = 0;
         for (kind, value) in known {
-            let hits = replaced.matches(value.as_str()).count();
+            let hits = text.matches(value.as_str()).count();
             if hits == 0 {
                 continue;
             }
             let mut placeholder = String::new();
             self.write_replacement(*kind, value, &mut placeholder);
-            replaced = replaced.replace(value.as_str(), &placeholder);
+            *text = text.replace(value.as_str(), &placeholder);
             for _ in 0..hits {
                 counts.add(*kind);
             }
+            replaced += hits;
         }
-        self.excerpt(&replaced, max_chars, counts)
+        replaced
     }
 
     /// Redacts `text`, then keeps at most `max_chars` characters, the trailing "…" (added
@@ -350,24 +377,7 @@ impl Redactor {
     /// whole text, also what the cut dropped: the document should still say the request
     /// held a card number.
     pub fn excerpt(&self, text: &str, max_chars: usize, counts: &mut RedactionCounts) -> Redacted {
-        let mut out = self.redact_until_stable(text, counts);
-        if out.chars().nth(max_chars).is_some() {
-            let placeholders = placeholder_spans(&out);
-            // Keep `max_chars - 1` characters, leaving room for the ellipsis.
-            let keep = max_chars.saturating_sub(1);
-            let mut cut = out.char_indices().nth(keep).map_or(out.len(), |(i, _)| i);
-            if let Some(&(start, _)) = placeholders
-                .iter()
-                .find(|&&(start, end)| start < cut && cut < end)
-            {
-                cut = start;
-            }
-            out.truncate(cut);
-            if max_chars > 0 {
-                out.push('…');
-            }
-        }
-        Redacted(out)
+        cut(self.redact_until_stable(text, counts), max_chars)
     }
 
     /// One pass behind [`redact`](Self::redact) and [`excerpt`](Self::excerpt):
@@ -487,6 +497,42 @@ impl Redactor {
         }
         out.push('>');
     }
+}
+
+/// Keeps at most `max_chars` characters of redacted `out`, the trailing "…" (added when
+/// the text was cut) included, moving a cut that would fall inside a placeholder to
+/// before it.
+fn cut(mut out: String, max_chars: usize) -> Redacted {
+    if out.chars().nth(max_chars).is_some() {
+        let placeholders = placeholder_spans(&out);
+        // Keep `max_chars - 1` characters, leaving room for the ellipsis.
+        let keep = max_chars.saturating_sub(1);
+        let mut cut = out.char_indices().nth(keep).map_or(out.len(), |(i, _)| i);
+        if let Some(&(start, _)) = placeholders
+            .iter()
+            .find(|&&(start, end)| start < cut && cut < end)
+        {
+            cut = start;
+        }
+        out.truncate(cut);
+        if max_chars > 0 {
+            out.push('…');
+        }
+    }
+    Redacted(out)
+}
+
+/// The values `found` in `text` worth looking for elsewhere, as strings, the longest
+/// first (so that a name inside a longer value goes with it), each once.
+fn known_values(text: &str, found: Vec<(Kind, std::ops::Range<usize>)>) -> Vec<(Kind, String)> {
+    let mut known: Vec<(Kind, String)> = found
+        .into_iter()
+        .map(|(kind, range)| (kind, text[range].to_owned()))
+        .filter(|(_, value)| worth_knowing(value))
+        .collect();
+    known.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+    known.dedup_by(|a, b| a.1 == b.1);
+    known
 }
 
 /// Whether a value found in a prompt is long enough to look for elsewhere: four

@@ -226,18 +226,21 @@ fn a_postcode_that_a_number_goes_on_from_is_the_numbers() {
 fn what_a_prompt_gave_away_is_redacted_where_an_answer_repeats_it() {
     // The cue marks the name in the prompt; the answer repeats it without one.
     let redactor = shared();
-    let known = redactor.known_values("My name is Bartholomew Quigglesworth, hi");
+    let mut counts = RedactionCounts::default();
+    let (prompt, known) =
+        redactor.prompt_excerpt("My name is Bartholomew Quigglesworth, hi", 200, &mut counts);
     assert_eq!(
         known,
         [(Kind::Name, "Bartholomew Quigglesworth".to_owned())]
     );
+    assert_eq!(prompt.into_string(), "My name is <NAME>, hi");
     let mut counts = RedactionCounts::default();
     let answer = "Hello Bartholomew Quigglesworth! Bartholomew Quigglesworth, welcome.";
     let out = redactor.excerpt_knowing(answer, &known, 200, &mut counts);
     assert_eq!(out.into_string(), "Hello <NAME>! <NAME>, welcome.");
     assert_eq!(counts.get(Kind::Name), 2);
     // 王小明 (three Han characters) is worth looking for; a two-letter value is not.
-    let known = redactor.known_values("我叫王小明，你好");
+    let (_, known) = redactor.prompt_excerpt("我叫王小明，你好", 200, &mut counts);
     let out = redactor.excerpt_knowing("王小明同学你好", &known, 200, &mut counts);
     assert_eq!(out.into_string(), "<NAME>同学你好");
     assert!(!worth_knowing("Li") && worth_knowing("李雷") && worth_knowing("Jane"));

@@ -404,26 +404,22 @@ impl Excerpts {
         // megabyte prompt must not cost the request path a megabyte of regex work. The
         // window is wide enough that a value cut by it lies wholly beyond the excerpt.
         let window = settings.excerpt_chars.saturating_mul(4).max(4096);
-        let head = |t: &str| {
-            t.char_indices()
-                .nth(window)
-                .map_or(t, |(i, _)| &t[..i])
-                .to_owned()
-        };
+        fn head(t: &str, window: usize) -> &str {
+            t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i])
+        }
         // What the prompt gave away is kept out of both excerpts wherever it recurs: a
         // name its cue marked once, then repeated (or echoed by the answer) without it.
-        let known = r
-            .prompt
-            .as_deref()
-            .map(|t| redactor.known_values(&head(t)))
-            .unwrap_or_default();
-        let mut excerpt = |text: &Option<String>| {
-            text.as_deref().map(|t| {
-                redactor.excerpt_knowing(&head(t), &known, settings.excerpt_chars, &mut counts)
-            })
+        let (prompt, known) = match r.prompt.as_deref() {
+            Some(t) => {
+                let (excerpt, known) =
+                    redactor.prompt_excerpt(head(t, window), settings.excerpt_chars, &mut counts);
+                (Some(excerpt), known)
+            }
+            None => (None, Vec::new()),
         };
-        let prompt = excerpt(&r.prompt);
-        let response = excerpt(&r.response);
+        let response = r.response.as_deref().map(|t| {
+            redactor.excerpt_knowing(head(t, window), &known, settings.excerpt_chars, &mut counts)
+        });
         let keep = !settings.stats_only;
         Self {
             prompt: prompt.filter(|_| keep),
