@@ -13,8 +13,8 @@ pub const REQUEST_QUEUE_TIME: &str = "request_queue_time_seconds";
 /// Upstream models: request sent upstream -> its first content chunk (the upstream's
 /// share of TTFT; the rest is the gateway's).
 pub const UPSTREAM_TIME_TO_FIRST_TOKEN: &str = "upstream_time_to_first_token_seconds";
-/// The gateway's own share of each request: the time it worked on it rather than waiting
-/// for the model or the client (`timings.overhead_ms`).
+/// What the gateway added to the end of each request, less the model's and the client's
+/// parts (`timings.overhead_ms`).
 pub const GATEWAY_OVERHEAD: &str = "gateway_overhead_seconds";
 pub const REPETITION_RATE: &str = "repetition_rate";
 /// Per answer: the mean surprisal of its tokens (minus their mean log-probability, in
@@ -116,7 +116,7 @@ pub const PROVIDER: &str = "llmgate";
 pub const ATTR_TTFT_MS: &str = "llm.ttft_ms";
 /// Request sent to an upstream -> its first content chunk (upstream models only).
 pub const ATTR_UPSTREAM_TTFT_MS: &str = "llm.upstream_ttft_ms";
-/// The gateway's own share of the request (`timings.overhead_ms`).
+/// What the gateway added to the end of the request (`timings.overhead_ms`).
 pub const ATTR_OVERHEAD_MS: &str = "llm.overhead_ms";
 /// An upstream model: the endpoint (replica) that served the request, or failed last.
 pub const ATTR_UPSTREAM_ENDPOINT: &str = "llm.upstream.endpoint";

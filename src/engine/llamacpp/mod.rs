@@ -176,6 +176,8 @@ impl LlamaCppEngine {
                             model = %loaded.served.info.id,
                             context_length = loaded.served.info.context_length,
                             sequences = settings.sequences,
+                            prefix_cache = settings.prefix_cache,
+                            prompt_stash_mb = settings.stash_bytes >> 20,
                             system_fingerprint = %loaded.served.info.system_fingerprint,
                             "Model loaded in llama.cpp; ready to serve."
                         );

@@ -35,7 +35,7 @@ declare_families! {
             "Time from receiving a request to the engine starting it";
         overhead: Histograms = histogram_family(OVERHEAD_BUCKETS),
             names::GATEWAY_OVERHEAD,
-            "The gateway's own share of each request: the time it worked on it rather than waiting for the model or the client";
+            "What the gateway added to the end of each request: its time before the engine starts it and after the last token, less the client's";
         repetition: Histograms = histogram_family(RATE_BUCKETS),
             names::REPETITION_RATE,
             "seq-rep-n repetition rate of each answer (0 = no repeated n-gram)";
