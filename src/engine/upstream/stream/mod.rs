@@ -99,7 +99,12 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     let drain = loop {
         let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &tx).await;
         let step = match next {
-            Next::Event(Ok(event)) => answer.on_event(&event.event, &event.data, timeline.now()),
+            Next::Event(Ok(event)) => {
+                // Stamped when its bytes came, not when it was parsed: the parsing is
+                // the gateway's time (its `overhead_ms`), not the upstream's.
+                let arrived = last_byte.arrived(&timeline);
+                answer.on_event(&event.event, &event.data, arrived)
+            }
             Next::Event(Err(error)) => EventEffects::stop(Stop::Failed(unreadable(error))),
             Next::End => EventEffects::stop(answer.on_body_end()),
             Next::Late(fault) => EventEffects::stop(Stop::Failed(fault)),

@@ -117,6 +117,12 @@ impl LastByte {
             micros => Some(Duration::from_micros(micros)),
         }
     }
+
+    /// When the last bytes came, as the moment an event carries; now if none has.
+    pub(super) fn arrived(&self, timeline: &Timeline) -> Instant {
+        self.since_sent()
+            .map_or_else(|| timeline.now(), |since| timeline.sent + since)
+    }
 }
 
 /// The answer's body in whole lines ([`Lines`]), each arrival marked on `last_byte`.
@@ -286,7 +292,14 @@ mod tests {
         assert_eq!(timeline.now(), sent + Duration::from_millis(250));
         let last_byte = LastByte::default();
         assert_eq!(last_byte.since_sent(), None);
+        assert_eq!(last_byte.arrived(&timeline), sent + Duration::from_millis(250));
         last_byte.mark(timeline.since_sent());
         assert_eq!(last_byte.since_sent(), Some(Duration::from_millis(250)));
+        clock.advance(Duration::from_millis(40));
+        assert_eq!(
+            last_byte.arrived(&timeline),
+            sent + Duration::from_millis(250),
+            "an event parsed later carries its bytes' moment"
+        );
     }
 }
