@@ -16,12 +16,15 @@ const SAMPLE_CHARS: usize = 400;
 /// ISO 639-3 code of "undetermined".
 pub const UNDETERMINED: &str = "und";
 
-pub fn language_of(text: &str) -> &'static str {
-    let sample = text
-        .char_indices()
+/// The part of `text` [`language_of`] reads: its first characters.
+pub fn sample(text: &str) -> &str {
+    text.char_indices()
         .nth(SAMPLE_CHARS)
-        .map_or(text, |(i, _)| &text[..i]);
-    let prose = prose(sample);
+        .map_or(text, |(i, _)| &text[..i])
+}
+
+pub fn language_of(text: &str) -> &'static str {
+    let prose = prose(sample(text));
     let scripts = Scripts::count(&prose);
     let words = latin_words(&prose);
     if scripts.kana > 0 && (scripts.kana + scripts.han) > 2 * words.len() {

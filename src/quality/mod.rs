@@ -145,7 +145,13 @@ pub struct QualityTracker {
     guard: Option<GuardConfig>,
     refusal: Arc<RefusalDetector>,
     intent: String,
-    language: &'static str,
+    /// What the prompt's language is told from, told when the answer ends: off the way
+    /// to the first token (whatlang takes tens of microseconds).
+    prompt_sample: String,
+    /// The languages once told (a response's body and its record both ask): the prompt's,
+    /// and the answer's with the length of the text it was told from.
+    told: std::sync::OnceLock<&'static str>,
+    answer_told: std::sync::Mutex<Option<(usize, &'static str)>>,
     text: String,
     degenerated: bool,
     confidence: Confidence,
@@ -165,7 +171,9 @@ impl QualityTracker {
             guard,
             refusal: Arc::clone(&settings.refusal),
             intent: settings.intents.classify(prompt).to_owned(),
-            language: language::language_of(prompt),
+            prompt_sample: language::sample(prompt).to_owned(),
+            told: std::sync::OnceLock::new(),
+            answer_told: std::sync::Mutex::new(None),
             text: String::new(),
             degenerated: false,
             confidence: Confidence::new(settings.low_confidence_prob),
@@ -199,6 +207,19 @@ impl QualityTracker {
         self.repetition.tokens()
     }
 
+    /// The answer's language, told again only if the answer grew since.
+    fn answer_language(&self) -> &'static str {
+        let mut told = self.answer_told.lock().unwrap_or_else(|e| e.into_inner());
+        match *told {
+            Some((len, code)) if len == self.text.len() => code,
+            _ => {
+                let code = language::language_of(&self.text);
+                *told = Some((self.text.len(), code));
+                code
+            }
+        }
+    }
+
     pub fn finish(&self) -> Quality {
         let (mean_logprob, min_logprob, low_confidence_share) = self.confidence.figures();
         Quality {
@@ -206,8 +227,10 @@ impl QualityTracker {
             degenerated: self.degenerated,
             refusal: self.refusal.is_refusal(&self.text),
             intent: self.intent.clone(),
-            language: self.language,
-            answer_language: language::language_of(&self.text),
+            language: self
+                .told
+                .get_or_init(|| language::language_of(&self.prompt_sample)),
+            answer_language: self.answer_language(),
             mean_logprob,
             min_logprob,
             low_confidence_share,
