@@ -8,12 +8,16 @@
 
 use std::collections::{HashMap, HashSet};
 
+/// foldhash, not SipHash: an n-gram is hashed for every token of every answer, and
+/// SipHash's resistance to chosen keys buys nothing a seeded foldhash does not here.
+type Hasher = foldhash::fast::RandomState;
+
 /// Incremental seq-rep-n over a growing token sequence.
 #[derive(Debug, Clone)]
 pub struct RepetitionTracker {
     n: usize,
     tokens: Vec<u32>,
-    seen: HashSet<Box<[u32]>>,
+    seen: HashSet<Box<[u32]>, Hasher>,
     window: Option<Window>,
 }
 
@@ -21,7 +25,7 @@ pub struct RepetitionTracker {
 #[derive(Debug, Clone)]
 struct Window {
     size: usize,
-    counts: HashMap<Box<[u32]>, u32>,
+    counts: HashMap<Box<[u32]>, u32, Hasher>,
     total: usize,
 }
 
@@ -31,7 +35,7 @@ impl RepetitionTracker {
         Self {
             n: n.max(1),
             tokens: Vec::new(),
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             window: None,
         }
     }
@@ -40,7 +44,7 @@ impl RepetitionTracker {
     pub fn with_window(mut self, size: usize) -> Self {
         self.window = Some(Window {
             size: size.max(self.n),
-            counts: HashMap::new(),
+            counts: HashMap::default(),
             total: 0,
         });
         self
@@ -57,7 +61,13 @@ impl RepetitionTracker {
             self.seen.insert(gram.into());
         }
         if let Some(window) = &mut self.window {
-            *window.counts.entry(gram.into()).or_insert(0) += 1;
+            // The n-gram is copied only the first time the window holds it.
+            match window.counts.get_mut(gram) {
+                Some(count) => *count += 1,
+                None => {
+                    window.counts.insert(gram.into(), 1);
+                }
+            }
             window.total += 1;
             // The n-gram that starts just before the window leaves it.
             if len > window.size {
