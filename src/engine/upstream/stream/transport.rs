@@ -292,7 +292,10 @@ mod tests {
         assert_eq!(timeline.now(), sent + Duration::from_millis(250));
         let last_byte = LastByte::default();
         assert_eq!(last_byte.since_sent(), None);
-        assert_eq!(last_byte.arrived(&timeline), sent + Duration::from_millis(250));
+        assert_eq!(
+            last_byte.arrived(&timeline),
+            sent + Duration::from_millis(250)
+        );
         last_byte.mark(timeline.since_sent());
         assert_eq!(last_byte.since_sent(), Some(Duration::from_millis(250)));
         clock.advance(Duration::from_millis(40));
