@@ -150,8 +150,8 @@ pub struct QualityTracker {
     prompt_sample: String,
     /// The languages once told (a response's body and its record both ask): the prompt's,
     /// and the answer's with the length of the text it was told from.
-    told: std::sync::OnceLock<&'static str>,
-    answer_told: std::sync::Mutex<Option<(usize, &'static str)>>,
+    prompt_language: Option<&'static str>,
+    answer_language: Option<(usize, &'static str)>,
     text: String,
     degenerated: bool,
     confidence: Confidence,
@@ -172,8 +172,8 @@ impl QualityTracker {
             refusal: Arc::clone(&settings.refusal),
             intent: settings.intents.classify(prompt).to_owned(),
             prompt_sample: language::sample(prompt).to_owned(),
-            told: std::sync::OnceLock::new(),
-            answer_told: std::sync::Mutex::new(None),
+            prompt_language: None,
+            answer_language: None,
             text: String::new(),
             degenerated: false,
             confidence: Confidence::new(settings.low_confidence_prob),
@@ -208,19 +208,18 @@ impl QualityTracker {
     }
 
     /// The answer's language, told again only if the answer grew since.
-    fn answer_language(&self) -> &'static str {
-        let mut told = self.answer_told.lock().unwrap_or_else(|e| e.into_inner());
-        match *told {
+    fn answer_language(&mut self) -> &'static str {
+        match self.answer_language {
             Some((len, code)) if len == self.text.len() => code,
             _ => {
                 let code = language::language_of(&self.text);
-                *told = Some((self.text.len(), code));
+                self.answer_language = Some((self.text.len(), code));
                 code
             }
         }
     }
 
-    pub fn finish(&self) -> Quality {
+    pub fn finish(&mut self) -> Quality {
         let (mean_logprob, min_logprob, low_confidence_share) = self.confidence.figures();
         Quality {
             repetition_rate: (self.repetition.rate() * 10_000.0).round() / 10_000.0,
@@ -228,8 +227,8 @@ impl QualityTracker {
             refusal: self.refusal.is_refusal(&self.text),
             intent: self.intent.clone(),
             language: self
-                .told
-                .get_or_init(|| language::language_of(&self.prompt_sample)),
+                .prompt_language
+                .get_or_insert_with(|| language::language_of(&self.prompt_sample)),
             answer_language: self.answer_language(),
             mean_logprob,
             min_logprob,
@@ -260,7 +259,7 @@ mod tests {
         let quality = tracker.finish();
         assert_eq!((quality.language, quality.answer_language), ("fra", "eng"));
         // No answer yet: undetermined, not the prompt's.
-        let empty = QualityTracker::new(&settings, "What is the capital of France?", false);
+        let mut empty = QualityTracker::new(&settings, "What is the capital of France?", false);
         assert_eq!(empty.finish().answer_language, language::UNDETERMINED);
     }
 

@@ -206,7 +206,7 @@ impl Run {
     }
 
     /// Latency and quality as of now, for a response body.
-    pub fn report(&self, ending: &Ending) -> ResponseTimings {
+    pub fn report(&mut self, ending: &Ending) -> ResponseTimings {
         let tokens = match ending {
             Ending::Finished { usage, .. } => usage.completion_tokens,
             Ending::Degenerated | Ending::Failed { .. } => self.usage_so_far().completion_tokens,
