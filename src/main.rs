@@ -396,7 +396,9 @@ fn run_serve(args: &ServeArgs) -> Result<ExitCode, ExitCode> {
         tracing::error!(%error, "Could not start the async runtime.");
         ExitCode::FAILURE
     })?;
-    Ok(match runtime.block_on(serve(config, &logging)) {
+    let served = runtime.block_on(serve(config, &logging));
+    llmgate::engine::llamacpp::stop_decoding();
+    Ok(match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = %format!("{error:#}"), "The gateway stopped with an error.");

@@ -119,14 +119,18 @@ pub(super) fn run(
     let mut admitted = 0u64;
     loop {
         if slots.iter().all(|s| s.running.is_none()) {
-            match jobs.recv() {
+            let job = jobs.recv();
+            let _in_llama_cpp = super::in_llama_cpp();
+            match job {
                 Ok(job) => {
                     admitted += 1;
                     admit(&mut ctx, &mut slots, &mut stash, job, shape, admitted);
                 }
-                Err(_) => return,
+                // The context is freed under the lock too.
+                Err(_) => return drop(ctx),
             }
         }
+        let _in_llama_cpp = super::in_llama_cpp();
         loop {
             match jobs.try_recv() {
                 Ok(job) => {

@@ -195,7 +195,10 @@ fn start_loop(
             };
             let _stopped = Stopped(stopped);
             let mut context = context;
-            warm_up(&mut context, &model);
+            {
+                let _in_llama_cpp = super::in_llama_cpp();
+                warm_up(&mut context, &model);
+            }
             batch::run(context, &model, vocabulary, jobs_rx, shape);
         })?;
     match made_rx.recv() {
