@@ -10,6 +10,9 @@
 //! of its words are common English words. Measured on the labelled corpus of
 //! `tests/redaction_corpus.rs`.
 
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
 /// Characters looked at: enough to tell, little enough to stay off the request path.
 const SAMPLE_CHARS: usize = 400;
 
@@ -46,12 +49,13 @@ pub fn language_of(text: &str) -> &'static str {
     if words.is_empty() && other_letters == 0 {
         return UNDETERMINED;
     }
+    let mut lower = String::new();
     let common = if words.is_empty() {
         0.0
     } else {
         words
             .iter()
-            .filter(|w| COMMON_ENGLISH.contains(&w.to_ascii_lowercase().as_str()))
+            .filter(|w| is_common_english(w, &mut lower))
             .count() as f64
             / words.len() as f64
     };
@@ -141,152 +145,60 @@ impl Scripts {
     }
 }
 
-/// The commonest English words (function words first), and the verbs prompts open with.
-const COMMON_ENGLISH: &[&str] = &[
-    "the",
-    "a",
-    "an",
-    "of",
-    "to",
-    "in",
-    "and",
-    "or",
-    "for",
-    "on",
-    "with",
-    "at",
-    "by",
-    "from",
-    "is",
-    "are",
-    "was",
-    "were",
-    "be",
-    "been",
-    "it",
-    "its",
-    "this",
-    "that",
-    "these",
-    "those",
-    "i",
-    "i'm",
-    "you",
-    "he",
-    "she",
-    "we",
-    "they",
-    "me",
-    "my",
-    "your",
-    "our",
-    "their",
-    "his",
-    "her",
-    "what",
-    "how",
-    "why",
-    "who",
-    "when",
-    "where",
-    "which",
-    "can",
-    "could",
-    "would",
-    "should",
-    "will",
-    "do",
-    "does",
-    "did",
-    "not",
-    "no",
-    "yes",
-    "please",
-    "thanks",
-    "thank",
-    "hi",
-    "hello",
-    "have",
-    "has",
-    "had",
-    "there",
-    "here",
-    "about",
-    "into",
-    "if",
-    "but",
-    "as",
-    "all",
-    "some",
-    "any",
-    "more",
-    "most",
-    "one",
-    "two",
-    "than",
-    "then",
-    "so",
-    "just",
-    "also",
-    "very",
-    "up",
-    "out",
-    "get",
-    "make",
-    "write",
-    "explain",
-    "tell",
-    "give",
-    "show",
-    "list",
-    "describe",
-    "summarize",
-    "summarise",
-    "translate",
-    "create",
-    "help",
-    "find",
-    "fix",
-    "need",
-    "want",
-    "like",
-    "use",
-    "using",
-    "function",
-    "code",
-    "name",
-    "number",
-    "call",
-    "send",
-    "email",
-    "address",
-    "live",
-    "work",
-    "new",
-    "time",
-    "day",
-    "way",
-    "many",
-    "much",
-    "best",
-    "good",
-    "difference",
-    "between",
-    "example",
-    "story",
-    "long",
-    "short",
-    "poem",
-    "question",
-    "answer",
-    "word",
-    "words",
-    "string",
-    "file",
-    "list",
-    "meaning",
-    "ok",
-];
+/// Common English words: function words, contractions, the verbs prompts open with and
+/// everyday nouns, adjectives and numbers, lower case. Words that are as common in
+/// another language written in Latin letters are left out ("come", "per", "case", "data"
+/// in Italian; "plan", "hand", "man", "still", "fast", "kind" in German; "over", "even",
+/// "open", "door" in Dutch; "table", "page", "place", "type", "note" in French; "error",
+/// "final", "real" in Spanish), so that a prompt in one of those is not taken for English.
+const COMMON_ENGLISH: &str = "\
+    the a an of to in and or for on with at by from as into about than then if but so \
+    not no yes is are was were be been being am do does did have has had having doing \
+    can could would should will may might must shall it its this that these those there \
+    here i i'm i've i'd i'll you you're you've he she we we're they they're me my mine \
+    your yours our ours their his her him them us myself yourself itself themselves \
+    what how why who whom whose when where which whether because while although though \
+    until unless since after before under again once only own same such both each every \
+    few other another less least much many more most very too quite rather really \
+    already always never often sometimes usually now today tomorrow yesterday soon later \
+    ever just also almost enough instead else ago away back down off out up through \
+    across against along among around behind below beside beyond during except inside \
+    near outside toward towards upon within without all some any one two three four five \
+    six seven eight nine ten twenty hundred thousand first second third last next half \
+    isn't aren't wasn't don't doesn't didn't can't won't wouldn't shouldn't couldn't \
+    it's that's what's there's here's let's please thanks thank hi hello ok \
+    get gets got getting make makes made making write wrote written explain tell told \
+    give gave given show shown list describe summarize summarise translate create help \
+    find found fix need needs needed want wants wanted like use uses used using say said \
+    says go goes going went gone comes came know knew think thought see saw seen look \
+    looking take took taken keep keeps kept let put mean means seem feel try tried \
+    trying leave turn stop move play pay read learn check add remove update convert \
+    rewrite draft suggest compare calculate generate improve build ask asked reply \
+    sound sounds become bring buy sell hold understand remember forget wait talk speak \
+    spend meet lose win happen happened include allow consider expect provide follow \
+    return returns work works working worked call called send live \
+    thing things something anything nothing everything someone anyone everyone people \
+    person woman child children friend family year years month week hour minute morning \
+    night home house world life part point group fact school country city company \
+    information sentence paragraph letter email address book story poem essay summary \
+    title line lines step steps reason way ways issue bug user account money \
+    price cost order job business language english water food car phone number numbers \
+    game movie head body end side question questions answer answers result results \
+    option options word words function code string file name time day example difference \
+    meaning new old big small large little great high low long short right wrong \
+    different able sure free full easy hard better best worse good whole quick \
+    quickest slow nice happy polite friendly clear valid invalid between";
+
+/// [`COMMON_ENGLISH`] as a set: a prompt's words are looked up one by one.
+static COMMON_ENGLISH_SET: LazyLock<HashSet<&'static str, foldhash::fast::FixedState>> =
+    LazyLock::new(|| COMMON_ENGLISH.split_ascii_whitespace().collect());
+
+/// Whether `word` is a common English word, whatever its case ("The", "THE").
+fn is_common_english(word: &str, lower: &mut String) -> bool {
+    lower.clear();
+    lower.extend(word.chars().map(|c| c.to_ascii_lowercase()));
+    COMMON_ENGLISH_SET.contains(lower.as_str())
+}
 
 #[cfg(test)]
 mod tests {
@@ -307,11 +219,38 @@ mod tests {
             ("法国的首都是哪里？为什么它很有名？", "cmn"),
             ("フランスの首都はどこですか？なぜ有名なのですか？", "jpn"),
             ("Привет, расскажи мне о погоде в Москве завтра утром", "rus"),
+            ("Say something, sixty-four words or so.", "eng"),
             ("ok", UNDETERMINED),
             ("", UNDETERMINED),
         ];
         for (text, code) in cases {
             assert_eq!(language_of(text), code, "{text}");
         }
+    }
+
+    /// The common-word shortcut must not take a prompt in another language written in
+    /// Latin letters for English: everyday prompts in six of them.
+    #[test]
+    fn other_latin_languages_are_not_english() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/latin-prompts.txt");
+        let text = std::fs::read_to_string(path).expect("the prompt set");
+        let mut lines = 0;
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (code, prompt) = line.split_once('\t').expect("<lang>TAB<text>");
+            let said = language_of(prompt);
+            assert_ne!(said, "eng", "{code}: {prompt}");
+            lines += 1;
+        }
+        assert!(lines >= 48, "{lines} prompts");
+    }
+
+    #[test]
+    fn the_common_words_are_lower_case_and_listed_once() {
+        let words: Vec<&str> = COMMON_ENGLISH.split_ascii_whitespace().collect();
+        assert_eq!(words.len(), COMMON_ENGLISH_SET.len(), "a word listed twice");
+        assert!(words.iter().all(|w| *w == w.to_ascii_lowercase()));
     }
 }
