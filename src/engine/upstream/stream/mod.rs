@@ -15,8 +15,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::StreamExt;
+use sse_stream::{Sse, SseByteStream};
 use tokio::sync::mpsc;
 
 use super::fault::Fault;
@@ -93,17 +93,24 @@ pub(crate) enum AttemptEnd {
 pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     let timeline = Timeline::new(r.clock, r.sent);
     let last_byte = Arc::new(LastByte::default());
-    let mut events = stamped(r.body, &timeline, &last_byte).eventsource();
+    let mut events = SseByteStream::new(stamped(r.body, &timeline, &last_byte));
     let mut answer = AnswerSoFar::new(r.terms, r.reported, r.tokens, r.sent);
     let tx = r.tx;
     let drain = loop {
         let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &tx).await;
         let step = match next {
-            Next::Event(Ok(event)) => {
+            // A block with no data (an `id:` or `retry:` alone) is no event, as in a
+            // browser's EventSource.
+            Next::Event(Ok(Sse { data: None, .. })) => continue,
+            Next::Event(Ok(Sse {
+                event,
+                data: Some(data),
+                ..
+            })) => {
                 // Stamped when its bytes came, not when it was parsed: the parsing is
                 // the gateway's time (its `overhead_ms`), not the upstream's.
                 let arrived = last_byte.arrived(&timeline);
-                answer.on_event(&event.event, &event.data, arrived)
+                answer.on_event(event.as_deref().unwrap_or("message"), &data, arrived)
             }
             Next::Event(Err(error)) => EventEffects::stop(Stop::Failed(unreadable(error))),
             Next::End => EventEffects::stop(answer.on_body_end()),
@@ -143,13 +150,17 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     AttemptEnd::Answered
 }
 
-/// Bytes that could not be read as events: the connection's failure, or not SSE.
-fn unreadable(error: EventStreamError<ReadError>) -> Fault {
+/// Bytes that could not be read as events: the connection's failure, too many of them,
+/// or not UTF-8.
+fn unreadable(error: sse_stream::Error) -> Fault {
     match error {
-        EventStreamError::Transport(ReadError::Transport(e)) => {
-            Fault::Cut(format!("the connection failed: {e}"))
-        }
-        other => Fault::Protocol(other.to_string()),
+        sse_stream::Error::Body(e) => match e.downcast::<ReadError>().map(|e| *e) {
+            Ok(ReadError::Transport(e)) => Fault::Cut(format!("the connection failed: {e}")),
+            Ok(oversized) => Fault::Protocol(oversized.to_string()),
+            Err(other) => Fault::Protocol(other.to_string()),
+        },
+        sse_stream::Error::Utf8Parse(e) => Fault::Protocol(format!("the stream is not UTF-8: {e}")),
+        other => Fault::Protocol(format!("the stream is not SSE: {other}")),
     }
 }
 
@@ -208,4 +219,60 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
     }
     let _ = reader.await;
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text and the ending of an answer whose body arrives in `chunks`.
+    async fn read_back(chunks: Vec<&'static [u8]>) -> (String, String) {
+        let body = futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, String>(bytes::Bytes::from_static(c))),
+        )
+        .boxed();
+        let mut text = String::new();
+        let mut end = String::new();
+        for event in events_of(body, 100, 0).await {
+            match event {
+                EngineEvent::Token { text: t, .. } => text.push_str(&t),
+                other => end = format!("{other:?}"),
+            }
+        }
+        (text, end)
+    }
+
+    const CHUNK_A: &str =
+        r#"{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+
+    #[tokio::test]
+    async fn sse_framing_as_a_browser_reads_it() {
+        // CRLF and lone CR endings, a byte-order mark, keep-alive comments, an `id:`
+        // block with no data, an `event:` left unnamed (message) and data on two lines
+        // joined with LF inside a JSON string's whitespace.
+        let body: &'static [u8] = Box::leak(
+            format!(
+                "\u{feff}: keep-alive\r\n\r\nid: 7\r\n\r\ndata: {CHUNK_A}\r\n\r\n\
+                 data: {{\"choices\":[{{\"index\":0,\r\ndata: \"delta\":{{\"content\":\"lo\"}},\
+                 \"finish_reason\":\"stop\"}}]}}\r\r: ping\n\ndata: [DONE]\n\n"
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        let (whole, end) = read_back(vec![body]).await;
+        assert_eq!(whole, "Hello");
+        assert!(end.starts_with("Finished"), "{end}");
+        // The same bytes one at a time: nothing depends on where they were cut.
+        let bytes: Vec<&'static [u8]> = body.chunks(1).collect();
+        assert_eq!(read_back(bytes).await, (whole, end));
+    }
+
+    #[tokio::test]
+    async fn bytes_that_are_not_utf8_are_a_protocol_fault() {
+        let (text, end) = read_back(vec![b"data: {\"choices\":[\xff\xfe]}\n\n"]).await;
+        assert_eq!(text, "");
+        assert!(end.contains("Protocol") && end.contains("UTF-8"), "{end}");
+    }
 }
