@@ -155,24 +155,32 @@ async fn drive(
     if let Some(first) = assembler.first_frame() {
         wire.send(run, first).await?;
     }
+    // The keep-alive timer is armed for the first frame's silence and moved only when
+    // it fires (to `keepalive` after the last frame), not at every frame.
     let idle = tokio::time::sleep(keepalive);
+    let mut last_frame = tokio::time::Instant::now();
     let passed = deadline.passed();
-    tokio::pin!(idle, passed);
+    let left = wire.tx.closed();
+    tokio::pin!(idle, passed, left);
     // Tokens waiting for a frame: their text is empty (part of a character) or held back
     // for a stop sequence.
     let mut unsent: Vec<TokenLogprob> = Vec::new();
     loop {
         let event = tokio::select! {
             biased;
-            () = wire.tx.closed() => return Err(Lost::Left),
+            () = &mut left => return Err(Lost::Left),
             error = &mut passed => {
                 events.close();
                 return end_with_error(run, wire, error).await;
             }
             event = events.recv() => event,
             () = &mut idle => {
-                wire.send(run, Bytes::from_static(KEEPALIVE_FRAME)).await?;
-                idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
+                let quiet_until = last_frame + keepalive;
+                if tokio::time::Instant::now() >= quiet_until {
+                    wire.send(run, Bytes::from_static(KEEPALIVE_FRAME)).await?;
+                    last_frame = tokio::time::Instant::now();
+                }
+                idle.as_mut().reset(last_frame + keepalive);
                 continue;
             }
         };
@@ -189,7 +197,7 @@ async fn drive(
                     assembler.drop_cut_tokens(&mut unsent, run.text());
                 }
                 if send_text(run, assembler, wire, &arrival.text, &mut unsent).await? {
-                    idle.as_mut().reset(tokio::time::Instant::now() + keepalive);
+                    last_frame = tokio::time::Instant::now();
                 }
                 let Some(ending) = arrival.end else {
                     continue;

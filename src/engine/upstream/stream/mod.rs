@@ -28,7 +28,7 @@ pub use answer::same_model;
 pub(crate) use answer::Terms;
 use answer::{AnswerSoFar, EventEffects, Stop};
 pub use transport::Patience;
-use transport::{next_in_time, stamped, LastByte, Next, ReadError, Timeline};
+use transport::{next_in_time, stamped, LastByte, Next, ReadError, Timeline, Watch};
 
 mod answer;
 mod transport;
@@ -96,8 +96,9 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     let mut events = SseByteStream::new(stamped(r.body, &timeline, &last_byte));
     let mut answer = AnswerSoFar::new(r.terms, r.reported, r.tokens, r.sent);
     let tx = r.tx;
+    let mut watch = Watch::new(&tx);
     let drain = loop {
-        let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &tx).await;
+        let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &mut watch).await;
         let step = match next {
             // A block with no data (an `id:` or `retry:` alone) is no event, as in a
             // browser's EventSource.
@@ -142,6 +143,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
         on_answered(answered);
     }
     let _ = tx.send(last).await;
+    drop(watch);
     drop(tx);
     if drain {
         let drained = async { while events.next().await.is_some() {} };

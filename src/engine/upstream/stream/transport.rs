@@ -2,6 +2,8 @@
 //! ([`Patience`], enforced by [`next_in_time`]), the sizes they may have ([`Lines`]),
 //! and the moments they arrive at, on the injected clock ([`Timeline`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,6 +199,26 @@ pub(super) enum Next<E> {
     Gone,
 }
 
+/// What one answer's waits are watched with, made once per answer and not per event: a
+/// timer armed per event and a fresh registration for the gateway leaving cost more
+/// than the event they guard.
+pub(super) struct Watch<'a> {
+    /// Fires at the earliest deadline that may have passed: a later one is not armed
+    /// until this fires (the wheel is touched once per idle period, not per event).
+    alarm: Pin<Box<tokio::time::Sleep>>,
+    /// Resolves when the gateway stops taking events.
+    gone: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+}
+
+impl<'a> Watch<'a> {
+    pub(super) fn new(tx: &'a mpsc::Sender<EngineEvent>) -> Self {
+        Watch {
+            alarm: Box::pin(tokio::time::sleep(Duration::from_secs(86_400))),
+            gone: Box::pin(tx.closed()),
+        }
+    }
+}
+
 /// The next SSE event, or why there is none: the end, too long a wait for bytes
 /// ([`Patience::wait`]), or the gateway no longer listening.
 pub(super) async fn next_in_time<S>(
@@ -204,7 +226,7 @@ pub(super) async fn next_in_time<S>(
     last_byte: &LastByte,
     timeline: &Timeline,
     patience: Patience,
-    tx: &mpsc::Sender<EngineEvent>,
+    watch: &mut Watch<'_>,
 ) -> Next<S::Item>
 where
     S: futures_util::Stream + Unpin,
@@ -212,7 +234,7 @@ where
     // An event already parsed (an answer that came in one read: all of a non-streamed
     // request's events, most of a fast upstream's) is taken without a timer or a clock
     // read: the wait below costs more than the event.
-    if tx.is_closed() {
+    if futures_util::FutureExt::now_or_never(watch.gone.as_mut()).is_some() {
         return Next::Gone;
     }
     if let Some(event) = futures_util::FutureExt::now_or_never(events.next()) {
@@ -222,12 +244,20 @@ where
     loop {
         let last = last_byte.since_sent();
         let wait = patience.wait(last, called);
-        let left = wait.deadline.saturating_sub(timeline.since_sent());
+        let due = tokio::time::Instant::now() + wait.deadline.saturating_sub(timeline.since_sent());
+        if watch.alarm.deadline() > due {
+            watch.alarm.as_mut().reset(due);
+        }
         tokio::select! {
             biased;
             event = events.next() => return event.map_or(Next::End, Next::Event),
-            () = tx.closed() => return Next::Gone,
-            () = tokio::time::sleep(left) => {
+            () = watch.gone.as_mut() => return Next::Gone,
+            () = watch.alarm.as_mut() => {
+                // Armed for an earlier deadline than this wait's: wait on to this one.
+                if tokio::time::Instant::now() < due {
+                    watch.alarm.as_mut().reset(due);
+                    continue;
+                }
                 // Bytes that completed no event (a keep-alive comment) move the
                 // deadline; none at all is the fault.
                 if last_byte.since_sent() == last {
