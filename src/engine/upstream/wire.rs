@@ -3,6 +3,8 @@
 //! completion shapes and the variations real servers send (vLLM's empty-choices usage
 //! chunk, LiteLLM's `delta: {}` one, llama.cpp's server's logprobs).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -121,28 +123,29 @@ fn response_format(format: &ResponseFormat) -> Option<Value> {
     }
 }
 
-/// One streamed chunk, chat or legacy.
+/// One streamed chunk, chat or legacy. Its names borrow from the data line where no
+/// escape is in them: a chunk is parsed per token, and most of it is not kept.
 #[derive(Debug, Deserialize)]
-pub struct WireChunk {
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub system_fingerprint: Option<String>,
-    #[serde(default)]
-    choices: Vec<WireChoice>,
+pub struct WireChunk<'a> {
+    #[serde(default, borrow)]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub system_fingerprint: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Vec<WireChoice<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     /// vLLM and others put an error object in a chunk when generation fails.
     #[serde(default)]
     error: Option<Value>,
-    #[serde(default)]
-    object: Option<String>,
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
     #[serde(default)]
     message: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireChoice {
+struct WireChoice<'a> {
     #[serde(default)]
     delta: Option<WireDelta>,
     /// Legacy completions.
@@ -150,8 +153,8 @@ struct WireChoice {
     text: Option<String>,
     #[serde(default)]
     logprobs: Option<Value>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,8 +212,8 @@ impl StreamError {
     }
 }
 
-impl WireChunk {
-    pub fn parse(data: &str) -> Result<Self, String> {
+impl<'a> WireChunk<'a> {
+    pub fn parse(data: &'a str) -> Result<Self, String> {
         serde_json::from_str(data).map_err(|e| {
             let shown: String = data.chars().take(120).collect();
             format!("a data line that is not a chunk ({e}): {shown}")
@@ -250,7 +253,7 @@ impl WireChunk {
                 .as_ref()
                 .map(logprobs_of)
                 .unwrap_or_default(),
-            finish_reason: choice.finish_reason,
+            finish_reason: choice.finish_reason.map(Cow::into_owned),
             usage,
             error,
         }

@@ -339,11 +339,14 @@ fn end_of_stream(ending: &StreamEnd) -> Result<StreamEnd, Fault> {
 /// The first model a chunk names is the answer's; a chunk that names another than the
 /// one asked for ends it.
 fn check_model(chunk: &WireChunk, expected: Option<&str>, reported: &Reported) -> Option<Fault> {
+    // Scrubbed once: every chunk names them, the first is kept.
     if let Some(fingerprint) = &chunk.system_fingerprint {
-        let _ = reported.system_fingerprint.set(clipped(fingerprint));
+        reported
+            .system_fingerprint
+            .get_or_init(|| clipped(fingerprint));
     }
     let got = chunk.model.as_deref().filter(|m| !m.is_empty())?;
-    let _ = reported.model.set(clipped(got));
+    reported.model.get_or_init(|| clipped(got));
     let expected = expected?;
     if same_model(expected, got) {
         return None;
