@@ -132,7 +132,7 @@ async fn generate(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let t_recv = state.clock.now();
+    let t_recv = super::Arrived::of(&req, &state.clock);
     let deadline = Deadline {
         at: tokio::time::Instant::now() + state.timeouts.request,
         limit: state.timeouts.request,

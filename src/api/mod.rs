@@ -203,6 +203,21 @@ fn acceptable_id(value: &HeaderValue) -> Option<String> {
 /// The longest client request id kept: a UUID is 36, a W3C trace id 32, a ULID 26.
 const MAX_REQUEST_ID_LEN: usize = 64;
 
+/// When the request reached the gateway's own code, on its clock: stamped by
+/// [`request_id`], the outermost of its middleware, so that `timings.overhead_ms`
+/// counts the key check and the routing too, not only the handler.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub std::time::Duration);
+
+impl Arrived {
+    /// The request's arrival, or now where no middleware stamped it.
+    pub fn of(req: &HttpRequest, clock: &SharedClock) -> std::time::Duration {
+        req.extensions()
+            .get::<Arrived>()
+            .map_or_else(|| clock.now(), |a| a.0)
+    }
+}
+
 /// Middleware: give every request an id and every response the `x-request-id` header.
 pub async fn request_id(
     req: ServiceRequest,
@@ -214,7 +229,15 @@ pub async fn request_id(
         .and_then(acceptable_id)
         .unwrap_or_else(new_request_id);
     let header = HeaderValue::from_str(&id).ok();
-    req.extensions_mut().insert(RequestId(id));
+    let arrived = req
+        .app_data::<actix_web::web::Data<AppState>>()
+        .map(|state| Arrived(state.clock.now()));
+    let mut extensions = req.extensions_mut();
+    extensions.insert(RequestId(id));
+    if let Some(arrived) = arrived {
+        extensions.insert(arrived);
+    }
+    drop(extensions);
     let mut response = next.call(req).await?;
     if let Some(value) = header {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
