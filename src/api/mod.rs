@@ -232,12 +232,13 @@ pub async fn request_id(
     let arrived = req
         .app_data::<actix_web::web::Data<AppState>>()
         .map(|state| Arrived(state.clock.now()));
-    let mut extensions = req.extensions_mut();
-    extensions.insert(RequestId(id));
-    if let Some(arrived) = arrived {
-        extensions.insert(arrived);
+    {
+        let mut extensions = req.extensions_mut();
+        extensions.insert(RequestId(id));
+        if let Some(arrived) = arrived {
+            extensions.insert(arrived);
+        }
     }
-    drop(extensions);
     let mut response = next.call(req).await?;
     if let Some(value) = header {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
