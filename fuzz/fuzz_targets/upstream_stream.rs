@@ -1,7 +1,7 @@
 //! An upstream server's answer, any bytes cut at any places, through the gateway's SSE
 //! and chunk parser. The answer always ends in exactly one `Finished` or `Failed`, never
 //! gives more alternatives per token than asked, and what it gives does not depend on
-//! where the bytes were cut on the way.
+//! where the bytes were cut on the way (only how its tokens are grouped into events).
 
 #![no_main]
 
@@ -63,21 +63,33 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// The events without the instants they were stamped with.
+/// The events without the instants they were stamped with, and without how the tokens
+/// were grouped: tokens whose bytes came in one read go as one event, so where the bytes
+/// were cut may change the grouping, never the tokens, their order or the ending.
 fn comparable(events: &[EngineEvent]) -> Vec<String> {
-    events
-        .iter()
-        .map(|event| match event {
+    let (mut text, mut ids, mut logprobs) = (String::new(), Vec::new(), Vec::new());
+    let mut ends = Vec::new();
+    for event in events {
+        match event {
             EngineEvent::Token {
-                text,
-                ids,
-                logprobs,
+                text: t,
+                ids: i,
+                logprobs: l,
                 ..
-            } => format!("token {text:?} {ids:?} {logprobs:?}"),
-            EngineEvent::Finished { reason, usage } => format!("finished {reason:?} {usage:?}"),
-            EngineEvent::Failed(error) => format!("failed {error}"),
-        })
-        .collect()
+            } => {
+                text.push_str(t);
+                ids.extend_from_slice(i);
+                logprobs.extend(l.iter().map(|lp| format!("{lp:?}")));
+            }
+            EngineEvent::Finished { reason, usage } => {
+                ends.push(format!("finished {reason:?} {usage:?}"))
+            }
+            EngineEvent::Failed(error) => ends.push(format!("failed {error}")),
+        }
+    }
+    let mut all = vec![format!("tokens {text:?} {ids:?} {logprobs:?}")];
+    all.extend(ends);
+    all
 }
 
 fn read(chunks: Vec<Bytes>, max_tokens: u32, top: usize) -> Vec<EngineEvent> {

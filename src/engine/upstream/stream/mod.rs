@@ -28,7 +28,7 @@ pub use answer::same_model;
 pub(crate) use answer::Terms;
 use answer::{AnswerSoFar, EventEffects, Stop};
 pub use transport::Patience;
-use transport::{next_in_time, stamped, LastByte, Next, ReadError, Timeline, Watch};
+use transport::{next_in_time, ready, stamped, LastByte, Next, ReadError, Timeline, Watch};
 
 mod answer;
 mod transport;
@@ -97,8 +97,20 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     let mut answer = AnswerSoFar::new(r.terms, r.reported, r.tokens, r.sent);
     let tx = r.tx;
     let mut watch = Watch::new(&tx);
+    let mut held = Held::default();
     let drain = loop {
-        let next = next_in_time(&mut events, &last_byte, &timeline, r.patience, &mut watch).await;
+        let next = match ready(&mut events, &mut watch) {
+            Some(next) => next,
+            None => {
+                // Nothing more came with those bytes: what is held goes before the wait.
+                if let Some(token) = held.take() {
+                    if tx.send(token).await.is_err() {
+                        return AttemptEnd::Left;
+                    }
+                }
+                next_in_time(&mut events, &last_byte, &timeline, r.patience, &mut watch).await
+            }
+        };
         let step = match next {
             // A block with no data (an `id:` or `retry:` alone) is no event, as in a
             // browser's EventSource.
@@ -122,7 +134,11 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
         if step.opened {
             opening.opened();
         }
-        if let Some(token) = step.token {
+        let earlier = step.token.and_then(|token| held.add(token));
+        // An ending sends all that is held before it: a failure after content is the
+        // stream's, and the content it follows must have reached the gateway.
+        let last = step.stop.as_ref().and_then(|_| held.take());
+        for token in earlier.into_iter().chain(last) {
             if tx.send(token).await.is_err() {
                 return AttemptEnd::Left;
             }
@@ -150,6 +166,56 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
         let _ = tokio::time::timeout(DRAIN, drained).await;
     }
     AttemptEnd::Answered
+}
+
+/// Content whose bytes came in one read, handed on as one token event: a non-streamed
+/// request's answer, which an upstream sends at once, crosses to the gateway in one or
+/// two events instead of one per token. Tokens from different reads are never merged,
+/// so every event's moment is its bytes' own, and the timings see bunched tokens as the
+/// one chunk they arrived as.
+#[derive(Default)]
+struct Held(Option<EngineEvent>);
+
+impl Held {
+    /// Holds `token` with what is held when their bytes came together; what is held from
+    /// an earlier read is returned, to go first.
+    fn add(&mut self, token: EngineEvent) -> Option<EngineEvent> {
+        match (self.0.take(), token) {
+            (
+                Some(EngineEvent::Token {
+                    mut text,
+                    mut ids,
+                    mut logprobs,
+                    at,
+                }),
+                EngineEvent::Token {
+                    text: more,
+                    ids: more_ids,
+                    logprobs: more_logprobs,
+                    at: same,
+                },
+            ) if at == same => {
+                text.push_str(&more);
+                ids.extend(more_ids);
+                logprobs.extend(more_logprobs);
+                self.0 = Some(EngineEvent::Token {
+                    text,
+                    ids,
+                    logprobs,
+                    at,
+                });
+                None
+            }
+            (earlier, token) => {
+                self.0 = Some(token);
+                earlier
+            }
+        }
+    }
+
+    fn take(&mut self) -> Option<EngineEvent> {
+        self.0.take()
+    }
 }
 
 /// Bytes that could not be read as events: the connection's failure, too many of them,
@@ -269,6 +335,45 @@ mod tests {
         // The same bytes one at a time: nothing depends on where they were cut.
         let bytes: Vec<&'static [u8]> = body.chunks(1).collect();
         assert_eq!(read_back(bytes).await, (whole, end));
+    }
+
+    /// The content events an answer gives when its reads (each a list of content
+    /// chunks) arrive 5 ms apart.
+    async fn contents(reads: &[&[&str]]) -> Vec<String> {
+        let chunk = |text: &&str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\
+                 \"finish_reason\":null}}]}}\n\n"
+            )
+        };
+        let mut bodies: Vec<bytes::Bytes> = reads
+            .iter()
+            .map(|read| read.iter().map(chunk).collect::<String>().into())
+            .collect();
+        bodies.push(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
+        let body = futures_util::stream::iter(bodies)
+            .then(|read| async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok::<_, String>(read)
+            })
+            .boxed();
+        events_of(body, 100, 0)
+            .await
+            .into_iter()
+            .filter_map(|event| match event {
+                EngineEvent::Token { text, .. } if !text.is_empty() => Some(text),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn content_that_came_in_one_read_is_one_event_and_other_reads_are_not_joined() {
+        assert_eq!(contents(&[&["a", "b", "c"]]).await, ["abc"]);
+        assert_eq!(
+            contents(&[&["a"], &["b", "c"], &["d"]]).await,
+            ["a", "bc", "d"]
+        );
     }
 
     #[tokio::test]

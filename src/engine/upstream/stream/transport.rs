@@ -219,8 +219,22 @@ impl<'a> Watch<'a> {
     }
 }
 
-/// The next SSE event, or why there is none: the end, too long a wait for bytes
-/// ([`Patience::wait`]), or the gateway no longer listening.
+/// The next SSE event if it needs no wait: one already parsed, or parsed from bytes
+/// already read (an answer that came in one read: all of a non-streamed request's
+/// events, most of a fast upstream's), taken without a timer or a clock read; or the
+/// gateway no longer listening. `None`: [`next_in_time`] must wait for it.
+pub(super) fn ready<S>(events: &mut S, watch: &mut Watch<'_>) -> Option<Next<S::Item>>
+where
+    S: futures_util::Stream + Unpin,
+{
+    if futures_util::FutureExt::now_or_never(watch.gone.as_mut()).is_some() {
+        return Some(Next::Gone);
+    }
+    futures_util::FutureExt::now_or_never(events.next()).map(|e| e.map_or(Next::End, Next::Event))
+}
+
+/// The next SSE event once bytes come, or why there is none: the end, too long a wait
+/// for bytes ([`Patience::wait`]), or the gateway no longer listening.
 pub(super) async fn next_in_time<S>(
     events: &mut S,
     last_byte: &LastByte,
@@ -231,15 +245,6 @@ pub(super) async fn next_in_time<S>(
 where
     S: futures_util::Stream + Unpin,
 {
-    // An event already parsed (an answer that came in one read: all of a non-streamed
-    // request's events, most of a fast upstream's) is taken without a timer or a clock
-    // read: the wait below costs more than the event.
-    if futures_util::FutureExt::now_or_never(watch.gone.as_mut()).is_some() {
-        return Next::Gone;
-    }
-    if let Some(event) = futures_util::FutureExt::now_or_never(events.next()) {
-        return event.map_or(Next::End, Next::Event);
-    }
     let called = timeline.since_sent();
     loop {
         let last = last_byte.since_sent();
