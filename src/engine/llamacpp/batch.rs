@@ -127,7 +127,10 @@ pub(super) fn run(
                     admit(&mut ctx, &mut slots, &mut stash, job, shape, admitted);
                 }
                 // The context is freed under the lock too.
-                Err(_) => return drop(ctx),
+                Err(_) => {
+                    drop(ctx);
+                    return;
+                }
             }
         }
         let _in_llama_cpp = super::in_llama_cpp();
@@ -138,8 +141,12 @@ pub(super) fn run(
                     admit(&mut ctx, &mut slots, &mut stash, job, shape, admitted);
                 }
                 Err(TryRecvError::Empty) => break,
-                // The engine is gone: the sequences still running end with it.
-                Err(TryRecvError::Disconnected) => return,
+                // The engine is gone: the sequences still running end with it, and the
+                // context is freed under the lock (a parameter outlives the guard).
+                Err(TryRecvError::Disconnected) => {
+                    drop(ctx);
+                    return;
+                }
             }
         }
         for slot in &mut slots {
