@@ -24,8 +24,8 @@
 //! - client wait (streams): time the transport spent blocked because the client had not
 //!   taken the previous frames.
 //! - chunks: the token events with text (an upstream's content chunks, those whose
-//!   bytes came in one read as one; one per engine step in process). Fewer chunks than tokens means tokens came bunched, and the
-//!   gaps inside a chunk are not measured.
+//!   bytes came in one read as one; one per engine step in process). Fewer chunks than
+//!   tokens means tokens came bunched, and the gaps inside a chunk are not measured.
 //! - delivery: for each chunk, from its engine stamp (in process: when its token was
 //!   picked; an upstream's: when it reached the gateway) to the gateway's stream taking
 //!   it, just before its frame is handed to the transport: what the gateway's own

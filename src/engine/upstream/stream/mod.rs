@@ -293,17 +293,25 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
 mod tests {
     use super::*;
 
-    /// The text and the ending of an answer whose body arrives in `chunks`.
-    async fn read_back(chunks: Vec<&'static [u8]>) -> (String, String) {
-        let body = futures_util::stream::iter(
-            chunks
-                .into_iter()
-                .map(|c| Ok::<_, String>(bytes::Bytes::from_static(c))),
-        )
-        .boxed();
+    /// The events of an answer whose body arrives as `reads`, each `apart` after the one
+    /// before.
+    async fn events(reads: Vec<bytes::Bytes>, apart: Duration) -> Vec<EngineEvent> {
+        let body = futures_util::stream::iter(reads)
+            .then(move |read| async move {
+                if !apart.is_zero() {
+                    tokio::time::sleep(apart).await;
+                }
+                Ok::<_, String>(read)
+            })
+            .boxed();
+        events_of(body, 100, 0).await
+    }
+
+    /// The text and the ending of an answer whose body arrives as `reads`.
+    async fn read_back(reads: Vec<bytes::Bytes>) -> (String, String) {
         let mut text = String::new();
         let mut end = String::new();
-        for event in events_of(body, 100, 0).await {
+        for event in events(reads, Duration::ZERO).await {
             match event {
                 EngineEvent::Token { text: t, .. } => text.push_str(&t),
                 other => end = format!("{other:?}"),
@@ -320,25 +328,21 @@ mod tests {
         // CRLF and lone CR endings, a byte-order mark, keep-alive comments, an `id:`
         // block with no data, an `event:` left unnamed (message) and data on two lines
         // joined with LF inside a JSON string's whitespace.
-        let body: &'static [u8] = Box::leak(
-            format!(
-                "\u{feff}: keep-alive\r\n\r\nid: 7\r\n\r\ndata: {CHUNK_A}\r\n\r\n\
-                 data: {{\"choices\":[{{\"index\":0,\r\ndata: \"delta\":{{\"content\":\"lo\"}},\
-                 \"finish_reason\":\"stop\"}}]}}\r\r: ping\n\ndata: [DONE]\n\n"
-            )
-            .into_bytes()
-            .into_boxed_slice(),
-        );
-        let (whole, end) = read_back(vec![body]).await;
+        let body = bytes::Bytes::from(format!(
+            "\u{feff}: keep-alive\r\n\r\nid: 7\r\n\r\ndata: {CHUNK_A}\r\n\r\n\
+             data: {{\"choices\":[{{\"index\":0,\r\ndata: \"delta\":{{\"content\":\"lo\"}},\
+             \"finish_reason\":\"stop\"}}]}}\r\r: ping\n\ndata: [DONE]\n\n"
+        ));
+        let (whole, end) = read_back(vec![body.clone()]).await;
         assert_eq!(whole, "Hello");
         assert!(end.starts_with("Finished"), "{end}");
         // The same bytes one at a time: nothing depends on where they were cut.
-        let bytes: Vec<&'static [u8]> = body.chunks(1).collect();
+        let bytes = (0..body.len()).map(|i| body.slice(i..=i)).collect();
         assert_eq!(read_back(bytes).await, (whole, end));
     }
 
-    /// The content events an answer gives when its reads (each a list of content
-    /// chunks) arrive 5 ms apart.
+    /// The content events of an answer whose reads (each a list of content chunks)
+    /// arrive 5 ms apart.
     async fn contents(reads: &[&[&str]]) -> Vec<String> {
         let chunk = |text: &&str| {
             format!(
@@ -351,13 +355,7 @@ mod tests {
             .map(|read| read.iter().map(chunk).collect::<String>().into())
             .collect();
         bodies.push(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
-        let body = futures_util::stream::iter(bodies)
-            .then(|read| async move {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                Ok::<_, String>(read)
-            })
-            .boxed();
-        events_of(body, 100, 0)
+        events(bodies, Duration::from_millis(5))
             .await
             .into_iter()
             .filter_map(|event| match event {
@@ -378,7 +376,8 @@ mod tests {
 
     #[tokio::test]
     async fn bytes_that_are_not_utf8_are_a_protocol_fault() {
-        let (text, end) = read_back(vec![b"data: {\"choices\":[\xff\xfe]}\n\n"]).await;
+        let body = bytes::Bytes::from_static(b"data: {\"choices\":[\xff\xfe]}\n\n");
+        let (text, end) = read_back(vec![body]).await;
         assert_eq!(text, "");
         assert!(end.contains("Protocol") && end.contains("UTF-8"), "{end}");
     }
