@@ -79,6 +79,7 @@ pub mod replay;
 pub mod routes;
 pub mod secret;
 pub mod semlog;
+pub mod state;
 pub mod stream;
 pub mod telemetry;
 pub mod timing;

@@ -17,6 +17,7 @@ use llmgate::engine::upstream::UpstreamEngine;
 use llmgate::engine::{Backend, Front};
 use llmgate::record::{FanOut, LogObserver};
 use llmgate::semlog::{Semlog, DEFAULT_PACING};
+use llmgate::state::SharedState;
 use llmgate::telemetry::logs::Logging;
 use llmgate::telemetry::metrics::Metrics;
 use llmgate::telemetry::trace::{TraceSettings, Tracing};
@@ -413,7 +414,11 @@ const SEMLOG_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Reads the API keys and watches their file; without one, says loudly that the gateway
 /// is open.
-fn guard(config: &Config, clock: SharedClock) -> anyhow::Result<llmgate::auth::Guard> {
+fn guard(
+    config: &Config,
+    clock: SharedClock,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<llmgate::auth::Guard> {
     let Some(path) = &config.server.api_keys_file else {
         tracing::warn!(
             address = %config.server.listen,
@@ -421,10 +426,24 @@ fn guard(config: &Config, clock: SharedClock) -> anyhow::Result<llmgate::auth::G
         );
         return Ok(llmgate::auth::Guard::default());
     };
-    let keys = Arc::new(
-        llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
-            .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?,
-    );
+    let mut keys = llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
+        .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?;
+    let shared = match &config.state.redis {
+        Some(redis) => {
+            let state = SharedState::start(redis.clone(), Arc::clone(metrics))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            tracing::info!(
+                redis = %redis.connection.addr(),
+                timeout_ms = redis.timeout.as_millis(),
+                on_failure = redis.on_failure.as_str(),
+                "Per-key limits are shared through Redis."
+            );
+            keys = keys.shared_through(Arc::clone(&state));
+            Some(state)
+        }
+        None => None,
+    };
+    let keys = Arc::new(keys);
     if keys.current().is_empty() {
         tracing::warn!(file = %path.display(), "The API keys file lists no key: every /v1 request gets 401.");
     }
@@ -440,6 +459,7 @@ fn guard(config: &Config, clock: SharedClock) -> anyhow::Result<llmgate::auth::G
     Ok(llmgate::auth::Guard {
         keys: Some(keys),
         metrics_need_key: config.server.metrics_auth,
+        shared,
     })
 }
 
@@ -516,7 +536,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
             .with_log_drops(logging.drop_counter()),
     );
     let mut state = AppState::with_models(&config, models, clock, Arc::clone(&telemetry));
-    state.guard = guard(&config, Arc::clone(&state.clock))?;
+    state.guard = guard(&config, Arc::clone(&state.clock), &telemetry.metrics)?;
     state.semlog = semlog.status();
     log_served_models(&config);
     tracing::info!(address = %listener.local_addr()?, "Listening.");

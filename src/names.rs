@@ -57,6 +57,12 @@ pub const SEMLOG_TARGET_INFO: &str = "semlog_target_info";
 // Registered with the unit `bytes`, so exported as `..._bytes`.
 pub const SEMLOG_SPOOLED_BYTES: &str = "semlog_spool";
 
+// Shared state (`[state]`).
+/// 1 while the shared state's Redis answers, 0 when it does not.
+pub const STATE_UP: &str = "state_up";
+/// Calls to the shared state that gave no answer, by `reason` (`timeout`, `error`).
+pub const STATE_FAILURES: &str = "state_failures";
+
 // Gauges, refreshed at each scrape.
 pub const REQUESTS_RUNNING: &str = "requests_running";
 pub const REQUESTS_WAITING: &str = "requests_waiting";

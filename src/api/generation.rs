@@ -26,7 +26,7 @@ use super::request::{
 use super::responses::{GenerationErrors, ServerSentEvent};
 use super::{AppState, RequestId};
 use crate::admission::Permit;
-use crate::auth::limits::RateHeaders;
+use crate::auth::limits::{RateHeaders, Refusal};
 use crate::auth::Caller;
 use crate::engine::served::ServedModel;
 use crate::engine::{Front, Generation, GenerationRequest, ModelInfo, Prepared};
@@ -285,21 +285,25 @@ struct Charged<'a> {
 impl Charged<'_> {
     /// Charges the request's token budget to its key; every answer carries the headers,
     /// a refusal included.
-    fn charge(&mut self, prepared: &Prepared) -> Result<(), ApiError> {
+    async fn charge(&mut self, prepared: &Prepared) -> Result<(), ApiError> {
         let Some(caller) = self.caller else {
             return Ok(());
         };
-        match caller.budget.charge(prepared.token_budget()) {
+        match caller.charge(prepared.token_budget()).await {
             Ok(headers) => {
                 *self.headers = headers;
                 Ok(())
             }
             Err(refusal) => {
-                *self.headers = *refusal.headers();
-                tracing::info!(
-                    tokens = prepared.token_budget(),
-                    "Refused: the key's rate limit is reached."
-                );
+                *self.headers = refusal.headers();
+                if matches!(refusal, Refusal::Unavailable) {
+                    tracing::warn!("Refused: the shared rate limits could not be checked (state.on_failure = fail_closed).");
+                } else {
+                    tracing::info!(
+                        tokens = prepared.token_budget(),
+                        "Refused: the key's rate limit is reached."
+                    );
+                }
                 Err(refusal.into())
             }
         }
@@ -417,7 +421,7 @@ impl<'a> Handling<'a> {
         if upstream {
             self.pending.reported = Some(Arc::clone(&prepared.reported));
         }
-        self.charged.charge(&prepared)?;
+        self.charged.charge(&prepared).await?;
         Ok(prepared)
     }
 

@@ -75,6 +75,10 @@ pub struct Ready<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, required = false)]
     semlog: Option<serde_json::Value>,
+    /// The shared state (per-key limits across gateways), when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, required = false)]
+    state: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = String, required = false)]
     model: Option<String>,
@@ -230,10 +234,15 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
             ..Ready::default()
         });
     }
-    let ready = state.models.any_ready();
+    let shared = state.guard.shared.as_deref();
+    // Refusing every request is not ready; answering on local limits is.
+    let state_refuses =
+        shared.is_some_and(|s| !s.is_up() && s.on_failure() == crate::state::OnFailure::FailClosed);
+    let ready = state.models.any_ready() && !state_refuses;
     let default = &state.models.default_model().engine;
     let status = match (ready, default.readiness()) {
         (true, _) => "ready",
+        (false, _) if state_refuses => "state_unavailable",
         (false, Readiness::Down(_)) => "down",
         (false, _) if default.model_info().is_none() => "loading",
         (false, _) => "unreachable",
@@ -243,6 +252,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         engine: Some(default.name()),
         models: state.models.iter().map(model_state).collect(),
         semlog: Some(state.semlog.to_json()),
+        state: shared.map(crate::state::SharedState::to_json),
         ..Ready::default()
     };
     if let (Readiness::Ready, Some(info)) = (default.readiness(), default.model_info()) {

@@ -109,12 +109,16 @@ pub enum Refusal {
         requested: u32,
         headers: RateHeaders,
     },
+    /// The limits are shared and the shared state did not answer, with
+    /// `state.on_failure = "fail_closed"`.
+    Unavailable,
 }
 
 impl Refusal {
-    pub fn headers(&self) -> &RateHeaders {
+    pub fn headers(&self) -> RateHeaders {
         match self {
-            Refusal::Exhausted { headers, .. } | Refusal::TooLarge { headers, .. } => headers,
+            Refusal::Exhausted { headers, .. } | Refusal::TooLarge { headers, .. } => *headers,
+            Refusal::Unavailable => RateHeaders::default(),
         }
     }
 }
@@ -301,6 +305,7 @@ impl From<Refusal> for ApiError {
                 requested,
                 retry_after: None,
             },
+            Refusal::Unavailable => ApiError::StateUnavailable,
         }
     }
 }

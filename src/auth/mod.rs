@@ -34,7 +34,8 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::SharedClock;
 use crate::error::ApiError;
-use limits::{KeyBudget, LimitClock, Limits};
+use crate::state::{OnFailure, SharedState};
+use limits::{KeyBudget, LimitClock, Limits, RateHeaders, Refusal};
 
 /// Every key starts with this, so a leaked one is recognisable (secret scanners, logs).
 pub const KEY_PREFIX: &str = "llmgate-";
@@ -44,6 +45,27 @@ pub const KEY_PREFIX: &str = "llmgate-";
 pub struct Caller {
     pub key_id: String,
     pub budget: Arc<KeyBudget>,
+    /// Where the budget is kept when gateways share it; `None`: in `budget` alone.
+    pub shared: Option<Arc<SharedState>>,
+}
+
+impl Caller {
+    /// Charges one request of `tokens` tokens to the key: across every gateway when the
+    /// limits are shared, in this one otherwise, or when the shared state does not
+    /// answer and the operator chose `fail_open`.
+    pub async fn charge(&self, tokens: u32) -> Result<RateHeaders, Refusal> {
+        let limits = self.budget.limits();
+        let Some(shared) = self.shared.as_ref().filter(|_| !limits.is_unlimited()) else {
+            return self.budget.charge(tokens);
+        };
+        match shared.charge(&self.key_id, limits, tokens).await {
+            Ok(outcome) => outcome,
+            Err(_) => match shared.on_failure() {
+                OnFailure::FailOpen => self.budget.charge(tokens),
+                OnFailure::FailClosed => Err(Refusal::Unavailable),
+            },
+        }
+    }
 }
 
 /// A limit as one line of the keys file sets it.
@@ -241,6 +263,7 @@ impl Active {
         Some(Caller {
             key_id: id.to_owned(),
             budget: Arc::clone(self.budgets.get(id)?),
+            shared: None,
         })
     }
 }
@@ -294,6 +317,8 @@ pub struct Keys {
     active: RwLock<Arc<Active>>,
     /// Modification time and length of the version in use.
     seen: Mutex<Option<(SystemTime, u64)>>,
+    /// Where the keys' limits are kept when gateways share them.
+    shared: Option<Arc<SharedState>>,
 }
 
 impl Keys {
@@ -306,9 +331,16 @@ impl Keys {
             clock,
             active: RwLock::default(),
             seen: Mutex::default(),
+            shared: None,
         };
         keys.reload(true)?;
         Ok(keys)
+    }
+
+    /// The keys with their limits kept in `state`, shared with every gateway using it.
+    pub fn shared_through(mut self, state: Arc<SharedState>) -> Self {
+        self.shared = Some(state);
+        self
     }
 
     pub fn current(&self) -> Arc<KeyTable> {
@@ -323,7 +355,11 @@ impl Keys {
 
     /// The caller `key` identifies, if it is a key in use.
     pub fn caller(&self, key: &str) -> Option<Caller> {
-        self.active().caller(key)
+        let caller = self.active().caller(key)?;
+        Some(Caller {
+            shared: self.shared.clone(),
+            ..caller
+        })
     }
 
     /// The limits that apply to keys whose line sets none.
@@ -403,6 +439,8 @@ pub async fn watch(keys: Arc<Keys>, poll: Duration) {
 pub struct Guard {
     pub keys: Option<Arc<Keys>>,
     pub metrics_need_key: bool,
+    /// Where the keys' limits are shared with other gateways, for `/ready`.
+    pub shared: Option<Arc<SharedState>>,
 }
 
 impl Guard {

@@ -15,6 +15,7 @@ use crate::quality::intent::IntentClassifier;
 use crate::quality::refusal::RefusalDetector;
 use crate::quality::{GuardConfig, QualitySettings};
 use crate::semlog::config::SemlogConfig;
+use crate::state::StateConfig;
 use crate::telemetry::config::{LogFormat, LoggingConfig, TelemetryConfig};
 
 mod defaults;
@@ -47,6 +48,7 @@ pub struct Config {
     pub logging: LoggingConfig,
     pub telemetry: TelemetryConfig,
     pub semlog: SemlogConfig,
+    pub state: StateConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -255,6 +257,8 @@ impl Config {
             },
             telemetry: telemetry_config(merged("telemetry", &args.telemetry, &file.telemetry)?),
             semlog: SemlogConfig::resolve(merged("semlog", &args.semlog, &file.semlog)?)
+                .map_err(|(setting, message)| ConfigError::invalid(setting, message))?,
+            state: StateConfig::resolve(merged("state", &args.state, &file.state)?)
                 .map_err(|(setting, message)| ConfigError::invalid(setting, message))?,
         };
         config.validate()?;

@@ -13,13 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::config::Weights;
 use crate::semlog::config::SemlogTable;
+use crate::state::StateTable;
 use crate::telemetry::config::LogFormat;
 
 /// Flags of `llmgate serve`; each also reads an `LLMGATE_*` environment variable.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML file with [server], [engine], [quality], [logging], [telemetry] and [semlog]
-    /// tables, and a [[models]] list.
+    /// TOML file with [server], [engine], [quality], [logging], [telemetry], [semlog] and
+    /// [state] tables, and a [[models]] list.
     #[arg(long, env = "LLMGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Check the configuration (file, flags and environment) and exit: 0 and the served
@@ -39,6 +40,8 @@ pub struct ServeArgs {
     pub telemetry: TelemetryTable,
     #[command(flatten)]
     pub semlog: SemlogTable,
+    #[command(flatten)]
+    pub state: StateTable,
 }
 
 /// The optional TOML file; every table and key may be omitted.
@@ -57,6 +60,8 @@ pub(super) struct FileConfig {
     pub telemetry: TelemetryTable,
     #[serde(default)]
     pub semlog: SemlogTable,
+    #[serde(default)]
+    pub state: StateTable,
     /// The served models; without the list, `[engine]` names the one model.
     #[serde(default)]
     pub models: Vec<super::ModelTable>,

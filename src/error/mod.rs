@@ -53,6 +53,10 @@ pub enum ApiError {
     NotReady,
     #[error("The server is shutting down; retry on another instance or shortly")]
     ShuttingDown,
+    /// Limits are shared across gateways, their store did not answer, and the operator
+    /// chose to refuse rather than guess (`state.on_failure = "fail_closed"`).
+    #[error("The gateway cannot check your rate limits right now (its shared state did not answer); retry shortly")]
+    StateUnavailable,
     #[error("The engine failed while generating; the error was logged with the request id")]
     Engine,
     #[error("Not found")]
@@ -165,6 +169,7 @@ impl ApiError {
             E::RequestTimeout { .. } => server(S::GATEWAY_TIMEOUT, "request_timeout"),
             E::NotReady => server(S::SERVICE_UNAVAILABLE, "model_not_ready"),
             E::ShuttingDown => server(S::SERVICE_UNAVAILABLE, "server_shutting_down"),
+            E::StateUnavailable => server(S::SERVICE_UNAVAILABLE, "state_unavailable"),
             E::Engine => server(S::INTERNAL_SERVER_ERROR, "engine_error"),
             E::NotFound => invalid(S::NOT_FOUND, "not_found"),
             E::RequestNotFound(_) => invalid(S::NOT_FOUND, "request_not_found"),
@@ -206,7 +211,7 @@ impl ApiError {
                 retry_after: Some(wait),
                 ..
             } => Some(wait.as_secs().max(1)),
-            ApiError::QueueTimeout { .. } => Some(1),
+            ApiError::QueueTimeout { .. } | ApiError::StateUnavailable => Some(1),
             ApiError::NotReady | ApiError::ShuttingDown => Some(5),
             _ => None,
         }

@@ -161,6 +161,34 @@ impl Metrics {
         }
     }
 
+    /// Whether the shared state's Redis answers.
+    pub fn state_up(&self, up: bool) {
+        self.families
+            .state_up
+            .get_or_create(&BackendLabel { backend: "redis" })
+            .set(i64::from(up));
+    }
+
+    /// The shared state's failure reasons, at zero, once it has a backend.
+    pub fn state_reasons(&self, reasons: impl IntoIterator<Item = &'static str>) {
+        for reason in reasons {
+            drop(
+                self.families
+                    .state_failures
+                    .get_or_create(&ReasonLabel { reason }),
+            );
+        }
+    }
+
+    /// Counts a call to the shared state that gave no answer; `reason` is a
+    /// [`crate::state::Failure`]'s.
+    pub fn state_failure(&self, reason: &'static str) {
+        self.families
+            .state_failures
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
     /// Counts a lost document; `reason` is one of [`SEMLOG_DROP_REASONS`].
     pub fn semlog_dropped(&self, reason: &'static str) {
         self.families

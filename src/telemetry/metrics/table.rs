@@ -66,6 +66,12 @@ declare_families! {
         upstream_up: Family<ModelLabel, Gauge> = Family::default(),
             names::UPSTREAM_UP,
             "1 while an upstream model's server answers (its last probe or request), 0 when it cannot be reached";
+        state_up: Family<BackendLabel, Gauge> = Family::default(),
+            names::STATE_UP,
+            "1 while the shared state's backend answers (a request's call or the watcher's ping each second), 0 when it does not; absent without one";
+        state_failures: Family<ReasonLabel, Counter> = Family::default(),
+            names::STATE_FAILURES,
+            "Calls to the shared state's backend that gave no answer within the deadline (timeout) or failed (error); each request among them met state.on_failure";
         traces_sampled: Family<ReasonLabel, Counter> = Family::default(),
             names::TRACES_SAMPLED,
             "Request traces kept by the tail sampler, by reason";

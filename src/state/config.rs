@@ -1,0 +1,159 @@
+//! `[state]`: where the state that must hold across gateways lives. Without `redis_url`
+//! it stays in the process, as one gateway needs nothing else.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+/// What a request meets when the shared state cannot be reached within the deadline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// The gateway's own limits apply, as if it ran alone; a warning and a metric say so.
+    #[default]
+    FailOpen,
+    /// The request is refused with 503 `state_unavailable`.
+    FailClosed,
+}
+
+impl OnFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::FailOpen => "fail_open",
+            OnFailure::FailClosed => "fail_closed",
+        }
+    }
+}
+
+/// `[state]`: each key a file key and, unless `#[arg(skip)]`, a flag of `llmgate serve`
+/// with its environment variable.
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Shared state")]
+pub struct StateTable {
+    /// Redis URL (redis://host:6379/0, rediss:// for TLS) where gateways share per-key
+    /// limits; without it each gateway keeps them in its own process.
+    #[arg(
+        long = "state-redis-url",
+        env = "LLMGATE_STATE_REDIS_URL",
+        hide_env_values = true
+    )]
+    pub redis_url: Option<String>,
+    /// File holding the Redis password (a mounted Secret), for a URL without one.
+    #[arg(
+        long = "state-redis-password-file",
+        env = "LLMGATE_STATE_REDIS_PASSWORD_FILE"
+    )]
+    pub redis_password_file: Option<PathBuf>,
+    /// Milliseconds one call to Redis may take before the request goes on without it
+    /// [default: 5].
+    #[arg(long = "state-timeout-ms", env = "LLMGATE_STATE_TIMEOUT_MS")]
+    pub timeout_ms: Option<u64>,
+    /// What a request meets when Redis does not answer in time: fail_open (the gateway's
+    /// own limits) or fail_closed (503) [default: fail_open].
+    #[arg(
+        long = "state-on-failure",
+        env = "LLMGATE_STATE_ON_FAILURE",
+        value_enum
+    )]
+    pub on_failure: Option<OnFailure>,
+    /// Prefix of every Redis key the gateway writes, so gateways of different
+    /// deployments can share one Redis [default: llmgate].
+    #[arg(long = "state-key-prefix", env = "LLMGATE_STATE_KEY_PREFIX")]
+    pub key_prefix: Option<String>,
+}
+
+/// `[state]` resolved: `None` keeps the state in the process.
+#[derive(Debug, Clone, Default)]
+pub struct StateConfig {
+    pub redis: Option<RedisConfig>,
+}
+
+#[derive(Clone)]
+pub struct RedisConfig {
+    /// Where and how to connect, the password from the file set into it where one is
+    /// given.
+    pub connection: redis::ConnectionInfo,
+    pub timeout: Duration,
+    pub on_failure: OnFailure,
+    pub key_prefix: String,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    // The address only: the connection info holds the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("address", &self.connection.addr().to_string())
+            .field("timeout", &self.timeout)
+            .field("on_failure", &self.on_failure)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+impl StateConfig {
+    pub fn resolve(table: StateTable) -> Result<Self, (&'static str, String)> {
+        // Taken apart, so that a setting added to the table and not used here is an error.
+        let StateTable {
+            redis_url,
+            redis_password_file,
+            timeout_ms,
+            on_failure,
+            key_prefix,
+        } = table;
+        let Some(url) = redis_url else {
+            let set = [
+                (redis_password_file.is_some(), "state.redis_password_file"),
+                (timeout_ms.is_some(), "state.timeout_ms"),
+                (on_failure.is_some(), "state.on_failure"),
+                (key_prefix.is_some(), "state.key_prefix"),
+            ];
+            if let Some((_, name)) = set.iter().find(|(is_set, _)| *is_set) {
+                return Err((name, "it needs state.redis_url".to_owned()));
+            }
+            return Ok(Self::default());
+        };
+        let mut info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+            .map_err(|e| ("state.redis_url", format!("not a Redis URL: {e}")))?;
+        if let Some(path) = redis_password_file {
+            if info.redis_settings().password().is_some() {
+                return Err((
+                    "state.redis_password_file",
+                    "the URL has a password already; set one or the other".to_owned(),
+                ));
+            }
+            let password =
+                crate::secret::read_file(&path).map_err(|m| ("state.redis_password_file", m))?;
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        if let Some(password) = info.redis_settings().password() {
+            crate::secret::hold(password);
+        }
+        let timeout = Duration::from_millis(timeout_ms.unwrap_or(5));
+        if timeout.is_zero() || timeout > Duration::from_secs(10) {
+            return Err((
+                "state.timeout_ms",
+                "must be from 1 to 10000 milliseconds".to_owned(),
+            ));
+        }
+        let key_prefix = key_prefix.unwrap_or_else(|| "llmgate".to_owned());
+        if key_prefix.is_empty() || key_prefix.contains(['{', '}']) || key_prefix.len() > 64 {
+            return Err((
+                "state.key_prefix",
+                "must be 1 to 64 characters without { or }".to_owned(),
+            ));
+        }
+        Ok(Self {
+            redis: Some(RedisConfig {
+                connection: info,
+                timeout,
+                on_failure: on_failure.unwrap_or_default(),
+                key_prefix,
+            }),
+        })
+    }
+}

@@ -1,0 +1,320 @@
+//! Per-key limits shared through Redis, black-box: a real `redis-server` (Debian's;
+//! `scripts/setup test` installs it) and gateway processes (the `llmgate` binary) on one
+//! keys file, in front of a scripted upstream. A limit holds across gateways; Redis
+//! gone or hung neither hangs a request nor stops `fail_open` gateways, `fail_closed`
+//! ones refuse with 503, and both recover when Redis returns.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::eventually;
+use common::upstream::{start_upstream, UPSTREAM_MODEL};
+use llmgate::bench::upstream::UpstreamScript;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const KEY: &str = "llmgate-shared-state-test-key-alice";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A `redis-server` on a loopback port, killed when dropped.
+struct Redis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start() -> Self {
+        let mut redis = Self {
+            port: free_port(),
+            child: None,
+        };
+        redis.start_again();
+        redis
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again, on the same port) and waits until it takes connections.
+    fn start_again(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's redis-server; scripts/setup test installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.kill());
+            drop(child.wait());
+        }
+    }
+
+    /// SIGSTOP or SIGCONT: a Redis that takes connections and answers nothing.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal}");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal("-CONT");
+        }
+        self.stop();
+    }
+}
+
+/// A gateway process, killed when dropped.
+struct Gateway {
+    base: String,
+    child: Child,
+}
+
+impl Gateway {
+    async fn start(dir: &Path, upstream: &str, redis: &Redis, extra: &[&str]) -> Self {
+        let port = free_port();
+        let data = tempfile::tempdir_in(dir).expect("data dir").keep();
+        let child = Command::new(env!("CARGO_BIN_EXE_llmgate"))
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "--upstream-url",
+                upstream,
+                "--upstream-model",
+                UPSTREAM_MODEL,
+            ])
+            .args(["--model-id", "shared"])
+            .args(["--api-keys-file", &dir.join("keys").display().to_string()])
+            .args(["--data-dir", &data.display().to_string()])
+            .args(["--state-redis-url", &redis.url()])
+            .args(["--log", "warn"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the llmgate binary");
+        let gateway = Self {
+            base: format!("http://127.0.0.1:{port}"),
+            child,
+        };
+        let ready = eventually(30, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+        .await;
+        assert!(ready, "the gateway did not start listening");
+        assert!(
+            gateway.until_ready(200).await,
+            "the gateway did not become ready"
+        );
+        gateway
+    }
+
+    /// A small chat request with the key: its status, body and how long it took.
+    async fn chat(&self) -> (u16, Value, Duration) {
+        let started = Instant::now();
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", self.base))
+            .bearer_auth(KEY)
+            .json(&json!({
+                "model": "shared",
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 4,
+            }))
+            .send()
+            .await
+            .expect("the gateway answers");
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, body, started.elapsed())
+    }
+
+    async fn ready(&self) -> (u16, Value) {
+        let response = reqwest::get(format!("{}/ready", self.base))
+            .await
+            .expect("/ready answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits up to 15 s for `/ready` to answer `status`.
+    async fn until_ready(&self, status: u16) -> bool {
+        for _ in 0..150 {
+            if self.ready().await.0 == status {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        drop(self.child.kill());
+        drop(self.child.wait());
+    }
+}
+
+/// A directory holding a keys file that gives `alice` `limits`.
+fn keys_dir(limits: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("dir");
+    let hash = hex::encode(Sha256::digest(KEY.as_bytes()));
+    std::fs::write(dir.path().join("keys"), format!("alice {hash} {limits}\n")).expect("keys");
+    dir
+}
+
+fn script() -> UpstreamScript {
+    UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 4,
+        record: false,
+        ..UpstreamScript::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_limit_holds_across_three_gateways() {
+    let redis = Redis::start();
+    let upstream = start_upstream(script()).await;
+    let dir = keys_dir("rpm=60");
+    // A deadline a loaded test machine meets: a call past it would fall back to the
+    // gateway's own limits (fail_open), which is another test's subject.
+    let deadline = ["--state-timeout-ms", "500"];
+    let mut gateways = Vec::new();
+    for _ in 0..3 {
+        gateways.push(Gateway::start(dir.path(), &upstream.url, &redis, &deadline).await);
+    }
+    // 200 requests, spread over the three, 12 at a time.
+    let started = Instant::now();
+    let mut allowed = [0usize; 3];
+    let mut refused = 0;
+    for round in 0..(200 / 12 + 1) {
+        let batch: Vec<_> = (0..12)
+            .map(|i| round * 12 + i)
+            .filter(|n| *n < 200)
+            .map(|n| {
+                let gateway = &gateways[n % 3];
+                async move { (n % 3, gateway.chat().await) }
+            })
+            .collect();
+        for (which, (status, body, _)) in futures_util::future::join_all(batch).await {
+            match status {
+                200 => allowed[which] += 1,
+                429 => {
+                    assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+                    refused += 1;
+                }
+                other => panic!("unexpected {other}: {body}"),
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let total: usize = allowed.iter().sum();
+    assert_eq!(total + refused, 200);
+    // A 60 rpm bucket gives 60 at once and one more each second after; three gateways
+    // each enforcing it alone would have let 180 through.
+    let refilled = elapsed.as_secs() as usize + 1;
+    assert!(
+        (60..=60 + refilled).contains(&total),
+        "{total} allowed in {elapsed:?} ({allowed:?} by gateway); 60 + at most {refilled} refilled expected"
+    );
+    assert!(
+        allowed.iter().all(|n| *n > 0),
+        "every gateway answered some: {allowed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_gone_or_hung_never_hangs_a_request_and_both_policies_recover() {
+    let mut redis = Redis::start();
+    let upstream = start_upstream(script()).await;
+    let dir = keys_dir("rpm=100000");
+    // A deadline long enough for a loaded test machine; what matters is that it holds.
+    let deadline = ["--state-timeout-ms", "200"];
+    let open = Gateway::start(dir.path(), &upstream.url, &redis, &deadline).await;
+    let closed_args = [&deadline[..], &["--state-on-failure", "fail_closed"]].concat();
+    let closed = Gateway::start(dir.path(), &upstream.url, &redis, &closed_args).await;
+    for gateway in [&open, &closed] {
+        assert_eq!(gateway.chat().await.0, 200);
+        assert_eq!(gateway.ready().await.1["state"]["up"], true);
+    }
+
+    for (how, stop) in [("hung", true), ("gone", false)] {
+        if stop {
+            redis.signal("-STOP");
+        } else {
+            redis.stop();
+        }
+        let (status, body, took) = open.chat().await;
+        assert_eq!(status, 200, "Redis {how}: fail_open answers: {body}");
+        assert!(
+            took < Duration::from_secs(3),
+            "Redis {how}: fail_open took {took:?}"
+        );
+        let (status, body, took) = closed.chat().await;
+        assert_eq!(status, 503, "Redis {how}: fail_closed refuses: {body}");
+        assert_eq!(body["error"]["code"], "state_unavailable");
+        assert!(
+            took < Duration::from_secs(3),
+            "Redis {how}: fail_closed took {took:?}"
+        );
+        assert!(
+            closed.until_ready(503).await,
+            "Redis {how}: not ready when refusing all"
+        );
+        let (status, ready) = open.ready().await;
+        assert_eq!(status, 200, "Redis {how}: fail_open stays ready: {ready}");
+        assert_eq!(ready["state"]["up"], false, "{ready}");
+
+        if stop {
+            redis.signal("-CONT");
+        } else {
+            redis.start_again();
+        }
+        assert!(
+            closed.until_ready(200).await,
+            "Redis back after {how}: ready again"
+        );
+        assert_eq!(
+            closed.chat().await.0,
+            200,
+            "Redis back after {how}: answers again"
+        );
+        assert_eq!(open.ready().await.1["state"]["up"], true);
+    }
+    let metrics = reqwest::get(format!("{}/metrics", closed.base))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("llmgate_state_up{backend=\"redis\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("llmgate_requests_total{model=\"shared\",status=\"error\",finish_reason=\"none\",error_type=\"state_unavailable\"}"),
+        "{metrics}"
+    );
+}
