@@ -17,6 +17,11 @@ use crate::error::RateUnit;
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("limits.lua")));
 
+/// The charging script, for the watcher to load ahead of the requests.
+pub(super) fn script() -> &'static redis::Script {
+    &SCRIPT
+}
+
 /// One limit's line of the script's answer: `{outcome, remaining, retry_us}`.
 type Line = (i64, i64, i64);
 
@@ -60,8 +65,9 @@ impl SharedState {
         }
         let timeout = self.config.timeout;
         let lines: Vec<Line> = self
-            .call(timeout, |mut connection| async move {
-                invocation.invoke_async(&mut connection).await
+            .call(timeout, |mut connection| {
+                let invocation = &invocation;
+                async move { invocation.invoke_async(&mut connection).await }
             })
             .await?;
         Ok(outcome(&meters, &lines))
