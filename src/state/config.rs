@@ -42,7 +42,15 @@ pub struct StateTable {
         hide_env_values = true
     )]
     pub redis_url: Option<String>,
-    /// File holding the Redis password (a mounted Secret), for a URL without one.
+    /// Redis password, for a URL without one.
+    #[arg(
+        long = "state-redis-password",
+        env = "LLMGATE_STATE_REDIS_PASSWORD",
+        hide_env_values = true
+    )]
+    pub redis_password: Option<String>,
+    /// File holding the Redis password instead (a mounted Secret; white space around it
+    /// ignored).
     #[arg(
         long = "state-redis-password-file",
         env = "LLMGATE_STATE_REDIS_PASSWORD_FILE"
@@ -99,6 +107,7 @@ impl StateConfig {
         // Taken apart, so that a setting added to the table and not used here is an error.
         let StateTable {
             redis_url,
+            redis_password,
             redis_password_file,
             timeout_ms,
             on_failure,
@@ -106,6 +115,7 @@ impl StateConfig {
         } = table;
         let Some(url) = redis_url else {
             let set = [
+                (redis_password.is_some(), "state.redis_password"),
                 (redis_password_file.is_some(), "state.redis_password_file"),
                 (timeout_ms.is_some(), "state.timeout_ms"),
                 (on_failure.is_some(), "state.on_failure"),
@@ -118,15 +128,25 @@ impl StateConfig {
         };
         let mut info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
             .map_err(|e| ("state.redis_url", format!("not a Redis URL: {e}")))?;
-        if let Some(path) = redis_password_file {
+        let password = match (redis_password, redis_password_file) {
+            (Some(_), Some(_)) => {
+                return Err((
+                    "state.redis_password",
+                    "set state.redis_password or state.redis_password_file, not both".to_owned(),
+                ))
+            }
+            (None, Some(path)) => Some(
+                crate::secret::read_file(&path).map_err(|m| ("state.redis_password_file", m))?,
+            ),
+            (password, None) => password,
+        };
+        if let Some(password) = password {
             if info.redis_settings().password().is_some() {
                 return Err((
-                    "state.redis_password_file",
-                    "the URL has a password already; set one or the other".to_owned(),
+                    "state.redis_password",
+                    "the URL has a password already; give it in one place".to_owned(),
                 ));
             }
-            let password =
-                crate::secret::read_file(&path).map_err(|m| ("state.redis_password_file", m))?;
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
@@ -155,5 +175,90 @@ impl StateConfig {
                 key_prefix,
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(url: &str) -> StateTable {
+        StateTable {
+            redis_url: Some(url.to_owned()),
+            ..StateTable::default()
+        }
+    }
+
+    #[test]
+    fn without_a_url_the_state_stays_in_the_process_and_its_settings_are_refused() {
+        assert!(StateConfig::resolve(StateTable::default())
+            .expect("valid")
+            .redis
+            .is_none());
+        let lone = StateTable {
+            on_failure: Some(OnFailure::FailClosed),
+            ..StateTable::default()
+        };
+        assert_eq!(
+            StateConfig::resolve(lone).map(|_| ()),
+            Err(("state.on_failure", "it needs state.redis_url".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_url_resolves_with_its_defaults_and_the_password_given_once() {
+        let config = StateConfig::resolve(table("redis://127.0.0.1:6390/2"))
+            .expect("valid")
+            .redis
+            .expect("redis");
+        assert_eq!(config.timeout, Duration::from_millis(5));
+        assert_eq!(config.on_failure, OnFailure::FailOpen);
+        assert_eq!(config.key_prefix, "llmgate");
+        assert_eq!(config.connection.redis_settings().db(), 2);
+        let with_password = StateTable {
+            redis_password: Some("a-redis-password".into()),
+            ..table("redis://redis:6379")
+        };
+        let config = StateConfig::resolve(with_password)
+            .expect("valid")
+            .redis
+            .expect("redis");
+        assert_eq!(
+            config.connection.redis_settings().password(),
+            Some("a-redis-password")
+        );
+        assert!(
+            !format!("{config:?}").contains("a-redis-password"),
+            "{config:?}"
+        );
+        let twice = StateTable {
+            redis_password: Some("a-redis-password".into()),
+            ..table("redis://:other-password@redis:6379")
+        };
+        assert_eq!(
+            StateConfig::resolve(twice).unwrap_err().0,
+            "state.redis_password"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_setting() {
+        assert_eq!(
+            StateConfig::resolve(table("http://redis")).unwrap_err().0,
+            "state.redis_url"
+        );
+        let cases = [
+            (Some(0), None, "state.timeout_ms"),
+            (Some(10_001), None, "state.timeout_ms"),
+            (None, Some("a{b}"), "state.key_prefix"),
+        ];
+        for (timeout_ms, prefix, setting) in cases {
+            let bad = StateTable {
+                timeout_ms,
+                key_prefix: prefix.map(str::to_owned),
+                ..table("redis://redis")
+            };
+            assert_eq!(StateConfig::resolve(bad).unwrap_err().0, setting);
+        }
     }
 }

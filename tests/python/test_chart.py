@@ -457,6 +457,9 @@ def test_inconsistent_values_fail_to_render():
         "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://u:p@vllm/v1\"": "models[0].url holds a password",
         "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurls = [\"http://vllm-0/v1\"\\, \"http://u:p@vllm-1/v1\"]": "models[0].urls[1] holds a password",
         "upstreamPools[0].name=pool,upstreamPools[0].port=8000": "upstreamPools pool needs a selector",
+        "config=[state]\nredis_url = \"redis://redis:6379\"": "it needs apiKeys.enabled",
+        "config=[state]\nredis_password = \"p\"": "config sets state.redis_password, a secret",
+        "redis.existingSecret=r": "gives a password to no Redis",
     }
     for values, message in cases.items():
         out = subprocess.run([str(HELM), "template", "rel", str(CHART), "--set-string" if values.startswith("config=") else "--set", values],
@@ -543,6 +546,11 @@ def test_secrets_reach_the_pod_from_secrets_only():
             assert "api_key" not in model, profile
             if "api_key_env" in model:
                 assert "secretKeyRef" in env[model["api_key_env"]]["valueFrom"], (profile, model)
+    # The Redis password of the shared limits (the autoscaled profile), from its Secret.
+    _, pod = pod_of(objects("hpa"))
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["LLMGATE_STATE_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "llmgate-redis", "key": "password"}
+    assert "redis_password" not in config_of(objects("hpa"))["state"]
     upstream = config_of(objects("vllm-upstream"))["models"][0]
     assert upstream["api_key_env"] == "VLLM_API_KEY"
     # The variable an api_key_env names, given a literal value, is refused too.

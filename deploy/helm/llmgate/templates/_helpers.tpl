@@ -96,12 +96,22 @@ reads (and `kubectl describe` prints); each has a Secret path instead.
 {{- fail (printf "config sets semlog.%s, a secret, which would land in the ConfigMap: give it from a Secret with %s" $key $path) }}
 {{- end }}
 {{- end }}
+{{- $state := get $config "state" | default dict }}
+{{- if hasKey $state "redis_password" }}
+{{- fail "config sets state.redis_password, a secret, which would land in the ConfigMap: give it from a Secret with redis.existingSecret" }}
+{{- end }}
+{{- if and (hasKey $state "redis_url") (not $.Values.apiKeys.enabled) }}
+{{- fail "config's state.redis_url shares per-key limits across pods: it needs apiKeys.enabled" }}
+{{- end }}
+{{- if and $.Values.redis.existingSecret (not (hasKey $state "redis_url")) }}
+{{- fail "redis.existingSecret gives a password to no Redis: set config's state.redis_url" }}
+{{- end }}
 {{- $engine := get $config "engine" | default dict }}
 {{- $upstreamKey := "give it from a Secret: api_key_env with extraEnv from a secretKeyRef, or api_key_file on a mounted Secret (docs/kubernetes.md)" }}
 {{- if hasKey $engine "upstream_api_key" }}
 {{- fail (printf "config sets engine.upstream_api_key, a secret, which would land in the ConfigMap: %s" $upstreamKey) }}
 {{- end }}
-{{- $urls := dict "semlog.es_url" ($semlog.es_url | default "") "engine.upstream_url" ($engine.upstream_url | default "") }}
+{{- $urls := dict "semlog.es_url" ($semlog.es_url | default "") "engine.upstream_url" ($engine.upstream_url | default "") "state.redis_url" ($state.redis_url | default "") }}
 {{- range $i, $model := get $config "models" | default list }}
 {{- if hasKey $model "api_key" }}
 {{- fail (printf "config sets models[%d].api_key, a secret, which would land in the ConfigMap: %s" $i $upstreamKey) }}
