@@ -83,6 +83,8 @@ pub const ENDPOINT_TIME_PER_OUTPUT_TOKEN: &str = "endpoint_time_per_output_token
 pub const ENDPOINT_ATTEMPTS: &str = "endpoint_attempts";
 pub const ENDPOINT_STATE: &str = "endpoint_state";
 pub const ENDPOINT_OUTSTANDING: &str = "endpoint_outstanding_requests";
+/// Scrapes of an endpoint's own `/metrics` that failed or named no queue.
+pub const ENDPOINT_SCRAPE_FAILURES: &str = "endpoint_scrape_failures";
 /// Info gauges (value 1): the binary and the served model.
 pub const BUILD_INFO: &str = "build_info";
 pub const MODEL_INFO: &str = "model_info";

@@ -333,30 +333,66 @@ async fn a_stream_that_failed_after_content_is_never_answered_twice() {
 }
 
 #[tokio::test]
-async fn a_refusal_of_the_request_is_answered_not_retried_nor_held_against_the_replica() {
-    let refuses = start_upstream(failing(Fault::RefusedInStream)).await;
-    let good = start_upstream(replica(3)).await;
+async fn a_refusal_every_replica_gives_is_answered_and_held_against_none() {
+    let a = start_upstream(failing(Fault::RefusedInStream)).await;
+    let b = start_upstream(failing(Fault::RefusedInStream)).await;
+    let c = start_upstream(failing(Fault::RefusedInStream)).await;
     let fleet = FleetConfig {
         policy: Policy::RoundRobin,
         eject_after: 1,
         ..FleetConfig::default()
     };
-    let server = gateway(fleet_config(&[&refuses.url, &good.url], fleet)).await;
+    let server = gateway(fleet_config(&[&a.url, &b.url, &c.url], fleet)).await;
     let body = chat_body("hi", json!({"stream": true, "stop_token_ids": [999999]}));
     let (status, text) = chat(&server, &body).await;
     assert_eq!(status, 400, "{text}");
     let error: Value = serde_json::from_str(&text).expect("error");
     assert_eq!(error["error"]["param"], "stop_token_ids");
-    assert_eq!(
-        good.received().len(),
-        0,
-        "the request's fault, not the replica's"
+    let asked: usize = [&a, &b, &c].iter().map(|u| u.received().len()).sum();
+    assert_eq!(asked, 2, "one second opinion, no more");
+    let stats = get(&server, "/stats").await;
+    for endpoint in stats["upstreams"][0]["endpoints"]
+        .as_array()
+        .expect("endpoints")
+    {
+        assert_eq!(endpoint["state"], "up", "the request's fault: {stats}");
+    }
+}
+
+#[tokio::test]
+async fn a_replica_that_refuses_what_its_peer_answers_is_held_to_fail() {
+    // As a replica started with a smaller max_model_len than its peers refuses their
+    // requests with 400: the outside tester's fleet kept sending it work.
+    let refuses = start_upstream(failing(Fault::BadRequest)).await;
+    let good = start_upstream(replica(3)).await;
+    let fleet = FleetConfig {
+        policy: Policy::RoundRobin,
+        eject_after: 2,
+        ..FleetConfig::default()
+    };
+    let server = gateway(fleet_config(&[&refuses.url, &good.url], fleet)).await;
+    for _ in 0..6 {
+        let (status, text) = chat(&server, &chat_body("hi", json!({}))).await;
+        assert_eq!(
+            status, 200,
+            "the peer answers what the replica refused: {text}"
+        );
+    }
+    // Out after two refusals of what its peer served; a third request may have been
+    // routed there before the second's answer ended and counted it.
+    let refused = refuses.received().len();
+    assert!(
+        (2..=3).contains(&refused),
+        "{refused} sent to the refusing replica"
     );
     let stats = get(&server, "/stats").await;
+    let endpoints = &stats["upstreams"][0]["endpoints"];
+    assert_eq!(endpoints[0]["state"], "ejected", "{stats}");
     assert_eq!(
-        stats["upstreams"][0]["endpoints"][0]["state"], "up",
+        endpoints[0]["reason"], "upstream_invalid_request",
         "{stats}"
     );
+    assert_eq!(endpoints[1]["state"], "up", "{stats}");
 }
 
 #[tokio::test]
@@ -511,6 +547,21 @@ async fn engine_metrics_follow_the_replicas_own_queues() {
     for l in load {
         l.abort();
     }
+    // The busy replica goes away: its last figures stay, with their age, and the failed
+    // scrapes are counted.
+    let busy_url = busy.url.clone();
+    busy.stop().await;
+    let failing = eventually(5, || {
+        let view = &endpoints(&server)[0];
+        view.scrape_failures >= 2 && view.engine_metrics_age_secs.is_some_and(|age| age >= 0.1)
+    })
+    .await;
+    assert!(failing, "{:?}", endpoints(&server)[0]);
+    let text = metrics(&server).await;
+    let line = format!(
+        "llmgate_endpoint_scrape_failures_total{{model=\"test-model\",endpoint=\"{busy_url}\"}}"
+    );
+    assert!(text.contains(&line), "{text}");
 }
 
 #[tokio::test]
@@ -547,4 +598,35 @@ async fn a_dns_name_becomes_one_endpoint_per_address() {
         .map(|r| route(r).last().unwrap().0.clone())
         .collect();
     assert!(served.iter().all(|e| *e == up.url), "{served:?}");
+}
+
+#[tokio::test]
+async fn a_fleet_whose_every_replica_fails_is_down_in_ready_and_the_metric() {
+    let a = start_upstream(failing(Fault::ServerError)).await;
+    let b = start_upstream(failing(Fault::ServerError)).await;
+    let fleet = FleetConfig {
+        policy: Policy::RoundRobin,
+        max_attempts: 2,
+        ..FleetConfig::default()
+    };
+    let server = gateway(fleet_config(&[&a.url, &b.url], fleet)).await;
+    let ready = reqwest::get(server.url("/ready")).await.expect("ready");
+    assert_eq!(ready.status(), 200, "reachable and not failing yet");
+    // Each request tries both; three in a row fail each replica as often as ejects one,
+    // though only one of two may be out.
+    for _ in 0..3 {
+        let (status, text) = chat(&server, &chat_body("hi", json!({}))).await;
+        assert_eq!(status, 502, "{text}");
+    }
+    let ready = reqwest::get(server.url("/ready")).await.expect("ready");
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.expect("json");
+    assert_eq!(body["status"], "down", "{body}");
+    let reason = body["models"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("all 2 endpoints are failing"), "{body}");
+    let text = metrics(&server).await;
+    assert!(
+        text.contains("llmgate_upstream_up{model=\"test-model\"} 0"),
+        "{text}"
+    );
 }

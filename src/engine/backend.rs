@@ -161,4 +161,15 @@ pub struct EndpointView {
     pub engine_waiting: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_kv_cache: Option<f64>,
+    /// Seconds since those figures were read: a replica whose scrapes fail keeps its
+    /// last ones, which age.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_metrics_age_secs: Option<f64>,
+    /// Scrapes of its `/metrics` that failed or named no queue.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scrape_failures: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -325,8 +325,8 @@ pub enum Readiness {
     Loading,
     /// An upstream that the last probe or request could not reach, and why.
     Unreachable(String),
-    /// An in-process engine that has stopped (its thread ended), and why; it may be
-    /// restarting.
+    /// An in-process engine that has stopped (its thread ended), or an upstream whose
+    /// every endpoint fails (hangs, answers 5xx), and why; it may come back.
     Down(String),
 }
 

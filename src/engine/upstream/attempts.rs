@@ -6,8 +6,10 @@
 //! reset, a 5xx, a 429, no first byte in time, an error frame before any content — is
 //! tried again at another endpoint, up to `max_attempts` and never past the request's
 //! deadline. Once content is on its way to the client, a failure is the stream's
-//! error frame, never a second answer. A refusal of the request itself (a 400, the
-//! credentials) is answered as it is, from the first endpoint that gives it.
+//! error frame, never a second answer. A refusal of the request itself (a 4xx about
+//! it) is asked of one other endpoint first: if that one answers, the refusal was the
+//! replica's (a smaller context than its peers') and counts as its failure; if not, the
+//! client gets the first refusal.
 //!
 //! The gateway's status line waits for the first attempt's opening, at most
 //! [`super::opening::OPENING_WINDOW`]: a refusal within it is the HTTP error it stands for; after it
@@ -61,6 +63,17 @@ fn worth_another(fault: &Fault) -> bool {
     }
 }
 
+/// A refusal of the request (a 4xx about it), which a replica may also give alone (a
+/// smaller `max_model_len` than its peers', a model it has not loaded): one other
+/// endpoint is asked before the client gets it ([`RequestAttempts::try_endpoints`]).
+fn is_refusal(fault: &Fault) -> bool {
+    match fault {
+        Fault::Refused { .. } => true,
+        Fault::Failed { status, .. } => (400..500).contains(status),
+        _ => false,
+    }
+}
+
 /// Runs the request's attempts until one answers, or none is left to try; then the
 /// last failure is the request's.
 pub(crate) async fn run(mut job: RequestAttempts) {
@@ -75,6 +88,17 @@ pub(crate) async fn run(mut job: RequestAttempts) {
             .send(EngineEvent::Failed(EngineError::Upstream(fault)))
             .await;
     }
+}
+
+/// How one attempt ended, for the next step.
+enum Attempted {
+    /// The answer reached its end.
+    Answered,
+    /// The request is over without an answer to try again: the client left, or the
+    /// answer failed after content was handed on (the stream's error frame ends it).
+    Over,
+    /// It failed before anything was handed on.
+    Failed(Fault),
 }
 
 /// The endpoints a request has been tried at, and what the last attempt left.
@@ -130,18 +154,45 @@ impl RequestAttempts {
             fleet.config.prefix_chars,
         );
         let mut tried = Tried::default();
+        // The first refusal, while a second opinion is asked.
+        let mut refused: Option<(Arc<Endpoint>, Fault)> = None;
         loop {
             let Some(endpoint) = tried.next(&fleet, &routing).await else {
-                return Err(tried.last_fault());
+                return Err(refused.map_or_else(|| tried.last_fault(), |(_, fault)| fault));
             };
             let Some(first_byte) = self.first_byte_wait() else {
-                return Err(tried.last_fault());
+                return Err(refused.map_or_else(|| tried.last_fault(), |(_, fault)| fault));
             };
-            let Some(fault) = self.attempt(&endpoint, first_byte).await else {
-                return Ok(());
+            let fault = match self.attempt(&endpoint, first_byte).await {
+                Attempted::Answered => {
+                    if let Some((refuser, refusal)) = refused {
+                        // A peer served what it refused: the refusal was the replica's.
+                        tracing::warn!(endpoint = %refuser.label, error = %refusal, "An upstream endpoint refused a request that another one answered; it counts as a failure of the endpoint.");
+                        fleet.attempted(
+                            &refuser,
+                            AttemptHealth::Failed,
+                            Some(&refusal),
+                            Instant::now(),
+                        );
+                    }
+                    return Ok(());
+                }
+                Attempted::Over => return Ok(()),
+                Attempted::Failed(fault) => fault,
             };
+            if let Some((_, refusal)) = refused {
+                // The second opinion did not answer either: the client gets the refusal.
+                return Err(refusal);
+            }
             let attempts = attempts_made(&self.reported);
-            if !worth_another(&fault) || attempts >= fleet.config.max_attempts as usize {
+            if attempts >= fleet.config.max_attempts as usize {
+                return Err(fault);
+            }
+            if is_refusal(&fault) && fleet.endpoints().len() > 1 {
+                refused = Some((Arc::clone(&endpoint), fault));
+                continue;
+            }
+            if !worth_another(&fault) {
                 return Err(fault);
             }
             tracing::info!(endpoint = %endpoint.label, error = %fault, error_type = fault.kind().as_str(), "An upstream endpoint failed before the answer began.");
@@ -162,10 +213,8 @@ impl RequestAttempts {
         }
     }
 
-    /// One attempt at `endpoint`, recorded on the route and settled at the fleet: the
-    /// fault it failed with before anything was handed on, or None when the request
-    /// is done (answered, left, or failed midway).
-    async fn attempt(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> Option<Fault> {
+    /// One attempt at `endpoint`, recorded on the route and settled at the fleet.
+    async fn attempt(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> Attempted {
         let attempt = attempts_made(&self.reported);
         if attempt > 0 {
             tracing::info!(endpoint = %endpoint.label, attempt = attempt + 1, "Trying the request at another upstream endpoint.");
@@ -181,7 +230,8 @@ impl RequestAttempts {
         let fleet = &self.shared.fleet;
         let fault = match ended {
             // Settled at the endpoint by `settle`, before the client had its end.
-            AttemptEnd::Answered | AttemptEnd::Left => return None,
+            AttemptEnd::Answered => return Attempted::Answered,
+            AttemptEnd::Left => return Attempted::Over,
             AttemptEnd::FailedMidway(fault) => {
                 failed_attempt(&self.reported, &fault);
                 fleet.attempted(
@@ -190,7 +240,7 @@ impl RequestAttempts {
                     Some(&fault),
                     Instant::now(),
                 );
-                return None;
+                return Attempted::Over;
             }
             AttemptEnd::Unsent(fault) => fault,
         };
@@ -210,7 +260,7 @@ impl RequestAttempts {
                 endpoint.measured(Some(waited.as_secs_f64() * 1000.0), None);
             }
         }
-        Some(fault)
+        Attempted::Failed(fault)
     }
 
     /// One attempt at `endpoint`: sent, its answer checked and read to its end. The

@@ -194,11 +194,16 @@ impl Backend for UpstreamEngine {
         })
     }
 
-    /// Ready while any endpoint is reachable; otherwise why the first is not.
+    /// Ready while any endpoint is reachable and not failing; unreachable when none can
+    /// be reached (why the first cannot); down when every one fails (hangs, answers 5xx).
     fn health(&self) -> Readiness {
-        match self.shared.fleet.unreachable() {
+        let fleet = &self.shared.fleet;
+        if let Some(kind) = fleet.unreachable() {
+            return Readiness::Unreachable(kind.to_owned());
+        }
+        match fleet.all_failing(Instant::now()) {
+            Some(why) => Readiness::Down(why),
             None => Readiness::Ready,
-            Some(kind) => Readiness::Unreachable(kind.to_owned()),
         }
     }
 

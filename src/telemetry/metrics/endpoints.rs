@@ -52,6 +52,9 @@ declare_families! {
         outstanding: Family<EndpointLabels, Gauge> = Family::default(),
             names::ENDPOINT_OUTSTANDING,
             "Upstream models: requests this gateway has in flight at each endpoint";
+        scrape_failures: Family<EndpointLabels, Counter> = Family::default(),
+            names::ENDPOINT_SCRAPE_FAILURES,
+            "Upstream models with the engine_metrics policy: scrapes of each endpoint's own /metrics that failed or named no queue (its last figures then age; /stats gives their age)";
     }
 }
 
@@ -134,6 +137,11 @@ impl EndpointMetrics {
                 f.outstanding
                     .get_or_create(&labels)
                     .set(i64::try_from(view.outstanding).unwrap_or(i64::MAX));
+                let failures = f.scrape_failures.get_or_create(&labels);
+                let counted = failures.get();
+                if view.scrape_failures > counted {
+                    failures.inc_by(view.scrape_failures - counted);
+                }
                 for state in EndpointState::ALL {
                     f.state
                         .get_or_create(&StateLabels {
@@ -153,6 +161,7 @@ impl EndpointMetrics {
         f.ttft.remove(gone);
         f.tpot.remove(gone);
         f.outstanding.remove(gone);
+        f.scrape_failures.remove(gone);
         for state in EndpointState::ALL {
             f.state.remove(&StateLabels {
                 model: gone.model.clone(),
@@ -189,6 +198,8 @@ mod tests {
             back_in_secs: None,
             engine_waiting: None,
             engine_kv_cache: None,
+            engine_metrics_age_secs: None,
+            scrape_failures: 0,
         }
     }
 

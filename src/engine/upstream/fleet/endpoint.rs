@@ -83,6 +83,8 @@ pub struct Endpoint {
 #[derive(Debug, Default)]
 struct Health {
     failures: u32,
+    /// When the last failure counted toward ejection happened.
+    failed_at: Option<Instant>,
     ejections: u32,
     /// Out until then (ejected).
     ejected_until: Option<Instant>,
@@ -97,6 +99,7 @@ struct Health {
     ttft_ms: Option<f64>,
     tpot_ms: Option<f64>,
     scraped: Option<Scraped>,
+    scrape_failures: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -220,6 +223,7 @@ impl Endpoint {
             }
             AttemptHealth::Failed => {
                 h.failures += 1;
+                h.failed_at = Some(now);
                 if may_eject && h.failures >= config.eject_after && h.ejected_until.is_none() {
                     h.eject(now, config, &self.label);
                 }
@@ -263,6 +267,25 @@ impl Endpoint {
         h
     }
 
+    /// Whether it is failing at `now`: unreachable, out after failures, or with as many
+    /// failures in a row as eject it, the last within a cool-down (an endpoint the fleet
+    /// may not take out, because half the fleet is out already, still fails). Without
+    /// new failures that long it is given the benefit of the doubt again, so that a
+    /// fleet nobody sends work to does not stay failed for ever.
+    pub fn failing(&self, now: Instant, config: &FleetConfig) -> bool {
+        let h = self.health();
+        h.unreachable.is_some()
+            || h.ejected_until.is_some_and(|until| until > now)
+            || (h.failures >= config.eject_after
+                && h.failed_at
+                    .is_some_and(|at| now.saturating_duration_since(at) < config.cool_down))
+    }
+
+    /// The kind of the last fault heard from it.
+    pub fn last_fault(&self) -> Option<&'static str> {
+        self.health().last_fault
+    }
+
     /// Whether it is out of rotation after failures at `now`.
     pub fn is_ejected(&self, now: Instant) -> bool {
         self.health().ejected_until.is_some_and(|until| until > now)
@@ -304,6 +327,11 @@ impl Endpoint {
         });
     }
 
+    /// A scrape of its `/metrics` failed or named no queue.
+    pub fn scrape_failed(&self) {
+        self.health().scrape_failures += 1;
+    }
+
     /// Its engine's load as of the last scrape, when that is fresher than `stale`.
     pub fn engine_load(&self, now: Instant, stale: Duration) -> Option<ReplicaLoad> {
         let scraped = self.health().scraped?;
@@ -333,6 +361,10 @@ impl Endpoint {
             back_in_secs: back,
             engine_waiting: h.scraped.map(|s| s.load.waiting),
             engine_kv_cache: h.scraped.and_then(|s| s.load.kv_cache),
+            engine_metrics_age_secs: h
+                .scraped
+                .map(|s| round(now.saturating_duration_since(s.at).as_secs_f64())),
+            scrape_failures: h.scrape_failures,
         }
     }
 

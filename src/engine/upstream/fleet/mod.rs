@@ -308,6 +308,24 @@ impl Fleet {
             .collect()
     }
 
+    /// `None` while any endpoint is not failing ([`Endpoint::failing`]); otherwise what
+    /// failed last, for `/ready` and `llmgate_upstream_up`: a fleet whose every replica
+    /// hangs or answers 500 is down, though each may still be reachable.
+    pub fn all_failing(&self, now: Instant) -> Option<String> {
+        let endpoints = self.endpoints();
+        if endpoints.is_empty() || !endpoints.iter().all(|e| e.failing(now, &self.config)) {
+            return None;
+        }
+        let last = endpoints
+            .iter()
+            .find_map(|e| e.last_fault())
+            .unwrap_or("failing");
+        Some(format!(
+            "all {} endpoints are failing (last fault: {last})",
+            endpoints.len()
+        ))
+    }
+
     /// `None` while any endpoint is reachable (the model is ready while one is);
     /// otherwise why the first is not.
     pub fn unreachable(&self) -> Option<&'static str> {
@@ -439,6 +457,34 @@ mod tests {
                 &b
             ));
         }
+    }
+
+    #[test]
+    fn a_fleet_whose_every_endpoint_fails_is_down_until_one_answers_or_time_passes() {
+        let f = fleet(Policy::RoundRobin, 3);
+        let now = Instant::now();
+        let error = Fault::Failed {
+            status: 500,
+            retry_after: None,
+            detail: "boom".into(),
+        };
+        let [a, b, c] = <[Arc<Endpoint>; 3]>::try_from(f.endpoints()).unwrap();
+        for e in [&a, &b] {
+            f.attempted(e, AttemptHealth::Failed, Some(&error), now);
+        }
+        assert_eq!(f.all_failing(now), None, "one endpoint is not failing");
+        f.attempted(&c, AttemptHealth::Failed, Some(&error), now);
+        assert!(!c.is_ejected(now), "one of three out at most");
+        let why = f.all_failing(now).expect("all three fail");
+        assert!(
+            why.contains("all 3 endpoints") && why.contains("upstream_"),
+            "{why}"
+        );
+        f.attempted(&c, AttemptHealth::Answered, None, now);
+        assert_eq!(f.all_failing(now), None, "one answered");
+        f.attempted(&c, AttemptHealth::Failed, Some(&error), now);
+        let later = now + f.config.cool_down * 3;
+        assert_eq!(f.all_failing(later), None, "no failure for a while");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! | llmgate | `llmgate_requests_waiting` | `llmgate_requests_running` | `llmgate_kv_cache_usage_ratio` |
 //!
 //! A scrape that fails, or finds none of the queue names, leaves the last one to go
-//! stale; the policy then falls back to `least_outstanding`.
+//! stale; the policy then falls back to `least_outstanding`. Such scrapes are counted
+//! (`llmgate_endpoint_scrape_failures_total`), and `/stats` gives the last figures' age.
 
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -114,12 +115,13 @@ pub async fn run(fleet: Weak<Fleet>) {
                         None
                     }
                 };
-                if let Some(load) = text
+                match text
                     .filter(|t| t.len() <= MAX_SCRAPE_BYTES)
                     .as_deref()
                     .and_then(engine_load)
                 {
-                    endpoint.scraped(load, Instant::now());
+                    Some(load) => endpoint.scraped(load, Instant::now()),
+                    None => endpoint.scrape_failed(),
                 }
             }
         });
