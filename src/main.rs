@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use actix_web::web;
 use clap::{Parser, Subcommand};
+use llmgate::auth::QuotaCounter;
 use llmgate::clock::{MonotonicClock, SharedClock};
 use llmgate::config::{Config, ModelEngine, ServeArgs};
 use llmgate::engine::mistral::{process, MistralEngine, MistralSettings};
@@ -15,7 +16,7 @@ use llmgate::engine::served::ModelPolicy;
 use llmgate::engine::served::{ServedModel, ServedModels};
 use llmgate::engine::upstream::UpstreamEngine;
 use llmgate::engine::{Backend, Front};
-use llmgate::record::{FanOut, LogObserver};
+use llmgate::record::{FanOut, LogObserver, RequestObserver};
 use llmgate::semlog::{Semlog, DEFAULT_PACING};
 use llmgate::state::SharedState;
 use llmgate::telemetry::logs::Logging;
@@ -427,6 +428,7 @@ fn guard(
         return Ok(llmgate::auth::Guard::default());
     };
     let mut keys = llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
+        .and_then(|keys| keys.with_quotas(config.server.quotas, config.server.quota_time_zone))
         .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?;
     let shared = match &config.state.redis {
         Some(redis) => {
@@ -530,13 +532,22 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     let trace_settings = TraceSettings::from(&config.telemetry);
     let tracing = otlp_tracing(&trace_settings, &metrics)?;
     let semlog = start_semlog(&config, &metrics)?;
-    let records = FanOut(vec![Arc::new(LogObserver), semlog.clone()]);
+    let guard = guard(&config, Arc::clone(&clock), &metrics)?;
+    let mut records: Vec<Arc<dyn RequestObserver>> = vec![Arc::new(LogObserver), semlog.clone()];
+    if let Some(keys) = &guard.keys {
+        records.push(Arc::new(QuotaCounter(Arc::clone(keys))));
+    }
     let telemetry = Arc::new(
-        Telemetry::new(metrics, tracing, trace_settings.policy, Arc::new(records))
-            .with_log_drops(logging.drop_counter()),
+        Telemetry::new(
+            metrics,
+            tracing,
+            trace_settings.policy,
+            Arc::new(FanOut(records)),
+        )
+        .with_log_drops(logging.drop_counter()),
     );
     let mut state = AppState::with_models(&config, models, clock, Arc::clone(&telemetry));
-    state.guard = guard(&config, Arc::clone(&state.clock), &telemetry.metrics)?;
+    state.guard = guard;
     state.semlog = semlog.status();
     log_served_models(&config);
     tracing::info!(address = %listener.local_addr()?, "Listening.");

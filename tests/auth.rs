@@ -135,7 +135,7 @@ async fn keys_guard_v1_and_only_their_ids_travel() {
     let named = async {
         for _ in 0..100 {
             let text = String::from_utf8_lossy(&logs.lock().expect("lock")).into_owned();
-            if text.contains("line 1: expected '<key-id> <sha256-hex> [rpm=N] [tpm=N]'") {
+            if text.contains("line 1: expected '<key-id> <sha256-hex> [rpm=N] [tpm=N] [daily_tokens=N] [monthly_tokens=N]'") {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -455,4 +455,58 @@ async fn a_requests_figures_are_found_by_its_ids_by_its_own_key_only() {
         get(&server, &format!("/stats/requests/{request_id}"), None).await,
         401
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_quota_refuses_with_insufficient_quota_until_the_next_day() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new());
+    let (guard, alice, bob) = limited(dir.path(), "daily_tokens=40", clock.clone());
+    let server = TestServer::builder(hello_engine())
+        .guard(guard)
+        .start()
+        .await;
+    let mut answered = 0;
+    let refused = loop {
+        let response = chat_with(&server, &alice, 8).await;
+        if response.status() != 200 {
+            break response;
+        }
+        answered += 1;
+        assert!(answered < 40, "the quota never stopped the key");
+    };
+    assert!(
+        answered >= 2,
+        "{answered} answered before the quota was spent"
+    );
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        header(&refused, "x-should-retry"),
+        "false",
+        "the SDKs must not retry"
+    );
+    let retry_after: u64 = header(&refused, "retry-after").parse().expect("seconds");
+    assert!((1..=86_400).contains(&retry_after), "{retry_after}");
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"]["type"], "insufficient_quota", "{body}");
+    assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+    let stats: Value = get_with_key(&server, "/stats", Some(&alice))
+        .await
+        .json()
+        .await
+        .expect("json");
+    let quota = &stats["quotas"][0];
+    assert_eq!(
+        (quota["period"].as_str(), quota["limit"].as_u64()),
+        (Some("day"), Some(40))
+    );
+    assert!(quota["used"].as_u64().is_some_and(|u| u >= 40), "{stats}");
+    assert_eq!(
+        quota["current"], "2026-01-01",
+        "the server's clock's day, UTC"
+    );
+    // Bob has no quota, and a new day gives Alice a new one.
+    assert_eq!(chat_with(&server, &bob, 8).await.status(), 200);
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(chat_with(&server, &alice, 8).await.status(), 200);
 }

@@ -132,6 +132,11 @@ impl Gateway {
 
     /// A small chat request with the key: its status, body and how long it took.
     async fn chat(&self) -> (u16, Value, Duration) {
+        self.chat_with(4).await
+    }
+
+    /// A chat request of `max_tokens` with the key.
+    async fn chat_with(&self, max_tokens: u32) -> (u16, Value, Duration) {
         let started = Instant::now();
         let response = reqwest::Client::new()
             .post(format!("{}/v1/chat/completions", self.base))
@@ -139,7 +144,7 @@ impl Gateway {
             .json(&json!({
                 "model": "shared",
                 "messages": [{"role": "user", "content": "hello"}],
-                "max_tokens": 4,
+                "max_tokens": max_tokens,
             }))
             .send()
             .await
@@ -330,5 +335,55 @@ async fn redis_gone_or_hung_never_hangs_a_request_and_both_policies_recover() {
     assert!(
         metrics.contains("llmgate_requests_total{model=\"shared\",status=\"error\",finish_reason=\"none\",error_type=\"state_unavailable\"}"),
         "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daily_quota_holds_across_three_gateways() {
+    let redis = Redis::start();
+    let upstream = start_upstream(UpstreamScript {
+        tokens: 100,
+        ..script()
+    })
+    .await;
+    let dir = keys_dir("daily_tokens=10000");
+    let deadline = ["--state-timeout-ms", "500"];
+    let mut gateways = Vec::new();
+    for _ in 0..3 {
+        gateways.push(Gateway::start(dir.path(), &upstream.url, &redis, &deadline).await);
+    }
+    let mut answered = 0;
+    let mut request_tokens = 0;
+    let mut n = 0;
+    let refusal = loop {
+        let (status, body, _) = gateways[n % 3].chat_with(100).await;
+        n += 1;
+        if status != 200 {
+            break body;
+        }
+        answered += 1;
+        let usage = &body["usage"];
+        request_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0)
+            + usage["completion_tokens"].as_u64().unwrap_or(0);
+        assert!(answered < 500, "the quota never stopped the key");
+    };
+    assert_eq!(refusal["error"]["code"], "insufficient_quota", "{refusal}");
+    for gateway in &gateways {
+        let (status, body, _) = gateway.chat_with(100).await;
+        assert_eq!(status, 429, "every gateway refuses now: {body}");
+    }
+    let stats: Value = reqwest::Client::new()
+        .get(format!("{}/stats", gateways[0].base))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json");
+    let used = stats["quotas"][0]["used"].as_u64().expect("used");
+    assert!(
+        (10_000..10_000 + request_tokens).contains(&used),
+        "{used} tokens used by {answered} answers of {request_tokens}; 10,000 and less than one answer more expected"
     );
 }

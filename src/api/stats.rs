@@ -39,6 +39,11 @@ pub struct Stats {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(required = false)]
     pub upstreams: Vec<UpstreamStats>,
+    /// The caller's token quotas (with keys on, a key that has one): each period's size,
+    /// what is used of it and when it resets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>, required = false)]
+    pub quotas: Vec<crate::auth::quota::QuotaUse>,
     /// The last requests, newest first (at most 20), in the semantic log's field names:
     /// with keys on the caller's own, with their redacted excerpts; without keys
     /// everyone's, without text.
@@ -104,7 +109,12 @@ fn projected(doc: &Value, with_text: bool) -> Value {
 pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     let now = state.clock.now();
     let keys_on = state.guard.keys.is_some();
-    let caller = req.extensions().get::<Caller>().map(|c| c.key_id.clone());
+    let presented = req.extensions().get::<Caller>().cloned();
+    let quotas = match &presented {
+        Some(caller) => caller.quota_uses().await,
+        None => Vec::new(),
+    };
+    let caller = presented.map(|c| c.key_id);
     let own = |key_id: Option<&str>| !keys_on || (caller.is_some() && key_id == caller.as_deref());
     let records = state
         .telemetry
@@ -133,6 +143,7 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
                     })
                 })
                 .collect(),
+            quotas,
             records,
         })
 }

@@ -112,13 +112,15 @@ pub enum Refusal {
     /// The limits are shared and the shared state did not answer, with
     /// `state.on_failure = "fail_closed"`.
     Unavailable,
+    /// A token quota of the key is used up ([`super::quota`]).
+    QuotaSpent(super::quota::Spent),
 }
 
 impl Refusal {
     pub fn headers(&self) -> RateHeaders {
         match self {
             Refusal::Exhausted { headers, .. } | Refusal::TooLarge { headers, .. } => *headers,
-            Refusal::Unavailable => RateHeaders::default(),
+            Refusal::Unavailable | Refusal::QuotaSpent(_) => RateHeaders::default(),
         }
     }
 }
@@ -306,6 +308,12 @@ impl From<Refusal> for ApiError {
                 retry_after: None,
             },
             Refusal::Unavailable => ApiError::StateUnavailable,
+            Refusal::QuotaSpent(spent) => ApiError::InsufficientQuota {
+                period: spent.period.as_str(),
+                limit: spent.limit,
+                used: spent.used,
+                resets_in: spent.resets_in,
+            },
         }
     }
 }

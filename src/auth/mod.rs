@@ -1,7 +1,8 @@
 //! API keys: who may use `/v1/*`, and how much.
 //!
 //! The keys file holds one line per key, `<key-id> <sha256-hex of the key> [rpm=N]
-//! [tpm=N]`, with `#` comments and blank lines, so the file holds no secret.
+//! [tpm=N] [daily_tokens=N] [monthly_tokens=N]`, with `#` comments and blank lines, so the
+//! file holds no secret.
 //! [`KeyTable::parse`] reads it (an error names the line); [`Keys`] holds the table in
 //! use and swaps in a new one when the file changes or on SIGHUP ([`watch`]), keeping the
 //! old one when the new text is malformed. The [`authenticate`] middleware checks
@@ -14,11 +15,15 @@
 //!
 //! `llmgate keys add <key-id> --file FILE` makes a key ([`new_key`]) and appends its line.
 
+mod caller;
 pub mod limits;
+pub mod quota;
+
+pub use caller::{Caller, QuotaCalendar, QuotaCounter};
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
@@ -34,57 +39,30 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::SharedClock;
 use crate::error::ApiError;
-use crate::state::{OnFailure, SharedState};
-use limits::{KeyBudget, LimitClock, Limits, RateHeaders, Refusal};
+use crate::state::SharedState;
+use limits::{KeyBudget, LimitClock, Limits};
+use quota::{KeyQuota, Quotas};
 
 /// Every key starts with this, so a leaked one is recognisable (secret scanners, logs).
 pub const KEY_PREFIX: &str = "llmgate-";
 
-/// Who an accepted request is: the id of the key it presented and that key's budget.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub key_id: String,
-    pub budget: Arc<KeyBudget>,
-    /// Where the budget is kept when gateways share it; `None`: in `budget` alone.
-    pub shared: Option<Arc<SharedState>>,
-}
-
-impl Caller {
-    /// Charges one request of `tokens` tokens to the key: across every gateway when the
-    /// limits are shared, in this one otherwise, or when the shared state does not
-    /// answer and the operator chose `fail_open`.
-    pub async fn charge(&self, tokens: u32) -> Result<RateHeaders, Refusal> {
-        let limits = self.budget.limits();
-        let Some(shared) = self.shared.as_ref().filter(|_| !limits.is_unlimited()) else {
-            return self.budget.charge(tokens);
-        };
-        match shared.charge(&self.key_id, limits, tokens).await {
-            Ok(outcome) => outcome,
-            Err(_) => match shared.on_failure() {
-                OnFailure::FailOpen => self.budget.charge(tokens),
-                OnFailure::FailClosed => Err(Refusal::Unavailable),
-            },
-        }
-    }
-}
-
-/// A limit as one line of the keys file sets it.
+/// A limit or quota as one line of the keys file sets it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Own {
+pub enum Own<N = NonZeroU32> {
     /// Not on the line: the server's default applies.
     #[default]
     Default,
     /// `rpm=none`: no limit, whatever the default.
     Unlimited,
-    PerMinute(NonZeroU32),
+    Of(N),
 }
 
-impl Own {
-    fn over(self, default: Option<NonZeroU32>) -> Option<NonZeroU32> {
+impl<N: Copy> Own<N> {
+    fn over(self, default: Option<N>) -> Option<N> {
         match self {
             Own::Default => default,
             Own::Unlimited => None,
-            Own::PerMinute(n) => Some(n),
+            Own::Of(n) => Some(n),
         }
     }
 }
@@ -95,6 +73,8 @@ struct Entry {
     hash: [u8; 32],
     rpm: Own,
     tpm: Own,
+    daily: Own<NonZeroU64>,
+    monthly: Own<NonZeroU64>,
 }
 
 impl Entry {
@@ -102,6 +82,13 @@ impl Entry {
         Limits {
             requests_per_minute: self.rpm.over(defaults.requests_per_minute),
             tokens_per_minute: self.tpm.over(defaults.tokens_per_minute),
+        }
+    }
+
+    fn quotas(&self, defaults: Quotas) -> Quotas {
+        Quotas {
+            tokens_per_day: self.daily.over(defaults.tokens_per_day),
+            tokens_per_month: self.monthly.over(defaults.tokens_per_month),
         }
     }
 }
@@ -112,28 +99,38 @@ pub struct KeyTable {
     entries: Vec<Entry>,
 }
 
-/// Parses `rpm=60` / `tpm=none` options of a key line.
+/// Parses `rpm=60` / `tpm=none` / `daily_tokens=100000` / `monthly_tokens=none` options
+/// of a key line.
 fn parse_option(line_no: usize, id: &str, option: &str, entry: &mut Entry) -> Result<(), String> {
     let bad = || {
         format!(
-            "line {line_no}: '{id}' has '{option}'; options are rpm=N and tpm=N (N at least 1, or 'none')"
+            "line {line_no}: '{id}' has '{option}'; options are rpm=N, tpm=N, daily_tokens=N and monthly_tokens=N (N at least 1, or 'none')"
         )
     };
-    let (name, value) = option.split_once('=').ok_or_else(bad)?;
-    let own = match value {
-        "none" => Own::Unlimited,
-        n => Own::PerMinute(n.parse::<NonZeroU32>().map_err(|_| bad())?),
-    };
-    let slot = match name {
-        "rpm" => &mut entry.rpm,
-        "tpm" => &mut entry.tpm,
-        _ => return Err(bad()),
-    };
-    if *slot != Own::Default {
-        return Err(format!("line {line_no}: '{id}' sets {name} twice"));
+    fn set<N: Copy + PartialEq + std::str::FromStr>(
+        slot: &mut Own<N>,
+        value: &str,
+        twice: String,
+        bad: impl Fn() -> String,
+    ) -> Result<(), String> {
+        if *slot != Own::Default {
+            return Err(twice);
+        }
+        *slot = match value {
+            "none" => Own::Unlimited,
+            n => Own::Of(n.parse::<N>().map_err(|_| bad())?),
+        };
+        Ok(())
     }
-    *slot = own;
-    Ok(())
+    let (name, value) = option.split_once('=').ok_or_else(bad)?;
+    let twice = format!("line {line_no}: '{id}' sets {name} twice");
+    match name {
+        "rpm" => set(&mut entry.rpm, value, twice, bad),
+        "tpm" => set(&mut entry.tpm, value, twice, bad),
+        "daily_tokens" => set(&mut entry.daily, value, twice, bad),
+        "monthly_tokens" => set(&mut entry.monthly, value, twice, bad),
+        _ => Err(bad()),
+    }
 }
 
 fn valid_id(id: &str) -> bool {
@@ -161,7 +158,7 @@ impl KeyTable {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let [id, hex_hash, ref options @ ..] = fields[..] else {
                 return Err(format!(
-                    "line {line_no}: expected '<key-id> <sha256-hex> [rpm=N] [tpm=N]', found {} field",
+                    "line {line_no}: expected '<key-id> <sha256-hex> [rpm=N] [tpm=N] [daily_tokens=N] [monthly_tokens=N]', found {} field",
                     fields.len()
                 ));
             };
@@ -191,6 +188,8 @@ impl KeyTable {
                 hash,
                 rpm: Own::Default,
                 tpm: Own::Default,
+                daily: Own::Default,
+                monthly: Own::Default,
             };
             for option in options {
                 parse_option(line_no, id, option, &mut entry)?;
@@ -234,36 +233,50 @@ impl KeyTable {
 struct Active {
     table: Arc<KeyTable>,
     budgets: HashMap<String, Arc<KeyBudget>>,
+    quotas: HashMap<String, Arc<KeyQuota>>,
 }
 
 impl Active {
-    /// `table` with budgets: a key whose limits did not change keeps what it has used,
-    /// so editing the file is not a way to reset a limit.
-    fn new(table: KeyTable, defaults: Limits, clock: &SharedClock, previous: &Active) -> Self {
-        let budgets = table
-            .entries
-            .iter()
-            .map(|entry| {
-                let limits = entry.limits(defaults);
-                let budget = match previous.budgets.get(&entry.id) {
-                    Some(kept) if kept.limits() == limits => Arc::clone(kept),
-                    _ => Arc::new(KeyBudget::with_clock(limits, LimitClock(Arc::clone(clock)))),
-                };
-                (entry.id.clone(), budget)
-            })
-            .collect();
+    /// `table` with budgets and quotas: a key whose limits (or quotas) did not change
+    /// keeps what it has used, so editing the file is not a way to reset one.
+    fn new(table: KeyTable, keys: &Keys, previous: &Active) -> Self {
+        let mut budgets = HashMap::new();
+        let mut quotas = HashMap::new();
+        for entry in &table.entries {
+            let limits = entry.limits(keys.defaults);
+            let budget = match previous.budgets.get(&entry.id) {
+                Some(kept) if kept.limits() == limits => Arc::clone(kept),
+                _ => Arc::new(KeyBudget::with_clock(
+                    limits,
+                    LimitClock(Arc::clone(&keys.clock)),
+                )),
+            };
+            budgets.insert(entry.id.clone(), budget);
+            let own = entry.quotas(keys.quota_defaults);
+            let quota = match previous.quotas.get(&entry.id) {
+                Some(kept) if kept.quotas == own => Arc::clone(kept),
+                _ => Arc::new(KeyQuota::new(own)),
+            };
+            quotas.insert(entry.id.clone(), quota);
+        }
         Self {
             table: Arc::new(table),
             budgets,
+            quotas,
         }
     }
 
-    fn caller(&self, key: &str) -> Option<Caller> {
+    fn caller(&self, key: &str, keys: &Keys) -> Option<Caller> {
         let id = self.table.verify(key)?;
         Some(Caller {
             key_id: id.to_owned(),
             budget: Arc::clone(self.budgets.get(id)?),
-            shared: None,
+            shared: keys.shared.clone(),
+            quota: Arc::clone(self.quotas.get(id)?),
+            calendar: QuotaCalendar {
+                zone: keys.zone,
+                clock: Arc::clone(&keys.clock),
+            },
         })
     }
 }
@@ -319,6 +332,10 @@ pub struct Keys {
     seen: Mutex<Option<(SystemTime, u64)>>,
     /// Where the keys' limits are kept when gateways share them.
     shared: Option<Arc<SharedState>>,
+    /// Quotas of keys whose line sets none (`server.quota_daily_tokens` / `_monthly_`).
+    quota_defaults: Quotas,
+    /// The time zone whose days and months the quotas count.
+    zone: chrono_tz::Tz,
 }
 
 impl Keys {
@@ -332,9 +349,35 @@ impl Keys {
             active: RwLock::default(),
             seen: Mutex::default(),
             shared: None,
+            quota_defaults: Quotas::default(),
+            zone: chrono_tz::UTC,
         };
         keys.reload(true)?;
         Ok(keys)
+    }
+
+    /// The keys with `defaults` for lines that set no quota, counted in `zone`'s days
+    /// and months.
+    pub fn with_quotas(mut self, defaults: Quotas, zone: chrono_tz::Tz) -> Result<Self, String> {
+        self.quota_defaults = defaults;
+        self.zone = zone;
+        self.reload(true)?;
+        Ok(self)
+    }
+
+    /// The caller whose key id is `id`, for counting its answer against its quotas.
+    pub fn caller_by_id(&self, id: &str) -> Option<Caller> {
+        let active = self.active();
+        Some(Caller {
+            key_id: id.to_owned(),
+            budget: Arc::clone(active.budgets.get(id)?),
+            shared: self.shared.clone(),
+            quota: Arc::clone(active.quotas.get(id)?),
+            calendar: QuotaCalendar {
+                zone: self.zone,
+                clock: Arc::clone(&self.clock),
+            },
+        })
     }
 
     /// The keys with their limits kept in `state`, shared with every gateway using it.
@@ -355,11 +398,7 @@ impl Keys {
 
     /// The caller `key` identifies, if it is a key in use.
     pub fn caller(&self, key: &str) -> Option<Caller> {
-        let caller = self.active().caller(key)?;
-        Some(Caller {
-            shared: self.shared.clone(),
-            ..caller
-        })
+        self.active().caller(key, self)
     }
 
     /// The limits that apply to keys whose line sets none.
@@ -397,7 +436,7 @@ impl Keys {
                 "{name} holds no key now; the keys in use stay (to rotate, write the new version beside it and rename it into place; to remove every key, restart without --api-keys-file)"
             ));
         }
-        let active = Active::new(table, self.defaults, &self.clock, &self.active());
+        let active = Active::new(table, self, &self.active());
         if let Ok(mut current) = self.active.write() {
             *current = Arc::new(active);
         }

@@ -4,7 +4,7 @@
 //! setting in all three spellings and says what would be right.
 
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -91,6 +91,10 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Limits of keys whose line in the keys file sets none.
     pub rate_limits: crate::auth::limits::Limits,
+    /// Token quotas of keys whose line sets none.
+    pub quotas: crate::auth::quota::Quotas,
+    /// The time zone whose days and months quotas count.
+    pub quota_time_zone: chrono_tz::Tz,
     /// Origins allowed to call the API from a browser; empty: CORS stays off.
     pub cors_origins: Vec<String>,
     /// Refuse the sampling extensions (`top_k`, `min_p`, `repetition_penalty`) as
@@ -222,6 +226,19 @@ impl Config {
                 rate_limits: crate::auth::limits::Limits {
                     requests_per_minute: server.rate_limit_rpm.and_then(NonZeroU32::new),
                     tokens_per_minute: server.rate_limit_tpm.and_then(NonZeroU32::new),
+                },
+                quotas: crate::auth::quota::Quotas {
+                    tokens_per_day: server.quota_daily_tokens.and_then(NonZeroU64::new),
+                    tokens_per_month: server.quota_monthly_tokens.and_then(NonZeroU64::new),
+                },
+                quota_time_zone: match server.quota_time_zone.as_deref() {
+                    None => chrono_tz::UTC,
+                    Some(name) => name.parse().map_err(|_| {
+                        ConfigError::invalid(
+                            "server.quota_time_zone",
+                            format!("'{name}' is not an IANA time zone name (e.g. UTC, Europe/Berlin, Asia/Shanghai)"),
+                        )
+                    })?,
                 },
                 cors_origins,
                 strict_params: server.strict_params.unwrap_or(false),

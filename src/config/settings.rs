@@ -138,6 +138,18 @@ pub struct ServerTable {
     /// [default: unlimited].
     #[arg(long, env = "LLMGATE_RATE_LIMIT_TPM")]
     pub rate_limit_tpm: Option<u32>,
+    /// Tokens (prompt and completion, from each answer's usage) a key may use in a day
+    /// when its line sets no `daily_tokens` [default: no quota].
+    #[arg(long, env = "LLMGATE_QUOTA_DAILY_TOKENS")]
+    pub quota_daily_tokens: Option<u64>,
+    /// Tokens a key may use in a month when its line sets no `monthly_tokens` [default:
+    /// no quota].
+    #[arg(long, env = "LLMGATE_QUOTA_MONTHLY_TOKENS")]
+    pub quota_monthly_tokens: Option<u64>,
+    /// Time zone whose days and months the quotas count, an IANA name such as
+    /// Asia/Shanghai [default: UTC].
+    #[arg(long, env = "LLMGATE_QUOTA_TIME_ZONE")]
+    pub quota_time_zone: Option<String>,
     /// Origins whose web pages may call the API from a browser (CORS), e.g.
     /// https://app.example.com; repeat the flag or separate with commas [default: none].
     #[arg(

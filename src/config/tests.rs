@@ -252,6 +252,13 @@ fn access_settings_and_their_errors() {
     assert_eq!(s.rate_limits.tokens_per_minute, None);
     assert_eq!(s.metrics_listen.map(|a| a.port()), Some(9464));
     assert_eq!(s.cors_origins.len(), 2);
+    let zoned = "[server]\napi_keys_file = \"keys\"\nquota_monthly_tokens = 5000\nquota_time_zone = \"Asia/Shanghai\"\n";
+    let config = Config::from_toml(&ServeArgs::default(), zoned).expect("valid");
+    assert_eq!(config.server.quota_time_zone, chrono_tz::Asia::Shanghai);
+    assert_eq!(
+        config.server.quotas.tokens_per_month.map(|n| n.get()),
+        Some(5000)
+    );
 
     let cases = [
         (
@@ -265,6 +272,21 @@ fn access_settings_and_their_errors() {
             "must differ",
         ),
         ("[server]\ncors_origins = [\"*\"]\n", "--cors-origin", "'*'"),
+        (
+            "[server]\nquota_daily_tokens = 1000\n",
+            "server.quota_daily_tokens",
+            "api_keys_file",
+        ),
+        (
+            "[server]\nquota_time_zone = \"Mars/Olympus\"\n",
+            "server.quota_time_zone",
+            "IANA",
+        ),
+        (
+            "[state]\nredis_url = \"redis://redis\"\n",
+            "state.redis_url",
+            "api_keys_file",
+        ),
         (
             "[server]\ncors_origins = [\"https://a.example/app\"]\n",
             "LLMGATE_CORS_ORIGINS",

@@ -79,6 +79,15 @@ fn server(s: &ServerConfig) -> Result<(), ConfigError> {
         ));
     }
     require(
+        s.api_keys_file.is_some() || s.quotas.is_none(),
+        if s.quotas.tokens_per_day.is_some() {
+            "server.quota_daily_tokens"
+        } else {
+            "server.quota_monthly_tokens"
+        },
+        "quotas are per API key: set server.api_keys_file too",
+    )?;
+    require(
         s.metrics_listen != Some(s.listen),
         "server.metrics_listen",
         "must differ from server.listen (leave it unset to serve /metrics there)",

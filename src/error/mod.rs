@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::engine::upstream::fault::FaultKind;
 use crate::engine::upstream::Fault;
 use crate::engine::EngineError;
-use messages::{context_message, rate_message, reason_suffix, upstream_message};
+use messages::{context_message, rate_message, reason_suffix, reset_text, upstream_message};
 
 pub mod messages;
 
@@ -81,6 +81,14 @@ pub enum ApiError {
         limit: u32,
         requested: u32,
         retry_after: Option<Duration>,
+    },
+    /// The key's token quota for the day or the month is used up.
+    #[error("You exceeded your current quota: this API key has used {used} of its {limit} tokens for the {period}. It resets in {}.", reset_text(*.resets_in))]
+    InsufficientQuota {
+        period: &'static str,
+        limit: u64,
+        used: u64,
+        resets_in: Duration,
     },
     #[error("The server had an error while processing your request")]
     Internal,
@@ -183,6 +191,12 @@ impl ApiError {
             E::RateLimited { unit, .. } => {
                 Entry::new(S::TOO_MANY_REQUESTS, unit.as_str(), "rate_limit_exceeded")
             }
+            // OpenAI's shape for a spent quota: both `type` and `code`.
+            E::InsufficientQuota { .. } => Entry::new(
+                S::TOO_MANY_REQUESTS,
+                "insufficient_quota",
+                "insufficient_quota",
+            ),
             E::Internal => server(S::INTERNAL_SERVER_ERROR, "internal_error"),
             E::UpstreamRefused { .. } => {
                 invalid(S::BAD_REQUEST, FaultKind::InvalidRequest.as_str())
@@ -212,6 +226,7 @@ impl ApiError {
                 ..
             } => Some(wait.as_secs().max(1)),
             ApiError::QueueTimeout { .. } | ApiError::StateUnavailable => Some(1),
+            ApiError::InsufficientQuota { resets_in, .. } => Some(resets_in.as_secs().max(1)),
             ApiError::NotReady | ApiError::ShuttingDown => Some(5),
             _ => None,
         }
@@ -291,6 +306,11 @@ impl ResponseError for ApiError {
         }
         if let ApiError::MethodNotAllowed { allow } = self {
             response.insert_header((header::ALLOW, HeaderValue::from_static(allow)));
+        }
+        if matches!(self, ApiError::InsufficientQuota { .. }) {
+            // The OpenAI SDKs retry a 429 unless told not to; only the next day or month
+            // cures this one.
+            response.insert_header(("x-should-retry", HeaderValue::from_static("false")));
         }
         if matches!(self, ApiError::MissingApiKey | ApiError::InvalidApiKey) {
             response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));

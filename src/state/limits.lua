@@ -1,14 +1,25 @@
--- Per-key rate limits shared by every gateway: one GCRA bucket per limit, charged in one
--- call. KEYS[i] is the bucket of limit i (requests first, then tokens); ARGV[2i-1] is
--- its size per minute and ARGV[2i] what this request costs. A bucket holds its
+-- Per-key rate limits and token quotas shared by every gateway, checked and charged in one
+-- call. ARGV[1] is the number n of limits. KEYS[i] (i <= n) is the bucket of limit i
+-- (requests first, then tokens); ARGV[2i] is its size per minute and ARGV[2i+1] what
+-- this request costs. KEYS[n+j] is the counter of quota j (tokens used in the day or
+-- the month), ARGV[2n+1+j] its size: a quota used up refuses the request before any
+-- limit is charged, and the script returns {{-2, used, j}} alone. A bucket holds its
 -- theoretical arrival time (TAT): microseconds on Redis's clock, so gateways whose
 -- clocks differ still agree. A request passes a limit when the TAT it would leave is at
 -- most a minute ahead. The limits are tried in order and the first refusal stops the
 -- charging: a refused token charge still counts the request, as in one gateway.
 --
--- Returns, per limit, {outcome, remaining, retry_us}: outcome 1 charged, 0 refused
--- (retry_us: when it would pass), -1 never fits (the cost is over the limit), 2 not
--- tried; remaining is what is left after the charge, or as it stands when none was made.
+-- Otherwise it returns, per limit, {outcome, remaining, retry_us}: outcome 1 charged, 0
+-- refused (retry_us: when it would pass), -1 never fits (the cost is over the limit), 2
+-- not tried; remaining is what is left after the charge, or as it stands when none was
+-- made; then, per quota, {3, used, 0}.
+local n = tonumber(ARGV[1])
+for j = 1, #KEYS - n do
+  local used = tonumber(redis.call('GET', KEYS[n + j])) or 0
+  if used >= tonumber(ARGV[2 * n + 1 + j]) then
+    return {{-2, used, j}}
+  end
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local minute = 60000000
@@ -17,9 +28,10 @@ local minute = 60000000
 local slack = 1
 local out = {}
 local refused = false
-for i, key in ipairs(KEYS) do
-  local limit = tonumber(ARGV[2 * i - 1])
-  local cost = tonumber(ARGV[2 * i])
+for i = 1, n do
+  local key = KEYS[i]
+  local limit = tonumber(ARGV[2 * i])
+  local cost = tonumber(ARGV[2 * i + 1])
   local interval = minute / limit
   local tat = tonumber(redis.call('GET', key)) or now
   if tat < now then
@@ -50,5 +62,8 @@ for i, key in ipairs(KEYS) do
       out[i] = {1, left(used), 0}
     end
   end
+end
+for j = 1, #KEYS - n do
+  out[n + j] = {3, tonumber(redis.call('GET', KEYS[n + j])) or 0, 0}
 end
 return out

@@ -1,5 +1,6 @@
 //! Per-key limits in Redis: the same GCRA buckets as [`crate::auth::limits`], shared by
-//! every gateway, each request charged in one call of `limits.lua`.
+//! every gateway, each request checked against the key's quotas ([`super::quota`]) and
+//! charged in one call of `limits.lua`.
 //!
 //! A bucket's key is `<prefix>:limit:{<key id>}:<rpm|tpm>:<limit>`: the braces put a
 //! key's buckets in one Redis Cluster slot, and the limit in the name starts a new bucket
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use super::{Failure, SharedState};
 use crate::auth::limits::{Limits, RateHeaders, Refusal, Window};
+use crate::auth::quota::{Calendar, Period, Quotas, Spent};
 use crate::error::RateUnit;
 
 static SCRIPT: LazyLock<redis::Script> =
@@ -29,13 +31,18 @@ const CHARGED: i64 = 1;
 const REFUSED: i64 = 0;
 const NEVER_FITS: i64 = -1;
 
+const QUOTA_SPENT: i64 = -2;
+
 impl SharedState {
-    /// Charges one request of `tokens` tokens to `key_id`'s `limits` across every
-    /// gateway: the headers, a refusal, or the failure that kept Redis from answering.
+    /// Checks `key_id`'s `quotas` and charges one request of `tokens` tokens to its
+    /// `limits` across every gateway: the headers, a refusal, or the failure that kept
+    /// Redis from answering.
     pub async fn charge(
         &self,
         key_id: &str,
         limits: Limits,
+        quotas: &Quotas,
+        calendar: &Calendar,
         tokens: u32,
     ) -> Result<Result<RateHeaders, Refusal>, Failure> {
         let meters: Vec<(RateUnit, NonZeroU32, u32)> = [
@@ -46,10 +53,12 @@ impl SharedState {
         .into_iter()
         .filter_map(|(unit, limit, cost)| Some((unit, limit?, cost)))
         .collect();
-        if meters.is_empty() {
+        let counted: Vec<(Period, u64)> = quotas.each().map(|(p, size)| (p, size.get())).collect();
+        if meters.is_empty() && counted.is_empty() {
             return Ok(Ok(RateHeaders::default()));
         }
         let mut invocation = SCRIPT.prepare_invoke();
+        invocation.arg(meters.len());
         for (unit, limit, cost) in &meters {
             let name = match unit {
                 RateUnit::Requests => "rpm",
@@ -63,6 +72,11 @@ impl SharedState {
                 .arg(limit.get())
                 .arg(*cost);
         }
+        for (period, size) in &counted {
+            invocation
+                .key(self.quota_key(key_id, *period, calendar))
+                .arg(*size);
+        }
         let timeout = self.config.timeout;
         let lines: Vec<Line> = self
             .call(timeout, |mut connection| {
@@ -70,6 +84,18 @@ impl SharedState {
                 async move { invocation.invoke_async(&mut connection).await }
             })
             .await?;
+        if let [(QUOTA_SPENT, used, j)] = lines[..] {
+            let (period, limit) = usize::try_from(j - 1)
+                .ok()
+                .and_then(|j| counted.get(j).copied())
+                .unwrap_or((Period::Day, 0));
+            return Ok(Err(Refusal::QuotaSpent(Spent {
+                period,
+                limit,
+                used: u64::try_from(used).unwrap_or(0),
+                resets_in: calendar.ends_in(period),
+            })));
+        }
         Ok(outcome(&meters, &lines))
     }
 }

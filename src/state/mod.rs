@@ -1,4 +1,4 @@
-//! State that must hold across gateways: per-key limits today. One gateway keeps it in
+//! State that must hold across gateways: per-key limits and token quotas today. One gateway keeps it in
 //! its own process ([`crate::auth::limits`]) and needs nothing else; gateways given
 //! `[state] redis_url` share it through Redis.
 //!
@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod limits;
+pub mod quota;
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -181,6 +181,10 @@ impl TestServerBuilder {
         if let Some(semlog) = &semlog {
             observers.push(semlog.clone());
         }
+        // As `llmgate serve` wires it: answers count against their keys' quotas.
+        if let Some(keys) = &self.guard.keys {
+            observers.push(Arc::new(llmgate::auth::QuotaCounter(Arc::clone(keys))));
+        }
         let telemetry = Arc::new(Telemetry::new(
             metrics,
             tracing,

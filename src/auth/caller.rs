@@ -1,0 +1,135 @@
+//! Who an accepted request is ([`Caller`]): the key it presented, what that key may
+//! spend, and how a request is charged to it and counted against its quotas.
+
+use std::sync::Arc;
+
+use super::limits::{KeyBudget, RateHeaders, Refusal};
+use super::quota::{self, Calendar, KeyQuota};
+use super::Keys;
+use crate::clock::SharedClock;
+use crate::state::{OnFailure, SharedState};
+
+/// Who an accepted request is: the id of the key it presented and that key's budget.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key_id: String,
+    pub budget: Arc<KeyBudget>,
+    /// Where the budget is kept when gateways share it; `None`: in `budget` alone.
+    pub shared: Option<Arc<SharedState>>,
+    /// Its token quotas and what this process counted of them.
+    pub quota: Arc<KeyQuota>,
+    /// The quotas' calendar: their time zone and the server's clock.
+    pub calendar: QuotaCalendar,
+}
+
+/// Where quotas take their days and months from.
+#[derive(Clone)]
+pub struct QuotaCalendar {
+    pub zone: chrono_tz::Tz,
+    pub clock: SharedClock,
+}
+
+impl std::fmt::Debug for QuotaCalendar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaCalendar")
+            .field("zone", &self.zone)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuotaCalendar {
+    pub fn now(&self) -> Calendar {
+        Calendar::at(self.clock.system_time(), self.zone)
+    }
+}
+
+impl Caller {
+    /// Charges one request of `tokens` tokens to the key: across every gateway when the
+    /// limits are shared, in this one otherwise, or when the shared state does not
+    /// answer and the operator chose `fail_open`.
+    /// A request is first checked against the key's quotas: one spent refuses it
+    /// before any limit is charged.
+    pub async fn charge(&self, tokens: u32) -> Result<RateHeaders, Refusal> {
+        let limits = self.budget.limits();
+        let quotas = self.quota.quotas;
+        let calendar = self.calendar.now();
+        let shared = self.shared.as_ref();
+        let Some(shared) = shared.filter(|_| !limits.is_unlimited() || !quotas.is_none()) else {
+            return self.charge_here(tokens, &calendar);
+        };
+        match shared
+            .charge(&self.key_id, limits, &quotas, &calendar, tokens)
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(_) => match shared.on_failure() {
+                OnFailure::FailOpen => self.charge_here(tokens, &calendar),
+                OnFailure::FailClosed => Err(Refusal::Unavailable),
+            },
+        }
+    }
+
+    /// Charged in this process alone.
+    fn charge_here(&self, tokens: u32, calendar: &Calendar) -> Result<RateHeaders, Refusal> {
+        if let Some(spent) = self.quota.spent(calendar) {
+            return Err(Refusal::QuotaSpent(spent));
+        }
+        self.budget.charge(tokens)
+    }
+
+    /// Counts an answer's tokens against the key's quotas: in Redis when shared (in the
+    /// background: the answer has gone), here otherwise or when Redis does not take it.
+    pub fn spend(&self, tokens: u64) {
+        if self.quota.quotas.is_none() || tokens == 0 {
+            return;
+        }
+        let calendar = self.calendar.now();
+        let Some(shared) = self.shared.clone() else {
+            self.quota.spend(tokens, &calendar);
+            return;
+        };
+        let (key_id, quota) = (self.key_id.clone(), Arc::clone(&self.quota));
+        tokio::spawn(async move {
+            if shared
+                .spend(&key_id, &quota.quotas, &calendar, tokens)
+                .await
+                .is_err()
+            {
+                quota.spend(tokens, &calendar);
+            }
+        });
+    }
+
+    /// Each of the key's quotas with what is used of it, for `/stats`.
+    pub async fn quota_uses(&self) -> Vec<quota::QuotaUse> {
+        let quotas = self.quota.quotas;
+        let calendar = self.calendar.now();
+        let shared_use = match &self.shared {
+            Some(shared) if !quotas.is_none() => {
+                shared.quota_used(&self.key_id, &calendar).await.ok()
+            }
+            _ => None,
+        };
+        quota::uses(&quotas, &calendar, |period| match &shared_use {
+            Some(used) => used(period),
+            None => self.quota.used(period, &calendar),
+        })
+    }
+}
+
+/// Counts each answer's tokens (its usage, prompt and completion) against its key's
+/// quotas when the request ends.
+pub struct QuotaCounter(pub Arc<Keys>);
+
+impl crate::record::RequestObserver for QuotaCounter {
+    fn observe(&self, record: &crate::record::RequestRecord) {
+        let Some(id) = &record.api_key_id else {
+            return;
+        };
+        let usage = &record.usage;
+        let tokens = u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens);
+        if let Some(caller) = self.0.caller_by_id(id) {
+            caller.spend(tokens);
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Per-key token quotas: tokens a key may use in a day and in a month, counted from each
+//! answer's `usage` (prompt and completion), in the operator's time zone (UTC unless
+//! `server.quota_time_zone` names another).
+//!
+//! A request is checked before it is charged to the rate limits: with a quota spent it is
+//! refused with OpenAI's 429 `insufficient_quota`, and `x-should-retry: false` so that
+//! the OpenAI SDKs do not retry what only the next period cures. It is counted when it
+//! ends, so a quota stops within one request's tokens of its size. One gateway counts
+//! in its process ([`KeyQuota`]); gateways sharing Redis count there
+//! ([`crate::state::quota`]), checked in the same call as the rate limits.
+
+use std::num::NonZeroU64;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
+use chrono_tz::Tz;
+
+/// A key's quotas; `None` is none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotas {
+    pub tokens_per_day: Option<NonZeroU64>,
+    pub tokens_per_month: Option<NonZeroU64>,
+}
+
+impl Quotas {
+    pub fn is_none(&self) -> bool {
+        self.tokens_per_day.is_none() && self.tokens_per_month.is_none()
+    }
+
+    /// Each quota with its period.
+    pub fn each(&self) -> impl Iterator<Item = (Period, NonZeroU64)> {
+        [
+            (Period::Day, self.tokens_per_day),
+            (Period::Month, self.tokens_per_month),
+        ]
+        .into_iter()
+        .filter_map(|(period, size)| Some((period, size?)))
+    }
+}
+
+/// What a quota counts over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Period {
+    Day,
+    Month,
+}
+
+impl Period {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Month => "month",
+        }
+    }
+}
+
+/// The day and the month a moment falls in, in the quotas' time zone, and when each
+/// ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calendar {
+    /// `2026-12-05`.
+    pub day: String,
+    /// `2026-12`.
+    pub month: String,
+    pub day_ends_in: Duration,
+    pub month_ends_in: Duration,
+}
+
+impl Calendar {
+    pub fn at(now: SystemTime, zone: Tz) -> Self {
+        let utc: DateTime<Utc> = now.into();
+        let local = utc.with_timezone(&zone);
+        let date = local.date_naive();
+        let next_day = date.succ_opt().unwrap_or(date);
+        let first_of_month = date.with_day(1).unwrap_or(date);
+        let next_month = if date.month() == 12 {
+            NaiveDate::from_ymd_opt(date.year() + 1, 1, 1)
+        } else {
+            NaiveDate::from_ymd_opt(date.year(), date.month() + 1, 1)
+        }
+        .unwrap_or(first_of_month);
+        let until = |d: NaiveDate| {
+            // Midnight may not exist (a zone that skips it); the earliest moment of the
+            // day then, else a day on.
+            let start = d
+                .and_hms_opt(0, 0, 0)
+                .map(|m| zone.from_local_datetime(&m).earliest());
+            start
+                .flatten()
+                .map(|at| (at.with_timezone(&Utc) - utc).to_std().unwrap_or_default())
+                .unwrap_or(Duration::from_secs(86_400))
+        };
+        Self {
+            day: date.format("%Y-%m-%d").to_string(),
+            month: date.format("%Y-%m").to_string(),
+            day_ends_in: until(next_day),
+            month_ends_in: until(next_month),
+        }
+    }
+
+    pub fn name(&self, period: Period) -> &str {
+        match period {
+            Period::Day => &self.day,
+            Period::Month => &self.month,
+        }
+    }
+
+    pub fn ends_in(&self, period: Period) -> Duration {
+        match period {
+            Period::Day => self.day_ends_in,
+            Period::Month => self.month_ends_in,
+        }
+    }
+}
+
+/// A quota that is spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spent {
+    pub period: Period,
+    pub limit: u64,
+    pub used: u64,
+    /// Until the period ends.
+    pub resets_in: Duration,
+}
+
+/// One quota as `/stats` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QuotaUse {
+    pub period: &'static str,
+    /// The day or month counted (`2026-12-05`, `2026-12`).
+    pub current: String,
+    pub limit: u64,
+    pub used: u64,
+    pub resets_in_secs: u64,
+}
+
+/// The first quota whose `used` (by period) has reached its size.
+pub fn first_spent(
+    quotas: &Quotas,
+    calendar: &Calendar,
+    used: impl Fn(Period) -> u64,
+) -> Option<Spent> {
+    quotas.each().find_map(|(period, size)| {
+        let used = used(period);
+        (used >= size.get()).then(|| Spent {
+            period,
+            limit: size.get(),
+            used,
+            resets_in: calendar.ends_in(period),
+        })
+    })
+}
+
+/// Each quota's use, for `/stats`.
+pub fn uses(quotas: &Quotas, calendar: &Calendar, used: impl Fn(Period) -> u64) -> Vec<QuotaUse> {
+    quotas
+        .each()
+        .map(|(period, size)| QuotaUse {
+            period: period.as_str(),
+            current: calendar.name(period).to_owned(),
+            limit: size.get(),
+            used: used(period),
+            resets_in_secs: calendar.ends_in(period).as_secs(),
+        })
+        .collect()
+}
+
+/// What one key has used in this process, by period; kept while its quotas stay.
+#[derive(Debug, Default)]
+pub struct KeyQuota {
+    pub quotas: Quotas,
+    /// The day and the month counted, and the tokens in each.
+    used: Mutex<[(String, u64); 2]>,
+}
+
+impl KeyQuota {
+    pub fn new(quotas: Quotas) -> Self {
+        Self {
+            quotas,
+            used: Mutex::default(),
+        }
+    }
+
+    fn slot(period: Period) -> usize {
+        match period {
+            Period::Day => 0,
+            Period::Month => 1,
+        }
+    }
+
+    /// Tokens used in the period `calendar` is in.
+    pub fn used(&self, period: Period, calendar: &Calendar) -> u64 {
+        let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let (name, tokens) = &used[Self::slot(period)];
+        if name == calendar.name(period) {
+            *tokens
+        } else {
+            0
+        }
+    }
+
+    /// Adds an answer's tokens to the day and the month `calendar` is in.
+    pub fn spend(&self, tokens: u64, calendar: &Calendar) {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        for period in [Period::Day, Period::Month] {
+            let (name, counted) = &mut used[Self::slot(period)];
+            if name != calendar.name(period) {
+                *name = calendar.name(period).to_owned();
+                *counted = 0;
+            }
+            *counted = counted.saturating_add(tokens);
+        }
+    }
+
+    /// The first quota spent, counted here.
+    pub fn spent(&self, calendar: &Calendar) -> Option<Spent> {
+        first_spent(&self.quotas, calendar, |p| self.used(p, calendar))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rfc3339: &str) -> SystemTime {
+        DateTime::parse_from_rfc3339(rfc3339)
+            .expect("a time")
+            .with_timezone(&Utc)
+            .into()
+    }
+
+    #[test]
+    fn the_calendar_follows_the_time_zone() {
+        let utc = Calendar::at(at("2026-12-31T23:30:00Z"), chrono_tz::UTC);
+        assert_eq!(
+            (utc.day.as_str(), utc.month.as_str()),
+            ("2026-12-31", "2026-12")
+        );
+        assert_eq!(utc.day_ends_in, Duration::from_secs(30 * 60));
+        assert_eq!(utc.month_ends_in, Duration::from_secs(30 * 60));
+        // Already the new year in Shanghai (UTC+8).
+        let shanghai = Calendar::at(at("2026-12-31T23:30:00Z"), chrono_tz::Asia::Shanghai);
+        assert_eq!(
+            (shanghai.day.as_str(), shanghai.month.as_str()),
+            ("2027-01-01", "2027-01")
+        );
+        assert_eq!(
+            shanghai.day_ends_in,
+            Duration::from_secs(16 * 3600 + 30 * 60)
+        );
+    }
+
+    #[test]
+    fn a_quota_is_spent_at_its_size_and_a_new_day_starts_afresh() {
+        let quota = KeyQuota::new(Quotas {
+            tokens_per_day: NonZeroU64::new(1000),
+            tokens_per_month: NonZeroU64::new(1500),
+        });
+        let monday = Calendar::at(at("2026-12-07T10:00:00Z"), chrono_tz::UTC);
+        quota.spend(999, &monday);
+        assert_eq!(quota.spent(&monday), None);
+        quota.spend(120, &monday);
+        let spent = quota.spent(&monday).expect("the day is spent");
+        assert_eq!(
+            (spent.period, spent.limit, spent.used),
+            (Period::Day, 1000, 1119)
+        );
+        assert_eq!(spent.resets_in, Duration::from_secs(14 * 3600));
+        let tuesday = Calendar::at(at("2026-12-08T10:00:00Z"), chrono_tz::UTC);
+        assert_eq!(quota.spent(&tuesday), None, "a new day");
+        quota.spend(400, &tuesday);
+        let spent = quota.spent(&tuesday).expect("the month is spent");
+        assert_eq!((spent.period, spent.used), (Period::Month, 1519));
+        let uses = uses(&quota.quotas, &tuesday, |p| quota.used(p, &tuesday));
+        assert_eq!(uses[0].used, 400);
+        assert_eq!(uses[1].current, "2026-12");
+    }
+}
