@@ -414,37 +414,28 @@ fn run_serve(args: &ServeArgs) -> Result<ExitCode, ExitCode> {
 const SEMLOG_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Reads the API keys and watches their file; without one, says loudly that the gateway
-/// is open.
+/// is open. With shared state the keys' limits and quotas are kept there.
 fn guard(
     config: &Config,
     clock: SharedClock,
-    metrics: &Arc<Metrics>,
+    shared: Option<&Arc<SharedState>>,
 ) -> anyhow::Result<llmgate::auth::Guard> {
     let Some(path) = &config.server.api_keys_file else {
         tracing::warn!(
             address = %config.server.listen,
             "No API keys file (--api-keys-file): anyone who can reach this address can use the model."
         );
-        return Ok(llmgate::auth::Guard::default());
+        return Ok(llmgate::auth::Guard {
+            shared: shared.cloned(),
+            ..llmgate::auth::Guard::default()
+        });
     };
     let mut keys = llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
         .and_then(|keys| keys.with_quotas(config.server.quotas, config.server.quota_time_zone))
         .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?;
-    let shared = match &config.state.redis {
-        Some(redis) => {
-            let state = SharedState::start(redis.clone(), Arc::clone(metrics))
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            tracing::info!(
-                redis = %redis.connection.addr(),
-                timeout_ms = redis.timeout.as_millis(),
-                on_failure = redis.on_failure.as_str(),
-                "Per-key limits are shared through Redis."
-            );
-            keys = keys.shared_through(Arc::clone(&state));
-            Some(state)
-        }
-        None => None,
-    };
+    if let Some(state) = shared {
+        keys = keys.shared_through(Arc::clone(state));
+    }
     let keys = Arc::new(keys);
     if keys.current().is_empty() {
         tracing::warn!(file = %path.display(), "The API keys file lists no key: every /v1 request gets 401.");
@@ -455,19 +446,53 @@ fn guard(
         metrics_need_key = config.server.metrics_auth,
         default_rpm = config.server.rate_limits.requests_per_minute.map(|n| n.get()),
         default_tpm = config.server.rate_limits.tokens_per_minute.map(|n| n.get()),
+        shared = shared.is_some(),
         "API keys are required on /v1/*."
     );
     tokio::spawn(llmgate::auth::watch(Arc::clone(&keys), llmgate::auth::POLL));
     Ok(llmgate::auth::Guard {
         keys: Some(keys),
         metrics_need_key: config.server.metrics_auth,
-        shared,
+        shared: shared.cloned(),
     })
+}
+
+/// The shared state, where `[state]` names a Redis: what gateways share through it.
+fn shared_state(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Option<Arc<SharedState>>> {
+    let Some(redis) = &config.state.redis else {
+        return Ok(None);
+    };
+    let state = SharedState::start(redis.clone(), Arc::clone(metrics))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let fleets = config
+        .models
+        .iter()
+        .filter(|m| matches!(m.engine, ModelEngine::Upstream(_)))
+        .count();
+    tracing::info!(
+        redis = %redis.connection.addr(),
+        timeout_ms = redis.timeout.as_millis(),
+        on_failure = redis.on_failure.as_str(),
+        keys = config.server.api_keys_file.is_some(),
+        upstream_models = fleets,
+        "State shared through Redis: the keys' limits and quotas, the upstream fleets' routing state."
+    );
+    if config.server.api_keys_file.is_none() && fleets == 0 {
+        tracing::warn!("[state] redis_url is set, but there are no API keys and no upstream model: nothing is shared.");
+    }
+    Ok(Some(state))
 }
 
 /// The engine of each served model: mistral.rs loading in the background for a GGUF,
 /// an upstream client (with its probe) for a server.
-fn served_models(config: &Config, clock: &SharedClock) -> anyhow::Result<ServedModels> {
+fn served_models(
+    config: &Config,
+    clock: &SharedClock,
+    shared: Option<&Arc<SharedState>>,
+) -> anyhow::Result<ServedModels> {
     let mut models = Vec::with_capacity(config.models.len());
     for model in &config.models {
         let engine: Front = match &model.engine {
@@ -482,7 +507,11 @@ fn served_models(config: &Config, clock: &SharedClock) -> anyhow::Result<ServedM
             }
             ModelEngine::Upstream(upstream) => {
                 let config = (**upstream).clone();
-                Front::from(UpstreamEngine::start(&model.id, config, Arc::clone(clock))?)
+                let engine = UpstreamEngine::start(&model.id, config, Arc::clone(clock))?;
+                if let Some(state) = shared {
+                    engine.share_fleet_state(Arc::clone(state));
+                }
+                Front::from(engine)
             }
         };
         models.push(ServedModel {
@@ -527,12 +556,13 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
         )
     })?;
     let clock: SharedClock = Arc::new(MonotonicClock::new());
-    let models = served_models(&config, &clock)?;
     let metrics = Arc::new(metrics_of(&config));
+    let shared = shared_state(&config, &metrics)?;
+    let models = served_models(&config, &clock, shared.as_ref())?;
     let trace_settings = TraceSettings::from(&config.telemetry);
     let tracing = otlp_tracing(&trace_settings, &metrics)?;
     let semlog = start_semlog(&config, &metrics)?;
-    let guard = guard(&config, Arc::clone(&clock), &metrics)?;
+    let guard = guard(&config, Arc::clone(&clock), shared.as_ref())?;
     let mut records: Vec<Arc<dyn RequestObserver>> = vec![Arc::new(LogObserver), semlog.clone()];
     if let Some(keys) = &guard.keys {
         records.push(Arc::new(QuotaCounter(Arc::clone(keys))));

@@ -283,11 +283,6 @@ fn access_settings_and_their_errors() {
             "IANA",
         ),
         (
-            "[state]\nredis_url = \"redis://redis\"\n",
-            "state.redis_url",
-            "api_keys_file",
-        ),
-        (
             "[server]\ncors_origins = [\"https://a.example/app\"]\n",
             "LLMGATE_CORS_ORIGINS",
             "no path",

@@ -15,11 +15,6 @@ impl Config {
         server_timeouts(&self.server)?;
         engine(&self.engine)?;
         quality(&self.quality)?;
-        require(
-            self.state.redis.is_none() || self.server.api_keys_file.is_some(),
-            "state.redis_url",
-            "the shared state holds per-key limits: set server.api_keys_file too",
-        )?;
         if let Err(error) = tracing_subscriber::EnvFilter::try_new(&self.logging.filter) {
             return Err(ConfigError::invalid("logging.filter", error.to_string()));
         }

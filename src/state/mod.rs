@@ -1,4 +1,5 @@
-//! State that must hold across gateways: per-key limits and token quotas today. One gateway keeps it in
+//! State that must hold across gateways: per-key limits and token quotas, and the
+//! routing state of upstream fleets ([`fleet`]). One gateway keeps it in
 //! its own process ([`crate::auth::limits`]) and needs nothing else; gateways given
 //! `[state] redis_url` share it through Redis.
 //!
@@ -12,6 +13,7 @@
 //! loads the scripts whenever Redis comes (back) up.
 
 pub mod config;
+pub mod fleet;
 pub mod limits;
 pub mod quota;
 
@@ -133,7 +135,7 @@ impl SharedState {
     /// when it is news (the first after a success). A call that finds this thread's
     /// connection broken (Redis restarted since it last called) is made again at once
     /// on a new connection, within the same deadline.
-    async fn call<T, F>(
+    pub(crate) async fn call<T, F>(
         &self,
         timeout: Duration,
         call: impl Fn(ConnectionManager) -> F,

@@ -457,7 +457,6 @@ def test_inconsistent_values_fail_to_render():
         "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://u:p@vllm/v1\"": "models[0].url holds a password",
         "config=[[models]]\nid = \"a\"\nengine = \"upstream\"\nurls = [\"http://vllm-0/v1\"\\, \"http://u:p@vllm-1/v1\"]": "models[0].urls[1] holds a password",
         "upstreamPools[0].name=pool,upstreamPools[0].port=8000": "upstreamPools pool needs a selector",
-        "config=[state]\nredis_url = \"redis://redis:6379\"": "it needs apiKeys.enabled",
         "config=[state]\nredis_password = \"p\"": "config sets state.redis_password, a secret",
         "redis.existingSecret=r": "gives a password to no Redis",
     }

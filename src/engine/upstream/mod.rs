@@ -133,6 +133,16 @@ impl UpstreamEngine {
     }
 }
 
+impl UpstreamEngine {
+    /// Shares its fleet's routing state with the other gateways using `state`
+    /// ([`crate::state::fleet`]), while the engine lives.
+    pub fn share_fleet_state(&self, state: Arc<crate::state::SharedState>) {
+        let fleet = Arc::downgrade(&self.shared.fleet);
+        let model = self.shared.info.id.clone();
+        tokio::spawn(crate::state::fleet::run(fleet, model, state).in_current_span());
+    }
+}
+
 /// Probes every endpoint each `probe_interval` while the engine lives. Any HTTP answer
 /// but a refusal of the credentials means it is there: a server without `/models`
 /// still serves, and one failing with 5xx is reached (its errors are counted per

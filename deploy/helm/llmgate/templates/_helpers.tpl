@@ -100,9 +100,6 @@ reads (and `kubectl describe` prints); each has a Secret path instead.
 {{- if hasKey $state "redis_password" }}
 {{- fail "config sets state.redis_password, a secret, which would land in the ConfigMap: give it from a Secret with redis.existingSecret" }}
 {{- end }}
-{{- if and (hasKey $state "redis_url") (not $.Values.apiKeys.enabled) }}
-{{- fail "config's state.redis_url shares per-key limits across pods: it needs apiKeys.enabled" }}
-{{- end }}
 {{- if and $.Values.redis.existingSecret (not (hasKey $state "redis_url")) }}
 {{- fail "redis.existingSecret gives a password to no Redis: set config's state.redis_url" }}
 {{- end }}

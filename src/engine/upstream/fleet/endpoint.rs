@@ -110,6 +110,15 @@ struct Scraped {
     outstanding: usize,
 }
 
+/// Until when an endpoint is out of rotation, as one gateway sees it: after failures
+/// (ejected) and after a 429 (limited). Gateways sharing a fleet's state exchange these
+/// ([`crate::state::fleet`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutUntil {
+    pub ejected: Option<Instant>,
+    pub limited: Option<Instant>,
+}
+
 /// How an attempt there went, for its health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptHealth {
@@ -284,6 +293,43 @@ impl Endpoint {
     /// The kind of the last fault heard from it.
     pub fn last_fault(&self) -> Option<&'static str> {
         self.health().last_fault
+    }
+
+    /// Until when it is out, as this gateway sees it at `now`.
+    pub fn out_until(&self, now: Instant) -> OutUntil {
+        let h = self.health();
+        OutUntil {
+            ejected: h.ejected_until.filter(|&until| until > now),
+            limited: h.limited_until.filter(|&until| until > now),
+        }
+    }
+
+    /// Takes what another gateway saw: a later `Retry-After` always; a later ejection
+    /// when `may_eject` (or it is out already), as if this gateway had ejected it, so it
+    /// comes back the same way after the cool-down.
+    pub fn adopt(&self, seen: OutUntil, now: Instant, config: &FleetConfig, may_eject: bool) {
+        let mut h = self.health();
+        h.settle(now, config);
+        if let Some(limited) = seen.limited {
+            if h.limited_until.is_none_or(|until| until < limited) {
+                h.limited_until = Some(limited);
+            }
+        }
+        let Some(ejected) = seen.ejected else { return };
+        match h.ejected_until {
+            Some(until) if until >= ejected => {}
+            Some(_) => h.ejected_until = Some(ejected),
+            None if may_eject => {
+                h.ejected_until = Some(ejected);
+                h.readmitted_at = None;
+                tracing::warn!(
+                    endpoint = %self.label,
+                    back_in_s = (ejected - now).as_secs_f64(),
+                    "Another gateway took an upstream endpoint out of rotation; so does this one."
+                );
+            }
+            None => {}
+        }
     }
 
     /// Whether it is out of rotation after failures at `now`.

@@ -26,7 +26,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 pub use crate::engine::backend::FleetView;
 use crate::engine::{Prompt, Role};
-pub use endpoint::{AttemptHealth, Endpoint, EndpointState, EndpointView};
+pub use endpoint::{AttemptHealth, Endpoint, EndpointState, EndpointView, OutUntil};
 pub use policy::Policy;
 
 use policy::{Candidate, Choice};
@@ -118,8 +118,11 @@ impl Routing {
     }
 }
 
+/// A hash every gateway computes alike, whatever Rust built it (std's `DefaultHasher`
+/// may change between releases): gateways in front of one fleet then send a prefix to
+/// the same replica (`prefix_affinity`).
 fn hash(value: impl Hash) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
     value.hash(&mut hasher);
     hasher.finish()
 }
@@ -291,6 +294,12 @@ impl Fleet {
         now: Instant,
     ) {
         endpoint.probed(fault, now, &self.config, self.may_eject(now));
+    }
+
+    /// Takes what another gateway saw of `endpoint` ([`crate::state::fleet`]).
+    pub fn adopt(&self, endpoint: &Endpoint, seen: OutUntil, now: Instant) {
+        let may_eject = endpoint.is_ejected(now) || self.may_eject(now);
+        endpoint.adopt(seen, now, &self.config, may_eject);
     }
 
     /// Whether one more endpoint may be taken out: fewer than half are out now.
