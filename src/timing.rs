@@ -163,6 +163,20 @@ impl RequestTimer {
         self.upstream = true;
     }
 
+    /// Forgets the answer's token moments: it starts over at another upstream replica
+    /// (the first failed midway, before the client had any of it), and its TTFT, TPOT
+    /// and gaps are the answer the client gets.
+    pub fn restart_answer(&mut self) {
+        self.t_engine_first = None;
+        self.t_last_token = None;
+        self.t_last_text = None;
+        self.t_first_content = None;
+        self.t_last_content = None;
+        self.itl.clear();
+        self.chunks = 0;
+        self.delivery.clear();
+    }
+
     /// The request was handed to the engine (it may wait there for a slot).
     pub fn engine_submitted(&mut self, at: Duration) {
         self.t_submit.get_or_insert(at);

@@ -85,6 +85,8 @@ fn comparable(events: &[EngineEvent]) -> Vec<String> {
                 ends.push(format!("finished {reason:?} {usage:?}"))
             }
             EngineEvent::Failed(error) => ends.push(format!("failed {error}")),
+            // Sent by the attempts, never by the one stream read here.
+            EngineEvent::Restarted => ends.push("restarted".to_owned()),
         }
     }
     let mut all = vec![format!("tokens {text:?} {ids:?} {logprobs:?}")];

@@ -252,6 +252,10 @@ pub async fn in_process(engine: &Front, messages: &Value, settings: Settings) ->
                 sample.error = Some(error.to_string());
                 break;
             }
+            EngineEvent::Restarted => {
+                (first, last, last_token, tokens) = (None, None, None, 0);
+                sample.itl.clear();
+            }
         }
     }
     sample.e2e = started.elapsed();

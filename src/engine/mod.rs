@@ -69,6 +69,9 @@ pub struct GenerationRequest {
     /// When the request must have ended (its request timeout): an upstream tries
     /// another endpoint only before then.
     pub deadline: Option<Instant>,
+    /// The client gets the answer in one body (`stream: false`): until it ends nothing
+    /// has reached the client, so an upstream may start it over at another replica.
+    pub whole: bool,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template) or
@@ -200,6 +203,10 @@ pub enum EngineEvent {
         usage: Usage,
     },
     Failed(EngineError),
+    /// Forget the answer so far: it starts over. Only for a request the client gets in
+    /// one body ([`GenerationRequest::whole`]), whose upstream replica failed midway:
+    /// another answers it.
+    Restarted,
 }
 
 /// Why the engine could not take or finish a request.

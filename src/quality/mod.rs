@@ -180,6 +180,16 @@ impl QualityTracker {
         }
     }
 
+    /// Forgets the answer so far: it starts over (an upstream replica failed midway
+    /// through an answer the client had not received, and another answers it).
+    pub fn restart(&mut self) {
+        self.repetition = self.repetition.restarted();
+        self.answer_language = None;
+        self.text.clear();
+        self.degenerated = false;
+        self.confidence = Confidence::new(self.confidence.low_below.exp());
+    }
+
     /// Adds newly generated text, token ids and their log-probabilities (may be empty).
     /// Returns `true` when the degeneration guard trips: the generation should stop here.
     pub fn push(&mut self, text: &str, ids: &[u32], logprobs: &[TokenLogprob]) -> bool {

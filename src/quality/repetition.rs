@@ -41,6 +41,15 @@ impl RepetitionTracker {
     }
 
     /// Also tracks seq-rep-n over the last `size` tokens.
+    /// The same tracker with nothing seen yet: an answer started over.
+    pub fn restarted(&self) -> Self {
+        let fresh = Self::new(self.n);
+        match &self.window {
+            Some(window) => fresh.with_window(window.size),
+            None => fresh,
+        }
+    }
+
     pub fn with_window(mut self, size: usize) -> Self {
         self.window = Some(Window {
             size: size.max(self.n),

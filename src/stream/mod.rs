@@ -118,6 +118,14 @@ impl Run {
         }
     }
 
+    /// The engine starts the answer over ([`crate::engine::EngineEvent::Restarted`]):
+    /// what came before is not the answer.
+    pub fn restart(&mut self) {
+        self.timer.restart_answer();
+        self.quality.restart();
+        self.stops.restart();
+    }
+
     /// A token event the engine handed over `at` arrived.
     pub fn token_arrived<'a>(
         &mut self,

@@ -214,6 +214,11 @@ async fn drive(
                 Ending::Finished { reason, usage }
             }
             Some(EngineEvent::Failed(error)) => return fail(run, wire, error).await,
+            // Sent only for an answer given in one body; a stream's client has its text.
+            Some(EngineEvent::Restarted) => {
+                let error = EngineError::Internal("a streamed answer cannot start over".into());
+                return fail(run, wire, error).await;
+            }
             None => {
                 let error = EngineError::Internal("the engine dropped the request".into());
                 return fail(run, wire, error).await;
@@ -316,6 +321,10 @@ pub async fn collect_json(
                 break Ending::Finished { reason, usage };
             }
             Some(EngineEvent::Failed(error)) => return Err(failed(run, error)),
+            Some(EngineEvent::Restarted) => {
+                run.restart();
+                tokens.clear();
+            }
             None => {
                 return Err(failed(
                     run,

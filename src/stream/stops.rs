@@ -26,6 +26,11 @@ pub struct Screened<'a> {
 }
 
 impl StopScreen {
+    /// Forgets what it holds: the answer starts over.
+    pub fn restart(&mut self) {
+        self.held.clear();
+    }
+
     /// Empty sequences are ignored (they would end every answer before it began).
     pub fn new(stops: &[String]) -> Self {
         Self {

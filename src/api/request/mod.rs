@@ -389,6 +389,7 @@ pub(super) fn validate(
         top_logprobs: None,
         traceparent: None,
         deadline: None,
+        whole: !stream,
     };
     Ok(ValidatedRequest {
         input_hash: input_hash(&wire.model, &generation),

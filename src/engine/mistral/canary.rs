@@ -138,6 +138,7 @@ async fn answer(mut generation: Generation) -> anyhow::Result<String> {
             EngineEvent::Token { text: piece, .. } => text.push_str(&piece),
             EngineEvent::Finished { .. } => return Ok(text),
             EngineEvent::Failed(error) => return Err(error.into()),
+            EngineEvent::Restarted => text.clear(),
         }
     }
     anyhow::bail!("the engine closed the stream without finishing")

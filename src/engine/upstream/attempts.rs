@@ -6,10 +6,12 @@
 //! reset, a 5xx, a 429, no first byte in time, an error frame before any content — is
 //! tried again at another endpoint, up to `max_attempts` and never past the request's
 //! deadline. Once content is on its way to the client, a failure is the stream's
-//! error frame, never a second answer. A refusal of the request itself (a 4xx about
-//! it) is asked of one other endpoint first: if that one answers, the refusal was the
-//! replica's (a smaller context than its peers') and counts as its failure; if not, the
-//! client gets the first refusal.
+//! error frame, never a second answer; a request answered in one body (`stream: false`)
+//! has had nothing yet, so its answer starts over at another endpoint
+//! ([`EngineEvent::Restarted`]) as if it had not begun. A refusal of the request itself
+//! (a 4xx about it) is asked of one other endpoint first: if that one answers, the
+//! refusal was the replica's (a smaller context than its peers') and counts as its
+//! failure; if not, the client gets the first refusal.
 //!
 //! The gateway's status line waits for the first attempt's opening, at most
 //! [`super::opening::OPENING_WINDOW`]: a refusal within it is the HTTP error it stands for; after it
@@ -163,21 +165,8 @@ impl RequestAttempts {
             let Some(first_byte) = self.first_byte_wait() else {
                 return Err(refused.map_or_else(|| tried.last_fault(), |(_, fault)| fault));
             };
-            let fault = match self.attempt(&endpoint, first_byte).await {
-                Attempted::Answered => {
-                    if let Some((refuser, refusal)) = refused {
-                        // A peer served what it refused: the refusal was the replica's.
-                        tracing::warn!(endpoint = %refuser.label, error = %refusal, "An upstream endpoint refused a request that another one answered; it counts as a failure of the endpoint.");
-                        fleet.attempted(
-                            &refuser,
-                            AttemptHealth::Failed,
-                            Some(&refusal),
-                            Instant::now(),
-                        );
-                    }
-                    return Ok(());
-                }
-                Attempted::Over => return Ok(()),
+            let fault = match self.attempt(&endpoint, first_byte, refused.clone()).await {
+                Attempted::Answered | Attempted::Over => return Ok(()),
                 Attempted::Failed(fault) => fault,
             };
             if let Some((_, refusal)) = refused {
@@ -213,8 +202,14 @@ impl RequestAttempts {
         }
     }
 
-    /// One attempt at `endpoint`, recorded on the route and settled at the fleet.
-    async fn attempt(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> Attempted {
+    /// One attempt at `endpoint`, recorded on the route and settled at the fleet; when
+    /// it answers, `blame` (an endpoint that refused what it answers) is held to fail.
+    async fn attempt(
+        &mut self,
+        endpoint: &Arc<Endpoint>,
+        first_byte: Duration,
+        blame: Option<(Arc<Endpoint>, Fault)>,
+    ) -> Attempted {
         let attempt = attempts_made(&self.reported);
         if attempt > 0 {
             tracing::info!(endpoint = %endpoint.label, attempt = attempt + 1, "Trying the request at another upstream endpoint.");
@@ -224,7 +219,7 @@ impl RequestAttempts {
         // (dropping the call tells the upstream), and with it any further attempt.
         let tx = self.tx.clone();
         let ended = tokio::select! {
-            ended = self.attempt_at(endpoint, first_byte) => ended,
+            ended = self.attempt_at(endpoint, first_byte, blame) => ended,
             () = tx.closed() => AttemptEnd::Left,
         };
         let fleet = &self.shared.fleet;
@@ -243,6 +238,14 @@ impl RequestAttempts {
                 return Attempted::Over;
             }
             AttemptEnd::Unsent(fault) => fault,
+            AttemptEnd::FailedUnseen(fault) => {
+                // The client has none of it: what came goes, and the request fails over
+                // like one that has not begun.
+                if self.tx.send(EngineEvent::Restarted).await.is_err() {
+                    return Attempted::Over;
+                }
+                fault
+            }
         };
         failed_attempt(&self.reported, &fault);
         // Waiting only as long as the request's deadline left is no fault of the
@@ -265,8 +268,13 @@ impl RequestAttempts {
 
     /// One attempt at `endpoint`: sent, its answer checked and read to its end. The
     /// endpoint counts it in flight until then.
-    async fn attempt_at(&mut self, endpoint: &Arc<Endpoint>, first_byte: Duration) -> AttemptEnd {
-        let on_answered = settle(&self.shared, endpoint, &self.reported);
+    async fn attempt_at(
+        &mut self,
+        endpoint: &Arc<Endpoint>,
+        first_byte: Duration,
+        blame: Option<(Arc<Endpoint>, Fault)>,
+    ) -> AttemptEnd {
+        let on_answered = settle(&self.shared, endpoint, &self.reported, blame);
         let (response, sent) = match self.opened(endpoint, first_byte).await {
             Ok(opened) => opened,
             Err(fault) => return AttemptEnd::Unsent(fault),
@@ -305,6 +313,7 @@ impl RequestAttempts {
             tokens: TokenReader::new(shared.tokenizer.clone()),
             tx: self.tx.clone(),
             on_answered: Some(on_answered),
+            whole: request.whole,
         };
         stream::read(reading, &mut self.opening).await
     }
@@ -341,12 +350,27 @@ impl RequestAttempts {
 /// What an answer read to its end settles at its endpoint: its in-flight count (held
 /// by the closure until then), its averages, its health, and the fleet's expected
 /// answer length.
-fn settle(shared: &Shared, endpoint: &Arc<Endpoint>, reported: &Arc<Reported>) -> OnAnswered {
+fn settle(
+    shared: &Shared,
+    endpoint: &Arc<Endpoint>,
+    reported: &Arc<Reported>,
+    blame: Option<(Arc<Endpoint>, Fault)>,
+) -> OnAnswered {
     let outstanding = Counted::new(endpoint.outstanding());
     let (endpoint, fleet) = (Arc::clone(endpoint), Arc::clone(&shared.fleet));
     let reported = Arc::clone(reported);
     Box::new(move |answered: Answered| {
         drop(outstanding);
+        if let Some((refuser, refusal)) = blame {
+            // A peer served what it refused: the refusal was the replica's own.
+            tracing::warn!(endpoint = %refuser.label, error = %refusal, "An upstream endpoint refused a request that another one answered; it counts as a failure of the endpoint.");
+            fleet.attempted(
+                &refuser,
+                AttemptHealth::Failed,
+                Some(&refusal),
+                Instant::now(),
+            );
+        }
         endpoint.measured(answered.ttft_ms, answered.tpot_ms);
         fleet.answered(answered.tokens);
         fleet.attempted(&endpoint, AttemptHealth::Answered, None, Instant::now());

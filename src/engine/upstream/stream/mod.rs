@@ -58,6 +58,9 @@ pub(crate) struct Reading {
     /// goes to the client: the endpoint's health, averages and in-flight count are up
     /// to date when the client sends its next request.
     pub on_answered: Option<OnAnswered>,
+    /// The client gets the answer in one body: a failure after content is one the
+    /// client has not seen ([`AttemptEnd::FailedUnseen`]).
+    pub whole: bool,
 }
 
 /// An answer read to its end (or to its budget), as this gateway measured it: from
@@ -82,6 +85,10 @@ pub(crate) enum AttemptEnd {
     Left,
     /// Failed after content was handed on: its error event is sent.
     FailedMidway(Fault),
+    /// Failed after content was handed on to a request whose client gets the answer in
+    /// one body, so has seen none of it: no error event is sent, and the answer may
+    /// start over elsewhere.
+    FailedUnseen(Fault),
     /// Failed before anything was handed on (a refusal in its first chunk, vLLM's way
     /// for some parameters, included): the caller tries elsewhere or reports it.
     Unsent(Fault),
@@ -95,7 +102,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
     let last_byte = Arc::new(LastByte::default());
     let mut events = SseByteStream::new(stamped(r.body, &timeline, &last_byte));
     let mut answer = AnswerSoFar::new(r.terms, r.reported, r.tokens, r.sent);
-    let tx = r.tx;
+    let (tx, whole) = (r.tx, r.whole);
     let mut watch = Watch::new(&tx);
     let mut held = Held::default();
     let drain = loop {
@@ -146,7 +153,7 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
         match step.stop {
             None => {}
             Some(Stop::Whole { drain }) => break drain,
-            Some(Stop::Failed(fault)) => return failed(&answer, fault, &tx).await,
+            Some(Stop::Failed(fault)) => return failed(&answer, fault, &tx, whole).await,
         }
     };
     if let Some(flush) = answer.flush(timeline.now()) {
@@ -234,11 +241,19 @@ fn unreadable(error: sse_stream::Error) -> Fault {
 
 /// A failed answer: unsent while nothing was handed on (another endpoint may answer
 /// instead), otherwise ended with its error event.
-async fn failed(answer: &AnswerSoFar, fault: Fault, tx: &mpsc::Sender<EngineEvent>) -> AttemptEnd {
+async fn failed(
+    answer: &AnswerSoFar,
+    fault: Fault,
+    tx: &mpsc::Sender<EngineEvent>,
+    whole: bool,
+) -> AttemptEnd {
     // The upstream's own words (an error event, a refusal) may quote secrets.
     let fault = fault.scrubbed();
     if !answer.handed_on() {
         return AttemptEnd::Unsent(fault);
+    }
+    if whole {
+        return AttemptEnd::FailedUnseen(fault);
     }
     tracing::warn!(error = %fault, error_type = fault.kind().as_str(), "The upstream's stream failed.");
     let failed = EngineEvent::Failed(EngineError::Upstream(fault.clone()));
@@ -272,6 +287,7 @@ pub async fn events_of(body: Body, max_tokens: u32, top_logprobs: usize) -> Vec<
         tokens: TokenReader::new(None),
         tx,
         on_answered: None,
+        whole: false,
     };
     let reader = tokio::spawn(async move {
         // What a request with nowhere else to go gets: the failure as its last event.
