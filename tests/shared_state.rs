@@ -31,6 +31,8 @@ fn free_port() -> u16 {
 struct Redis {
     port: u16,
     child: Option<Child>,
+    /// It speaks TLS only.
+    tls: bool,
 }
 
 impl Redis {
@@ -38,13 +40,38 @@ impl Redis {
         let mut redis = Self {
             port: free_port(),
             child: None,
+            tls: false,
         };
         redis.start_again();
         redis
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// One that speaks TLS only, with the certificate and key in `dir` (see [`tls_files`]).
+    fn start_tls(dir: &Path) -> Self {
+        let mut redis = Self {
+            port: free_port(),
+            child: None,
+            tls: true,
+        };
+        let file = |name: &str| dir.join(name).display().to_string();
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--tls-port", &redis.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--tls-auth-clients", "no"])
+            .args(["--tls-cert-file", &file("server.pem")])
+            .args(["--tls-key-file", &file("server.key")])
+            .args(["--tls-ca-cert-file", &file("ca.pem")])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        redis.child = Some(child);
+        redis.wait_for_connections();
+        redis
     }
 
     /// Starts it (again, on the same port) and waits until it takes connections.
@@ -56,6 +83,10 @@ impl Redis {
             .spawn()
             .expect("redis-server (Debian's redis-server; scripts/setup test installs it)");
         self.child = Some(child);
+        self.wait_for_connections();
+    }
+
+    fn wait_for_connections(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not start");
@@ -529,4 +560,57 @@ async fn one_conversation_stays_on_one_replica_whichever_gateway_takes_each_turn
             "conversation {conversation}: every turn on one replica, not {got:?}"
         );
     }
+}
+
+/// A CA, and a certificate it signed for 127.0.0.1 with its key, as PEM files in `dir`:
+/// `ca.pem`, `server.pem`, `server.key`.
+fn tls_files(dir: &Path) {
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).expect("ca");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .expect("params")
+        .signed_by(&key, &ca, &ca_key)
+        .expect("certificate");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
+    std::fs::write(dir.join("server.pem"), server.pem()).expect("write");
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_shared_over_tls_with_the_servers_ca_and_refused_without_it() {
+    let dir = keys_dir("rpm=3");
+    tls_files(dir.path());
+    let redis = Redis::start_tls(dir.path());
+    let upstream = start_upstream(script()).await;
+    let ca = dir.path().join("ca.pem").display().to_string();
+    let args = ["--state-timeout-ms", "500", "--state-redis-ca-cert", &ca];
+    let trusted = Gateway::start(dir.path(), Some(&upstream.url), &redis, &args).await;
+    assert!(
+        trusted.until_state_up().await,
+        "{}",
+        trusted.ready().await.1
+    );
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(trusted.chat().await.0);
+    }
+    assert_eq!(
+        seen,
+        [200, 200, 200, 429],
+        "the limit is kept in Redis, over TLS"
+    );
+    // Without the CA the server's certificate is not trusted: no connection, and the
+    // gateway says so (and answers on its own limits, fail_open).
+    let untrusting = Gateway::start(dir.path(), Some(&upstream.url), &redis, &args[..2]).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, ready) = untrusting.ready().await;
+    assert_eq!(ready["state"]["up"], false, "{ready}");
+    assert_eq!(
+        untrusting.chat().await.0,
+        200,
+        "its own limits: a fresh budget"
+    );
 }

@@ -236,8 +236,12 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     }
     let shared = state.guard.shared.as_deref();
     // Refusing every request is not ready; answering on local limits is.
-    let state_refuses =
-        shared.is_some_and(|s| !s.is_up() && s.on_failure() == crate::state::OnFailure::FailClosed);
+    // Keys are what fail_closed refuses without Redis (their limits and quotas).
+    let state_refuses = state.guard.keys.is_some()
+        && shared.is_some_and(|s| {
+            !s.answering() && s.on_failure() == crate::state::OnFailure::FailClosed
+        });
+
     let ready = state.models.any_ready() && !state_refuses;
     let default = &state.models.default_model().engine;
     let status = match (ready, default.readiness()) {

@@ -89,7 +89,12 @@ impl Caller {
             return;
         };
         let (key_id, quota) = (self.key_id.clone(), Arc::clone(&self.quota));
-        tokio::spawn(async move {
+        // A record may end outside a runtime (a run dropped at shutdown): counted here.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.quota.spend(tokens, &calendar);
+            return;
+        };
+        runtime.spawn(async move {
             if shared
                 .spend(&key_id, &quota.quotas, &calendar, tokens)
                 .await
@@ -127,6 +132,11 @@ impl crate::record::RequestObserver for QuotaCounter {
             return;
         };
         let usage = &record.usage;
+        // An answer, whole or cut short, is counted; a request that was refused or failed
+        // before any token (a fleet that is down, a client retrying) costs nothing.
+        if usage.completion_tokens == 0 {
+            return;
+        }
         let tokens = u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens);
         if let Some(caller) = self.0.caller_by_id(id) {
             caller.spend(tokens);

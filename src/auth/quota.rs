@@ -81,13 +81,11 @@ impl Calendar {
         }
         .unwrap_or(first_of_month);
         let until = |d: NaiveDate| {
-            // Midnight may not exist (a zone that skips it); the earliest moment of the
-            // day then, else a day on.
-            let start = d
-                .and_hms_opt(0, 0, 0)
-                .map(|m| zone.from_local_datetime(&m).earliest());
-            start
-                .flatten()
+            // Midnight may not exist (a zone that moves its clocks then): the first hour
+            // of the day that does.
+            (0..24)
+                .filter_map(|hour| d.and_hms_opt(hour, 0, 0))
+                .find_map(|m| zone.from_local_datetime(&m).earliest())
                 .map(|at| (at.with_timezone(&Utc) - utc).to_std().unwrap_or_default())
                 .unwrap_or(Duration::from_secs(86_400))
         };
@@ -249,6 +247,14 @@ mod tests {
             shanghai.day_ends_in,
             Duration::from_secs(16 * 3600 + 30 * 60)
         );
+    }
+
+    #[test]
+    fn a_day_whose_midnight_does_not_exist_resets_at_its_first_hour() {
+        // Santiago moved its clocks from 00:00 to 01:00 on 2026-09-06.
+        let before = Calendar::at(at("2026-09-06T03:30:00Z"), chrono_tz::America::Santiago);
+        assert_eq!(before.day, "2026-09-05");
+        assert_eq!(before.day_ends_in, Duration::from_secs(30 * 60));
     }
 
     #[test]

@@ -35,7 +35,7 @@ impl OnFailure {
 #[command(next_help_heading = "Shared state")]
 pub struct StateTable {
     /// Redis URL (redis://host:6379/0, rediss:// for TLS) where gateways share per-key
-    /// limits; without it each gateway keeps them in its own process.
+    /// limits and quotas and upstream fleets' state; without it each keeps its own.
     #[arg(
         long = "state-redis-url",
         env = "LLMGATE_STATE_REDIS_URL",
@@ -56,6 +56,10 @@ pub struct StateTable {
         env = "LLMGATE_STATE_REDIS_PASSWORD_FILE"
     )]
     pub redis_password_file: Option<PathBuf>,
+    /// PEM file of the CA that signed a `rediss://` server's certificate, when it is not
+    /// one the system trusts.
+    #[arg(long = "state-redis-ca-cert", env = "LLMGATE_STATE_REDIS_CA_CERT")]
+    pub redis_ca_cert: Option<PathBuf>,
     /// Milliseconds one call to Redis may take before the request goes on without it
     /// [default: 5].
     #[arg(long = "state-timeout-ms", env = "LLMGATE_STATE_TIMEOUT_MS")]
@@ -85,6 +89,8 @@ pub struct RedisConfig {
     /// Where and how to connect, the password from the file set into it where one is
     /// given.
     pub connection: redis::ConnectionInfo,
+    /// The CA that signed a TLS server's certificate (PEM), if not a system-trusted one.
+    pub ca_cert: Option<Vec<u8>>,
     pub timeout: Duration,
     pub on_failure: OnFailure,
     pub key_prefix: String,
@@ -109,6 +115,7 @@ impl StateConfig {
             redis_url,
             redis_password,
             redis_password_file,
+            redis_ca_cert,
             timeout_ms,
             on_failure,
             key_prefix,
@@ -117,6 +124,7 @@ impl StateConfig {
             let set = [
                 (redis_password.is_some(), "state.redis_password"),
                 (redis_password_file.is_some(), "state.redis_password_file"),
+                (redis_ca_cert.is_some(), "state.redis_ca_cert"),
                 (timeout_ms.is_some(), "state.timeout_ms"),
                 (on_failure.is_some(), "state.on_failure"),
                 (key_prefix.is_some(), "state.key_prefix"),
@@ -153,6 +161,22 @@ impl StateConfig {
         if let Some(password) = info.redis_settings().password() {
             crate::secret::hold(password);
         }
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let ca_cert = match redis_ca_cert {
+            Some(_) if !tls => {
+                return Err((
+                    "state.redis_ca_cert",
+                    "a CA is for a TLS server: the URL must be rediss://".to_owned(),
+                ))
+            }
+            Some(path) => Some(std::fs::read(&path).map_err(|e| {
+                (
+                    "state.redis_ca_cert",
+                    format!("could not read {}: {e}", path.display()),
+                )
+            })?),
+            None => None,
+        };
         let timeout = Duration::from_millis(timeout_ms.unwrap_or(5));
         if timeout.is_zero() || timeout > Duration::from_secs(10) {
             return Err((
@@ -170,6 +194,7 @@ impl StateConfig {
         Ok(Self {
             redis: Some(RedisConfig {
                 connection: info,
+                ca_cert,
                 timeout,
                 on_failure: on_failure.unwrap_or_default(),
                 key_prefix,

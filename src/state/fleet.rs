@@ -74,7 +74,9 @@ pub async fn run(fleet: Weak<Fleet>, model: String, state: Arc<SharedState>) {
             .await;
         // Without Redis each gateway goes on with what it sees itself.
         let Ok(learned) = learned else { continue };
-        let now = Instant::now();
+        // Read back with the same pair of clocks it was written with: a later `now`
+        // would move every deadline later by the call's time, and each gateway would
+        // publish that back.
         for (endpoint, (ejected, limited)) in endpoints.iter().zip(learned) {
             let seen = OutUntil {
                 ejected: instant(ejected, now, wall),

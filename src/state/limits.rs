@@ -122,7 +122,7 @@ fn outcome(meters: &[(RateUnit, NonZeroU32, u32)], lines: &[Line]) -> Result<Rat
         if result == REFUSED && unit == RateUnit::Requests {
             // As one gateway says it: nothing left until the refused request would pass.
             shown = Window {
-                reset: retry_after + Duration::from_secs(60) / limit.get(),
+                reset: retry_after + Duration::from_secs(60) / limit.get() * (limit.get() - 1),
                 ..window(limit, 0)
             };
         }
@@ -199,9 +199,10 @@ mod tests {
             (RateUnit::Requests, Duration::from_secs(20))
         );
         let requests = headers.requests.expect("requests");
+        // As one gateway says it: the refused request's wait, then the rest of the limit.
         assert_eq!(
             (requests.remaining, requests.reset),
-            (0, Duration::from_secs(40))
+            (0, Duration::from_secs(60))
         );
         assert_eq!(
             headers.tokens.map(|w| w.remaining),

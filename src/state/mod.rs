@@ -19,8 +19,8 @@ pub mod quota;
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -62,7 +62,7 @@ thread_local! {
     /// connection shared by every thread lives on one, and each call would cost two
     /// wake-ups across threads (measured: +0.25 ms TTFT p50 at one stream, against
     /// +0.17 ms this way; docs/access-control.md).
-    static CONNECTIONS: RefCell<Vec<(usize, ConnectionManager)>> = const { RefCell::new(Vec::new()) };
+    static CONNECTIONS: RefCell<Vec<(usize, u64, ConnectionManager)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Shared state in Redis: how to connect, the deadline, and what the gateway last saw.
@@ -72,9 +72,14 @@ pub struct SharedState {
     manager_config: ConnectionManagerConfig,
     config: RedisConfig,
     address: String,
+    /// The last call, a request's or the watcher's, was answered.
     up: AtomicBool,
-    /// The last failure, scrubbed, for `/ready`.
-    last_error: Mutex<Option<String>>,
+    /// The watcher's last ping was answered: what `/ready` says (one late request does
+    /// not make a gateway unready).
+    answering: AtomicBool,
+    /// Counts the times the watcher saw Redis come (back) up: a thread's connection made
+    /// before the last one is made again (Redis restarted under it).
+    epoch: AtomicU64,
     metrics: Arc<Metrics>,
 }
 
@@ -92,8 +97,26 @@ impl SharedState {
     /// watcher. Needs a Tokio runtime.
     pub fn start(config: RedisConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>, String> {
         let address = config.connection.addr().to_string();
-        let client = redis::Client::open(config.connection.clone())
-            .map_err(|e| format!("state.redis_url: {e}"))?;
+        if matches!(
+            config.connection.addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ) {
+            // rustls wants one crypto provider for the process, and this build's
+            // dependencies bring two (ring and aws-lc-rs), so it cannot pick: ring, unless
+            // one is installed already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match &config.ca_cert {
+            Some(pem) => redis::Client::build_with_tls(
+                config.connection.clone(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            None => redis::Client::open(config.connection.clone()),
+        }
+        .map_err(|e| format!("state.redis_url: {e}"))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             // The request path has its own, shorter deadline; this one ends calls that
@@ -108,7 +131,8 @@ impl SharedState {
             config,
             address,
             up: AtomicBool::new(false),
-            last_error: Mutex::new(Some("not connected yet".to_owned())),
+            answering: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
             metrics,
         });
         state.metrics.state_up(false);
@@ -132,9 +156,7 @@ impl SharedState {
     }
 
     /// Runs one call within the deadline `timeout`; a failure is counted and logged
-    /// when it is news (the first after a success). A call that finds this thread's
-    /// connection broken (Redis restarted since it last called) is made again at once
-    /// on a new connection, within the same deadline.
+    /// when it is news (the first after a success).
     pub(crate) async fn call<T, F>(
         &self,
         timeout: Duration,
@@ -143,25 +165,21 @@ impl SharedState {
     where
         F: Future<Output = redis::RedisResult<T>>,
     {
-        let attempts = async {
-            match call(self.connection()?).await {
-                Err(error) if error.is_io_error() || error.is_connection_dropped() => {
-                    self.forget_connection();
-                    call(self.connection()?).await
-                }
-                outcome => outcome,
-            }
+        // Never sent twice: a command that reached Redis before its connection broke may
+        // have run (a request charged twice). A connection that broke is made afresh by
+        // the next call, and every thread's after the watcher sees Redis come back.
+        let outcome = match self.connection() {
+            Ok(connection) => tokio::time::timeout(timeout, call(connection)).await,
+            Err(error) => Ok(Err(error)),
         };
-        let outcome = tokio::time::timeout(timeout, attempts).await;
         let (failure, detail) = match outcome {
             Ok(Ok(value)) => {
                 self.went_up();
                 return Ok(value);
             }
             Ok(Err(error)) => {
-                // A connection that failed is made afresh by the next call, which then
-                // connects as part of it: a kept one would first hand that call the
-                // failed reconnection's error, once Redis is back.
+                // Made afresh by the next call, which then connects as part of it: a kept
+                // one would first hand that call the failed reconnection's error.
                 self.forget_connection();
                 (
                     Failure::Error,
@@ -184,53 +202,54 @@ impl SharedState {
                 "Shared state: Redis did not answer; requests meet state.on_failure until it does."
             );
         }
-        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(detail);
         Err(failure)
     }
 
     /// This thread's connection, made (lazily: it connects on its first call) the first
     /// time the thread calls, and again after a call failed.
     fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let epoch = self.epoch.load(Ordering::Relaxed);
         CONNECTIONS.with(|connections| {
-            if let Some((_, connection)) =
-                connections.borrow().iter().find(|(id, _)| *id == self.id)
+            let mut connections = connections.borrow_mut();
+            if let Some((_, made, connection)) = connections.iter().find(|(id, ..)| *id == self.id)
             {
-                return Ok(connection.clone());
+                if *made == epoch {
+                    return Ok(connection.clone());
+                }
             }
+            connections.retain(|(id, ..)| *id != self.id);
             let connection = ConnectionManager::new_lazy_with_config(
                 self.client.clone(),
                 self.manager_config.clone(),
             )?;
-            connections.borrow_mut().push((self.id, connection.clone()));
+            connections.push((self.id, epoch, connection.clone()));
             Ok(connection)
         })
     }
 
     fn forget_connection(&self) {
-        CONNECTIONS.with(|connections| connections.borrow_mut().retain(|(id, _)| *id != self.id));
+        CONNECTIONS.with(|connections| connections.borrow_mut().retain(|(id, ..)| *id != self.id));
     }
 
     fn went_up(&self) {
         if !self.up.swap(true, Ordering::Relaxed) {
             self.metrics.state_up(true);
-            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
             tracing::info!(redis = %self.address, "Shared state: Redis answers.");
         }
     }
 
-    /// What `/ready` says of it.
+    /// Whether the watcher's last ping was answered.
+    pub fn answering(&self) -> bool {
+        self.answering.load(Ordering::Relaxed)
+    }
+
+    /// What `/ready` says of it. `/ready` needs no key: the address and the error are
+    /// in the log only.
     pub fn to_json(&self) -> serde_json::Value {
-        let error = self
-            .last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
         serde_json::json!({
             "backend": "redis",
-            "address": self.address,
-            "up": self.is_up(),
+            "up": self.answering(),
             "on_failure": self.config.on_failure.as_str(),
-            "error": error,
         })
     }
 }
@@ -249,10 +268,12 @@ async fn watch(state: std::sync::Weak<SharedState>) {
                 .await
         };
         // A ping has a second: it reports health, it does not hold a request up.
-        let was_up = state.is_up();
-        if state.call(Duration::from_secs(1), ping).await.is_ok() && !was_up {
-            // A Redis that (re)starts knows no script: loaded here, a request's first
-            // call is not the one that finds it missing and sends it.
+        let answered = state.call(Duration::from_secs(1), ping).await.is_ok();
+        let was = state.answering.swap(answered, Ordering::Relaxed);
+        if answered && !was {
+            // Back (or there for the first time): every thread connects afresh, and the
+            // scripts are loaded, so no request is the one that finds them missing.
+            state.epoch.fetch_add(1, Ordering::Relaxed);
             let load = |mut connection: ConnectionManager| async move {
                 limits::script().load_async(&mut connection).await
             };

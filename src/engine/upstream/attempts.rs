@@ -169,11 +169,20 @@ impl RequestAttempts {
                 Attempted::Answered | Attempted::Over => return Ok(()),
                 Attempted::Failed(fault) => fault,
             };
-            if let Some((_, refusal)) = refused {
-                // The second opinion did not answer either: the client gets the refusal.
-                return Err(refusal);
-            }
             let attempts = attempts_made(&self.reported);
+            if let Some((_, refusal)) = &refused {
+                // Refused again: the request's own fault, the client gets the refusal. A
+                // replica failing on its own (down, 5xx, silent) gives no opinion: the
+                // next is asked, within max_attempts.
+                if is_refusal(&fault)
+                    || !worth_another(&fault)
+                    || attempts >= fleet.config.max_attempts as usize
+                {
+                    return Err(refusal.clone());
+                }
+                tried.last = Some(fault);
+                continue;
+            }
             if attempts >= fleet.config.max_attempts as usize {
                 return Err(fault);
             }

@@ -310,14 +310,18 @@ impl Endpoint {
     pub fn adopt(&self, seen: OutUntil, now: Instant, config: &FleetConfig, may_eject: bool) {
         let mut h = self.health();
         h.settle(now, config);
+        // Wall-clock milliseconds round-trip to within one: later by less is the same.
+        let later = |mine: Option<Instant>, theirs: Instant| {
+            mine.is_none_or(|until| until + Duration::from_millis(1) < theirs)
+        };
         if let Some(limited) = seen.limited {
-            if h.limited_until.is_none_or(|until| until < limited) {
+            if later(h.limited_until, limited) {
                 h.limited_until = Some(limited);
             }
         }
         let Some(ejected) = seen.ejected else { return };
         match h.ejected_until {
-            Some(until) if until >= ejected => {}
+            Some(_) if !later(h.ejected_until, ejected) => {}
             Some(_) => h.ejected_until = Some(ejected),
             None if may_eject => {
                 h.ejected_until = Some(ejected);
