@@ -5,7 +5,7 @@
 //!
 //! Each gateway, every [`SYNC_EVERY`], sends what it sees of each endpoint (until when it
 //! is out, as wall-clock time) and learns in the same call (`fleet.lua`) the latest any
-//! gateway has sent. A gateway adopts an ejection as its own (within its rule that at
+//! gateway has sent: one call per fleet of two or more endpoints, off the requests' path. A gateway adopts an ejection as its own (within its rule that at
 //! most half a fleet is out), so the replica comes back as if it had ejected it: after
 //! the cool-down, on a growing share. Prefix affinity needs nothing shared: it is
 //! rendezvous hashing over the endpoints' names ([`crate::engine::upstream::fleet`]), so
@@ -57,6 +57,10 @@ pub async fn run(fleet: Weak<Fleet>, model: String, state: Arc<SharedState>) {
         let Some(fleet) = fleet.upgrade() else { return };
         let (now, wall) = (Instant::now(), SystemTime::now());
         let endpoints = fleet.endpoints();
+        // One replica is tried whatever its state: there is nothing to route around.
+        if endpoints.len() < 2 {
+            continue;
+        }
         let mut invocation = SCRIPT.prepare_invoke();
         invocation.key(&key);
         for endpoint in &endpoints {
