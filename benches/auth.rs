@@ -89,7 +89,6 @@ async fn per_request(requests: usize) {
             Keys::load(&file, Limits::default(), Arc::new(MonotonicClock::new())).expect("keys"),
         )),
         metrics_need_key: false,
-        shared: None,
     };
     let guarded = common::TestServer::builder(engine())
         .config(&config)

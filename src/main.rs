@@ -425,16 +425,13 @@ fn guard(
             address = %config.server.listen,
             "No API keys file (--api-keys-file): anyone who can reach this address can use the model."
         );
-        return Ok(llmgate::auth::Guard {
-            shared: shared.cloned(),
-            ..llmgate::auth::Guard::default()
-        });
+        return Ok(llmgate::auth::Guard::default());
     };
     let mut keys = llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
         .and_then(|keys| keys.with_quotas(config.server.quotas, config.server.quota_time_zone))
         .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?;
     if let Some(state) = shared {
-        keys = keys.shared_through(Arc::clone(state));
+        keys = keys.shared_through(Arc::clone(state) as Arc<dyn llmgate::auth::SharedBudget>);
     }
     let keys = Arc::new(keys);
     if keys.current().is_empty() {
@@ -453,7 +450,6 @@ fn guard(
     Ok(llmgate::auth::Guard {
         keys: Some(keys),
         metrics_need_key: config.server.metrics_auth,
-        shared: shared.cloned(),
     })
 }
 
@@ -509,7 +505,12 @@ fn served_models(
                 let config = (**upstream).clone();
                 let engine = UpstreamEngine::start(&model.id, config, Arc::clone(clock))?;
                 if let Some(state) = shared {
-                    engine.share_fleet_state(Arc::clone(state));
+                    let run = llmgate::state::fleet::run(
+                        engine.fleet(),
+                        engine.model_id().to_owned(),
+                        Arc::clone(state),
+                    );
+                    tokio::spawn(run);
                 }
                 Front::from(engine)
             }
@@ -578,6 +579,7 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     );
     let mut state = AppState::with_models(&config, models, clock, Arc::clone(&telemetry));
     state.guard = guard;
+    state.shared_state = shared;
     state.semlog = semlog.status();
     log_served_models(&config);
     tracing::info!(address = %listener.local_addr()?, "Listening.");

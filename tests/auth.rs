@@ -28,7 +28,6 @@ fn guard_on(file: &Path, metrics_need_key: bool, clock: SharedClock) -> Guard {
     Guard {
         keys: Some(keys),
         metrics_need_key,
-        shared: None,
     }
 }
 

@@ -62,7 +62,6 @@ fn guard(file: &std::path::Path) -> Guard {
             Keys::load(file, Limits::default(), Arc::new(ManualClock::new())).expect("keys"),
         )),
         metrics_need_key: false,
-        shared: None,
     }
 }
 

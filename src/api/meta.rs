@@ -234,7 +234,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
             ..Ready::default()
         });
     }
-    let shared = state.guard.shared.as_deref();
+    let shared = state.shared_state.as_deref();
     // Refusing every request is not ready; answering on local limits is.
     // Keys are what fail_closed refuses without Redis (their limits and quotas).
     let state_refuses = state.guard.keys.is_some()

@@ -80,6 +80,8 @@ pub struct AppState {
     pub openapi: std::sync::OnceLock<bytes::Bytes>,
     /// Serve the built-in page at `/` (`crate::page`).
     pub page: bool,
+    /// Where state is shared with other gateways (Redis), for `/ready`.
+    pub shared_state: Option<Arc<crate::state::SharedState>>,
 }
 
 impl AppState {
@@ -141,6 +143,7 @@ impl AppState {
             send_buffer_bytes: config.server.send_buffer_bytes,
             openapi: std::sync::OnceLock::new(),
             page: config.server.page,
+            shared_state: None,
         }
     }
 }

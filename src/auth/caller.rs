@@ -3,11 +3,47 @@
 
 use std::sync::Arc;
 
+use super::limits::Limits;
 use super::limits::{KeyBudget, RateHeaders, Refusal};
-use super::quota::{self, Calendar, KeyQuota};
+use super::quota::{self, Calendar, KeyQuota, Period, Quotas};
 use super::Keys;
 use crate::clock::SharedClock;
-use crate::state::{OnFailure, SharedState};
+
+/// The shared store did not answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unanswered;
+
+/// Where keys' limits and quotas are kept when gateways share them: Redis, through the
+/// `state` module's `SharedState`. A trait, so that keys know what they ask of it and not
+/// where it is (and `auth` does not depend on `state`, which depends on it).
+#[async_trait::async_trait]
+pub trait SharedBudget: Send + Sync + std::fmt::Debug {
+    /// Checks `quotas` and charges one request of `tokens` tokens to `limits`.
+    async fn charge(
+        &self,
+        key_id: &str,
+        limits: Limits,
+        quotas: &Quotas,
+        calendar: &Calendar,
+        tokens: u32,
+    ) -> Result<Result<RateHeaders, Refusal>, Unanswered>;
+
+    /// Adds an answer's tokens to the key's quota counters.
+    async fn spend(
+        &self,
+        key_id: &str,
+        quotas: &Quotas,
+        calendar: &Calendar,
+        tokens: u64,
+    ) -> Result<(), Unanswered>;
+
+    /// What the key has used of the day and of the month `calendar` is in.
+    async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 2], Unanswered>;
+
+    /// A request the store cannot check is refused (`fail_closed`) rather than charged
+    /// to this gateway's own limits (`fail_open`).
+    fn fails_closed(&self) -> bool;
+}
 
 /// Who an accepted request is: the id of the key it presented and that key's budget.
 #[derive(Debug, Clone)]
@@ -15,7 +51,7 @@ pub struct Caller {
     pub key_id: String,
     pub budget: Arc<KeyBudget>,
     /// Where the budget is kept when gateways share it; `None`: in `budget` alone.
-    pub shared: Option<Arc<SharedState>>,
+    pub shared: Option<Arc<dyn SharedBudget>>,
     /// Its token quotas and what this process counted of them.
     pub quota: Arc<KeyQuota>,
     /// The quotas' calendar: their time zone and the server's clock.
@@ -62,10 +98,8 @@ impl Caller {
             .await
         {
             Ok(outcome) => outcome,
-            Err(_) => match shared.on_failure() {
-                OnFailure::FailOpen => self.charge_here(tokens, &calendar),
-                OnFailure::FailClosed => Err(Refusal::Unavailable),
-            },
+            Err(Unanswered) if shared.fails_closed() => Err(Refusal::Unavailable),
+            Err(Unanswered) => self.charge_here(tokens, &calendar),
         }
     }
 
@@ -115,8 +149,11 @@ impl Caller {
             }
             _ => None,
         };
-        quota::uses(&quotas, &calendar, |period| match &shared_use {
-            Some(used) => used(period),
+        quota::uses(&quotas, &calendar, |period| match shared_use {
+            Some([day, month]) => match period {
+                Period::Day => day,
+                Period::Month => month,
+            },
             None => self.quota.used(period, &calendar),
         })
     }

@@ -19,7 +19,7 @@ mod caller;
 pub mod limits;
 pub mod quota;
 
-pub use caller::{Caller, QuotaCalendar, QuotaCounter};
+pub use caller::{Caller, QuotaCalendar, QuotaCounter, SharedBudget, Unanswered};
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -39,7 +39,6 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::SharedClock;
 use crate::error::ApiError;
-use crate::state::SharedState;
 use limits::{KeyBudget, LimitClock, Limits};
 use quota::{KeyQuota, Quotas};
 
@@ -331,7 +330,7 @@ pub struct Keys {
     /// Modification time and length of the version in use.
     seen: Mutex<Option<(SystemTime, u64)>>,
     /// Where the keys' limits are kept when gateways share them.
-    shared: Option<Arc<SharedState>>,
+    shared: Option<Arc<dyn SharedBudget>>,
     /// Quotas of keys whose line sets none (`server.quota_daily_tokens` / `_monthly_`).
     quota_defaults: Quotas,
     /// The time zone whose days and months the quotas count.
@@ -381,7 +380,7 @@ impl Keys {
     }
 
     /// The keys with their limits kept in `state`, shared with every gateway using it.
-    pub fn shared_through(mut self, state: Arc<SharedState>) -> Self {
+    pub fn shared_through(mut self, state: Arc<dyn SharedBudget>) -> Self {
         self.shared = Some(state);
         self
     }
@@ -478,8 +477,6 @@ pub async fn watch(keys: Arc<Keys>, poll: Duration) {
 pub struct Guard {
     pub keys: Option<Arc<Keys>>,
     pub metrics_need_key: bool,
-    /// Where the keys' limits are shared with other gateways, for `/ready`.
-    pub shared: Option<Arc<SharedState>>,
 }
 
 impl Guard {

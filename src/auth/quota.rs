@@ -7,7 +7,7 @@
 //! the OpenAI SDKs do not retry what only the next period cures. It is counted when it
 //! ends, so a quota stops within one request's tokens of its size. One gateway counts
 //! in its process ([`KeyQuota`]); gateways sharing Redis count there
-//! ([`crate::state::quota`]), checked in the same call as the rate limits.
+//! (the `state` module), checked in the same call as the rate limits.
 
 use std::num::NonZeroU64;
 use std::sync::Mutex;

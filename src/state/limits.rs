@@ -37,7 +37,7 @@ impl SharedState {
     /// Checks `key_id`'s `quotas` and charges one request of `tokens` tokens to its
     /// `limits` across every gateway: the headers, a refusal, or the failure that kept
     /// Redis from answering.
-    pub async fn charge(
+    pub async fn charge_key(
         &self,
         key_id: &str,
         limits: Limits,

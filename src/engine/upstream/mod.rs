@@ -134,12 +134,15 @@ impl UpstreamEngine {
 }
 
 impl UpstreamEngine {
-    /// Shares its fleet's routing state with the other gateways using `state`
-    /// ([`crate::state::fleet`]), while the engine lives.
-    pub fn share_fleet_state(&self, state: Arc<crate::state::SharedState>) {
-        let fleet = Arc::downgrade(&self.shared.fleet);
-        let model = self.shared.info.id.clone();
-        tokio::spawn(crate::state::fleet::run(fleet, model, state).in_current_span());
+    /// Its fleet, while the engine lives: what the shared state syncs with other
+    /// gateways (the `state` module).
+    pub fn fleet(&self) -> std::sync::Weak<Fleet> {
+        Arc::downgrade(&self.shared.fleet)
+    }
+
+    /// The served model's id.
+    pub fn model_id(&self) -> &str {
+        &self.shared.info.id
     }
 }
 

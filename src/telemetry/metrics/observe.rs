@@ -181,7 +181,7 @@ impl Metrics {
     }
 
     /// Counts a call to the shared state that gave no answer; `reason` is a
-    /// [`crate::state::Failure`]'s.
+    /// shared-state failure's (`timeout`, `error`).
     pub fn state_failure(&self, reason: &'static str) {
         self.families
             .state_failures

@@ -112,7 +112,7 @@ struct Scraped {
 
 /// Until when an endpoint is out of rotation, as one gateway sees it: after failures
 /// (ejected) and after a 429 (limited). Gateways sharing a fleet's state exchange these
-/// ([`crate::state::fleet`]).
+/// (the `state` module).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutUntil {
     pub ejected: Option<Instant>,

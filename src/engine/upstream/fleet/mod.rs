@@ -296,7 +296,7 @@ impl Fleet {
         endpoint.probed(fault, now, &self.config, self.may_eject(now));
     }
 
-    /// Takes what another gateway saw of `endpoint` ([`crate::state::fleet`]).
+    /// Takes what another gateway saw of `endpoint` (through the `state` module).
     pub fn adopt(&self, endpoint: &Endpoint, seen: OutUntil, now: Instant) {
         let may_eject = endpoint.is_ejected(now) || self.may_eject(now);
         endpoint.adopt(seen, now, &self.config, may_eject);
