@@ -428,8 +428,8 @@ fn guard(
         return Ok(llmgate::auth::Guard::default());
     };
     let mut keys = llmgate::auth::Keys::load(path, config.server.rate_limits, clock)
-        .and_then(|keys| keys.with_quotas(config.server.quotas, config.server.quota_time_zone))
-        .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?;
+        .map_err(|e| anyhow::anyhow!("API keys (server.api_keys_file): {e}"))?
+        .with_quotas(config.server.quotas, config.server.quota_time_zone);
     if let Some(state) = shared {
         keys = keys.shared_through(Arc::clone(state) as Arc<dyn llmgate::auth::SharedBudget>);
     }

@@ -308,10 +308,8 @@ async fn a_client_that_leaves_before_the_first_byte_ends_the_attempts() {
     assert_eq!(records[0].status, Status::Cancelled);
 }
 
-#[tokio::test]
-async fn an_answer_in_one_body_that_failed_after_content_starts_over_elsewhere() {
-    // The outside tester's case: the client of a non-streamed request has received
-    // nothing when the replica fails midway, so it should not get a 502.
+/// A replica that cuts its answers after two chunks, one that answers, round robin.
+async fn cut_then_good() -> (Upstream, Upstream, TestServer) {
     let cuts = start_upstream(failing(Fault::Cut)).await;
     let good = start_upstream(replica(3)).await;
     let server = gateway(fleet_config(
@@ -319,6 +317,14 @@ async fn an_answer_in_one_body_that_failed_after_content_starts_over_elsewhere()
         policy(Policy::RoundRobin),
     ))
     .await;
+    (cuts, good, server)
+}
+
+#[tokio::test]
+async fn an_answer_in_one_body_that_failed_after_content_starts_over_elsewhere() {
+    // The outside tester's case: the client of a non-streamed request has received
+    // nothing when the replica fails midway, so it should not get a 502.
+    let (cuts, good, server) = cut_then_good().await;
     let (status, body) = chat(&server, &chat_body("hi", json!({}))).await;
     assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).expect("json");
@@ -340,13 +346,7 @@ async fn an_answer_in_one_body_that_failed_after_content_starts_over_elsewhere()
 
 #[tokio::test]
 async fn a_stream_that_failed_after_content_is_never_answered_twice() {
-    let cuts = start_upstream(failing(Fault::Cut)).await;
-    let good = start_upstream(replica(3)).await;
-    let server = gateway(fleet_config(
-        &[&cuts.url, &good.url],
-        policy(Policy::RoundRobin),
-    ))
-    .await;
+    let (cuts, good, server) = cut_then_good().await;
     let (status, body) = chat(&server, &chat_body("hi", json!({"stream": true}))).await;
     assert_eq!(status, 200);
     assert!(

@@ -222,6 +222,43 @@ impl Gateway {
         }
         false
     }
+
+    /// Three gateways, as [`Gateway::start`] starts one.
+    async fn three(dir: &Path, upstream: Option<&str>, redis: &Redis, extra: &[&str]) -> Vec<Self> {
+        let mut gateways = Vec::new();
+        for _ in 0..3 {
+            gateways.push(Self::start(dir, upstream, redis, extra).await);
+        }
+        gateways
+    }
+
+    /// Its `/stats`, asked with the key.
+    async fn stats(&self) -> Value {
+        reqwest::Client::new()
+            .get(format!("{}/stats", self.base))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .expect("stats")
+            .json()
+            .await
+            .expect("json")
+    }
+    /// Each replica of its model as its `/stats` shows it.
+    async fn endpoints(&self) -> Vec<Value> {
+        self.stats().await["upstreams"][0]["endpoints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    async fn state_of(&self, url: &str) -> String {
+        let endpoints = self.endpoints().await;
+        let endpoint = endpoints.iter().find(|e| e["endpoint"] == url);
+        endpoint.map_or_else(String::new, |e| {
+            e["state"].as_str().unwrap_or_default().to_owned()
+        })
+    }
 }
 
 impl Drop for Gateway {
@@ -256,10 +293,7 @@ async fn a_key_limit_holds_across_three_gateways() {
     // A deadline a loaded test machine meets: a call past it would fall back to the
     // gateway's own limits (fail_open), which is another test's subject.
     let deadline = ["--state-timeout-ms", "500"];
-    let mut gateways = Vec::new();
-    for _ in 0..3 {
-        gateways.push(Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await);
-    }
+    let gateways = Gateway::three(dir.path(), Some(&upstream.url), &redis, &deadline).await;
     // 200 requests, spread over the three, 12 at a time.
     let started = Instant::now();
     let mut allowed = [0usize; 3];
@@ -391,10 +425,7 @@ async fn a_daily_quota_holds_across_three_gateways() {
     .await;
     let dir = keys_dir("daily_tokens=10000");
     let deadline = ["--state-timeout-ms", "500"];
-    let mut gateways = Vec::new();
-    for _ in 0..3 {
-        gateways.push(Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await);
-    }
+    let gateways = Gateway::three(dir.path(), Some(&upstream.url), &redis, &deadline).await;
     let mut answered = 0;
     let mut request_tokens = 0;
     let mut n = 0;
@@ -415,15 +446,7 @@ async fn a_daily_quota_holds_across_three_gateways() {
         let (status, body, _) = gateway.chat_with(100).await;
         assert_eq!(status, 429, "every gateway refuses now: {body}");
     }
-    let stats: Value = reqwest::Client::new()
-        .get(format!("{}/stats", gateways[0].base))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("json");
+    let stats = gateways[0].stats().await;
     let used = stats["quotas"][0]["used"].as_u64().expect("used");
     // An answer is counted in Redis right after it ends, off its path: the next request
     // may be checked before that count lands (on this loaded test machine it sometimes
@@ -447,33 +470,6 @@ fn fleet_config(dir: &Path, urls: &[&str], policy: &str) -> String {
     path.display().to_string()
 }
 
-impl Gateway {
-    /// Each replica of its model as its `/stats` shows it.
-    async fn endpoints(&self) -> Vec<Value> {
-        let stats: Value = reqwest::Client::new()
-            .get(format!("{}/stats", self.base))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .expect("stats")
-            .json()
-            .await
-            .expect("json");
-        stats["upstreams"][0]["endpoints"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    async fn state_of(&self, url: &str) -> String {
-        let endpoints = self.endpoints().await;
-        let endpoint = endpoints.iter().find(|e| e["endpoint"] == url);
-        endpoint.map_or_else(String::new, |e| {
-            e["state"].as_str().unwrap_or_default().to_owned()
-        })
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ejection_by_one_gateway_reaches_the_others_within_a_second() {
     let redis = Redis::start();
@@ -486,10 +482,7 @@ async fn an_ejection_by_one_gateway_reaches_the_others_within_a_second() {
     let dir = keys_dir("");
     let config = fleet_config(dir.path(), &[&bad.url, &good.url], "round_robin");
     let args = ["--config", config.as_str(), "--state-timeout-ms", "500"];
-    let mut gateways = Vec::new();
-    for _ in 0..3 {
-        gateways.push(Gateway::start(dir.path(), None, &redis, &args).await);
-    }
+    let gateways = Gateway::three(dir.path(), None, &redis, &args).await;
     // Only the first gateway sends work; round robin gives the bad replica its turn.
     for _ in 0..2 {
         let (status, body, _) = gateways[0].chat().await;
@@ -539,10 +532,7 @@ async fn one_conversation_stays_on_one_replica_whichever_gateway_takes_each_turn
     let dir = keys_dir("");
     let config = fleet_config(dir.path(), &urls, "prefix_affinity");
     let args = ["--config", config.as_str()];
-    let mut gateways = Vec::new();
-    for _ in 0..3 {
-        gateways.push(Gateway::start(dir.path(), None, &redis, &args).await);
-    }
+    let gateways = Gateway::three(dir.path(), None, &redis, &args).await;
     let system = "You are the support assistant of a shop that sells tea. ".repeat(8);
     for conversation in 0..3 {
         let before: Vec<usize> = replicas.iter().map(|r| r.received().len()).collect();

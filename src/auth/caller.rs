@@ -18,13 +18,13 @@ pub struct Unanswered;
 /// where it is (and `auth` does not depend on `state`, which depends on it).
 #[async_trait::async_trait]
 pub trait SharedBudget: Send + Sync + std::fmt::Debug {
-    /// Checks `quotas` and charges one request of `tokens` tokens to `limits`.
+    /// Checks `quotas` (with the calendar they count in; none when the key has none)
+    /// and charges one request of `tokens` tokens to `limits`.
     async fn charge(
         &self,
         key_id: &str,
         limits: Limits,
-        quotas: &Quotas,
-        calendar: &Calendar,
+        quotas: Option<(&Quotas, &Calendar)>,
         tokens: u32,
     ) -> Result<Result<RateHeaders, Refusal>, Unanswered>;
 
@@ -88,24 +88,28 @@ impl Caller {
     pub async fn charge(&self, tokens: u32) -> Result<RateHeaders, Refusal> {
         let limits = self.budget.limits();
         let quotas = self.quota.quotas;
-        let calendar = self.calendar.now();
+        // The day and month are told only for a key with a quota: a time zone's
+        // arithmetic and two dates written out are not every request's cost.
+        let calendar = (!quotas.is_none()).then(|| self.calendar.now());
+        let counted = calendar.as_ref().map(|calendar| (&quotas, calendar));
         let shared = self.shared.as_ref();
-        let Some(shared) = shared.filter(|_| !limits.is_unlimited() || !quotas.is_none()) else {
-            return self.charge_here(tokens, &calendar);
+        let Some(shared) = shared.filter(|_| !limits.is_unlimited() || counted.is_some()) else {
+            return self.charge_here(tokens, calendar.as_ref());
         };
-        match shared
-            .charge(&self.key_id, limits, &quotas, &calendar, tokens)
-            .await
-        {
+        match shared.charge(&self.key_id, limits, counted, tokens).await {
             Ok(outcome) => outcome,
             Err(Unanswered) if shared.fails_closed() => Err(Refusal::Unavailable),
-            Err(Unanswered) => self.charge_here(tokens, &calendar),
+            Err(Unanswered) => self.charge_here(tokens, calendar.as_ref()),
         }
     }
 
     /// Charged in this process alone.
-    fn charge_here(&self, tokens: u32, calendar: &Calendar) -> Result<RateHeaders, Refusal> {
-        if let Some(spent) = self.quota.spent(calendar) {
+    fn charge_here(
+        &self,
+        tokens: u32,
+        calendar: Option<&Calendar>,
+    ) -> Result<RateHeaders, Refusal> {
+        if let Some(spent) = calendar.and_then(|calendar| self.quota.spent(calendar)) {
             return Err(Refusal::QuotaSpent(spent));
         }
         self.budget.charge(tokens)

@@ -266,7 +266,11 @@ impl Active {
     }
 
     fn caller(&self, key: &str, keys: &Keys) -> Option<Caller> {
-        let id = self.table.verify(key)?;
+        self.caller_of(self.table.verify(key)?, keys)
+    }
+
+    /// The caller whose key id is `id`.
+    fn caller_of(&self, id: &str, keys: &Keys) -> Option<Caller> {
         Some(Caller {
             key_id: id.to_owned(),
             budget: Arc::clone(self.budgets.get(id)?),
@@ -357,26 +361,19 @@ impl Keys {
 
     /// The keys with `defaults` for lines that set no quota, counted in `zone`'s days
     /// and months.
-    pub fn with_quotas(mut self, defaults: Quotas, zone: chrono_tz::Tz) -> Result<Self, String> {
+    pub fn with_quotas(mut self, defaults: Quotas, zone: chrono_tz::Tz) -> Self {
         self.quota_defaults = defaults;
         self.zone = zone;
-        self.reload(true)?;
-        Ok(self)
+        // The table read by `load`, with these quotas: the file is not read again.
+        let table = (*self.current()).clone();
+        let active = Active::new(table, &self, &Active::default());
+        self.active = RwLock::new(Arc::new(active));
+        self
     }
 
     /// The caller whose key id is `id`, for counting its answer against its quotas.
     pub fn caller_by_id(&self, id: &str) -> Option<Caller> {
-        let active = self.active();
-        Some(Caller {
-            key_id: id.to_owned(),
-            budget: Arc::clone(active.budgets.get(id)?),
-            shared: self.shared.clone(),
-            quota: Arc::clone(active.quotas.get(id)?),
-            calendar: QuotaCalendar {
-                zone: self.zone,
-                clock: Arc::clone(&self.clock),
-            },
-        })
+        self.active().caller_of(id, self)
     }
 
     /// The keys with their limits kept in `state`, shared with every gateway using it.

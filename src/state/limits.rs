@@ -1,6 +1,7 @@
 //! Per-key limits in Redis: the same GCRA buckets as [`crate::auth::limits`], shared by
 //! every gateway, each request checked against the key's quotas ([`super::quota`]) and
-//! charged in one call of `limits.lua`.
+//! charged in one call of `limits.lua` ([`super::budget`] makes the call); here, the
+//! script and what its answer means.
 //!
 //! A bucket's key is `<prefix>:limit:{<key id>}:<rpm|tpm>:<limit>`: the braces put a
 //! key's buckets in one Redis Cluster slot, and the limit in the name starts a new bucket
@@ -11,12 +12,10 @@ use std::num::NonZeroU32;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::{Failure, SharedState};
-use crate::auth::limits::{Limits, RateHeaders, Refusal, Window};
-use crate::auth::quota::{Calendar, Period, Quotas, Spent};
+use crate::auth::limits::{RateHeaders, Refusal, Window};
 use crate::error::RateUnit;
 
-static SCRIPT: LazyLock<redis::Script> =
+pub(super) static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("limits.lua")));
 
 /// The charging script, for the watcher to load ahead of the requests.
@@ -25,80 +24,14 @@ pub(super) fn script() -> &'static redis::Script {
 }
 
 /// One limit's line of the script's answer: `{outcome, remaining, retry_us}`.
-type Line = (i64, i64, i64);
+pub(super) type Line = (i64, i64, i64);
 
 const CHARGED: i64 = 1;
 const REFUSED: i64 = 0;
 const NEVER_FITS: i64 = -1;
 
-const QUOTA_SPENT: i64 = -2;
-
-impl SharedState {
-    /// Checks `key_id`'s `quotas` and charges one request of `tokens` tokens to its
-    /// `limits` across every gateway: the headers, a refusal, or the failure that kept
-    /// Redis from answering.
-    pub async fn charge_key(
-        &self,
-        key_id: &str,
-        limits: Limits,
-        quotas: &Quotas,
-        calendar: &Calendar,
-        tokens: u32,
-    ) -> Result<Result<RateHeaders, Refusal>, Failure> {
-        let meters: Vec<(RateUnit, NonZeroU32, u32)> = [
-            (RateUnit::Requests, limits.requests_per_minute, 1),
-            // Every request costs at least one token, as in one gateway.
-            (RateUnit::Tokens, limits.tokens_per_minute, tokens.max(1)),
-        ]
-        .into_iter()
-        .filter_map(|(unit, limit, cost)| Some((unit, limit?, cost)))
-        .collect();
-        let counted: Vec<(Period, u64)> = quotas.each().map(|(p, size)| (p, size.get())).collect();
-        if meters.is_empty() && counted.is_empty() {
-            return Ok(Ok(RateHeaders::default()));
-        }
-        let mut invocation = SCRIPT.prepare_invoke();
-        invocation.arg(meters.len());
-        for (unit, limit, cost) in &meters {
-            let name = match unit {
-                RateUnit::Requests => "rpm",
-                RateUnit::Tokens => "tpm",
-            };
-            invocation
-                .key(format!(
-                    "{}:limit:{{{key_id}}}:{name}:{limit}",
-                    self.key_prefix()
-                ))
-                .arg(limit.get())
-                .arg(*cost);
-        }
-        for (period, size) in &counted {
-            invocation
-                .key(self.quota_key(key_id, *period, calendar))
-                .arg(*size);
-        }
-        let timeout = self.config.timeout;
-        let lines: Vec<Line> = self
-            .call(timeout, |mut connection| {
-                let invocation = &invocation;
-                async move { invocation.invoke_async(&mut connection).await }
-            })
-            .await?;
-        if let [(QUOTA_SPENT, used, j)] = lines[..] {
-            let (period, limit) = usize::try_from(j - 1)
-                .ok()
-                .and_then(|j| counted.get(j).copied())
-                .unwrap_or((Period::Day, 0));
-            return Ok(Err(Refusal::QuotaSpent(Spent {
-                period,
-                limit,
-                used: u64::try_from(used).unwrap_or(0),
-                resets_in: calendar.ends_in(period),
-            })));
-        }
-        Ok(outcome(&meters, &lines))
-    }
-}
+/// The answer's one line when a quota is spent: `{-2, used, quota's place}`.
+pub(super) const QUOTA_SPENT: i64 = -2;
 
 /// The window of a limit of `limit` per minute with `remaining` left.
 fn window(limit: NonZeroU32, remaining: i64) -> Window {
@@ -113,7 +46,10 @@ fn window(limit: NonZeroU32, remaining: i64) -> Window {
 }
 
 /// The script's answer as the headers or the refusal the in-process limits give.
-fn outcome(meters: &[(RateUnit, NonZeroU32, u32)], lines: &[Line]) -> Result<RateHeaders, Refusal> {
+pub(super) fn outcome(
+    meters: &[(RateUnit, NonZeroU32, u32)],
+    lines: &[Line],
+) -> Result<RateHeaders, Refusal> {
     let mut headers = RateHeaders::default();
     let mut refusal = None;
     for (&(unit, limit, cost), &(result, remaining, retry_us)) in meters.iter().zip(lines) {

@@ -4,7 +4,7 @@
 //! `[state] redis_url` share it through Redis.
 //!
 //! Every step on the request path is one Lua script, so a request costs one round trip
-//! ([`limits`]). A call has a deadline (`state.timeout_ms`, default 5 ms); past it, or
+//! ([`limits`], called by `budget`, which is how the keys see it). A call has a deadline (`state.timeout_ms`, default 5 ms); past it, or
 //! with Redis gone, the request meets the operator's choice ([`OnFailure`]): the
 //! gateway's own limits (`fail_open`, the default), or 503 `state_unavailable`
 //! (`fail_closed`). Never a hung request. Each thread has its own connection, a redis-rs
@@ -12,10 +12,10 @@
 //! that `/ready` and `llmgate_state_up` tell the truth when no request is calling, and
 //! loads the scripts whenever Redis comes (back) up.
 
+mod budget;
 pub mod config;
 pub mod fleet;
 pub mod limits;
-pub mod quota;
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -27,15 +27,16 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 pub use config::{OnFailure, RedisConfig, StateConfig, StateTable};
 
+use crate::auth::Unanswered;
 use crate::telemetry::metrics::Metrics;
 
 /// How often the watcher pings Redis.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
-/// Why a call to Redis gave no answer; the `reason` label of
-/// `llmgate_state_failures_total`.
+/// Why a call to Redis gave no answer: the `reason` label of
+/// `llmgate_state_failures_total` (the caller only learns that it had none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+enum Failure {
     /// No answer within the deadline.
     Timeout,
     /// Redis refused or the connection is down.
@@ -161,7 +162,7 @@ impl SharedState {
         &self,
         timeout: Duration,
         call: impl Fn(ConnectionManager) -> F,
-    ) -> Result<T, Failure>
+    ) -> Result<T, Unanswered>
     where
         F: Future<Output = redis::RedisResult<T>>,
     {
@@ -202,7 +203,7 @@ impl SharedState {
                 "Shared state: Redis did not answer; requests meet state.on_failure until it does."
             );
         }
-        Err(failure)
+        Err(Unanswered)
     }
 
     /// This thread's connection, made (lazily: it connects on its first call) the first

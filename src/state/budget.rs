@@ -1,0 +1,142 @@
+//! The keys' limits and quotas in Redis, as the keys ask for them
+//! ([`crate::auth::SharedBudget`]): a request checked and charged in one call of the
+//! limits script ([`super::limits`]); an answer's tokens added after it ends.
+//!
+//! A quota's counter is a key per API key and day or month,
+//! `<prefix>:quota:{<key id>}:day:2026-12-05` and `...:month:2026-12`; it expires a day
+//! after its period ends.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::limits::{outcome, Line, QUOTA_SPENT, SCRIPT};
+use super::{OnFailure, SharedState};
+use crate::auth::limits::{Limits, RateHeaders, Refusal};
+use crate::auth::quota::{Calendar, Period, Quotas, Spent};
+use crate::auth::{SharedBudget, Unanswered};
+use crate::error::RateUnit;
+
+/// How long spending and reading quotas may take: off a request's path, so longer than
+/// its call, but not for ever.
+const OFF_PATH_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl SharedState {
+    fn quota_key(&self, key_id: &str, period: Period, calendar: &Calendar) -> String {
+        format!(
+            "{}:quota:{{{key_id}}}:{}:{}",
+            self.key_prefix(),
+            period.as_str(),
+            calendar.name(period)
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedBudget for SharedState {
+    async fn charge(
+        &self,
+        key_id: &str,
+        limits: Limits,
+        quotas: Option<(&Quotas, &Calendar)>,
+        tokens: u32,
+    ) -> Result<Result<RateHeaders, Refusal>, Unanswered> {
+        let meters: Vec<(RateUnit, NonZeroU32, u32)> = [
+            (RateUnit::Requests, limits.requests_per_minute, 1),
+            // Every request costs at least one token, as in one gateway.
+            (RateUnit::Tokens, limits.tokens_per_minute, tokens.max(1)),
+        ]
+        .into_iter()
+        .filter_map(|(unit, limit, cost)| Some((unit, limit?, cost)))
+        .collect();
+        let counted: Vec<(Period, u64)> = quotas
+            .map(|(q, _)| q.each().map(|(p, size)| (p, size.get())).collect())
+            .unwrap_or_default();
+        if meters.is_empty() && counted.is_empty() {
+            return Ok(Ok(RateHeaders::default()));
+        }
+        let mut invocation = SCRIPT.prepare_invoke();
+        invocation.arg(meters.len());
+        for (unit, limit, cost) in &meters {
+            let name = match unit {
+                RateUnit::Requests => "rpm",
+                RateUnit::Tokens => "tpm",
+            };
+            invocation
+                .key(format!(
+                    "{}:limit:{{{key_id}}}:{name}:{limit}",
+                    self.key_prefix()
+                ))
+                .arg(limit.get())
+                .arg(*cost);
+        }
+        if let Some((_, calendar)) = quotas {
+            for (period, size) in &counted {
+                invocation
+                    .key(self.quota_key(key_id, *period, calendar))
+                    .arg(*size);
+            }
+        }
+        let lines: Vec<Line> = self
+            .call(self.config.timeout, |mut connection| {
+                let invocation = &invocation;
+                async move { invocation.invoke_async(&mut connection).await }
+            })
+            .await?;
+        if let ([(QUOTA_SPENT, used, j)], Some((_, calendar))) = (&lines[..], quotas) {
+            let (period, limit) = usize::try_from(j - 1)
+                .ok()
+                .and_then(|j| counted.get(j).copied())
+                .unwrap_or((Period::Day, 0));
+            return Ok(Err(Refusal::QuotaSpent(Spent {
+                period,
+                limit,
+                used: u64::try_from(*used).unwrap_or(0),
+                resets_in: calendar.ends_in(period),
+            })));
+        }
+        Ok(outcome(&meters, &lines))
+    }
+
+    async fn spend(
+        &self,
+        key_id: &str,
+        quotas: &Quotas,
+        calendar: &Calendar,
+        tokens: u64,
+    ) -> Result<(), Unanswered> {
+        let mut pipe = redis::pipe();
+        for (period, _) in quotas.each() {
+            let key = self.quota_key(key_id, period, calendar);
+            let keep = calendar.ends_in(period) + Duration::from_secs(86_400);
+            pipe.incr(&key, tokens).ignore();
+            pipe.expire(&key, i64::try_from(keep.as_secs()).unwrap_or(i64::MAX))
+                .ignore();
+        }
+        self.call(OFF_PATH_TIMEOUT, |mut connection| {
+            let pipe = &pipe;
+            async move { pipe.query_async::<()>(&mut connection).await }
+        })
+        .await
+    }
+
+    async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 2], Unanswered> {
+        let keys = [Period::Day, Period::Month].map(|p| self.quota_key(key_id, p, calendar));
+        let used: Vec<Option<u64>> = self
+            .call(OFF_PATH_TIMEOUT, |mut connection| {
+                let keys = &keys;
+                async move {
+                    redis::cmd("MGET")
+                        .arg(&keys[..])
+                        .query_async(&mut connection)
+                        .await
+                }
+            })
+            .await?;
+        let at = |slot: usize| used.get(slot).copied().flatten().unwrap_or(0);
+        Ok([at(0), at(1)])
+    }
+
+    fn fails_closed(&self) -> bool {
+        self.on_failure() == OnFailure::FailClosed
+    }
+}
