@@ -108,6 +108,7 @@ fn record(i: usize) -> RequestRecord {
                 .repeat(3),
         ),
         upstream: None,
+        quota_hold: None,
     }
 }
 

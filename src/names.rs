@@ -62,6 +62,7 @@ pub const SEMLOG_SPOOLED_BYTES: &str = "semlog_spool";
 pub const STATE_UP: &str = "state_up";
 /// Calls to the shared state that gave no answer, by `reason` (`timeout`, `error`).
 pub const STATE_FAILURES: &str = "state_failures";
+pub const QUOTA_TOKENS: &str = "quota_tokens";
 
 // Gauges, refreshed at each scrape.
 pub const REQUESTS_RUNNING: &str = "requests_running";

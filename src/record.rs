@@ -90,6 +90,20 @@ pub struct RequestRecord {
     pub response: Option<String>,
     /// What an upstream said of its answer; `None` for an engine in this process.
     pub upstream: Option<UpstreamRecord>,
+    /// What the request held of its key's token quotas while it ran, released when its
+    /// usage is counted; `None` for a key without quotas.
+    pub quota_hold: Option<QuotaHold>,
+}
+
+/// Tokens a request holds against its key's quotas from the moment it is admitted until
+/// it ends (its prompt and the most it may answer), so that requests in flight together
+/// cannot pass a quota by more than one request's tokens (`crate::auth::quota`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaHold {
+    pub tokens: u32,
+    /// The hold's id in the shared state, when it is held there rather than in this
+    /// process.
+    pub shared: Option<String>,
 }
 
 /// Who sent a request and how it asked: what the handler knows before the engine.
@@ -102,6 +116,8 @@ pub struct Origin {
     pub api_key_id: Option<String>,
     pub model: String,
     pub stream: bool,
+    /// See [`RequestRecord::quota_hold`].
+    pub quota_hold: Option<QuotaHold>,
 }
 
 /// How and when a request ended: what every record has.
@@ -166,6 +182,7 @@ impl RequestRecord {
             prompt: answer.prompt,
             response: answer.response,
             upstream: ended.upstream,
+            quota_hold: origin.quota_hold,
         }
     }
 }
@@ -448,5 +465,6 @@ pub(crate) fn sample() -> RequestRecord {
         prompt: Some("Mail me at jane@example.com".into()),
         response: Some("Sure.".into()),
         upstream: None,
+        quota_hold: None,
     }
 }

@@ -418,43 +418,81 @@ async fn redis_gone_or_hung_never_hangs_a_request_and_both_policies_recover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daily_quota_holds_across_three_gateways() {
     let redis = Redis::start();
+    // Answers that take a while (100 tokens, 2 ms apart), so requests overlap.
     let upstream = start_upstream(UpstreamScript {
         tokens: 100,
+        interval: Duration::from_millis(2),
         ..script()
     })
     .await;
     let dir = keys_dir("daily_tokens=10000");
     let deadline = ["--state-timeout-ms", "500"];
     let gateways = Gateway::three(dir.path(), Some(&upstream.url), &redis, &deadline).await;
-    let mut answered = 0;
-    let mut request_tokens = 0;
-    let mut n = 0;
-    let refusal = loop {
-        let (status, body, _) = gateways[n % 3].chat_with(100).await;
-        n += 1;
-        if status != 200 {
-            break body;
+    // Six clients at once, two on each gateway, each until the quota is used up; one
+    // that finds the rest held by the others' requests waits and tries again.
+    let clients = (0..6).map(|c| {
+        let gateway = &gateways[c % 3];
+        async move {
+            let (mut answered, mut held, mut largest) = (0u32, 0u32, 0u64);
+            loop {
+                let (status, body, _) = gateway.chat_with(100).await;
+                match (status, body["error"]["code"].as_str()) {
+                    (200, _) => {
+                        answered += 1;
+                        let usage = &body["usage"];
+                        largest = largest.max(
+                            usage["prompt_tokens"].as_u64().unwrap_or(0)
+                                + usage["completion_tokens"].as_u64().unwrap_or(0),
+                        );
+                    }
+                    (429, Some("quota_held")) => {
+                        held += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    (429, Some("insufficient_quota")) => return (answered, held, largest),
+                    _ => panic!("{status}: {body}"),
+                }
+                assert!(answered < 500, "the quota never stopped the key");
+            }
         }
-        answered += 1;
-        let usage = &body["usage"];
-        request_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0)
-            + usage["completion_tokens"].as_u64().unwrap_or(0);
-        assert!(answered < 500, "the quota never stopped the key");
-    };
-    assert_eq!(refusal["error"]["code"], "insufficient_quota", "{refusal}");
+    });
+    let outcomes = futures_util::future::join_all(clients).await;
+    let answered: u32 = outcomes.iter().map(|o| o.0).sum();
+    let held: u32 = outcomes.iter().map(|o| o.1).sum();
+    let request_tokens = outcomes.iter().map(|o| o.2).max().unwrap_or(0);
     for gateway in &gateways {
         let (status, body, _) = gateway.chat_with(100).await;
         assert_eq!(status, 429, "every gateway refuses now: {body}");
+        assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
     }
     let stats = gateways[0].stats().await;
-    let used = stats["quotas"][0]["used"].as_u64().expect("used");
-    // An answer is counted in Redis right after it ends, off its path: the next request
-    // may be checked before that count lands (on this loaded test machine it sometimes
-    // is), so the key may pass by one answer more than the one that crossed the line.
+    let quota = &stats["quotas"][0];
+    let used = quota["used"].as_u64().expect("used");
+    eprintln!("quota: {used} used by {answered} answers of up to {request_tokens}, {held} refusals while held");
+    // A request passes only while used and held tokens stay under the quota, and holds
+    // its prompt and max_tokens (about one answer here): it passes by less than that.
     assert!(
-        (10_000..10_000 + 2 * request_tokens).contains(&used),
-        "{used} tokens used by {answered} answers of {request_tokens}; 10,000 and less than two answers more expected"
+        (10_000..10_000 + request_tokens).contains(&used),
+        "{used} tokens used by {answered} answers of up to {request_tokens} ({held} refusals while held); 10,000 and less than one answer more expected"
     );
+    assert_eq!(quota["held"], 0, "every hold is released: {quota}");
+    assert!(held > 0, "six clients at once met each other's holds");
+    // Each gateway counts what it answered; together, what the key used.
+    let mut counted = 0;
+    for gateway in &gateways {
+        let metrics = reqwest::get(format!("{}/metrics", gateway.base))
+            .await
+            .expect("/metrics")
+            .text()
+            .await
+            .expect("text");
+        counted += metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("llmgate_quota_tokens_total{api_key_id=\"alice\"} "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .expect("a count on every gateway");
+    }
+    assert_eq!(counted, used);
 }
 
 /// A config file serving `urls` as one upstream model `shared` with `policy`, each

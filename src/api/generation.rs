@@ -33,7 +33,9 @@ use crate::engine::{Front, Generation, GenerationRequest, ModelInfo, Prepared};
 use crate::error::ApiError;
 use crate::names;
 use crate::quality::QualityTracker;
-use crate::record::{Answer, Ended, Origin, RequestParams, RequestRecord, Status, UpstreamRecord};
+use crate::record::{
+    Answer, Ended, Origin, QuotaHold, RequestParams, RequestRecord, Status, UpstreamRecord,
+};
 use crate::stream::chunks::{ChunkAssembler, Completion, ResponseMeta, Shape};
 use crate::stream::producer::Deadline;
 use crate::stream::{producer, Run, RunInfo};
@@ -165,6 +167,7 @@ async fn generate(
             t_recv,
             trace: Some(trace),
             reported: None,
+            quota_hold: None,
         };
         let mut rate = RateHeaders::default();
         let request = Handling {
@@ -211,6 +214,8 @@ struct Unanswered {
     trace: Option<RequestTrace>,
     /// An upstream's account, once the request is prepared: where it was tried.
     reported: Option<Arc<crate::engine::Reported>>,
+    /// What it holds of its key's quotas once charged, released by its record.
+    quota_hold: Option<QuotaHold>,
 }
 
 impl Unanswered {
@@ -235,6 +240,7 @@ impl Unanswered {
             api_key_id: self.api_key_id.take(),
             model,
             stream: self.stream,
+            quota_hold: self.quota_hold.take(),
         };
         let ended = Ended {
             status: if error.is_some() {
@@ -283,16 +289,21 @@ struct Charged<'a> {
 }
 
 impl Charged<'_> {
-    /// Charges the request's token budget to its key; every answer carries the headers,
-    /// a refusal included.
-    async fn charge(&mut self, prepared: &Prepared) -> Result<(), ApiError> {
+    /// Charges the request's token budget to its key, and says what it holds of the
+    /// key's quotas (for at most `hold_for`); every answer carries the headers, a refusal
+    /// included.
+    async fn charge(
+        &mut self,
+        prepared: &Prepared,
+        hold_for: std::time::Duration,
+    ) -> Result<Option<QuotaHold>, ApiError> {
         let Some(caller) = self.caller else {
-            return Ok(());
+            return Ok(None);
         };
-        match caller.charge(prepared.token_budget()).await {
-            Ok(headers) => {
+        match caller.charge(prepared.token_budget(), hold_for).await {
+            Ok((headers, hold)) => {
                 *self.headers = headers;
-                Ok(())
+                Ok(hold)
             }
             Err(refusal) => {
                 *self.headers = refusal.headers();
@@ -421,7 +432,10 @@ impl<'a> Handling<'a> {
         if upstream {
             self.pending.reported = Some(Arc::clone(&prepared.reported));
         }
-        self.charged.charge(&prepared).await?;
+        // Held until the request's record: a minute past its deadline, should this gateway
+        // stop without one.
+        let hold_for = self.deadline.limit + std::time::Duration::from_secs(60);
+        self.pending.quota_hold = self.charged.charge(&prepared, hold_for).await?;
         Ok(prepared)
     }
 
@@ -466,6 +480,7 @@ impl<'a> Handling<'a> {
                 api_key_id: self.charged.caller.map(|c| c.key_id.clone()),
                 model: parsed.model,
                 stream: parsed.stream,
+                quota_hold: self.pending.quota_hold.take(),
             },
             response_id,
             input_hash: parsed.input_hash,

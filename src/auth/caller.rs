@@ -2,12 +2,14 @@
 //! spend, and how a request is charged to it and counted against its quotas.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::limits::Limits;
 use super::limits::{KeyBudget, RateHeaders, Refusal};
 use super::quota::{self, Calendar, KeyQuota, Period, Quotas};
 use super::Keys;
 use crate::clock::SharedClock;
+use crate::record::QuotaHold;
 
 /// The shared store did not answer in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,29 +18,44 @@ pub struct Unanswered;
 /// Where keys' limits and quotas are kept when gateways share them: Redis, through the
 /// `state` module's `SharedState`. A trait, so that keys know what they ask of it and not
 /// where it is (and `auth` does not depend on `state`, which depends on it).
+/// A request's check against its key's quotas in the shared state: the quotas, the
+/// calendar they count in, and the hold the request takes when it passes.
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaCheck<'a> {
+    pub quotas: &'a Quotas,
+    pub calendar: &'a Calendar,
+    /// The hold's id, unique across gateways.
+    pub hold_id: &'a str,
+    /// How long the hold lasts should its gateway never release it (it stopped).
+    pub hold_for: Duration,
+}
+
 #[async_trait::async_trait]
 pub trait SharedBudget: Send + Sync + std::fmt::Debug {
-    /// Checks `quotas` (with the calendar they count in; none when the key has none)
-    /// and charges one request of `tokens` tokens to `limits`.
+    /// Checks the key's quotas (none when it has none) and charges one request of
+    /// `tokens` tokens to `limits`; a request that passes holds `tokens` of the quotas.
     async fn charge(
         &self,
         key_id: &str,
         limits: Limits,
-        quotas: Option<(&Quotas, &Calendar)>,
+        quotas: Option<QuotaCheck<'_>>,
         tokens: u32,
     ) -> Result<Result<RateHeaders, Refusal>, Unanswered>;
 
-    /// Adds an answer's tokens to the key's quota counters.
+    /// Adds an answer's tokens (0 for none) to the key's quota counters and releases the
+    /// hold `hold_id` of `held` tokens, in one step.
     async fn spend(
         &self,
         key_id: &str,
         quotas: &Quotas,
         calendar: &Calendar,
         tokens: u64,
+        hold: (&str, u32),
     ) -> Result<(), Unanswered>;
 
-    /// What the key has used of the day and of the month `calendar` is in.
-    async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 2], Unanswered>;
+    /// What the key has used of the day and of the month `calendar` is in, and what its
+    /// requests in flight hold.
+    async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 3], Unanswered>;
 
     /// A request the store cannot check is refused (`fail_closed`) rather than charged
     /// to this gateway's own limits (`fail_open`).
@@ -83,21 +100,44 @@ impl Caller {
     /// Charges one request of `tokens` tokens to the key: across every gateway when the
     /// limits are shared, in this one otherwise, or when the shared state does not
     /// answer and the operator chose `fail_open`.
-    /// A request is first checked against the key's quotas: one spent refuses it
-    /// before any limit is charged.
-    pub async fn charge(&self, tokens: u32) -> Result<RateHeaders, Refusal> {
+    /// A request is first checked against the key's quotas: one spent, or held by the
+    /// key's requests in flight, refuses it before any limit is charged. One that passes
+    /// holds `tokens` of them until [`Caller::spend`] (at most `hold_for` in the shared
+    /// state, should this gateway stop before).
+    pub async fn charge(
+        &self,
+        tokens: u32,
+        hold_for: Duration,
+    ) -> Result<(RateHeaders, Option<QuotaHold>), Refusal> {
         let limits = self.budget.limits();
         let quotas = self.quota.quotas;
         // The day and month are told only for a key with a quota: a time zone's
         // arithmetic and two dates written out are not every request's cost.
         let calendar = (!quotas.is_none()).then(|| self.calendar.now());
-        let counted = calendar.as_ref().map(|calendar| (&quotas, calendar));
         let shared = self.shared.as_ref();
-        let Some(shared) = shared.filter(|_| !limits.is_unlimited() || counted.is_some()) else {
+        let Some(shared) = shared.filter(|_| !limits.is_unlimited() || calendar.is_some()) else {
             return self.charge_here(tokens, calendar.as_ref());
         };
-        match shared.charge(&self.key_id, limits, counted, tokens).await {
-            Ok(outcome) => outcome,
+        let hold_id = calendar
+            .as_ref()
+            .map(|_| uuid::Uuid::new_v4().simple().to_string());
+        let check = calendar
+            .as_ref()
+            .zip(hold_id.as_deref())
+            .map(|(calendar, hold_id)| QuotaCheck {
+                quotas: &quotas,
+                calendar,
+                hold_id,
+                hold_for,
+            });
+        match shared.charge(&self.key_id, limits, check, tokens).await {
+            Ok(outcome) => outcome.map(|headers| {
+                let hold = hold_id.map(|id| QuotaHold {
+                    tokens,
+                    shared: Some(id),
+                });
+                (headers, hold)
+            }),
             Err(Unanswered) if shared.fails_closed() => Err(Refusal::Unavailable),
             Err(Unanswered) => self.charge_here(tokens, calendar.as_ref()),
         }
@@ -108,42 +148,60 @@ impl Caller {
         &self,
         tokens: u32,
         calendar: Option<&Calendar>,
-    ) -> Result<RateHeaders, Refusal> {
-        if let Some(spent) = calendar.and_then(|calendar| self.quota.spent(calendar)) {
-            return Err(Refusal::QuotaSpent(spent));
+    ) -> Result<(RateHeaders, Option<QuotaHold>), Refusal> {
+        let Some(calendar) = calendar else {
+            return Ok((self.budget.charge(tokens)?, None));
+        };
+        self.quota
+            .hold(tokens, calendar)
+            .map_err(Refusal::QuotaSpent)?;
+        match self.budget.charge(tokens) {
+            Ok(headers) => Ok((
+                headers,
+                Some(QuotaHold {
+                    tokens,
+                    shared: None,
+                }),
+            )),
+            Err(refusal) => {
+                self.quota.spend(0, tokens, calendar);
+                Err(refusal)
+            }
         }
-        self.budget.charge(tokens)
     }
 
-    /// Counts an answer's tokens against the key's quotas: in Redis when shared (in the
+    /// Counts an answer's tokens (0 for a request that got none) against the key's
+    /// quotas and releases what its request held: in Redis when held there (in the
     /// background: the answer has gone), here otherwise or when Redis does not take it.
-    pub fn spend(&self, tokens: u64) {
-        if self.quota.quotas.is_none() || tokens == 0 {
+    pub fn spend(&self, tokens: u64, hold: Option<&QuotaHold>) {
+        if hold.is_none() && (self.quota.quotas.is_none() || tokens == 0) {
             return;
         }
         let calendar = self.calendar.now();
-        let Some(shared) = self.shared.clone() else {
-            self.quota.spend(tokens, &calendar);
+        let held_here = hold.filter(|h| h.shared.is_none()).map_or(0, |h| h.tokens);
+        let shared = self.shared.clone().zip(hold.and_then(|h| {
+            let id = h.shared.clone()?;
+            Some((id, h.tokens))
+        }));
+        // A record may end outside a runtime (a run dropped at shutdown): counted here.
+        let runtime = tokio::runtime::Handle::try_current();
+        let (Some((shared, (hold_id, held))), Ok(runtime)) = (shared, runtime) else {
+            self.quota.spend(tokens, held_here, &calendar);
             return;
         };
         let (key_id, quota) = (self.key_id.clone(), Arc::clone(&self.quota));
-        // A record may end outside a runtime (a run dropped at shutdown): counted here.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.quota.spend(tokens, &calendar);
-            return;
-        };
         runtime.spawn(async move {
-            if shared
-                .spend(&key_id, &quota.quotas, &calendar, tokens)
-                .await
-                .is_err()
-            {
-                quota.spend(tokens, &calendar);
+            let spent = shared
+                .spend(&key_id, &quota.quotas, &calendar, tokens, (&hold_id, held))
+                .await;
+            if spent.is_err() {
+                // Counted here; the hold in Redis ends by itself (`hold_for`).
+                quota.spend(tokens, 0, &calendar);
             }
         });
     }
 
-    /// Each of the key's quotas with what is used of it, for `/stats`.
+    /// Each of the key's quotas with what is used and held of it, for `/stats`.
     pub async fn quota_uses(&self) -> Vec<quota::QuotaUse> {
         let quotas = self.quota.quotas;
         let calendar = self.calendar.now();
@@ -153,13 +211,16 @@ impl Caller {
             }
             _ => None,
         };
-        quota::uses(&quotas, &calendar, |period| match shared_use {
-            Some([day, month]) => match period {
-                Period::Day => day,
-                Period::Month => month,
-            },
-            None => self.quota.used(period, &calendar),
-        })
+        let held = match shared_use {
+            Some([.., held]) => held,
+            None => self.quota.held(),
+        };
+        let used = |period| match (shared_use, period) {
+            (Some([day, ..]), Period::Day) => day,
+            (Some([_, month, _]), Period::Month) => month,
+            (None, period) => self.quota.used(period, &calendar),
+        };
+        quota::uses(&quotas, &calendar, used, held)
     }
 }
 
@@ -175,12 +236,13 @@ impl crate::record::RequestObserver for QuotaCounter {
         let usage = &record.usage;
         // An answer, whole or cut short, is counted; a request that was refused or failed
         // before any token (a fleet that is down, a client retrying) costs nothing.
-        if usage.completion_tokens == 0 {
-            return;
-        }
-        let tokens = u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens);
+        let tokens = if usage.completion_tokens == 0 {
+            0
+        } else {
+            u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens)
+        };
         if let Some(caller) = self.0.caller_by_id(id) {
-            caller.spend(tokens);
+            caller.spend(tokens, record.quota_hold.as_ref());
         }
     }
 }

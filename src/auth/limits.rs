@@ -112,7 +112,8 @@ pub enum Refusal {
     /// The limits are shared and the shared state did not answer, with
     /// `state.on_failure = "fail_closed"`.
     Unavailable,
-    /// A token quota of the key is used up ([`super::quota`]).
+    /// A token quota of the key is used up, or held by its requests in flight
+    /// ([`super::quota`]).
     QuotaSpent(super::quota::Spent),
 }
 
@@ -308,11 +309,17 @@ impl From<Refusal> for ApiError {
                 retry_after: None,
             },
             Refusal::Unavailable => ApiError::StateUnavailable,
-            Refusal::QuotaSpent(spent) => ApiError::InsufficientQuota {
+            Refusal::QuotaSpent(spent) if spent.is_used_up() => ApiError::InsufficientQuota {
                 period: spent.period.as_str(),
                 limit: spent.limit,
                 used: spent.used,
                 resets_in: spent.resets_in,
+            },
+            Refusal::QuotaSpent(spent) => ApiError::QuotaHeld {
+                period: spent.period.as_str(),
+                limit: spent.limit,
+                used: spent.used,
+                held: spent.held,
             },
         }
     }

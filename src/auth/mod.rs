@@ -19,7 +19,7 @@ mod caller;
 pub mod limits;
 pub mod quota;
 
-pub use caller::{Caller, QuotaCalendar, QuotaCounter, SharedBudget, Unanswered};
+pub use caller::{Caller, QuotaCalendar, QuotaCheck, QuotaCounter, SharedBudget, Unanswered};
 
 use std::collections::HashMap;
 use std::io::Write;

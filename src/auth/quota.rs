@@ -4,10 +4,16 @@
 //!
 //! A request is checked before it is charged to the rate limits: with a quota spent it is
 //! refused with OpenAI's 429 `insufficient_quota`, and `x-should-retry: false` so that
-//! the OpenAI SDKs do not retry what only the next period cures. It is counted when it
-//! ends, so a quota stops within one request's tokens of its size. One gateway counts
-//! in its process ([`KeyQuota`]); gateways sharing Redis count there
-//! (the `state` module), checked in the same call as the rate limits.
+//! the OpenAI SDKs do not retry what only the next period cures.
+//!
+//! An admitted request holds its prompt and the most it may answer
+//! ([`crate::record::QuotaHold`]) until it ends, when its usage is counted and the hold
+//! released. A request passes only while what is used and what is held stay under the
+//! quota, so requests in flight together pass it by less than one request's hold; one
+//! that finds the rest held is refused with a 429 to retry in a second
+//! (`quota_held`), since the holds may end below the quota. One gateway counts in its
+//! process ([`KeyQuota`]); gateways sharing Redis count there (the `state` module),
+//! checked and held in the same call as the rate limits.
 
 use std::num::NonZeroU64;
 use std::sync::Mutex;
@@ -112,14 +118,23 @@ impl Calendar {
     }
 }
 
-/// A quota that is spent.
+/// A quota that is spent, or spoken for by the requests in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spent {
     pub period: Period,
     pub limit: u64,
     pub used: u64,
+    /// Held by the key's requests in flight.
+    pub held: u64,
     /// Until the period ends.
     pub resets_in: Duration,
+}
+
+impl Spent {
+    /// Used up, not only held: only the next period cures it.
+    pub fn is_used_up(&self) -> bool {
+        self.used >= self.limit
+    }
 }
 
 /// One quota as `/stats` shows it.
@@ -130,28 +145,37 @@ pub struct QuotaUse {
     pub current: String,
     pub limit: u64,
     pub used: u64,
+    /// Held by the key's requests in flight.
+    pub held: u64,
     pub resets_in_secs: u64,
 }
 
-/// The first quota whose `used` (by period) has reached its size.
+/// The first quota whose `used` (by period) and `held` together reach its size.
 pub fn first_spent(
     quotas: &Quotas,
     calendar: &Calendar,
     used: impl Fn(Period) -> u64,
+    held: u64,
 ) -> Option<Spent> {
     quotas.each().find_map(|(period, size)| {
         let used = used(period);
-        (used >= size.get()).then(|| Spent {
+        (used.saturating_add(held) >= size.get()).then(|| Spent {
             period,
             limit: size.get(),
             used,
+            held,
             resets_in: calendar.ends_in(period),
         })
     })
 }
 
 /// Each quota's use, for `/stats`.
-pub fn uses(quotas: &Quotas, calendar: &Calendar, used: impl Fn(Period) -> u64) -> Vec<QuotaUse> {
+pub fn uses(
+    quotas: &Quotas,
+    calendar: &Calendar,
+    used: impl Fn(Period) -> u64,
+    held: u64,
+) -> Vec<QuotaUse> {
     quotas
         .each()
         .map(|(period, size)| QuotaUse {
@@ -159,6 +183,7 @@ pub fn uses(quotas: &Quotas, calendar: &Calendar, used: impl Fn(Period) -> u64) 
             current: calendar.name(period).to_owned(),
             limit: size.get(),
             used: used(period),
+            held,
             resets_in_secs: calendar.ends_in(period).as_secs(),
         })
         .collect()
@@ -168,16 +193,38 @@ pub fn uses(quotas: &Quotas, calendar: &Calendar, used: impl Fn(Period) -> u64) 
 #[derive(Debug, Default)]
 pub struct KeyQuota {
     pub quotas: Quotas,
+    counted: Mutex<Counted>,
+}
+
+#[derive(Debug, Default)]
+struct Counted {
     /// The day and the month counted, and the tokens in each.
-    used: Mutex<[(String, u64); 2]>,
+    used: [(String, u64); 2],
+    /// Tokens held by the key's requests in flight here.
+    held: u64,
+}
+
+impl Counted {
+    fn used(&self, period: Period, calendar: &Calendar) -> u64 {
+        let (name, tokens) = &self.used[KeyQuota::slot(period)];
+        if name == calendar.name(period) {
+            *tokens
+        } else {
+            0
+        }
+    }
 }
 
 impl KeyQuota {
     pub fn new(quotas: Quotas) -> Self {
         Self {
             quotas,
-            used: Mutex::default(),
+            counted: Mutex::default(),
         }
+    }
+
+    fn counted(&self) -> std::sync::MutexGuard<'_, Counted> {
+        self.counted.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn slot(period: Period) -> usize {
@@ -189,31 +236,46 @@ impl KeyQuota {
 
     /// Tokens used in the period `calendar` is in.
     pub fn used(&self, period: Period, calendar: &Calendar) -> u64 {
-        let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        let (name, tokens) = &used[Self::slot(period)];
-        if name == calendar.name(period) {
-            *tokens
-        } else {
-            0
-        }
+        self.counted().used(period, calendar)
     }
 
-    /// Adds an answer's tokens to the day and the month `calendar` is in.
-    pub fn spend(&self, tokens: u64, calendar: &Calendar) {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+    /// Tokens held by the key's requests in flight here.
+    pub fn held(&self) -> u64 {
+        self.counted().held
+    }
+
+    /// Admits a request that may use `tokens`, holding them, unless a quota is spent or
+    /// held in full already.
+    pub fn hold(&self, tokens: u32, calendar: &Calendar) -> Result<(), Spent> {
+        let mut counted = self.counted();
+        if let Some(spent) = first_spent(
+            &self.quotas,
+            calendar,
+            |p| counted.used(p, calendar),
+            counted.held,
+        ) {
+            return Err(spent);
+        }
+        counted.held = counted.held.saturating_add(u64::from(tokens));
+        Ok(())
+    }
+
+    /// Adds an answer's tokens to the day and the month `calendar` is in, and releases
+    /// what its request held here (`held`: 0 for a request that held nothing here).
+    pub fn spend(&self, tokens: u64, held: u32, calendar: &Calendar) {
+        let mut counted = self.counted();
+        counted.held = counted.held.saturating_sub(u64::from(held));
+        if tokens == 0 {
+            return;
+        }
         for period in [Period::Day, Period::Month] {
-            let (name, counted) = &mut used[Self::slot(period)];
+            let (name, used) = &mut counted.used[Self::slot(period)];
             if name != calendar.name(period) {
                 *name = calendar.name(period).to_owned();
-                *counted = 0;
+                *used = 0;
             }
-            *counted = counted.saturating_add(tokens);
+            *used = used.saturating_add(tokens);
         }
-    }
-
-    /// The first quota spent, counted here.
-    pub fn spent(&self, calendar: &Calendar) -> Option<Spent> {
-        first_spent(&self.quotas, calendar, |p| self.used(p, calendar))
     }
 }
 
@@ -264,22 +326,45 @@ mod tests {
             tokens_per_month: NonZeroU64::new(1500),
         });
         let monday = Calendar::at(at("2026-12-07T10:00:00Z"), chrono_tz::UTC);
-        quota.spend(999, &monday);
-        assert_eq!(quota.spent(&monday), None);
-        quota.spend(120, &monday);
-        let spent = quota.spent(&monday).expect("the day is spent");
+        quota.spend(999, 0, &monday);
+        assert_eq!(quota.hold(500, &monday), Ok(()), "999 < 1000 passes");
+        quota.spend(120, 500, &monday);
+        let spent = quota.hold(1, &monday).expect_err("the day is spent");
+        assert!(spent.is_used_up());
         assert_eq!(
-            (spent.period, spent.limit, spent.used),
-            (Period::Day, 1000, 1119)
+            (spent.period, spent.limit, spent.used, spent.held),
+            (Period::Day, 1000, 1119, 0)
         );
         assert_eq!(spent.resets_in, Duration::from_secs(14 * 3600));
         let tuesday = Calendar::at(at("2026-12-08T10:00:00Z"), chrono_tz::UTC);
-        assert_eq!(quota.spent(&tuesday), None, "a new day");
-        quota.spend(400, &tuesday);
-        let spent = quota.spent(&tuesday).expect("the month is spent");
+        assert_eq!(quota.hold(1, &tuesday), Ok(()), "a new day");
+        quota.spend(400, 1, &tuesday);
+        let spent = quota.hold(1, &tuesday).expect_err("the month is spent");
         assert_eq!((spent.period, spent.used), (Period::Month, 1519));
-        let uses = uses(&quota.quotas, &tuesday, |p| quota.used(p, &tuesday));
+        let uses = uses(&quota.quotas, &tuesday, |p| quota.used(p, &tuesday), 0);
         assert_eq!(uses[0].used, 400);
         assert_eq!(uses[1].current, "2026-12");
+    }
+
+    #[test]
+    fn requests_in_flight_hold_the_quota_and_release_it_when_they_end() {
+        let quota = KeyQuota::new(Quotas {
+            tokens_per_day: NonZeroU64::new(1000),
+            tokens_per_month: None,
+        });
+        let monday = Calendar::at(at("2026-12-07T10:00:00Z"), chrono_tz::UTC);
+        quota.spend(400, 0, &monday);
+        // Each may use 600 tokens: the first passes with 400 used, and holds 600.
+        assert_eq!(quota.hold(600, &monday), Ok(()));
+        let held = quota.hold(600, &monday).expect_err("400 used + 600 held");
+        assert!(!held.is_used_up(), "held, not used up: it may pass later");
+        assert_eq!((held.used, held.held), (400, 600));
+        // The first used 50 tokens: its hold is gone, its 50 are counted.
+        quota.spend(50, 600, &monday);
+        assert_eq!((quota.held(), quota.used(Period::Day, &monday)), (0, 450));
+        assert_eq!(quota.hold(600, &monday), Ok(()));
+        // One that failed before any token releases its hold and costs nothing.
+        quota.spend(0, 600, &monday);
+        assert_eq!((quota.held(), quota.used(Period::Day, &monday)), (0, 450));
     }
 }

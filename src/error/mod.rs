@@ -90,6 +90,15 @@ pub enum ApiError {
         used: u64,
         resets_in: Duration,
     },
+    /// What the key has used and what its requests in flight hold fill a quota: they may
+    /// end below it, so it is worth a retry.
+    #[error("This API key's token quota for the {period} is held by its requests in flight: {used} of {limit} tokens used and {held} held until they end. Retry when they do.")]
+    QuotaHeld {
+        period: &'static str,
+        limit: u64,
+        used: u64,
+        held: u64,
+    },
     #[error("The server had an error while processing your request")]
     Internal,
     /// The upstream refused the request as the client sent it (a 400 or 422 there); its
@@ -197,6 +206,7 @@ impl ApiError {
                 "insufficient_quota",
                 "insufficient_quota",
             ),
+            E::QuotaHeld { .. } => Entry::new(S::TOO_MANY_REQUESTS, "tokens", "quota_held"),
             E::Internal => server(S::INTERNAL_SERVER_ERROR, "internal_error"),
             E::UpstreamRefused { .. } => {
                 invalid(S::BAD_REQUEST, FaultKind::InvalidRequest.as_str())
@@ -225,7 +235,9 @@ impl ApiError {
                 retry_after: Some(wait),
                 ..
             } => Some(wait.as_secs().max(1)),
-            ApiError::QueueTimeout { .. } | ApiError::StateUnavailable => Some(1),
+            ApiError::QueueTimeout { .. }
+            | ApiError::StateUnavailable
+            | ApiError::QuotaHeld { .. } => Some(1),
             ApiError::InsufficientQuota { resets_in, .. } => Some(resets_in.as_secs().max(1)),
             ApiError::NotReady | ApiError::ShuttingDown => Some(5),
             _ => None,

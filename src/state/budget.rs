@@ -4,7 +4,8 @@
 //!
 //! A quota's counter is a key per API key and day or month,
 //! `<prefix>:quota:{<key id>}:day:2026-12-05` and `...:month:2026-12`; it expires a day
-//! after its period ends.
+//! after its period ends. The key's requests in flight hold their tokens in
+//! `<prefix>:quota:{<key id>}:held` until they end.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use super::limits::{outcome, Line, QUOTA_SPENT, SCRIPT};
 use super::{OnFailure, SharedState};
 use crate::auth::limits::{Limits, RateHeaders, Refusal};
 use crate::auth::quota::{Calendar, Period, Quotas, Spent};
-use crate::auth::{SharedBudget, Unanswered};
+use crate::auth::{QuotaCheck, SharedBudget, Unanswered};
 use crate::error::RateUnit;
 
 /// How long spending and reading quotas may take: off a request's path, so longer than
@@ -29,6 +30,10 @@ impl SharedState {
             calendar.name(period)
         )
     }
+
+    fn holds_key(&self, key_id: &str) -> String {
+        format!("{}:quota:{{{key_id}}}:held", self.key_prefix())
+    }
 }
 
 #[async_trait::async_trait]
@@ -37,7 +42,7 @@ impl SharedBudget for SharedState {
         &self,
         key_id: &str,
         limits: Limits,
-        quotas: Option<(&Quotas, &Calendar)>,
+        quotas: Option<QuotaCheck<'_>>,
         tokens: u32,
     ) -> Result<Result<RateHeaders, Refusal>, Unanswered> {
         let meters: Vec<(RateUnit, NonZeroU32, u32)> = [
@@ -49,13 +54,19 @@ impl SharedBudget for SharedState {
         .filter_map(|(unit, limit, cost)| Some((unit, limit?, cost)))
         .collect();
         let counted: Vec<(Period, u64)> = quotas
-            .map(|(q, _)| q.each().map(|(p, size)| (p, size.get())).collect())
+            .map(|check| {
+                check
+                    .quotas
+                    .each()
+                    .map(|(p, size)| (p, size.get()))
+                    .collect()
+            })
             .unwrap_or_default();
         if meters.is_empty() && counted.is_empty() {
             return Ok(Ok(RateHeaders::default()));
         }
         let mut invocation = SCRIPT.prepare_invoke();
-        invocation.arg(meters.len());
+        invocation.arg(meters.len()).arg(counted.len());
         for (unit, limit, cost) in &meters {
             let name = match unit {
                 RateUnit::Requests => "rpm",
@@ -69,31 +80,47 @@ impl SharedBudget for SharedState {
                 .arg(limit.get())
                 .arg(*cost);
         }
-        if let Some((_, calendar)) = quotas {
+        if let Some(check) = quotas.filter(|_| !counted.is_empty()) {
             for (period, size) in &counted {
                 invocation
-                    .key(self.quota_key(key_id, *period, calendar))
+                    .key(self.quota_key(key_id, *period, check.calendar))
                     .arg(*size);
             }
+            let lasts = u64::try_from(check.hold_for.as_millis()).unwrap_or(u64::MAX);
+            invocation
+                .key(self.holds_key(key_id))
+                .arg(check.hold_id)
+                .arg(tokens)
+                .arg(lasts.max(1));
         }
-        let lines: Vec<Line> = self
+        let lines: Vec<Vec<i64>> = self
             .call(self.config.timeout, |mut connection| {
                 let invocation = &invocation;
                 async move { invocation.invoke_async(&mut connection).await }
             })
             .await?;
-        if let ([(QUOTA_SPENT, used, j)], Some((_, calendar))) = (&lines[..], quotas) {
-            let (period, limit) = usize::try_from(j - 1)
-                .ok()
-                .and_then(|j| counted.get(j).copied())
-                .unwrap_or((Period::Day, 0));
-            return Ok(Err(Refusal::QuotaSpent(Spent {
-                period,
-                limit,
-                used: u64::try_from(*used).unwrap_or(0),
-                resets_in: calendar.ends_in(period),
-            })));
+        if let ([refused], Some(check)) = (&lines[..], quotas) {
+            if let [QUOTA_SPENT, j, used, held] = refused[..] {
+                let (period, limit) = usize::try_from(j - 1)
+                    .ok()
+                    .and_then(|j| counted.get(j).copied())
+                    .unwrap_or((Period::Day, 0));
+                return Ok(Err(Refusal::QuotaSpent(Spent {
+                    period,
+                    limit,
+                    used: u64::try_from(used).unwrap_or(0),
+                    held: u64::try_from(held).unwrap_or(0),
+                    resets_in: check.calendar.ends_in(period),
+                })));
+            }
         }
+        let lines: Vec<Line> = lines
+            .iter()
+            .map(|line| match line[..] {
+                [outcome, remaining, retry_us] => (outcome, remaining, retry_us),
+                _ => (0, 0, 0),
+            })
+            .collect();
         Ok(outcome(&meters, &lines))
     }
 
@@ -103,15 +130,23 @@ impl SharedBudget for SharedState {
         quotas: &Quotas,
         calendar: &Calendar,
         tokens: u64,
+        (hold_id, held): (&str, u32),
     ) -> Result<(), Unanswered> {
+        // One transaction: no other gateway sees the tokens both counted and held, or
+        // neither.
         let mut pipe = redis::pipe();
-        for (period, _) in quotas.each() {
-            let key = self.quota_key(key_id, period, calendar);
-            let keep = calendar.ends_in(period) + Duration::from_secs(86_400);
-            pipe.incr(&key, tokens).ignore();
-            pipe.expire(&key, i64::try_from(keep.as_secs()).unwrap_or(i64::MAX))
-                .ignore();
+        pipe.atomic();
+        if tokens > 0 {
+            for (period, _) in quotas.each() {
+                let key = self.quota_key(key_id, period, calendar);
+                let keep = calendar.ends_in(period) + Duration::from_secs(86_400);
+                pipe.incr(&key, tokens).ignore();
+                pipe.expire(&key, i64::try_from(keep.as_secs()).unwrap_or(i64::MAX))
+                    .ignore();
+            }
         }
+        pipe.zrem(self.holds_key(key_id), format!("{hold_id}:{held}"))
+            .ignore();
         self.call(OFF_PATH_TIMEOUT, |mut connection| {
             let pipe = &pipe;
             async move { pipe.query_async::<()>(&mut connection).await }
@@ -119,21 +154,37 @@ impl SharedBudget for SharedState {
         .await
     }
 
-    async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 2], Unanswered> {
+    async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 3], Unanswered> {
         let keys = [Period::Day, Period::Month].map(|p| self.quota_key(key_id, p, calendar));
-        let used: Vec<Option<u64>> = self
+        let holds = self.holds_key(key_id);
+        let (used, holds): (Vec<Option<u64>>, Vec<(String, f64)>) = self
             .call(OFF_PATH_TIMEOUT, |mut connection| {
-                let keys = &keys;
+                let (keys, holds) = (&keys, &holds);
                 async move {
-                    redis::cmd("MGET")
+                    redis::pipe()
+                        .cmd("MGET")
                         .arg(&keys[..])
+                        .cmd("ZRANGE")
+                        .arg(holds)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
                         .query_async(&mut connection)
                         .await
                 }
             })
             .await?;
         let at = |slot: usize| used.get(slot).copied().flatten().unwrap_or(0);
-        Ok([at(0), at(1)])
+        // Lapsed holds are dropped by the next charge; here they are only not counted.
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_micros() as f64);
+        let held = holds
+            .iter()
+            .filter(|(_, lapses)| *lapses > now_us)
+            .filter_map(|(hold, _)| hold.rsplit_once(':')?.1.parse::<u64>().ok())
+            .sum();
+        Ok([at(0), at(1), held])
     }
 
     fn fails_closed(&self) -> bool {

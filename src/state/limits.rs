@@ -30,7 +30,8 @@ const CHARGED: i64 = 1;
 const REFUSED: i64 = 0;
 const NEVER_FITS: i64 = -1;
 
-/// The answer's one line when a quota is spent: `{-2, used, quota's place}`.
+/// The answer's one line when a quota is spent or held:
+/// `{-2, quota's place, used, held}`.
 pub(super) const QUOTA_SPENT: i64 = -2;
 
 /// The window of a limit of `limit` per minute with `remaining` left.

@@ -121,6 +121,7 @@ label_sets! {
     ReasonLabel { reason: &'static str }
     KindLabel { kind: &'static str }
     BackendLabel { backend: &'static str }
+    KeyLabel { api_key_id: String }
     GpuLabel { gpu: String }
     /// The exemplar attached to a latency observation: the trace that explains it.
     TraceExemplar { trace_id: String }

@@ -27,6 +27,25 @@ impl Metrics {
         if let Some(q) = &r.quality {
             self.observe_quality(&model, q, r.usage.completion_tokens > 0);
         }
+        self.count_quota(r);
+    }
+
+    /// An answer's tokens counted against its key's quotas (a request that held some:
+    /// its key has quotas), as `auth::QuotaCounter` counts them.
+    fn count_quota(&self, r: &RequestRecord) {
+        let (Some(_), Some(key)) = (&r.quota_hold, &r.api_key_id) else {
+            return;
+        };
+        if r.usage.completion_tokens == 0 {
+            return;
+        }
+        let tokens = u64::from(r.usage.prompt_tokens) + u64::from(r.usage.completion_tokens);
+        self.families
+            .quota_tokens
+            .get_or_create(&KeyLabel {
+                api_key_id: key.clone(),
+            })
+            .inc_by(tokens);
     }
 
     /// The request by its outcome, and its tokens in and out.

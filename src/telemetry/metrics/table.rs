@@ -72,6 +72,9 @@ declare_families! {
         state_failures: Family<ReasonLabel, Counter> = Family::default(),
             names::STATE_FAILURES,
             "Calls to the shared state's backend that gave no answer within the deadline (timeout) or failed (error); each request among them met state.on_failure";
+        quota_tokens: Family<KeyLabel, Counter> = Family::default(),
+            names::QUOTA_TOKENS,
+            "Tokens counted against API keys' quotas by this gateway (prompt and completion of each answer), by key id; summed over gateways, what the keys used";
         traces_sampled: Family<ReasonLabel, Counter> = Family::default(),
             names::TRACES_SAMPLED,
             "Request traces kept by the tail sampler, by reason";
