@@ -469,7 +469,7 @@ fn shared_state(
         .filter(|m| matches!(m.engine, ModelEngine::Upstream(_)))
         .count();
     tracing::info!(
-        redis = %redis.connection.addr(),
+        redis = %redis.target.address(),
         timeout_ms = redis.timeout.as_millis(),
         on_failure = redis.on_failure.as_str(),
         keys = config.server.api_keys_file.is_some(),

@@ -8,6 +8,7 @@
 //! `<prefix>:quota:{<key id>}:held` until they end.
 
 use std::num::NonZeroU32;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::limits::{outcome, Line, QUOTA_SPENT, SCRIPT};
@@ -16,6 +17,14 @@ use crate::auth::limits::{Limits, RateHeaders, Refusal};
 use crate::auth::quota::{Calendar, Period, Quotas, Spent};
 use crate::auth::{QuotaCheck, SharedBudget, Unanswered};
 use crate::error::RateUnit;
+
+static SPEND: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("spend.lua")));
+
+/// The spending script, for the watcher to load ahead of the calls.
+pub(super) fn spend_script() -> &'static redis::Script {
+    &SPEND
+}
 
 /// How long spending and reading quotas may take: off a request's path, so longer than
 /// its call, but not for ever.
@@ -132,26 +141,25 @@ impl SharedBudget for SharedState {
         tokens: u64,
         (hold_id, held): (&str, u32),
     ) -> Result<(), Unanswered> {
-        // One transaction: no other gateway sees the tokens both counted and held, or
-        // neither.
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        if tokens > 0 {
-            for (period, _) in quotas.each() {
-                let key = self.quota_key(key_id, period, calendar);
-                let keep = calendar.ends_in(period) + Duration::from_secs(86_400);
-                pipe.incr(&key, tokens).ignore();
-                pipe.expire(&key, i64::try_from(keep.as_secs()).unwrap_or(i64::MAX))
-                    .ignore();
-            }
+        // One script: no other gateway sees the tokens both counted and held, or neither
+        // (and a Cluster, where MULTI is not served, runs it on the key's one node).
+        let mut invocation = SPEND.prepare_invoke();
+        invocation
+            .key(self.holds_key(key_id))
+            .arg(format!("{hold_id}:{held}"));
+        for (period, _) in quotas.each() {
+            let keep = calendar.ends_in(period) + Duration::from_secs(86_400);
+            invocation
+                .key(self.quota_key(key_id, period, calendar))
+                .arg(tokens)
+                .arg(keep.as_secs());
         }
-        pipe.zrem(self.holds_key(key_id), format!("{hold_id}:{held}"))
-            .ignore();
         self.call(OFF_PATH_TIMEOUT, |mut connection| {
-            let pipe = &pipe;
-            async move { pipe.query_async::<()>(&mut connection).await }
+            let invocation = &invocation;
+            async move { invocation.invoke_async::<i64>(&mut connection).await }
         })
         .await
+        .map(drop)
     }
 
     async fn quota_used(&self, key_id: &str, calendar: &Calendar) -> Result<[u64; 3], Unanswered> {

@@ -34,7 +34,9 @@ impl OnFailure {
 #[serde(deny_unknown_fields)]
 #[command(next_help_heading = "Shared state")]
 pub struct StateTable {
-    /// Redis URL (redis://host:6379/0, rediss:// for TLS) where gateways share per-key
+    /// Redis URL (redis://host:6379/0, rediss:// for TLS;
+    /// redis+sentinel://sentinel1:26379,sentinel2:26379/<master>/0 through Sentinel;
+    /// redis+cluster://node1:6379,node2:6379 for a Cluster) where gateways share per-key
     /// limits and quotas and upstream fleets' state; without it each keeps its own.
     #[arg(
         long = "state-redis-url",
@@ -84,11 +86,155 @@ pub struct StateConfig {
     pub redis: Option<RedisConfig>,
 }
 
+/// Where Redis is.
+#[derive(Clone)]
+pub enum Target {
+    /// One server (`redis://`, `rediss://`).
+    Server(redis::ConnectionInfo),
+    /// The master Sentinel names (`redis+sentinel://`): `settings` are how to talk to it
+    /// (its database, user, password; the sentinels take none).
+    Sentinel {
+        sentinels: Vec<redis::ConnectionAddr>,
+        master: String,
+        settings: redis::RedisConnectionInfo,
+        tls: bool,
+    },
+    /// A Cluster's nodes to start from (`redis+cluster://`).
+    Cluster(Vec<redis::ConnectionInfo>),
+}
+
+impl Target {
+    /// Where it is, for the log (never the password).
+    pub fn address(&self) -> String {
+        let list = |addrs: Vec<String>| addrs.join(",");
+        match self {
+            Target::Server(info) => info.addr().to_string(),
+            Target::Sentinel {
+                sentinels, master, ..
+            } => format!(
+                "sentinel {} master {master}",
+                list(sentinels.iter().map(ToString::to_string).collect())
+            ),
+            Target::Cluster(nodes) => format!(
+                "cluster {}",
+                list(nodes.iter().map(|n| n.addr().to_string()).collect())
+            ),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        let tls =
+            |addr: &redis::ConnectionAddr| matches!(addr, redis::ConnectionAddr::TcpTls { .. });
+        match self {
+            Target::Server(info) => tls(info.addr()),
+            Target::Sentinel { tls, .. } => *tls,
+            Target::Cluster(nodes) => nodes.iter().any(|n| tls(n.addr())),
+        }
+    }
+
+    /// The password the URL carries, if any.
+    fn password(&self) -> Option<&str> {
+        match self {
+            Target::Server(info) => info.redis_settings().password(),
+            Target::Sentinel { settings, .. } => settings.password(),
+            Target::Cluster(nodes) => nodes.first()?.redis_settings().password(),
+        }
+    }
+
+    fn set_password(self, password: &str) -> Self {
+        let with = |info: redis::ConnectionInfo| {
+            let settings = info.redis_settings().clone().set_password(password);
+            info.set_redis_settings(settings)
+        };
+        match self {
+            Target::Server(info) => Target::Server(with(info)),
+            Target::Sentinel {
+                sentinels,
+                master,
+                settings,
+                tls,
+            } => Target::Sentinel {
+                sentinels,
+                master,
+                settings: settings.set_password(password),
+                tls,
+            },
+            Target::Cluster(nodes) => Target::Cluster(nodes.into_iter().map(with).collect()),
+        }
+    }
+
+    /// Reads a `redis[s]://`, `redis[s]+sentinel://` or `redis[s]+cluster://` URL.
+    fn parse(url: &str) -> Result<Self, String> {
+        let (scheme, rest) = url.split_once("://").ok_or("not a Redis URL: no scheme")?;
+        let (base, kind) = scheme.split_once('+').unwrap_or((scheme, ""));
+        if kind.is_empty() {
+            // redis-rs reads it (unix sockets too) and names what it does not take.
+            return redis::IntoConnectionInfo::into_connection_info(url)
+                .map(Target::Server)
+                .map_err(|e| format!("not a Redis URL: {e}"));
+        }
+        if !matches!(base, "redis" | "rediss") || !matches!(kind, "sentinel" | "cluster") {
+            return Err(format!(
+                "not a Redis URL: the scheme is redis://, rediss://, redis+sentinel:// or redis+cluster:// (rediss+ for TLS), not {scheme}://"
+            ));
+        }
+        let (credentials, rest) = match rest.rsplit_once('@') {
+            Some((credentials, rest)) => (format!("{credentials}@"), rest),
+            None => (String::new(), rest),
+        };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let hosts: Vec<&str> = hosts.split(',').filter(|h| !h.is_empty()).collect();
+        if hosts.is_empty() {
+            return Err(format!(
+                "not a Redis URL: {kind} needs at least one host:port"
+            ));
+        }
+        let node = |host: &str, path: &str| {
+            redis::IntoConnectionInfo::into_connection_info(
+                format!("{base}://{credentials}{host}/{path}").as_str(),
+            )
+            .map_err(|e| format!("not a Redis URL: {host}: {e}"))
+        };
+        if kind == "cluster" {
+            if !path.is_empty() {
+                return Err("not a Redis URL: a Cluster has one database, so no /<db>".to_owned());
+            }
+            return hosts
+                .iter()
+                .map(|h| node(h, ""))
+                .collect::<Result<_, _>>()
+                .map(Target::Cluster);
+        }
+        let (master, db) = path.split_once('/').unwrap_or((path, "0"));
+        if master.is_empty() {
+            return Err(
+                "not a Redis URL: Sentinel needs the master's name: redis+sentinel://host:26379/<master>/<db>"
+                    .to_owned(),
+            );
+        }
+        let settings = node(hosts[0], db)?.redis_settings().clone();
+        let sentinels = hosts
+            .iter()
+            .map(|h| {
+                redis::IntoConnectionInfo::into_connection_info(format!("{base}://{h}").as_str())
+                    .map(|info| info.addr().clone())
+                    .map_err(|e| format!("not a Redis URL: {h}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Target::Sentinel {
+            sentinels,
+            master: master.to_owned(),
+            settings,
+            tls: base == "rediss",
+        })
+    }
+}
+
 #[derive(Clone)]
 pub struct RedisConfig {
     /// Where and how to connect, the password from the file set into it where one is
     /// given.
-    pub connection: redis::ConnectionInfo,
+    pub target: Target,
     /// The CA that signed a TLS server's certificate (PEM), if not a system-trusted one.
     pub ca_cert: Option<Vec<u8>>,
     pub timeout: Duration,
@@ -100,7 +246,7 @@ impl std::fmt::Debug for RedisConfig {
     // The address only: the connection info holds the password.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("address", &self.connection.addr().to_string())
+            .field("address", &self.target.address())
             .field("timeout", &self.timeout)
             .field("on_failure", &self.on_failure)
             .field("key_prefix", &self.key_prefix)
@@ -134,8 +280,7 @@ impl StateConfig {
             }
             return Ok(Self::default());
         };
-        let mut info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-            .map_err(|e| ("state.redis_url", format!("not a Redis URL: {e}")))?;
+        let mut target = Target::parse(&url).map_err(|e| ("state.redis_url", e))?;
         let password = match (redis_password, redis_password_file) {
             (Some(_), Some(_)) => {
                 return Err((
@@ -149,19 +294,18 @@ impl StateConfig {
             (password, None) => password,
         };
         if let Some(password) = password {
-            if info.redis_settings().password().is_some() {
+            if target.password().is_some() {
                 return Err((
                     "state.redis_password",
                     "the URL has a password already; give it in one place".to_owned(),
                 ));
             }
-            let settings = info.redis_settings().clone().set_password(password);
-            info = info.set_redis_settings(settings);
+            target = target.set_password(&password);
         }
-        if let Some(password) = info.redis_settings().password() {
+        if let Some(password) = target.password() {
             crate::secret::hold(password);
         }
-        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let tls = target.is_tls();
         let ca_cert = match redis_ca_cert {
             Some(_) if !tls => {
                 return Err((
@@ -193,7 +337,7 @@ impl StateConfig {
         }
         Ok(Self {
             redis: Some(RedisConfig {
-                connection: info,
+                target,
                 ca_cert,
                 timeout,
                 on_failure: on_failure.unwrap_or_default(),
@@ -239,7 +383,10 @@ mod tests {
         assert_eq!(config.timeout, Duration::from_millis(5));
         assert_eq!(config.on_failure, OnFailure::FailOpen);
         assert_eq!(config.key_prefix, "llmgate");
-        assert_eq!(config.connection.redis_settings().db(), 2);
+        let Target::Server(info) = &config.target else {
+            panic!("one server")
+        };
+        assert_eq!(info.redis_settings().db(), 2);
         let with_password = StateTable {
             redis_password: Some("a-redis-password".into()),
             ..table("redis://redis:6379")
@@ -248,10 +395,7 @@ mod tests {
             .expect("valid")
             .redis
             .expect("redis");
-        assert_eq!(
-            config.connection.redis_settings().password(),
-            Some("a-redis-password")
-        );
+        assert_eq!(config.target.password(), Some("a-redis-password"));
         assert!(
             !format!("{config:?}").contains("a-redis-password"),
             "{config:?}"
@@ -264,6 +408,58 @@ mod tests {
             StateConfig::resolve(twice).unwrap_err().0,
             "state.redis_password"
         );
+    }
+
+    #[test]
+    fn sentinel_and_cluster_urls_name_their_nodes() {
+        let sentinel = StateTable {
+            redis_password: Some("a-redis-password".into()),
+            ..table("redis+sentinel://s1:26379,s2:26380/mymaster/3")
+        };
+        let config = StateConfig::resolve(sentinel)
+            .expect("valid")
+            .redis
+            .expect("redis");
+        let Target::Sentinel {
+            sentinels,
+            master,
+            settings,
+            tls,
+        } = &config.target
+        else {
+            panic!("sentinel")
+        };
+        assert_eq!(sentinels.len(), 2);
+        assert_eq!(master, "mymaster");
+        assert_eq!(
+            (settings.db(), settings.password(), *tls),
+            (3, Some("a-redis-password"), false)
+        );
+        assert_eq!(
+            config.target.address(),
+            "sentinel s1:26379,s2:26380 master mymaster"
+        );
+        let cluster = StateConfig::resolve(table("rediss+cluster://:pw@n1:7000,n2:7001"))
+            .expect("valid")
+            .redis
+            .expect("redis");
+        let Target::Cluster(nodes) = &cluster.target else {
+            panic!("cluster")
+        };
+        assert_eq!(nodes.len(), 2);
+        assert!(cluster.target.is_tls());
+        assert!(nodes
+            .iter()
+            .all(|n| n.redis_settings().password() == Some("pw")));
+        for bad in [
+            "redis+sentinel://s1:26379",
+            "redis+cluster://n1:7000/2",
+            "redis+cluster://",
+            "redis+shards://n1",
+        ] {
+            let refused = StateConfig::resolve(table(bad)).map(|_| ()).unwrap_err();
+            assert_eq!(refused.0, "state.redis_url", "{bad}");
+        }
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub const SYNC_EVERY: Duration = Duration::from_millis(500);
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("fleet.lua")));
 
+/// The script, for the watcher to load ahead of the calls.
+pub(super) fn script() -> &'static redis::Script {
+    &SCRIPT
+}
+
 /// `at` as Unix milliseconds (0 for none, or one passed).
 fn unix_ms(at: Option<Instant>, now: Instant, wall: SystemTime) -> u64 {
     let Some(at) = at.filter(|&at| at > now) else {

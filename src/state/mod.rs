@@ -14,6 +14,7 @@
 
 mod budget;
 pub mod config;
+mod connect;
 pub mod fleet;
 pub mod limits;
 
@@ -24,8 +25,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Value;
 
-pub use config::{OnFailure, RedisConfig, StateConfig, StateTable};
+pub use config::{OnFailure, RedisConfig, StateConfig, StateTable, Target};
+pub(crate) use connect::Connection;
+use connect::Reach;
 
 use crate::auth::Unanswered;
 use crate::telemetry::metrics::Metrics;
@@ -69,7 +73,7 @@ thread_local! {
 /// Shared state in Redis: how to connect, the deadline, and what the gateway last saw.
 pub struct SharedState {
     id: usize,
-    client: redis::Client,
+    reach: Reach,
     manager_config: ConnectionManagerConfig,
     config: RedisConfig,
     address: String,
@@ -97,27 +101,15 @@ impl SharedState {
     /// Connects lazily (a gateway starts whether or not Redis is up yet) and starts the
     /// watcher. Needs a Tokio runtime.
     pub fn start(config: RedisConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>, String> {
-        let address = config.connection.addr().to_string();
-        if matches!(
-            config.connection.addr(),
-            redis::ConnectionAddr::TcpTls { .. }
-        ) {
+        let address = config.target.address();
+        if config.target.is_tls() {
             // rustls wants one crypto provider for the process, and this build's
             // dependencies bring two (ring and aws-lc-rs), so it cannot pick: ring, unless
             // one is installed already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let client = match &config.ca_cert {
-            Some(pem) => redis::Client::build_with_tls(
-                config.connection.clone(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                },
-            ),
-            None => redis::Client::open(config.connection.clone()),
-        }
-        .map_err(|e| format!("state.redis_url: {e}"))?;
+        let reach = Reach::new(&config.target, config.ca_cert.as_deref())
+            .map_err(|e| format!("state.redis_url: {e}"))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             // The request path has its own, shorter deadline; this one ends calls that
@@ -127,7 +119,7 @@ impl SharedState {
             .set_max_delay(Duration::from_millis(500));
         let state = Arc::new(Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            client,
+            reach,
             manager_config,
             config,
             address,
@@ -161,7 +153,7 @@ impl SharedState {
     pub(crate) async fn call<T, F>(
         &self,
         timeout: Duration,
-        call: impl Fn(ConnectionManager) -> F,
+        call: impl Fn(Connection) -> F,
     ) -> Result<T, Unanswered>
     where
         F: Future<Output = redis::RedisResult<T>>,
@@ -207,24 +199,28 @@ impl SharedState {
     }
 
     /// This thread's connection, made (lazily: it connects on its first call) the first
-    /// time the thread calls, and again after a call failed.
-    fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+    /// time the thread calls, and again after a call failed; a Cluster's one connection.
+    fn connection(&self) -> redis::RedisResult<Connection> {
+        if let Some(cluster) = self.reach.cluster_connection() {
+            return cluster;
+        }
         let epoch = self.epoch.load(Ordering::Relaxed);
         CONNECTIONS.with(|connections| {
             let mut connections = connections.borrow_mut();
             if let Some((_, made, connection)) = connections.iter().find(|(id, ..)| *id == self.id)
             {
                 if *made == epoch {
-                    return Ok(connection.clone());
+                    return Ok(Connection::Server(connection.clone()));
                 }
             }
             connections.retain(|(id, ..)| *id != self.id);
-            let connection = ConnectionManager::new_lazy_with_config(
-                self.client.clone(),
-                self.manager_config.clone(),
-            )?;
+            let Some(client) = self.reach.client()? else {
+                unreachable!("a Cluster's connection is the gateway's, not a thread's")
+            };
+            let connection =
+                ConnectionManager::new_lazy_with_config(client, self.manager_config.clone())?;
             connections.push((self.id, epoch, connection.clone()));
-            Ok(connection)
+            Ok(Connection::Server(connection))
         })
     }
 
@@ -263,10 +259,28 @@ async fn watch(state: std::sync::Weak<SharedState>) {
     loop {
         every.tick().await;
         let Some(state) = state.upgrade() else { return };
-        let ping = |mut connection: ConnectionManager| async move {
-            redis::cmd("PING")
-                .query_async::<String>(&mut connection)
-                .await
+        if !state.answering() && state.reach.find().await {
+            // The sentinels named another master: every thread connects to it.
+            state.epoch.fetch_add(1, Ordering::Relaxed);
+        }
+        let checks_role = state.reach.checks_role();
+        let ping = |mut connection: Connection| async move {
+            if !checks_role {
+                return redis::cmd("PING")
+                    .query_async::<String>(&mut connection)
+                    .await
+                    .map(|_| ());
+            }
+            // A master demoted by a failover still answers, as a replica that refuses
+            // writes: it does not count as answering.
+            let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut connection).await?;
+            match role.first() {
+                Some(Value::BulkString(name)) if name == b"master" => Ok(()),
+                _ => Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no longer the master",
+                ))),
+            }
         };
         // A ping has a second: it reports health, it does not hold a request up.
         let answered = state.call(Duration::from_secs(1), ping).await.is_ok();
@@ -275,8 +289,10 @@ async fn watch(state: std::sync::Weak<SharedState>) {
             // Back (or there for the first time): every thread connects afresh, and the
             // scripts are loaded, so no request is the one that finds them missing.
             state.epoch.fetch_add(1, Ordering::Relaxed);
-            let load = |mut connection: ConnectionManager| async move {
-                limits::script().load_async(&mut connection).await
+            let load = |mut connection: Connection| async move {
+                limits::script().load_async(&mut connection).await?;
+                budget::spend_script().load_async(&mut connection).await?;
+                fleet::script().load_async(&mut connection).await
             };
             let _ = state.call(Duration::from_secs(1), load).await;
         }
