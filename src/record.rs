@@ -101,9 +101,12 @@ pub struct RequestRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaHold {
     pub tokens: u32,
-    /// The hold's id in the shared state, when it is held there rather than in this
-    /// process.
+    /// The hold's id in the shared state, when it was asked for there: released there
+    /// when the request ends, even if the call that took it went unanswered (it may
+    /// have run all the same) or the request ended while it waited.
     pub shared: Option<String>,
+    /// Held in this process (one gateway, or Redis did not answer and `fail_open`).
+    pub local: bool,
 }
 
 /// Who sent a request and how it asked: what the handler knows before the engine.

@@ -296,14 +296,15 @@ impl Charged<'_> {
         &mut self,
         prepared: &Prepared,
         hold_for: std::time::Duration,
-    ) -> Result<Option<QuotaHold>, ApiError> {
+        hold: &mut Option<QuotaHold>,
+    ) -> Result<(), ApiError> {
         let Some(caller) = self.caller else {
-            return Ok(None);
+            return Ok(());
         };
-        match caller.charge(prepared.token_budget(), hold_for).await {
-            Ok((headers, hold)) => {
+        match caller.charge(prepared.token_budget(), hold_for, hold).await {
+            Ok(headers) => {
                 *self.headers = headers;
-                Ok(hold)
+                Ok(())
             }
             Err(refusal) => {
                 *self.headers = refusal.headers();
@@ -435,7 +436,9 @@ impl<'a> Handling<'a> {
         // Held until the request's record: a minute past its deadline, should this gateway
         // stop without one.
         let hold_for = self.deadline.limit + std::time::Duration::from_secs(60);
-        self.pending.quota_hold = self.charged.charge(&prepared, hold_for).await?;
+        self.charged
+            .charge(&prepared, hold_for, &mut self.pending.quota_hold)
+            .await?;
         Ok(prepared)
     }
 

@@ -103,12 +103,15 @@ impl Caller {
     /// A request is first checked against the key's quotas: one spent, or held by the
     /// key's requests in flight, refuses it before any limit is charged. One that passes
     /// holds `tokens` of them until [`Caller::spend`] (at most `hold_for` in the shared
-    /// state, should this gateway stop before).
+    /// state, should this gateway stop before). `hold` says what to release when the
+    /// request ends; it is set before the call, so a request that ends while the call
+    /// waits still releases what the call may have taken.
     pub async fn charge(
         &self,
         tokens: u32,
         hold_for: Duration,
-    ) -> Result<(RateHeaders, Option<QuotaHold>), Refusal> {
+        hold: &mut Option<QuotaHold>,
+    ) -> Result<RateHeaders, Refusal> {
         let limits = self.budget.limits();
         let quotas = self.quota.quotas;
         // The day and month are told only for a key with a quota: a time zone's
@@ -116,11 +119,16 @@ impl Caller {
         let calendar = (!quotas.is_none()).then(|| self.calendar.now());
         let shared = self.shared.as_ref();
         let Some(shared) = shared.filter(|_| !limits.is_unlimited() || calendar.is_some()) else {
-            return self.charge_here(tokens, calendar.as_ref());
+            return self.charge_here(tokens, calendar.as_ref(), hold);
         };
         let hold_id = calendar
             .as_ref()
             .map(|_| uuid::Uuid::new_v4().simple().to_string());
+        *hold = hold_id.clone().map(|id| QuotaHold {
+            tokens,
+            shared: Some(id),
+            local: false,
+        });
         let check = calendar
             .as_ref()
             .zip(hold_id.as_deref())
@@ -131,70 +139,78 @@ impl Caller {
                 hold_for,
             });
         match shared.charge(&self.key_id, limits, check, tokens).await {
-            Ok(outcome) => outcome.map(|headers| {
-                let hold = hold_id.map(|id| QuotaHold {
-                    tokens,
-                    shared: Some(id),
-                });
-                (headers, hold)
-            }),
+            Ok(Ok(headers)) => Ok(headers),
+            Ok(Err(refusal)) => {
+                // Refused in the script, which then holds nothing.
+                *hold = None;
+                Err(refusal)
+            }
+            // The hold stays to be released: the call may have run.
             Err(Unanswered) if shared.fails_closed() => Err(Refusal::Unavailable),
-            Err(Unanswered) => self.charge_here(tokens, calendar.as_ref()),
+            Err(Unanswered) => self.charge_here(tokens, calendar.as_ref(), hold),
         }
     }
 
-    /// Charged in this process alone.
+    /// Charged in this process alone; a hold taken here is marked in `hold`.
     fn charge_here(
         &self,
         tokens: u32,
         calendar: Option<&Calendar>,
-    ) -> Result<(RateHeaders, Option<QuotaHold>), Refusal> {
+        hold: &mut Option<QuotaHold>,
+    ) -> Result<RateHeaders, Refusal> {
         let Some(calendar) = calendar else {
-            return Ok((self.budget.charge(tokens)?, None));
+            return self.budget.charge(tokens);
         };
         self.quota
             .hold(tokens, calendar)
             .map_err(Refusal::QuotaSpent)?;
         match self.budget.charge(tokens) {
-            Ok(headers) => Ok((
-                headers,
-                Some(QuotaHold {
+            Ok(headers) => {
+                let held = hold.get_or_insert(QuotaHold {
                     tokens,
                     shared: None,
-                }),
-            )),
+                    local: true,
+                });
+                held.local = true;
+                Ok(headers)
+            }
             Err(refusal) => {
-                self.quota.spend(0, tokens, calendar);
+                self.quota.release(tokens);
                 Err(refusal)
             }
         }
     }
 
     /// Counts an answer's tokens (0 for a request that got none) against the key's
-    /// quotas and releases what its request held: in Redis when held there (in the
-    /// background: the answer has gone), here otherwise or when Redis does not take it.
+    /// quotas and releases what its request held: in Redis when the quotas are shared
+    /// (in the background: the answer has gone), here otherwise or when Redis does not
+    /// take them. A hold in this process is released here at once.
     pub fn spend(&self, tokens: u64, hold: Option<&QuotaHold>) {
-        if hold.is_none() && (self.quota.quotas.is_none() || tokens == 0) {
+        if let Some(held) = hold.filter(|h| h.local) {
+            self.quota.release(held.tokens);
+        }
+        let counts = !self.quota.quotas.is_none() && tokens > 0;
+        let shared_hold = hold.and_then(|h| Some((h.shared.clone()?, h.tokens)));
+        if !counts && shared_hold.is_none() {
             return;
         }
         let calendar = self.calendar.now();
-        let held_here = hold.filter(|h| h.shared.is_none()).map_or(0, |h| h.tokens);
-        let shared = self.shared.clone().zip(hold.and_then(|h| {
-            let id = h.shared.clone()?;
-            Some((id, h.tokens))
-        }));
         // A record may end outside a runtime (a run dropped at shutdown): counted here.
         let runtime = tokio::runtime::Handle::try_current();
-        let (Some((shared, (hold_id, held))), Ok(runtime)) = (shared, runtime) else {
-            self.quota.spend(tokens, held_here, &calendar);
+        let (Some(shared), Ok(runtime)) = (self.shared.clone(), runtime) else {
+            if counts {
+                self.quota.spend(tokens, 0, &calendar);
+            }
             return;
         };
+        let tokens = if counts { tokens } else { 0 };
         let (key_id, quota) = (self.key_id.clone(), Arc::clone(&self.quota));
         runtime.spawn(async move {
+            let (hold_id, held) = shared_hold.unwrap_or_default();
             let spent = shared
                 .spend(&key_id, &quota.quotas, &calendar, tokens, (&hold_id, held))
                 .await;
-            if spent.is_err() {
+            if spent.is_err() && tokens > 0 {
                 // Counted here; the hold in Redis ends by itself (`hold_for`).
                 quota.spend(tokens, 0, &calendar);
             }

@@ -150,22 +150,28 @@ pub struct QuotaUse {
     pub resets_in_secs: u64,
 }
 
-/// The first quota whose `used` (by period) and `held` together reach its size.
+/// The first quota whose `used` (by period) reaches its size, or else the first whose
+/// `used` and `held` together do: a month used up is said before a day only held.
 pub fn first_spent(
     quotas: &Quotas,
     calendar: &Calendar,
     used: impl Fn(Period) -> u64,
     held: u64,
 ) -> Option<Spent> {
-    quotas.each().find_map(|(period, size)| {
+    let over = |held: u64| {
+        quotas
+            .each()
+            .find(|&(period, size)| used(period).saturating_add(held) >= size.get())
+    };
+    over(0).or_else(|| over(held)).map(|(period, size)| {
         let used = used(period);
-        (used.saturating_add(held) >= size.get()).then(|| Spent {
+        Spent {
             period,
             limit: size.get(),
             used,
             held,
             resets_in: calendar.ends_in(period),
-        })
+        }
     })
 }
 
@@ -260,6 +266,12 @@ impl KeyQuota {
         Ok(())
     }
 
+    /// Releases what a request held here.
+    pub fn release(&self, held: u32) {
+        let mut counted = self.counted();
+        counted.held = counted.held.saturating_sub(u64::from(held));
+    }
+
     /// Adds an answer's tokens to the day and the month `calendar` is in, and releases
     /// what its request held here (`held`: 0 for a request that held nothing here).
     pub fn spend(&self, tokens: u64, held: u32, calendar: &Calendar) {
@@ -344,6 +356,23 @@ mod tests {
         let uses = uses(&quota.quotas, &tuesday, |p| quota.used(p, &tuesday), 0);
         assert_eq!(uses[0].used, 400);
         assert_eq!(uses[1].current, "2026-12");
+    }
+
+    #[test]
+    fn a_quota_used_up_is_said_before_one_only_held() {
+        let quota = KeyQuota::new(Quotas {
+            tokens_per_day: NonZeroU64::new(1000),
+            tokens_per_month: NonZeroU64::new(1500),
+        });
+        let monday = Calendar::at(at("2026-12-07T10:00:00Z"), chrono_tz::UTC);
+        quota.spend(900, 0, &monday);
+        let tuesday = Calendar::at(at("2026-12-08T10:00:00Z"), chrono_tz::UTC);
+        quota.spend(600, 0, &tuesday);
+        // The day is only held (600 + 500), the month used up (1,500): no retry cures it.
+        let spent = first_spent(&quota.quotas, &tuesday, |p| quota.used(p, &tuesday), 500)
+            .expect("refused");
+        assert_eq!(spent.period, Period::Month);
+        assert!(spent.is_used_up());
     }
 
     #[test]

@@ -213,9 +213,15 @@ impl Target {
             );
         }
         let settings = node(hosts[0], db)?.redis_settings().clone();
+        // A sentinel's port is 26379 unless given (`[::1]` is a host without one).
+        let with_port = |h: &str| match h.rsplit_once(':') {
+            Some((_, port)) if !port.contains(']') => h.to_owned(),
+            _ => format!("{h}:26379"),
+        };
         let sentinels = hosts
             .iter()
             .map(|h| {
+                let h = with_port(h);
                 redis::IntoConnectionInfo::into_connection_info(format!("{base}://{h}").as_str())
                     .map(|info| info.addr().clone())
                     .map_err(|e| format!("not a Redis URL: {h}: {e}"))
@@ -414,7 +420,7 @@ mod tests {
     fn sentinel_and_cluster_urls_name_their_nodes() {
         let sentinel = StateTable {
             redis_password: Some("a-redis-password".into()),
-            ..table("redis+sentinel://s1:26379,s2:26380/mymaster/3")
+            ..table("redis+sentinel://s1,s2:26380/mymaster/3")
         };
         let config = StateConfig::resolve(sentinel)
             .expect("valid")

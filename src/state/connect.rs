@@ -116,9 +116,14 @@ impl Reach {
                 }
             }
             Target::Cluster(nodes) => {
+                // No retries: a command that reached a node before its connection broke
+                // may have run, and is never sent twice (a request charged twice). A
+                // slot that moved fails one call to state.on_failure, then the
+                // connection knows the new map.
                 let mut builder = ClusterClient::builder(nodes.clone())
                     .connection_timeout(Duration::from_secs(1))
-                    .response_timeout(Duration::from_secs(1));
+                    .response_timeout(Duration::from_secs(1))
+                    .retries(0);
                 if ca_cert.is_some() {
                     builder = builder.certs(certificates());
                 }

@@ -32,10 +32,17 @@ if q > 0 then
   for _, hold in ipairs(redis.call('ZRANGE', holds, 0, -1)) do
     held = held + (tonumber(string.match(hold, ':(%d+)$')) or 0)
   end
+  -- A quota used up is said before one only held (the first is not worth a retry).
+  local used = {}
   for j = 1, q do
-    local used = tonumber(redis.call('GET', KEYS[n + j])) or 0
-    if used + held >= tonumber(ARGV[2 + 2 * n + j]) then
-      return {{-2, j, used, held}}
+    used[j] = tonumber(redis.call('GET', KEYS[n + j])) or 0
+    if used[j] >= tonumber(ARGV[2 + 2 * n + j]) then
+      return {{-2, j, used[j], held}}
+    end
+  end
+  for j = 1, q do
+    if used[j] + held >= tonumber(ARGV[2 + 2 * n + j]) then
+      return {{-2, j, used[j], held}}
     end
   end
 end
