@@ -109,6 +109,8 @@ fn record(i: usize) -> RequestRecord {
         ),
         upstream: None,
         quota_hold: None,
+        shadow: None,
+        comparison: None,
     }
 }
 

@@ -49,6 +49,8 @@
 //! - [`compare`]: `llmgate compare`, two gateways (or two fingerprints of the semantic
 //!   log) on one prompt set: agreement and the deltas of latency and quality.
 //! - [`replay`]: re-sends logged requests and checks the answers are reproduced.
+//! - [`shadow`]: a share of a model's live requests also sent to a candidate model, the
+//!   two answers compared request by request, with a verdict per figure.
 //! - [`fingerprint`]: the `system_fingerprint` of a response; [`gpu`]: the GPUs through
 //!   NVML (`gpu-metrics` builds).
 //! - [`names`]: every metric, label, span attribute and document field name exported, in
@@ -79,6 +81,7 @@ pub mod replay;
 pub mod routes;
 pub mod secret;
 pub mod semlog;
+pub mod shadow;
 pub mod state;
 pub mod stream;
 pub mod telemetry;

@@ -90,6 +90,10 @@ struct ScriptedUpstreamArgs {
     /// and GET /metrics reports the queue under vLLM's names.
     #[arg(long, default_value_t = 0)]
     slots: usize,
+    /// The words its tokens say, in turn, comma-separated (`la`: a looping answer);
+    /// unset: tok0 tok1 ...
+    #[arg(long, value_delimiter = ',')]
+    words: Vec<String>,
     /// Answer this share of requests with a fault, evenly spread (a failing replica).
     #[arg(long, default_value_t = 0.0)]
     fault_rate: f64,
@@ -193,6 +197,7 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> Result<ExitCode, ExitCo
         },
         fault_rate: args.fault_rate,
         slots: args.slots,
+        words: args.words.clone(),
     };
     let served = TcpListener::bind(args.listen)
         .and_then(|listener| llmgate::bench::upstream::serve(listener, script, args.workers));

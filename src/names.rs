@@ -63,6 +63,12 @@ pub const STATE_UP: &str = "state_up";
 /// Calls to the shared state that gave no answer, by `reason` (`timeout`, `error`).
 pub const STATE_FAILURES: &str = "state_failures";
 pub const QUOTA_TOKENS: &str = "quota_tokens";
+pub const SHADOW_COMPARED: &str = "shadow_compared";
+pub const SHADOW_DROPPED: &str = "shadow_dropped";
+pub const SHADOW_TTFT_DELTA: &str = "shadow_ttft_delta_seconds";
+pub const SHADOW_TPOT_DELTA: &str = "shadow_tpot_delta_seconds";
+pub const SHADOW_E2E_DELTA: &str = "shadow_e2e_delta_seconds";
+pub const SHADOW_EDIT_DISTANCE: &str = "shadow_edit_distance";
 
 // Gauges, refreshed at each scrape.
 pub const REQUESTS_RUNNING: &str = "requests_running";

@@ -93,6 +93,37 @@ pub struct RequestRecord {
     /// What the request held of its key's token quotas while it ran, released when its
     /// usage is counted; `None` for a key without quotas.
     pub quota_hold: Option<QuotaHold>,
+    /// The pair it is one side of, when its model is shadowed (`crate::shadow`).
+    pub shadow: Option<ShadowLink>,
+    /// The comparison of its pair, on the side that ended second, as the semantic log
+    /// keeps it (`crate::shadow::compare::Comparison`, serialised).
+    pub comparison: Option<std::sync::Arc<serde_json::Value>>,
+}
+
+/// One side of a shadowed request: the client's request to the primary model, or the
+/// copy sent to the candidate, whose answer the client never sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowLink {
+    /// The client's request's id: both sides carry it.
+    pub pair_id: String,
+    pub primary: String,
+    pub candidate: String,
+    pub side: ShadowSide,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShadowSide {
+    Primary,
+    Candidate,
+}
+
+impl ShadowSide {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowSide::Primary => "primary",
+            ShadowSide::Candidate => "candidate",
+        }
+    }
 }
 
 /// Tokens a request holds against its key's quotas from the moment it is admitted until
@@ -121,6 +152,8 @@ pub struct Origin {
     pub stream: bool,
     /// See [`RequestRecord::quota_hold`].
     pub quota_hold: Option<QuotaHold>,
+    /// See [`RequestRecord::shadow`].
+    pub shadow: Option<ShadowLink>,
 }
 
 /// How and when a request ended: what every record has.
@@ -186,6 +219,8 @@ impl RequestRecord {
             response: answer.response,
             upstream: ended.upstream,
             quota_hold: origin.quota_hold,
+            shadow: origin.shadow,
+            comparison: None,
         }
     }
 }
@@ -469,5 +504,7 @@ pub(crate) fn sample() -> RequestRecord {
         response: Some("Sure.".into()),
         upstream: None,
         quota_hold: None,
+        shadow: None,
+        comparison: None,
     }
 }

@@ -8,6 +8,8 @@
 //! body. A request refused before it reaches the engine still leaves a record, so
 //! rejected traffic is visible too.
 
+mod shadow;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -34,7 +36,8 @@ use crate::error::ApiError;
 use crate::names;
 use crate::quality::QualityTracker;
 use crate::record::{
-    Answer, Ended, Origin, QuotaHold, RequestParams, RequestRecord, Status, UpstreamRecord,
+    Answer, Ended, Origin, QuotaHold, RequestParams, RequestRecord, ShadowLink, Status,
+    UpstreamRecord,
 };
 use crate::stream::chunks::{ChunkAssembler, Completion, ResponseMeta, Shape};
 use crate::stream::producer::Deadline;
@@ -168,6 +171,7 @@ async fn generate(
             trace: Some(trace),
             reported: None,
             quota_hold: None,
+            shadow: None,
         };
         let mut rate = RateHeaders::default();
         let request = Handling {
@@ -216,6 +220,8 @@ struct Unanswered {
     reported: Option<Arc<crate::engine::Reported>>,
     /// What it holds of its key's quotas once charged, released by its record.
     quota_hold: Option<QuotaHold>,
+    /// The pair it is one side of, when its model is shadowed.
+    shadow: Option<ShadowLink>,
 }
 
 impl Unanswered {
@@ -241,6 +247,7 @@ impl Unanswered {
             model,
             stream: self.stream,
             quota_hold: self.quota_hold.take(),
+            shadow: self.shadow.take(),
         };
         let ended = Ended {
             status: if error.is_some() {
@@ -361,6 +368,7 @@ impl<'a> Handling<'a> {
         payload: web::Payload,
     ) -> Result<HttpResponse, Failure> {
         let parsed = self.parse(req, payload).await?;
+        shadow::launch(self.route, &parsed, self.pending);
         let admitted = self.admit(parsed)?;
         let state = self.state;
         let deadline = self.deadline.clone();
@@ -484,6 +492,7 @@ impl<'a> Handling<'a> {
                 model: parsed.model,
                 stream: parsed.stream,
                 quota_hold: self.pending.quota_hold.take(),
+                shadow: self.pending.shadow.take(),
             },
             response_id,
             input_hash: parsed.input_hash,

@@ -82,6 +82,8 @@ pub struct AppState {
     pub page: bool,
     /// Where state is shared with other gateways (Redis), for `/ready`.
     pub shared_state: Option<Arc<crate::state::SharedState>>,
+    /// The served models' shadows (`crate::shadow`).
+    pub shadows: crate::shadow::Shadows,
 }
 
 impl AppState {
@@ -116,6 +118,7 @@ impl AppState {
         telemetry: Arc<Telemetry>,
     ) -> Self {
         Self {
+            shadows: shadows_of(config, &telemetry),
             limits: RequestLimits {
                 models: models.policies(),
                 strict_params: config.server.strict_params,
@@ -146,6 +149,19 @@ impl AppState {
             shared_state: None,
         }
     }
+}
+
+/// The shadows the config's models name, their counters at zero.
+fn shadows_of(config: &Config, telemetry: &Telemetry) -> crate::shadow::Shadows {
+    let policies: Vec<(&str, &crate::config::shadow::ShadowPolicy)> = config
+        .models
+        .iter()
+        .filter_map(|m| Some((m.id.as_str(), m.shadow.as_ref()?)))
+        .collect();
+    for (primary, policy) in &policies {
+        telemetry.metrics.shadow_pair(primary, &policy.candidate);
+    }
+    crate::shadow::Shadows::new(policies)
 }
 
 /// CORS for `origins`: browsers on those pages may call the API with a key; preflights

@@ -44,6 +44,12 @@ pub struct Stats {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<Object>, required = false)]
     pub quotas: Vec<crate::auth::quota::QuotaUse>,
+    /// Each shadowed model and its candidate: the last comparisons' counts and, per
+    /// figure, the candidate's difference with a 95% interval and the verdict (see
+    /// docs/shadow.md). The newest comparison only without keys (it names requests).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub shadows: Vec<crate::shadow::PairView>,
     /// The last requests, newest first (at most 20), in the semantic log's field names:
     /// with keys on the caller's own, with their redacted excerpts; without keys
     /// everyone's, without text.
@@ -144,6 +150,16 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
                 })
                 .collect(),
             quotas,
+            shadows: state
+                .telemetry
+                .shadow_pairs
+                .views()
+                .into_iter()
+                .map(|view| crate::shadow::PairView {
+                    last: view.last.filter(|_| !keys_on),
+                    ..view
+                })
+                .collect(),
             records,
         })
 }

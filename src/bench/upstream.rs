@@ -42,6 +42,9 @@ pub struct UpstreamScript {
     /// Answers streamed at once, as an engine's batch (0: no limit); the others wait in
     /// its queue, which `GET /metrics` reports as vLLM does.
     pub slots: usize,
+    /// The words its tokens say, in turn (`["la"]`: a looping answer); empty: `tok0
+    /// tok1 ...`.
+    pub words: Vec<String>,
 }
 
 impl Default for UpstreamScript {
@@ -56,6 +59,7 @@ impl Default for UpstreamScript {
             fault: None,
             fault_rate: 1.0,
             slots: 0,
+            words: Vec::new(),
         }
     }
 }
@@ -500,11 +504,11 @@ impl Streamed {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 return false;
             }
-            let text = if i == 0 {
-                "tok0".to_owned()
-            } else {
-                format!(" tok{i}")
+            let word = match self.script.words.len() {
+                0 => format!("tok{i}"),
+                n => self.script.words[i as usize % n].clone(),
             };
+            let text = if i == 0 { word } else { format!(" {word}") };
             let chunk = content(self.shape, &self.model, &text, self.logprobs, None);
             if tx.send(frame(chunk)).await.is_err() {
                 self.abandoned.fetch_add(1, Ordering::SeqCst);

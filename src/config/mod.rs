@@ -21,6 +21,7 @@ use crate::telemetry::config::{LogFormat, LoggingConfig, TelemetryConfig};
 mod defaults;
 mod models;
 mod settings;
+pub mod shadow;
 mod table;
 mod upstream;
 mod validate;

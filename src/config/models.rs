@@ -52,6 +52,8 @@ pub struct ModelConfig {
     /// Why `engine = "auto"` (the default) chose this model's engine, for the start-up
     /// log; `None` where the config named the engine.
     pub auto_reason: Option<&'static str>,
+    /// Another served model that a share of this one's requests also goes to.
+    pub shadow: Option<super::shadow::ShadowPolicy>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -169,6 +171,18 @@ pub(super) fn resolve(
                 format!("'{}' is served twice; each id must be unique", m.id),
             ));
         }
+        if let Some(shadow) = &m.shadow {
+            if !models.iter().any(|o| o.id == shadow.candidate) {
+                return Err(ConfigError::Entry {
+                    entry: i + 1,
+                    key: "shadow.model",
+                    message: format!(
+                        "'{}' is not served here; the candidate must be another [[models]] entry",
+                        shadow.candidate
+                    ),
+                });
+            }
+        }
     }
     Ok(models)
 }
@@ -260,6 +274,11 @@ fn model(
         .clone()
         .or_else(|| engine.model_path.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH));
+    let shadow = t
+        .shadow
+        .clone()
+        .map(|shadow| shadow.resolve(&id, invalid))
+        .transpose()?;
     let defaults = RequestDefaults::of(&t, kind, engine, &model_path, max_tokens_cap, guard)
         .checked(max_tokens_cap, &invalid)?;
     let (engine, auto_reason) = match kind {
@@ -284,6 +303,7 @@ fn model(
         degeneration_guard: defaults.degeneration_guard,
         engine,
         auto_reason,
+        shadow,
     })
 }
 

@@ -456,6 +456,10 @@ fn llm_properties() -> Value {
             "endpoint": keyword(), "attempts": {"type": "short"},
             "failed_attempts": {"properties": {"endpoint": keyword(), "error_type": keyword()}}
         }},
+        "shadow": {"properties": {
+            "pair_id": keyword(), "side": keyword(), "primary": keyword(), "candidate": keyword()
+        }},
+        "comparison": comparison_properties(),
         "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
         "prompt_excerpt": {"type": "text"},
         "response_excerpt": {"type": "text"},
@@ -477,6 +481,27 @@ fn llm_properties() -> Value {
         properties[field] = double();
     }
     properties
+}
+
+/// `llm.comparison`: a shadowed request's two sides (`crate::shadow::compare`).
+fn comparison_properties() -> Value {
+    let side = json!({"properties": {
+        "model": keyword(), "request_id": keyword(), "status": keyword(), "error": keyword(),
+        "ttft_ms": double(), "tpot_ms": double(), "itl_p95_ms": double(), "e2e_ms": double(),
+        "completion_tokens": {"type": "integer"}, "finish_reason": keyword(),
+        "repetition_rate": double(), "refusal": {"type": "boolean"}, "language": keyword(),
+        "mean_logprob": double(), "system_fingerprint": keyword()
+    }});
+    json!({"properties": {
+        "pair_id": keyword(),
+        "primary": side.clone(),
+        "candidate": side,
+        "difference": {"properties": {
+            "identical": {"type": "boolean"}, "edit_distance": double(),
+            "word_overlap": double(), "first_difference_word": {"type": "integer"},
+            "common_prefix_chars": {"type": "integer"}
+        }}
+    }})
 }
 
 /// A `keyword` field's mapping.

@@ -72,6 +72,8 @@ pub struct Telemetry {
     pub recent: live::Recent,
     /// The last requests' figures by id (`GET /stats/requests/{id}`).
     pub answers: answers::Answers,
+    /// Shadowed requests' sides, paired and compared (`GET /stats`'s `shadows`).
+    pub shadow_pairs: crate::shadow::Pairs,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -98,6 +100,7 @@ impl Telemetry {
             log_drops: None,
             recent: live::Recent::default(),
             answers: answers::Answers::default(),
+            shadow_pairs: crate::shadow::Pairs::default(),
         }
     }
 
@@ -133,6 +136,19 @@ impl Telemetry {
     /// The one hand-off when a request ends: metrics, the semantic log, the trace.
     /// Never blocks: each step is bounded in memory and gives up rather than waits.
     pub fn request_ended(&self, record: &RequestRecord, trace: RequestTrace, clock: &dyn Clock) {
+        // The side of a shadowed request that ends second carries the pair's comparison.
+        let compared;
+        let record = match self.shadow_pairs.observe(record) {
+            Some(comparison) => {
+                self.metrics.observe_comparison(&comparison);
+                compared = RequestRecord {
+                    comparison: serde_json::to_value(&*comparison).ok().map(Arc::new),
+                    ..record.clone()
+                };
+                &compared
+            }
+            None => record,
+        };
         let exported = self.tracing.is_some()
             && self
                 .policy

@@ -241,6 +241,12 @@ struct Llm {
     model: Option<ModelFacts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream: Option<Upstream>,
+    /// The pair this request is one side of, when its model is shadowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow: Option<Shadow>,
+    /// Both sides of the pair and how far they differ, on the side that ended second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comparison: Option<serde_json::Value>,
     build: BuildFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_excerpt: Option<Redacted>,
@@ -248,6 +254,25 @@ struct Llm {
     response_excerpt: Option<Redacted>,
     redactions: RedactionCounts,
     redactions_total: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Shadow {
+    pair_id: String,
+    side: &'static str,
+    primary: String,
+    candidate: String,
+}
+
+impl From<&crate::record::ShadowLink> for Shadow {
+    fn from(link: &crate::record::ShadowLink) -> Self {
+        Self {
+            pair_id: link.pair_id.clone(),
+            side: link.side.as_str(),
+            primary: link.primary.clone(),
+            candidate: link.candidate.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -470,6 +495,8 @@ impl Llm {
             system_fingerprint: r.system_fingerprint().map(str::to_owned),
             model: r.served.as_deref().map(ModelFacts::from),
             upstream: r.upstream.as_ref().map(Upstream::from),
+            shadow: r.shadow.as_ref().map(Shadow::from),
+            comparison: r.comparison.as_deref().cloned(),
             build: BuildFacts {
                 commit: BUILD.commit,
                 target_features: BUILD.target_features,

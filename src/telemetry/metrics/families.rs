@@ -122,6 +122,9 @@ label_sets! {
     KindLabel { kind: &'static str }
     BackendLabel { backend: &'static str }
     KeyLabel { api_key_id: String }
+    PairLabels { primary: String, candidate: String }
+    PairOutcomeLabels { primary: String, candidate: String, outcome: &'static str }
+    PairReasonLabels { primary: String, candidate: String, reason: &'static str }
     GpuLabel { gpu: String }
     /// The exemplar attached to a latency observation: the trace that explains it.
     TraceExemplar { trace_id: String }
@@ -215,6 +218,20 @@ impl MetricConstructor<HistogramWithExemplars<TraceExemplar>> for Buckets {
     fn new_metric(&self) -> HistogramWithExemplars<TraceExemplar> {
         HistogramWithExemplars::new(self.0.iter().copied())
     }
+}
+
+/// Candidate minus primary, in seconds, both ways from zero.
+pub(super) const DELTA_BUCKETS: &[f64] = &[
+    -5.0, -1.0, -0.5, -0.25, -0.1, -0.05, -0.025, -0.01, -0.005, -0.001, 0.0, 0.001, 0.005, 0.01,
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+/// A share from 0 to 1.
+pub(super) const SHARE_BUCKETS: &[f64] = &[0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0];
+
+pub(super) type PairHistograms = Family<PairLabels, Histogram, Buckets>;
+
+pub(super) fn pair_family(buckets: &'static [f64]) -> PairHistograms {
+    Family::new_with_constructor(Buckets(buckets))
 }
 
 pub(super) type ExemplarHistograms =

@@ -30,6 +30,66 @@ impl Metrics {
         self.count_quota(r);
     }
 
+    /// A shadowed request's two sides, compared.
+    pub fn observe_comparison(&self, c: &crate::shadow::compare::Comparison) {
+        let f = &self.families;
+        let pair = PairLabels {
+            primary: c.primary.model.clone(),
+            candidate: c.candidate.model.clone(),
+        };
+        f.shadow_compared
+            .get_or_create(&PairOutcomeLabels {
+                primary: pair.primary.clone(),
+                candidate: pair.candidate.clone(),
+                outcome: c.outcome(),
+            })
+            .inc();
+        let Some(difference) = &c.difference else {
+            return;
+        };
+        let seconds = |ms: f64| ms / 1000.0;
+        for (family, delta) in [
+            (&f.shadow_ttft_delta, c.delta(|s| s.ttft_ms)),
+            (&f.shadow_tpot_delta, c.delta(|s| s.tpot_ms)),
+            (&f.shadow_e2e_delta, c.delta(|s| Some(s.e2e_ms))),
+        ] {
+            if let Some(delta) = delta {
+                family.get_or_create(&pair).observe(seconds(delta));
+            }
+        }
+        f.shadow_edit_distance
+            .get_or_create(&pair)
+            .observe(difference.edit_distance);
+    }
+
+    /// A request picked for shadowing whose copy was not sent; `reason` is one of
+    /// `crate::shadow::DROP_REASONS`.
+    pub fn shadow_dropped(&self, primary: &str, candidate: &str, reason: &'static str) {
+        self.families
+            .shadow_dropped
+            .get_or_create(&PairReasonLabels {
+                primary: primary.to_owned(),
+                candidate: candidate.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// A shadow pair's counters, at zero, so that they show before the first request.
+    pub fn shadow_pair(&self, primary: &str, candidate: &str) {
+        for reason in crate::shadow::DROP_REASONS {
+            drop(
+                self.families
+                    .shadow_dropped
+                    .get_or_create(&PairReasonLabels {
+                        primary: primary.to_owned(),
+                        candidate: candidate.to_owned(),
+                        reason,
+                    }),
+            );
+        }
+    }
+
     /// An answer's tokens counted against its key's quotas (a request that held some:
     /// its key has quotas), as `auth::QuotaCounter` counts them.
     fn count_quota(&self, r: &RequestRecord) {

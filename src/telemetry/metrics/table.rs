@@ -75,6 +75,24 @@ declare_families! {
         quota_tokens: Family<KeyLabel, Counter> = Family::default(),
             names::QUOTA_TOKENS,
             "Tokens counted against API keys' quotas by this gateway (prompt and completion of each answer), by key id; summed over gateways, what the keys used";
+        shadow_compared: Family<PairOutcomeLabels, Counter> = Family::default(),
+            names::SHADOW_COMPARED,
+            "Shadowed requests whose two sides both ended, by how the answers compare: identical, different, or failed (one side gave none)";
+        shadow_dropped: Family<PairReasonLabels, Counter> = Family::default(),
+            names::SHADOW_DROPPED,
+            "Requests picked for shadowing whose copy was not sent: busy (shadow.max_in_flight copies in flight) or load (the gateway over half full)";
+        shadow_ttft_delta: PairHistograms = pair_family(DELTA_BUCKETS),
+            names::SHADOW_TTFT_DELTA,
+            "Shadowed requests: the candidate's TTFT minus the primary's";
+        shadow_tpot_delta: PairHistograms = pair_family(DELTA_BUCKETS),
+            names::SHADOW_TPOT_DELTA,
+            "Shadowed requests: the candidate's TPOT minus the primary's";
+        shadow_e2e_delta: PairHistograms = pair_family(DELTA_BUCKETS),
+            names::SHADOW_E2E_DELTA,
+            "Shadowed requests: the candidate's end-to-end time minus the primary's";
+        shadow_edit_distance: PairHistograms = pair_family(SHARE_BUCKETS),
+            names::SHADOW_EDIT_DISTANCE,
+            "Shadowed requests both sides answered: word-level edit distance of the answers (0 identical, 1 nothing in common)";
         traces_sampled: Family<ReasonLabel, Counter> = Family::default(),
             names::TRACES_SAMPLED,
             "Request traces kept by the tail sampler, by reason";

@@ -1,0 +1,265 @@
+//! Shadow traffic: a share of a served model's live requests also goes to a candidate
+//! (another served model: in this process, an upstream, a fleet), whose answer the client
+//! never sees, and the two answers are compared request by request.
+//!
+//! - [`Shadows`]: which requests are shadowed (every 1/share-th, spread evenly) and
+//!   whether one may start: under its own cap (`shadow.max_in_flight`) and only while the
+//!   gateway has room (under half its `server.max_in_flight`), else dropped and counted.
+//!   The copy has the client's parameters and seed; it is timed, scored and logged as
+//!   any request (its record names the pair), and is charged to no key.
+//! - [`Pairs`]: the two records of a pair, whichever ends first, made one
+//!   [`compare::Comparison`]; the last [`WINDOW`] of each pair, with each figure's
+//!   [`verdict`], for `/stats` and `llmgate compare --live`.
+
+pub mod compare;
+pub mod verdict;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::record::{RequestRecord, ShadowLink, ShadowSide};
+use compare::{Comparison, SideFigures};
+use verdict::{verdict, Better, FigureVerdict};
+
+/// Comparisons kept per pair for the verdict.
+pub const WINDOW: usize = 1_000;
+/// A side whose other never ended is forgotten after this.
+const FORGET_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// Why a shadow request was not sent: the `reason` of `llmgate_shadow_dropped_total`.
+pub const DROP_REASONS: [&str; 2] = ["busy", "load"];
+
+/// A served model's shadow as the config sets it (`shadow = { model, share,
+/// max_in_flight }` on a `[[models]]` entry), checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowPolicy {
+    pub candidate: String,
+    pub share: f64,
+    pub max_in_flight: usize,
+}
+
+/// One served model's shadow.
+#[derive(Debug)]
+pub struct Shadow {
+    pub primary: String,
+    pub candidate: String,
+    share: f64,
+    seen: AtomicU64,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Shadow {
+    /// Whether the next request is one of the share, spread evenly: with 0.2, the 5th,
+    /// 10th, ...
+    pub fn picks(&self) -> bool {
+        let n = self.seen.fetch_add(1, Ordering::Relaxed) as f64;
+        ((n + 1.0) * self.share).floor() > (n * self.share).floor()
+    }
+
+    /// A place for one shadow request, or why there is none: its own cap is full
+    /// (`busy`), or the gateway is half full (`load`) and the clients come first.
+    pub fn try_start(
+        &self,
+        in_flight: usize,
+        limit: usize,
+    ) -> Result<OwnedSemaphorePermit, &'static str> {
+        if in_flight * 2 > limit {
+            return Err("load");
+        }
+        Arc::clone(&self.in_flight)
+            .try_acquire_owned()
+            .map_err(|_| "busy")
+    }
+
+    /// The links of a pair: the client's request (`pair_id`) and its copy.
+    pub fn links(&self, pair_id: &str) -> (ShadowLink, ShadowLink) {
+        let link = |side| ShadowLink {
+            pair_id: pair_id.to_owned(),
+            primary: self.primary.clone(),
+            candidate: self.candidate.clone(),
+            side,
+        };
+        (link(ShadowSide::Primary), link(ShadowSide::Candidate))
+    }
+}
+
+/// Every served model's shadow, by the primary's id.
+#[derive(Debug, Default)]
+pub struct Shadows(HashMap<String, Arc<Shadow>>);
+
+impl Shadows {
+    pub fn new<'a>(policies: impl IntoIterator<Item = (&'a str, &'a ShadowPolicy)>) -> Self {
+        Self(
+            policies
+                .into_iter()
+                .map(|(primary, p)| {
+                    let shadow = Shadow {
+                        primary: primary.to_owned(),
+                        candidate: p.candidate.clone(),
+                        share: p.share,
+                        seen: AtomicU64::new(0),
+                        in_flight: Arc::new(Semaphore::new(p.max_in_flight)),
+                    };
+                    (primary.to_owned(), Arc::new(shadow))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn of(&self, model: &str) -> Option<&Arc<Shadow>> {
+        self.0.get(model)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Shadow>> {
+        self.0.values()
+    }
+}
+
+/// A figure of one side, where it has it.
+type Figure = fn(&SideFigures) -> Option<f64>;
+
+/// The pair of models a window is of: primary, candidate.
+type PairKey = (String, String);
+
+/// The figures a verdict is given on, with which way is better.
+const FIGURES: [(&str, Better, Figure); 8] = [
+    ("ttft_ms", Better::Lower, |s| s.ttft_ms),
+    ("tpot_ms", Better::Lower, |s| s.tpot_ms),
+    ("itl_p95_ms", Better::Lower, |s| s.itl_p95_ms),
+    ("e2e_ms", Better::Lower, |s| Some(s.e2e_ms)),
+    ("repetition_rate", Better::Lower, |s| s.repetition_rate),
+    ("refusal", Better::Lower, |s| s.refusal.map(f64::from)),
+    ("mean_logprob", Better::Higher, |s| s.mean_logprob),
+    ("completion_tokens", Better::Neither, |s| {
+        Some(f64::from(s.completion_tokens))
+    }),
+];
+
+/// A pair's window, as `/stats` shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PairView {
+    pub primary: String,
+    pub candidate: String,
+    /// Comparisons in the window (both sides ended).
+    pub compared: usize,
+    /// Of those, the answers identical, different, or one side failed.
+    pub identical: usize,
+    pub different: usize,
+    pub failed: usize,
+    /// Mean word-level edit distance of the answers both gave.
+    pub mean_edit_distance: Option<f64>,
+    /// Each figure: candidate minus primary, its interval and the verdict.
+    pub figures: Vec<FigureVerdict>,
+    /// The newest comparison.
+    pub last: Option<Comparison>,
+}
+
+#[derive(Default)]
+struct PairWindow {
+    comparisons: VecDeque<Arc<Comparison>>,
+}
+
+/// The sides waiting for their other, and each pair's window.
+#[derive(Default)]
+pub struct Pairs {
+    waiting: Mutex<HashMap<String, (Instant, ShadowSide, SideFigures)>>,
+    windows: Mutex<HashMap<PairKey, PairWindow>>,
+}
+
+impl std::fmt::Debug for Pairs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pairs").finish_non_exhaustive()
+    }
+}
+
+impl Pairs {
+    /// Takes a record of a shadowed request; the comparison once both sides have ended.
+    pub fn observe(&self, record: &RequestRecord) -> Option<Arc<Comparison>> {
+        let link = record.shadow.as_ref()?;
+        let side = SideFigures::of(record);
+        let other = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            match waiting.remove(&link.pair_id) {
+                Some((_, other_side, other)) if other_side != link.side => other,
+                _ => {
+                    let now = Instant::now();
+                    waiting.retain(|_, (at, ..)| now.duration_since(*at) < FORGET_AFTER);
+                    waiting.insert(link.pair_id.clone(), (now, link.side, side));
+                    return None;
+                }
+            }
+        };
+        let (primary, candidate) = match link.side {
+            ShadowSide::Primary => (side, other),
+            ShadowSide::Candidate => (other, side),
+        };
+        let comparison = Arc::new(Comparison::of(link.pair_id.clone(), primary, candidate));
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let window = windows
+            .entry((link.primary.clone(), link.candidate.clone()))
+            .or_default();
+        if window.comparisons.len() == WINDOW {
+            window.comparisons.pop_front();
+        }
+        window.comparisons.push_back(Arc::clone(&comparison));
+        Some(comparison)
+    }
+
+    /// Every pair's window with its verdicts.
+    pub fn views(&self) -> Vec<PairView> {
+        let windows: Vec<(PairKey, Vec<Arc<Comparison>>)> = {
+            let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            windows
+                .iter()
+                .map(|(pair, w)| (pair.clone(), w.comparisons.iter().cloned().collect()))
+                .collect()
+        };
+        let mut views: Vec<PairView> = windows
+            .into_iter()
+            .map(|((primary, candidate), comparisons)| view(primary, candidate, &comparisons))
+            .collect();
+        views.sort_by(|a, b| (&a.primary, &a.candidate).cmp(&(&b.primary, &b.candidate)));
+        views
+    }
+}
+
+fn view(primary: String, candidate: String, comparisons: &[Arc<Comparison>]) -> PairView {
+    let count = |outcome| {
+        comparisons
+            .iter()
+            .filter(|c| c.outcome() == outcome)
+            .count()
+    };
+    let distances: Vec<f64> = comparisons
+        .iter()
+        .filter_map(|c| c.difference.as_ref().map(|d| d.edit_distance))
+        .collect();
+    let answered: Vec<&Arc<Comparison>> = comparisons
+        .iter()
+        .filter(|c| c.difference.is_some())
+        .collect();
+    let figures = FIGURES
+        .iter()
+        .map(|(name, better, figure)| {
+            let differences: Vec<f64> = answered.iter().filter_map(|c| c.delta(figure)).collect();
+            verdict(name, &differences, *better)
+        })
+        .collect();
+    PairView {
+        primary,
+        candidate,
+        compared: comparisons.len(),
+        identical: count("identical"),
+        different: count("different"),
+        failed: count("failed"),
+        mean_edit_distance: (!distances.is_empty())
+            .then(|| distances.iter().sum::<f64>() / distances.len() as f64),
+        figures,
+        last: comparisons.last().map(|c| (**c).clone()),
+    }
+}

@@ -1,0 +1,138 @@
+//! Whether a candidate is better, worse or not distinguishable from the primary, figure
+//! by figure, over paired differences (candidate minus primary, one per request both
+//! answered): the median difference with a 95% percentile-bootstrap confidence interval
+//! (2,000 resamples, a fixed seed so one window always gives one answer). An interval
+//! wholly below zero says the candidate's figure is lower; wholly above, higher; one
+//! that holds zero, that the window cannot tell them apart.
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use serde::Serialize;
+
+const RESAMPLES: usize = 2_000;
+/// Fewer pairs than this give no verdict: an interval from a handful is noise.
+pub const MIN_PAIRS: usize = 10;
+
+/// Which way is better for a figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    Lower,
+    Higher,
+    /// Neither (the number of tokens): the verdict says only which way it moved.
+    Neither,
+}
+
+/// One figure's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct FigureVerdict {
+    pub figure: &'static str,
+    /// Pairs where both sides have the figure.
+    pub pairs: usize,
+    /// Median of candidate minus primary.
+    pub median_difference: Option<f64>,
+    /// 95% confidence interval of that median.
+    pub ci_low: Option<f64>,
+    pub ci_high: Option<f64>,
+    /// `better`, `worse`, `not_distinguishable`, `higher` or `lower` (a figure that is
+    /// neither better nor worse either way), or `too_few_pairs`.
+    pub verdict: &'static str,
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+/// The verdict on `differences` (candidate minus primary) of a figure where `better`.
+pub fn verdict(figure: &'static str, differences: &[f64], better: Better) -> FigureVerdict {
+    let pairs = differences.len();
+    if pairs < MIN_PAIRS {
+        let mut sorted = differences.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        return FigureVerdict {
+            figure,
+            pairs,
+            median_difference: (!sorted.is_empty()).then(|| median(&sorted)),
+            ci_low: None,
+            ci_high: None,
+            verdict: "too_few_pairs",
+        };
+    }
+    let mut sorted = differences.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5EED);
+    let mut medians = Vec::with_capacity(RESAMPLES);
+    let mut sample = vec![0.0; pairs];
+    for _ in 0..RESAMPLES {
+        for slot in sample.iter_mut() {
+            *slot = differences[(rng.next_u64() % pairs as u64) as usize];
+        }
+        sample.sort_by(f64::total_cmp);
+        medians.push(median(&sample));
+    }
+    medians.sort_by(f64::total_cmp);
+    let at = |q: f64| medians[((RESAMPLES as f64 - 1.0) * q).round() as usize];
+    let (low, high) = (at(0.025), at(0.975));
+    let direction = if high < 0.0 {
+        Some(Better::Lower)
+    } else if low > 0.0 {
+        Some(Better::Higher)
+    } else {
+        None
+    };
+    let verdict = match (direction, better) {
+        (None, _) => "not_distinguishable",
+        (Some(Better::Lower), Better::Neither) => "lower",
+        (Some(_), Better::Neither) => "higher",
+        (Some(d), b) if d == b => "better",
+        (Some(_), _) => "worse",
+    };
+    FigureVerdict {
+        figure,
+        pairs,
+        median_difference: Some(median(&sorted)),
+        ci_low: Some(low),
+        ci_high: Some(high),
+        verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clear_shift_is_named_and_noise_is_not() {
+        // The candidate 20 ms slower on every request, give or take 5.
+        let slower: Vec<f64> = (0..200).map(|i| 20.0 + f64::from(i % 11) - 5.0).collect();
+        let v = verdict("ttft_ms", &slower, Better::Lower);
+        assert_eq!(v.verdict, "worse");
+        assert!(
+            v.ci_low.unwrap() > 0.0 && v.ci_high.unwrap() < 30.0,
+            "{v:?}"
+        );
+        // Symmetric noise around zero.
+        let noise: Vec<f64> = (0..200).map(|i| f64::from(i % 21) - 10.0).collect();
+        assert_eq!(
+            verdict("ttft_ms", &noise, Better::Lower).verdict,
+            "not_distinguishable"
+        );
+        let higher_logprob: Vec<f64> = vec![0.3; 50];
+        assert_eq!(
+            verdict("mean_logprob", &higher_logprob, Better::Higher).verdict,
+            "better"
+        );
+        assert_eq!(
+            verdict("completion_tokens", &[-4.0; 30], Better::Neither).verdict,
+            "lower"
+        );
+        assert_eq!(
+            verdict("ttft_ms", &[1.0; 3], Better::Lower).verdict,
+            "too_few_pairs"
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! Shadow traffic, black-box: the gateway binary serving two upstream models (scripted
+//! servers), the first shadowed by the second. The candidate is slower and loops ("la la
+//! la"): the comparisons must name it slower and more repetitive, every pair must have
+//! both sides' figures in one semantic-log document, the client must only ever see the
+//! primary's answers, and copies beyond the shadow's cap must be dropped and counted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::upstream::{start_upstream, Upstream, UPSTREAM_MODEL};
+use llmgate::bench::upstream::UpstreamScript;
+use serde_json::{json, Value};
+
+struct Gateway {
+    base: String,
+    data: PathBuf,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        drop(self.child.kill());
+        drop(self.child.wait());
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The gateway serving `current` (on `primary`) shadowed by `next` (on `candidate`) as
+/// `shadow` (an inline table's contents) says.
+async fn gateway(primary: &Upstream, candidate: &Upstream, shadow: &str) -> Gateway {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("llmgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[models]]\nid = \"current\"\nengine = \"upstream\"\nurl = \"{}\"\nupstream_model = \"{UPSTREAM_MODEL}\"\nshadow = {{ model = \"next\", {shadow} }}\n\n\
+             [[models]]\nid = \"next\"\nengine = \"upstream\"\nurl = \"{}\"\nupstream_model = \"{UPSTREAM_MODEL}\"\n",
+            primary.url, candidate.url
+        ),
+    )
+    .expect("config");
+    let port = free_port();
+    let data = dir.path().join("data");
+    let child = Command::new(env!("CARGO_BIN_EXE_llmgate"))
+        .arg("serve")
+        .args(["--config", &config.display().to_string()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--data-dir", &data.display().to_string()])
+        .args(["--log", "warn"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the llmgate binary");
+    let gateway = Gateway {
+        base: format!("http://127.0.0.1:{port}"),
+        data,
+        child,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = reqwest::get(format!("{}/ready", gateway.base)).await;
+        if ready.is_ok_and(|r| r.status() == 200) {
+            return gateway;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn ask(gateway: &Gateway, stream: bool) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gateway.base))
+        .json(&json!({
+            "model": "current",
+            "messages": [{"role": "user", "content": "Name three rivers of Europe."}],
+            "max_tokens": 12,
+            "seed": 7,
+            "stream": stream,
+        }))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    response.text().await.expect("body")
+}
+
+async fn get(gateway: &Gateway, path: &str) -> String {
+    reqwest::get(format!("{}{path}", gateway.base))
+        .await
+        .expect(path)
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The shadow view of `/stats` once `until` holds of it (up to 20 s).
+async fn shadows_until(gateway: &Gateway, until: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats: Value = serde_json::from_str(&get(gateway, "/stats").await).expect("json");
+        let view = stats["shadows"][0].clone();
+        if until(&view) || Instant::now() > deadline {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn semlog_docs(data: &Path) -> Vec<Value> {
+    let mut docs = Vec::new();
+    for entry in std::fs::read_dir(data.join("semlog"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.path().extension().is_some_and(|e| e == "ndjson") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            docs.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok()),
+            );
+        }
+    }
+    docs
+}
+
+fn verdict<'a>(view: &'a Value, figure: &str) -> &'a Value {
+    view["figures"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["figure"] == figure))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifth_of_the_requests_are_compared_and_the_slower_looping_candidate_is_named() {
+    let primary = start_upstream(UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 12,
+        record: false,
+        ..UpstreamScript::default()
+    })
+    .await;
+    let candidate = start_upstream(UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 12,
+        first_delay: Duration::from_millis(40),
+        interval: Duration::from_millis(2),
+        words: vec!["la".into()],
+        record: false,
+        ..UpstreamScript::default()
+    })
+    .await;
+    let gateway = gateway(&primary, &candidate, "share = 0.2, max_in_flight = 64").await;
+    for i in 0..100 {
+        let body = ask(&gateway, i % 2 == 0).await;
+        assert!(
+            body.contains("tok1") && !body.contains(" la"),
+            "the client gets the primary's answer: {body}"
+        );
+    }
+    let view = shadows_until(&gateway, |v| v["compared"] == 20).await;
+    assert_eq!(view["compared"], 20, "every fifth request: {view}");
+    assert_eq!(
+        (view["primary"].as_str(), view["candidate"].as_str()),
+        (Some("current"), Some("next"))
+    );
+    assert_eq!(view["different"], 20, "{view}");
+    for (figure, expected) in [
+        ("ttft_ms", "worse"),
+        ("e2e_ms", "worse"),
+        ("repetition_rate", "worse"),
+        ("completion_tokens", "not_distinguishable"),
+    ] {
+        assert_eq!(
+            verdict(&view, figure)["verdict"],
+            expected,
+            "{figure}: {view}"
+        );
+    }
+    let metrics = get(&gateway, "/metrics").await;
+    assert!(
+        metrics.contains(
+            "llmgate_shadow_compared_total{primary=\"current\",candidate=\"next\",outcome=\"different\"} 20"
+        ),
+        "{metrics}"
+    );
+    // One document per pair carries both sides; both sides' own documents name the pair.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let compared = loop {
+        let docs = semlog_docs(&gateway.data);
+        let compared: Vec<Value> = docs
+            .iter()
+            .filter(|d| !d["llm"]["comparison"].is_null())
+            .cloned()
+            .collect();
+        let sides = docs
+            .iter()
+            .filter(|d| !d["llm"]["shadow"].is_null())
+            .count();
+        if (compared.len() == 20 && sides == 40) || Instant::now() > deadline {
+            assert_eq!(sides, 40, "both sides of 20 pairs are logged");
+            break compared;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(compared.len(), 20);
+    for doc in &compared {
+        let c = &doc["llm"]["comparison"];
+        for side in ["primary", "candidate"] {
+            assert!(c[side]["ttft_ms"].is_f64(), "{side}: {c}");
+            assert!(c[side]["repetition_rate"].is_f64(), "{side}: {c}");
+        }
+        assert_eq!(c["primary"]["model"], "current");
+        assert_eq!(c["candidate"]["model"], "next");
+        assert_eq!(c["difference"]["identical"], false);
+        assert_eq!(c["difference"]["first_difference_word"], 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_beyond_the_shadow_cap_are_dropped_and_counted() {
+    let primary = start_upstream(UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 4,
+        record: false,
+        ..UpstreamScript::default()
+    })
+    .await;
+    let candidate = start_upstream(UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 4,
+        first_delay: Duration::from_secs(2),
+        record: false,
+        ..UpstreamScript::default()
+    })
+    .await;
+    let gateway = gateway(&primary, &candidate, "share = 1.0, max_in_flight = 1").await;
+    let answers = (0..8).map(|_| ask(&gateway, false));
+    futures_util::future::join_all(answers).await;
+    let metrics = get(&gateway, "/metrics").await;
+    let dropped = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "llmgate_shadow_dropped_total{primary=\"current\",candidate=\"next\",reason=\"busy\"} ",
+            )
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("the busy counter");
+    assert!(
+        dropped >= 5,
+        "one copy in flight at a time: {dropped} of 8 dropped"
+    );
+    let view = shadows_until(&gateway, |v| {
+        v["compared"].as_u64().unwrap_or(0) + dropped == 8
+    })
+    .await;
+    assert_eq!(
+        view["compared"].as_u64().unwrap_or(0) + dropped,
+        8,
+        "each picked request compared or dropped: {view}"
+    );
+}
