@@ -253,6 +253,22 @@ fn run_bench(args: &llmgate::bench::BenchArgs) -> Result<ExitCode, ExitCode> {
 /// Prints the comparison (and writes JSON when asked). Exit status 1 when fewer answers
 /// than `--min-agreement` are identical, 2 when the comparison could not run.
 fn run_compare(args: &llmgate::compare::CompareArgs) -> Result<ExitCode, ExitCode> {
+    if let Some(pair) = &args.live {
+        use llmgate::compare::live;
+        let runtime = cannot_run("llmgate compare", tokio::runtime::Runtime::new())?;
+        let view = runtime.block_on(live::fetch(args, pair));
+        let view = cannot_run("llmgate compare", view.map_err(|e| format!("{e:#}")))?;
+        print!("{}", live::report(&view));
+        if let Some(path) = &args.json {
+            cannot_run("llmgate compare", write_json(path, &view))?;
+        }
+        let worse = args.fail_on_worse && live::any_worse(&view.figures);
+        return Ok(if worse {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
     let report = if args.semlog.is_some() {
         llmgate::compare::compare_semlog(args)
     } else {

@@ -101,6 +101,9 @@ async fn compare_reports_agreement_and_deltas_between_two_gateways() {
         api_key: None,
         min_agreement: None,
         json: None,
+        live: None,
+        gateway: String::new(),
+        fail_on_worse: false,
     };
     let report = llmgate::compare::compare_gateways(&args)
         .await

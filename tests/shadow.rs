@@ -190,6 +190,33 @@ async fn a_fifth_of_the_requests_are_compared_and_the_slower_looping_candidate_i
             "{figure}: {view}"
         );
     }
+    // The same verdicts from the command line, which fails on a worse figure.
+    let live = Command::new(env!("CARGO_BIN_EXE_llmgate"))
+        .args([
+            "compare",
+            "--live",
+            "current:next",
+            "--gateway",
+            &gateway.base,
+        ])
+        .arg("--fail-on-worse")
+        .output()
+        .expect("llmgate compare");
+    let printed = String::from_utf8_lossy(&live.stdout);
+    assert_eq!(live.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("20 pairs compared"), "{printed}");
+    let line = |figure: &str| {
+        printed
+            .lines()
+            .find(|l| l.starts_with(figure))
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert!(line("ttft_ms").ends_with("worse"), "{printed}");
+    assert!(
+        line("completion_tokens").ends_with("not distinguishable"),
+        "{printed}"
+    );
     let metrics = get(&gateway, "/metrics").await;
     assert!(
         metrics.contains(

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::record::{RequestRecord, ShadowLink, ShadowSide};
@@ -141,7 +141,7 @@ const FIGURES: [(&str, Better, Figure); 8] = [
 ];
 
 /// A pair's window, as `/stats` shows it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PairView {
     pub primary: String,
     pub candidate: String,
@@ -156,6 +156,8 @@ pub struct PairView {
     /// Each figure: candidate minus primary, its interval and the verdict.
     pub figures: Vec<FigureVerdict>,
     /// The newest comparison.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
     pub last: Option<Comparison>,
 }
 

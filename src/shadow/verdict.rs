@@ -6,7 +6,7 @@
 //! that holds zero, that the window cannot tell them apart.
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 const RESAMPLES: usize = 2_000;
 /// Fewer pairs than this give no verdict: an interval from a handful is noise.
@@ -23,9 +23,9 @@ pub enum Better {
 }
 
 /// One figure's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FigureVerdict {
-    pub figure: &'static str,
+    pub figure: String,
     /// Pairs where both sides have the figure.
     pub pairs: usize,
     /// Median of candidate minus primary.
@@ -35,7 +35,7 @@ pub struct FigureVerdict {
     pub ci_high: Option<f64>,
     /// `better`, `worse`, `not_distinguishable`, `higher` or `lower` (a figure that is
     /// neither better nor worse either way), or `too_few_pairs`.
-    pub verdict: &'static str,
+    pub verdict: String,
 }
 
 fn median(sorted: &[f64]) -> f64 {
@@ -54,12 +54,12 @@ pub fn verdict(figure: &'static str, differences: &[f64], better: Better) -> Fig
         let mut sorted = differences.to_vec();
         sorted.sort_by(f64::total_cmp);
         return FigureVerdict {
-            figure,
+            figure: figure.to_owned(),
             pairs,
             median_difference: (!sorted.is_empty()).then(|| median(&sorted)),
             ci_low: None,
             ci_high: None,
-            verdict: "too_few_pairs",
+            verdict: "too_few_pairs".to_owned(),
         };
     }
     let mut sorted = differences.to_vec();
@@ -92,13 +92,37 @@ pub fn verdict(figure: &'static str, differences: &[f64], better: Better) -> Fig
         (Some(_), _) => "worse",
     };
     FigureVerdict {
-        figure,
+        figure: figure.to_owned(),
         pairs,
         median_difference: Some(median(&sorted)),
         ci_low: Some(low),
         ci_high: Some(high),
-        verdict,
+        verdict: verdict.to_owned(),
     }
+}
+
+/// The verdicts as a table: one line per figure.
+pub fn table(verdicts: &[FigureVerdict]) -> String {
+    let num = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:+.3}"));
+    let mut out = format!(
+        "{:<18} {:>6} {:>12} {:>26}  {}\n",
+        "figure", "pairs", "median diff", "95% interval", "verdict"
+    );
+    for v in verdicts {
+        let interval = match (v.ci_low, v.ci_high) {
+            (Some(low), Some(high)) => format!("[{low:+.3}, {high:+.3}]"),
+            _ => "-".to_owned(),
+        };
+        out.push_str(&format!(
+            "{:<18} {:>6} {:>12} {:>26}  {}\n",
+            v.figure,
+            v.pairs,
+            num(v.median_difference),
+            interval,
+            v.verdict.replace('_', " ")
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

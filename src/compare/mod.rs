@@ -16,6 +16,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::DEFAULT_MODEL_ID;
+use crate::shadow::verdict::{table, verdict, Better, FigureVerdict};
+
+pub mod live;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CompareArgs {
@@ -56,6 +59,16 @@ pub struct CompareArgs {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// A shadow running in a gateway, as PRIMARY:CANDIDATE (docs/shadow.md): its
+    /// verdicts over the gateway's window, instead of a prompt set.
+    #[arg(long, value_name = "PRIMARY:CANDIDATE", conflicts_with_all = ["baseline", "semlog"])]
+    pub live: Option<String>,
+    /// The gateway running the shadow (with --live).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub gateway: String,
+    /// With --live: exit with status 1 when a figure is judged worse.
+    #[arg(long, requires = "live")]
+    pub fail_on_worse: bool,
 }
 
 /// One side's answer to one prompt, with the figures its gateway reported.
@@ -195,6 +208,9 @@ pub struct Summary {
     pub refusals_candidate: usize,
     pub baseline_fingerprint: Option<String>,
     pub candidate_fingerprint: Option<String>,
+    /// Per figure, the median of candidate minus baseline over the prompts, its 95%
+    /// interval and the verdict: the statistics of a live shadow's (`crate::shadow`).
+    pub verdicts: Vec<FigureVerdict>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -253,6 +269,28 @@ impl Comparison {
             refusals_candidate: count_refusals(|r| r.refusal.1),
             baseline_fingerprint: fingerprint(|r| &r.baseline),
             candidate_fingerprint: fingerprint(|r| &r.candidate),
+            verdicts: vec![
+                verdict("ttft_ms", &collect(|r| r.ttft_ms_delta), Better::Lower),
+                verdict("tpot_ms", &collect(|r| r.tpot_ms_delta), Better::Lower),
+                verdict(
+                    "repetition_rate",
+                    &collect(|r| r.repetition_rate_delta),
+                    Better::Lower,
+                ),
+                verdict(
+                    "refusal",
+                    &collect(|r| match r.refusal {
+                        (Some(b), Some(c)) => Some(f64::from(c) - f64::from(b)),
+                        _ => None,
+                    }),
+                    Better::Lower,
+                ),
+                verdict(
+                    "mean_logprob",
+                    &collect(|r| r.mean_logprob_delta),
+                    Better::Higher,
+                ),
+            ],
         };
         Self { summary, rows }
     }
@@ -311,6 +349,8 @@ impl Comparison {
             s.baseline_fingerprint.as_deref().unwrap_or("-"),
             s.candidate_fingerprint.as_deref().unwrap_or("-")
         ));
+        out.push_str("\nCandidate minus baseline, per figure (median, 95% bootstrap interval):\n");
+        out.push_str(&table(&s.verdicts));
         out
     }
 }
@@ -542,6 +582,9 @@ mod tests {
             api_key: None,
             min_agreement: None,
             json: None,
+            live: None,
+            gateway: String::new(),
+            fail_on_worse: false,
         };
         let report = compare_semlog(&args).expect("report");
         assert_eq!(report.summary.compared, 2);
