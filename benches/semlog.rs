@@ -110,6 +110,7 @@ fn record(i: usize) -> RequestRecord {
         upstream: None,
         quota_hold: None,
         shadow: None,
+        split: None,
         comparison: None,
     }
 }

@@ -95,9 +95,18 @@ pub struct RequestRecord {
     pub quota_hold: Option<QuotaHold>,
     /// The pair it is one side of, when its model is shadowed (`crate::shadow`).
     pub shadow: Option<ShadowLink>,
+    /// The A/B split it was sent to, and the variant that answered.
+    pub split: Option<SplitLink>,
     /// The comparison of its pair, on the side that ended second, as the semantic log
     /// keeps it (`crate::shadow::compare::Comparison`, serialised).
     pub comparison: Option<std::sync::Arc<serde_json::Value>>,
+}
+
+/// The A/B split a request named (`[[splits]] id`) and the served model it went to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitLink {
+    pub split: String,
+    pub variant: String,
 }
 
 /// One side of a shadowed request: the client's request to the primary model, or the
@@ -154,6 +163,8 @@ pub struct Origin {
     pub quota_hold: Option<QuotaHold>,
     /// See [`RequestRecord::shadow`].
     pub shadow: Option<ShadowLink>,
+    /// See [`RequestRecord::split`].
+    pub split: Option<SplitLink>,
 }
 
 /// How and when a request ended: what every record has.
@@ -220,6 +231,7 @@ impl RequestRecord {
             upstream: ended.upstream,
             quota_hold: origin.quota_hold,
             shadow: origin.shadow,
+            split: origin.split,
             comparison: None,
         }
     }
@@ -505,6 +517,7 @@ pub(crate) fn sample() -> RequestRecord {
         upstream: None,
         quota_hold: None,
         shadow: None,
+        split: None,
         comparison: None,
     }
 }

@@ -1,5 +1,5 @@
-//! Shadow traffic, black-box: the gateway binary serving two upstream models (scripted
-//! servers), the first shadowed by the second. The candidate is slower and loops ("la la
+//! Shadow traffic and A/B splits, black-box: the gateway binary serving two upstream
+//! models (scripted servers). Shadow: the first shadowed by the second. The candidate is slower and loops ("la la
 //! la"): the comparisons must name it slower and more repetitive, every pair must have
 //! both sides' figures in one semantic-log document, the client must only ever see the
 //! primary's answers, and copies beyond the shadow's cap must be dropped and counted.
@@ -38,13 +38,26 @@ fn free_port() -> u16 {
 /// The gateway serving `current` (on `primary`) shadowed by `next` (on `candidate`) as
 /// `shadow` (an inline table's contents) says.
 async fn gateway(primary: &Upstream, candidate: &Upstream, shadow: &str) -> Gateway {
+    let first = format!("shadow = {{ model = \"next\", {shadow} }}\n");
+    gateway_of(primary, candidate, &first, "", &[]).await
+}
+
+/// The gateway serving `current` (on `primary`, with `first` added to its entry) and
+/// `next` (on `candidate`), then `rest` of the config file; `args` added.
+async fn gateway_of(
+    primary: &Upstream,
+    candidate: &Upstream,
+    first: &str,
+    rest: &str,
+    args: &[&str],
+) -> Gateway {
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("llmgate.toml");
     std::fs::write(
         &config,
         format!(
-            "[[models]]\nid = \"current\"\nengine = \"upstream\"\nurl = \"{}\"\nupstream_model = \"{UPSTREAM_MODEL}\"\nshadow = {{ model = \"next\", {shadow} }}\n\n\
-             [[models]]\nid = \"next\"\nengine = \"upstream\"\nurl = \"{}\"\nupstream_model = \"{UPSTREAM_MODEL}\"\n",
+            "[[models]]\nid = \"current\"\nengine = \"upstream\"\nurl = \"{}\"\nupstream_model = \"{UPSTREAM_MODEL}\"\n{first}\n\
+             [[models]]\nid = \"next\"\nengine = \"upstream\"\nurl = \"{}\"\nupstream_model = \"{UPSTREAM_MODEL}\"\n\n{rest}",
             primary.url, candidate.url
         ),
     )
@@ -54,6 +67,7 @@ async fn gateway(primary: &Upstream, candidate: &Upstream, shadow: &str) -> Gate
     let child = Command::new(env!("CARGO_BIN_EXE_llmgate"))
         .arg("serve")
         .args(["--config", &config.display().to_string()])
+        .args(args)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--data-dir", &data.display().to_string()])
         .args(["--log", "warn"])
@@ -300,4 +314,127 @@ async fn copies_beyond_the_shadow_cap_are_dropped_and_counted() {
         8,
         "each picked request compared or dropped: {view}"
     );
+}
+
+/// A request to the split `chat` as `user`, with `key`: the variant header and the body.
+async fn ask_split(gateway: &Gateway, user: &str, key: Option<&str>) -> (String, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gateway.base))
+        .json(&json!({
+            "model": "chat",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+            "user": user,
+        }));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.expect("an answer");
+    assert_eq!(response.status(), 200);
+    let variant = response
+        .headers()
+        .get("x-llmgate-variant")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (variant, response.json().await.expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_holds_its_weights_and_each_caller_stays_on_its_variant() {
+    let script = || UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 2,
+        record: false,
+        ..UpstreamScript::default()
+    };
+    let (a, b) = (
+        start_upstream(script()).await,
+        start_upstream(script()).await,
+    );
+    let splits = "[[splits]]\nid = \"chat\"\nsticky = \"user\"\n\
+                  variants = [{ model = \"current\", weight = 80 }, { model = \"next\", weight = 20 }]\n";
+    let gateway = gateway_of(&a, &b, "", splits, &[]).await;
+    let mut on_next = 0;
+    for i in 0..1000 {
+        let (variant, body) = ask_split(&gateway, &format!("user-{i}"), None).await;
+        assert_eq!(
+            body["model"], variant,
+            "the answer names the variant's model"
+        );
+        on_next += usize::from(variant == "next");
+    }
+    assert!(
+        (150..=250).contains(&on_next),
+        "20% ± 5% of 1,000 on next, not {on_next}"
+    );
+    for user in ["alice", "bob", "carol"] {
+        let (first, _) = ask_split(&gateway, user, None).await;
+        for _ in 0..10 {
+            assert_eq!(
+                ask_split(&gateway, user, None).await.0,
+                first,
+                "{user} stays"
+            );
+        }
+    }
+    // Each request's record names the split and its variant.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let docs = semlog_docs(&gateway.data);
+        let named = docs
+            .iter()
+            .filter(|d| d["llm"]["split"]["id"] == "chat")
+            .filter(|d| d["llm"]["split"]["variant"] == d["gen_ai"]["request"]["model"])
+            .count();
+        if named == 1033 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{named} of 1,033 documents name the split"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_stays_on_its_variant() {
+    use sha2::{Digest, Sha256};
+    let script = || UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens: 2,
+        record: false,
+        ..UpstreamScript::default()
+    };
+    let (a, b) = (
+        start_upstream(script()).await,
+        start_upstream(script()).await,
+    );
+    let keys_dir = tempfile::tempdir().expect("dir");
+    let keys: Vec<String> = (0..12)
+        .map(|i| format!("llmgate-split-test-key-{i:02}"))
+        .collect();
+    let lines: String = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("k{i} {}\n", hex::encode(Sha256::digest(k.as_bytes()))))
+        .collect();
+    let keys_file = keys_dir.path().join("keys");
+    std::fs::write(&keys_file, lines).expect("keys");
+    let splits = "[[splits]]\nid = \"chat\"\n\
+                  variants = [{ model = \"current\" }, { model = \"next\" }]\n";
+    let args = ["--api-keys-file", keys_file.to_str().expect("path")];
+    let gateway = gateway_of(&a, &b, "", splits, &args).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for key in &keys {
+        // Another user each time: the key, not the user, decides.
+        let (first, _) = ask_split(&gateway, "u0", Some(key)).await;
+        for u in 1..6 {
+            let (variant, _) = ask_split(&gateway, &format!("u{u}"), Some(key)).await;
+            assert_eq!(variant, first, "a key stays on its variant");
+        }
+        seen.insert(first);
+    }
+    assert_eq!(seen.len(), 2, "twelve keys land on both variants: {seen:?}");
 }

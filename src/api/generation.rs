@@ -36,7 +36,7 @@ use crate::error::ApiError;
 use crate::names;
 use crate::quality::QualityTracker;
 use crate::record::{
-    Answer, Ended, Origin, QuotaHold, RequestParams, RequestRecord, ShadowLink, Status,
+    Answer, Ended, Origin, QuotaHold, RequestParams, RequestRecord, ShadowLink, SplitLink, Status,
     UpstreamRecord,
 };
 use crate::stream::chunks::{ChunkAssembler, Completion, ResponseMeta, Shape};
@@ -172,6 +172,8 @@ async fn generate(
             reported: None,
             quota_hold: None,
             shadow: None,
+            split: None,
+            variant: None,
         };
         let mut rate = RateHeaders::default();
         let request = Handling {
@@ -195,6 +197,16 @@ async fn generate(
             }
         };
         rate.apply(response.headers_mut());
+        if let Some(variant) = pending
+            .variant
+            .as_deref()
+            .and_then(|v| header::HeaderValue::from_str(v).ok())
+        {
+            response.headers_mut().insert(
+                header::HeaderName::from_static("x-llmgate-variant"),
+                variant,
+            );
+        }
         response
     }
     .instrument(span)
@@ -222,6 +234,10 @@ struct Unanswered {
     quota_hold: Option<QuotaHold>,
     /// The pair it is one side of, when its model is shadowed.
     shadow: Option<ShadowLink>,
+    /// The A/B split it named and the variant chosen, for its record; and the variant
+    /// again for the response's `x-llmgate-variant` (this one is not taken).
+    split: Option<SplitLink>,
+    variant: Option<String>,
 }
 
 impl Unanswered {
@@ -248,6 +264,7 @@ impl Unanswered {
             stream: self.stream,
             quota_hold: self.quota_hold.take(),
             shadow: self.shadow.take(),
+            split: self.split.take(),
         };
         let ended = Ended {
             status: if error.is_some() {
@@ -391,10 +408,58 @@ impl<'a> Handling<'a> {
         let body = tokio::time::timeout(limit, read_body(req, payload, state.max_body_bytes))
             .await
             .map_err(|_| ApiError::BodyTimeout { limit })??;
+        let body = self.choose_variant(req, body.freeze());
         let parsed = self.route.parse(&body, &state.limits, self.request_id)?;
         self.pending.model = Some(parsed.model.clone());
         self.pending.stream = parsed.stream;
         Ok(parsed)
+    }
+
+    /// A body that names an A/B split, sent on to the split's variant for this caller
+    /// (its `model` rewritten); any other body as it came. A body that is not JSON is
+    /// left for the parser to refuse.
+    fn choose_variant(&mut self, req: &HttpRequest, body: web::Bytes) -> web::Bytes {
+        use crate::shadow::split::Sticky;
+        let splits = &self.state.splits;
+        if splits.is_empty() {
+            return body;
+        }
+        #[derive(serde::Deserialize)]
+        struct Named {
+            model: Option<String>,
+            user: Option<String>,
+            safety_identifier: Option<String>,
+        }
+        let Ok(named) = serde_json::from_slice::<Named>(&body) else {
+            return body;
+        };
+        let Some(split) = named
+            .model
+            .as_deref()
+            .and_then(|m| splits.iter().find(|s| s.id == m))
+        else {
+            return body;
+        };
+        let sticky = match &split.sticky {
+            Sticky::ApiKey => self.charged.caller.map(|c| c.key_id.clone()),
+            Sticky::User => named.user.or(named.safety_identifier),
+            Sticky::Header(name) => req
+                .headers()
+                .get(name.as_str())
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        };
+        let variant = split.pick(sticky.as_deref(), self.request_id).to_owned();
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return body;
+        };
+        value["model"] = variant.clone().into();
+        self.pending.split = Some(SplitLink {
+            split: split.id.clone(),
+            variant: variant.clone(),
+        });
+        self.pending.variant = Some(variant);
+        serde_json::to_vec(&value).map_or(body, web::Bytes::from)
     }
 
     /// Finds the model and takes a place among the requests in flight: refused at once
@@ -493,6 +558,7 @@ impl<'a> Handling<'a> {
                 stream: parsed.stream,
                 quota_hold: self.pending.quota_hold.take(),
                 shadow: self.pending.shadow.take(),
+                split: self.pending.split.take(),
             },
             response_id,
             input_hash: parsed.input_hash,

@@ -84,6 +84,8 @@ pub struct AppState {
     pub shared_state: Option<Arc<crate::state::SharedState>>,
     /// The served models' shadows (`crate::shadow`).
     pub shadows: crate::shadow::Shadows,
+    /// A/B splits: model names answered by one of several served models.
+    pub splits: Vec<crate::shadow::split::SplitPolicy>,
 }
 
 impl AppState {
@@ -119,6 +121,7 @@ impl AppState {
     ) -> Self {
         Self {
             shadows: shadows_of(config, &telemetry),
+            splits: config.splits.clone(),
             limits: RequestLimits {
                 models: models.policies(),
                 strict_params: config.server.strict_params,

@@ -50,6 +50,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub semlog: SemlogConfig,
     pub state: StateConfig,
+    /// A/B splits over the served models (`[[splits]]`).
+    pub splits: Vec<shadow::SplitPolicy>,
 }
 
 #[derive(Debug, Clone)]
@@ -202,11 +204,13 @@ impl Config {
             .transpose()?;
         let cors_origins = cors_origins(server.cors_origins.unwrap_or_default())?;
         let model_tables = file.models;
+        let split_tables = file.splits;
         let quality = merged("quality", &args.quality, &file.quality)?;
         let guard = quality.degeneration_guard;
         let engine_table = engine.clone();
         let mut config = Config {
             models: Vec::new(),
+            splits: Vec::new(),
             server: ServerConfig {
                 listen,
                 max_body_bytes: server.max_body_bytes.unwrap_or(1 << 20),
@@ -282,6 +286,23 @@ impl Config {
         config.validate()?;
         let host = crate::engine::config::Host::detect(config.engine.force_cpu);
         config.models = models::resolve(model_tables, &engine_table, guard, host)?;
+        let served: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+        config.splits = split_tables
+            .into_iter()
+            .enumerate()
+            .map(|(i, split)| split.resolve(&served, i))
+            .collect::<Result<_, _>>()?;
+        for (i, split) in config.splits.iter().enumerate() {
+            if config.splits[..i].iter().any(|s| s.id == split.id) {
+                return Err(ConfigError::invalid(
+                    "splits.id",
+                    format!(
+                        "'{}' is split twice; each split's id must be unique",
+                        split.id
+                    ),
+                ));
+            }
+        }
         Ok(config)
     }
 

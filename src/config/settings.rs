@@ -65,6 +65,9 @@ pub(super) struct FileConfig {
     /// The served models; without the list, `[engine]` names the one model.
     #[serde(default)]
     pub models: Vec<super::ModelTable>,
+    /// A/B splits: model names answered by one of several served models.
+    #[serde(default)]
+    pub splits: Vec<super::shadow::SplitTable>,
 }
 
 /// `[server]`

@@ -19,6 +19,7 @@ pub struct ShadowTable {
     pub max_in_flight: Option<usize>,
 }
 
+pub use crate::shadow::split::{SplitPolicy, Sticky};
 pub use crate::shadow::ShadowPolicy;
 
 impl ShadowTable {
@@ -55,6 +56,88 @@ impl ShadowTable {
             candidate,
             share,
             max_in_flight,
+        })
+    }
+}
+
+/// `[[splits]]`: a model name clients send, answered by one of several served models.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitTable {
+    /// The name clients send in `model`; not a served model's id.
+    pub id: Option<String>,
+    /// Whose requests stay on one variant: `api_key`, `user`, or `header:<name>`
+    /// [default: api_key].
+    pub sticky: Option<String>,
+    /// The served models and their weights: `[{ model = "a", weight = 90 }, ...]`.
+    pub variants: Option<Vec<VariantTable>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantTable {
+    pub model: Option<String>,
+    /// A share of the split's requests, against the other variants' weights [default: 1].
+    pub weight: Option<u32>,
+}
+
+impl SplitTable {
+    /// Checked against the served models' ids.
+    pub(super) fn resolve(self, served: &[&str], index: usize) -> Result<SplitPolicy, ConfigError> {
+        let invalid = |key: &'static str, message: String| {
+            ConfigError::invalid(key, format!("[[splits]] entry {}: {message}", index + 1))
+        };
+        let id = self.id.filter(|id| !id.trim().is_empty()).ok_or_else(|| {
+            invalid(
+                "splits.id",
+                "each split needs the model name clients send".into(),
+            )
+        })?;
+        if served.contains(&id.as_str()) {
+            return Err(invalid(
+                "splits.id",
+                format!("'{id}' is a served model's id; a split needs a name of its own"),
+            ));
+        }
+        let sticky = match self.sticky.as_deref() {
+            None => Sticky::ApiKey,
+            Some(text) => Sticky::parse(text).ok_or_else(|| {
+                invalid(
+                    "splits.sticky",
+                    format!("'{text}' is not api_key, user or header:<name>"),
+                )
+            })?,
+        };
+        let variants = self.variants.unwrap_or_default();
+        if variants.is_empty() {
+            return Err(invalid(
+                "splits.variants",
+                "name at least one variant".into(),
+            ));
+        }
+        let variants = variants
+            .into_iter()
+            .map(|v| {
+                let model = v.model.unwrap_or_default();
+                if !served.contains(&model.as_str()) {
+                    return Err(invalid(
+                        "splits.variants",
+                        format!("'{model}' is not a served model's id"),
+                    ));
+                }
+                match v.weight.unwrap_or(1) {
+                    0 => Err(invalid(
+                        "splits.variants",
+                        format!("'{model}': weight must be at least 1"),
+                    )),
+                    weight => Ok((model, weight)),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SplitPolicy {
+            id,
+            sticky,
+            variants,
         })
     }
 }

@@ -499,3 +499,47 @@ fn bad_sampling_defaults_name_the_setting() {
         assert!(text.contains(setting), "{toml}: {text}");
     }
 }
+
+#[test]
+fn shadows_and_splits_name_served_models() {
+    let two = "[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://a/v1\"\n\
+               [[models]]\nid = \"b\"\nengine = \"upstream\"\nurl = \"http://b/v1\"\n";
+    let config = Config::from_toml(
+        &ServeArgs::default(),
+        &format!(
+            "{two}[[splits]]\nid = \"chat\"\nsticky = \"header:X-Session\"\nvariants = [{{ model = \"a\", weight = 3 }}, {{ model = \"b\" }}]\n"
+        ),
+    )
+    .expect("a split");
+    let split = &config.splits[0];
+    assert_eq!(split.variants, [("a".to_owned(), 3), ("b".to_owned(), 1)]);
+    assert_eq!(
+        split.sticky,
+        crate::shadow::split::Sticky::Header("x-session".into())
+    );
+    let refused = |toml: String| error_text(&ServeArgs::default(), &toml);
+    let shadowed = |shadow: &str| {
+        format!("[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://a/v1\"\nshadow = {shadow}\n[[models]]\nid = \"b\"\nengine = \"upstream\"\nurl = \"http://b/v1\"\n")
+    };
+    for (toml, expected) in [
+        (shadowed("{ model = \"c\" }"), "'c' is not served here"),
+        (shadowed("{ model = \"a\" }"), "cannot shadow itself"),
+        (shadowed("{ model = \"b\", share = 1.5 }"), "shadow.share"),
+        (shadowed("{ model = \"b\", max_in_flight = 0 }"), "shadow.max_in_flight"),
+        (
+            format!("{two}[[splits]]\nid = \"a\"\nvariants = [{{ model = \"b\" }}]\n"),
+            "a served model's id",
+        ),
+        (
+            format!("{two}[[splits]]\nid = \"chat\"\nvariants = [{{ model = \"c\" }}]\n"),
+            "'c' is not a served model's id",
+        ),
+        (
+            format!("{two}[[splits]]\nid = \"chat\"\nsticky = \"cookie\"\nvariants = [{{ model = \"a\" }}]\n"),
+            "splits.sticky",
+        ),
+    ] {
+        let text = refused(toml);
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+}

@@ -459,6 +459,7 @@ fn llm_properties() -> Value {
         "shadow": {"properties": {
             "pair_id": keyword(), "side": keyword(), "primary": keyword(), "candidate": keyword()
         }},
+        "split": {"properties": {"id": keyword(), "variant": keyword()}},
         "comparison": comparison_properties(),
         "build": {"properties": {"commit": keyword(), "target_features": keyword()}},
         "prompt_excerpt": {"type": "text"},

@@ -12,6 +12,7 @@
 //!   [`verdict`], for `/stats` and `llmgate compare --live`.
 
 pub mod compare;
+pub mod split;
 pub mod verdict;
 
 use std::collections::{HashMap, VecDeque};

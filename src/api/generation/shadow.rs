@@ -78,6 +78,8 @@ async fn run(
         reported: None,
         quota_hold: None,
         shadow: Some(link),
+        split: None,
+        variant: None,
     };
     let mut rate = RateHeaders::default();
     let mut handling = Handling {

@@ -244,6 +244,9 @@ struct Llm {
     /// The pair this request is one side of, when its model is shadowed.
     #[serde(skip_serializing_if = "Option::is_none")]
     shadow: Option<Shadow>,
+    /// The A/B split the request named and the variant that answered it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split: Option<Split>,
     /// Both sides of the pair and how far they differ, on the side that ended second.
     #[serde(skip_serializing_if = "Option::is_none")]
     comparison: Option<serde_json::Value>,
@@ -273,6 +276,12 @@ impl From<&crate::record::ShadowLink> for Shadow {
             candidate: link.candidate.clone(),
         }
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Split {
+    id: String,
+    variant: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -496,6 +505,10 @@ impl Llm {
             model: r.served.as_deref().map(ModelFacts::from),
             upstream: r.upstream.as_ref().map(Upstream::from),
             shadow: r.shadow.as_ref().map(Shadow::from),
+            split: r.split.as_ref().map(|s| Split {
+                id: s.split.clone(),
+                variant: s.variant.clone(),
+            }),
             comparison: r.comparison.as_deref().cloned(),
             build: BuildFacts {
                 commit: BUILD.commit,
