@@ -89,6 +89,7 @@ pub const ENDPOINT_TIME_TO_FIRST_TOKEN: &str = "endpoint_time_to_first_token_sec
 pub const ENDPOINT_TIME_PER_OUTPUT_TOKEN: &str = "endpoint_time_per_output_token_seconds";
 pub const ENDPOINT_ATTEMPTS: &str = "endpoint_attempts";
 pub const ENDPOINT_STATE: &str = "endpoint_state";
+pub const ENDPOINT_DRIFTING: &str = "endpoint_drifting";
 pub const ENDPOINT_OUTSTANDING: &str = "endpoint_outstanding_requests";
 /// Scrapes of an endpoint's own `/metrics` that failed or named no queue.
 pub const ENDPOINT_SCRAPE_FAILURES: &str = "endpoint_scrape_failures";

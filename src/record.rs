@@ -305,6 +305,29 @@ pub struct ResponseTimings {
     pub timings: Timings,
     #[serde(flatten)]
     pub quality: Quality,
+    /// For an upstream model: the replica that answered and the fingerprint it reported
+    /// (the response's own `system_fingerprint` is the gateway's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub upstream: Option<Replica>,
+}
+
+/// The replica of an upstream model that answered a request, as the answer names it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Replica {
+    /// Its base URL, without credentials.
+    pub endpoint: Option<String>,
+    /// The `system_fingerprint` it reported, if it did.
+    pub system_fingerprint: Option<String>,
+}
+
+impl Replica {
+    pub fn of(reported: &crate::engine::Reported) -> Self {
+        Self {
+            endpoint: reported.route().attempts.last().map(|a| a.endpoint.clone()),
+            system_fingerprint: reported.system_fingerprint.get().cloned(),
+        }
+    }
 }
 
 /// Receives every finished request's record. Must not block: it runs on the response path.

@@ -639,10 +639,26 @@ async fn respond(
         let collected = producer::collect_json(run, &meta, events, deadline, with_logprobs)
             .await
             .map_err(Failure::Recorded)?;
-        return Ok(HttpResponse::Ok()
+        let mut response = HttpResponse::Ok();
+        response
             .content_type("application/json")
-            .insert_header(server_timing(&collected.timings))
-            .body(collected.body));
+            .insert_header(server_timing(&collected.timings));
+        // The replica that answered, and its own fingerprint: a stream's headers go
+        // before the replica is settled, so a stream names it in its last chunk's
+        // `timings.upstream` only.
+        let replica = collected.replica.unwrap_or(crate::record::Replica {
+            endpoint: None,
+            system_fingerprint: None,
+        });
+        for (name, value) in [
+            ("x-llmgate-replica", replica.endpoint),
+            ("x-llmgate-upstream-fingerprint", replica.system_fingerprint),
+        ] {
+            if let Some(value) = value.and_then(|v| header::HeaderValue::from_str(&v).ok()) {
+                response.insert_header((name, value));
+            }
+        }
+        return Ok(response.body(collected.body));
     }
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, include_usage)

@@ -138,6 +138,11 @@ pub struct EndpointState {
     /// Why it is out or unreachable: the last fault's kind.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// Its answers to the drift canary differ from the majority's (`/stats` has the
+    /// text).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
+    drifting: bool,
 }
 
 #[utoipa::path(
@@ -300,6 +305,7 @@ fn model_state(model: &ServedModel) -> ModelState<'_> {
                 state: e.state,
                 reachable: e.reachable,
                 reason: e.reason,
+                drifting: e.canary.is_some_and(|c| c.drifting),
             })
             .collect(),
     }

@@ -49,6 +49,14 @@ pub struct ModelTable {
     pub metrics_path: Option<String>,
     /// upstream, engine_metrics: milliseconds between scrapes [default: 500].
     pub scrape_interval_ms: Option<u64>,
+    /// upstream, several replicas: seconds between rounds of the drift canary, the same
+    /// greedy seeded prompts to every replica, a replica answering unlike the majority
+    /// flagged [default: off].
+    pub canary_interval_secs: Option<f64>,
+    /// upstream: the canary's prompts [default: three short built-in ones].
+    pub canary_prompts: Option<Vec<String>>,
+    /// upstream: the canary's max_tokens per answer [default: 16].
+    pub canary_max_tokens: Option<u32>,
     /// upstream: the model name sent to it [default: id].
     pub upstream_model: Option<String>,
     /// upstream: a file holding its API key (whitespace around it is ignored).

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::table::ModelTable;
 use super::ConfigError;
 use crate::engine::upstream::config::UpstreamConfig;
-use crate::engine::upstream::fleet::FleetConfig;
+use crate::engine::upstream::fleet::{canary, FleetConfig};
 use crate::secret::Secret;
 
 /// Makes the error of one key of a `[[models]]` entry from its message.
@@ -177,6 +177,41 @@ fn fleet(t: &ModelTable, invalid: Invalid) -> Result<FleetConfig, ConfigError> {
         .transpose()?;
     let prefix_chars = t.affinity_prefix_chars.map(|c| c as u64);
     let default_chars = d.prefix_chars as u64;
+    let canary = match t.canary_interval_secs {
+        None if t.canary_prompts.is_some() || t.canary_max_tokens.is_some() => {
+            return Err(invalid(
+                "canary_interval_secs",
+                "the canary's prompts and max_tokens need canary_interval_secs (how often it runs)"
+                    .into(),
+            ))
+        }
+        None => None,
+        Some(every) => {
+            let prompts = t
+                .canary_prompts
+                .clone()
+                .unwrap_or_else(|| canary::DEFAULT_PROMPTS.map(str::to_owned).to_vec());
+            if prompts.is_empty() || prompts.iter().any(|p| p.trim().is_empty()) {
+                return Err(invalid(
+                    "canary_prompts",
+                    "list at least one prompt, none of them empty".into(),
+                ));
+            }
+            Some(canary::CanaryConfig {
+                every: match every {
+                    0.05..=86_400.0 => Duration::from_secs_f64(every),
+                    _ => {
+                        return Err(invalid(
+                            "canary_interval_secs",
+                            "must be between 0.05 and 86400 seconds".into(),
+                        ))
+                    }
+                },
+                prompts,
+                max_tokens: count(t.canary_max_tokens, 16, 1..=512, "canary_max_tokens")?,
+            })
+        }
+    };
     Ok(FleetConfig {
         policy: t.policy.unwrap_or_default(),
         max_attempts: count(t.max_attempts, d.max_attempts, 1..=10, "max_attempts")?,
@@ -203,6 +238,7 @@ fn fleet(t: &ModelTable, invalid: Invalid) -> Result<FleetConfig, ConfigError> {
             50..=60_000,
             "scrape_interval_ms",
         )?),
+        canary,
     })
 }
 

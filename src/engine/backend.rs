@@ -168,6 +168,41 @@ pub struct EndpointView {
     /// Scrapes of its `/metrics` that failed or named no queue.
     #[serde(skip_serializing_if = "is_zero")]
     pub scrape_failures: u64,
+    /// What the drift canary last found there (a fleet with `canary_interval_secs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryView>,
+}
+
+/// One replica's answers to the drift canary (fixed prompts, greedy and seeded): the same
+/// as the majority of its peers', or not.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CanaryView {
+    /// Unix seconds of the round.
+    pub checked_at: u64,
+    /// Answers to any prompt that differ from the majority's.
+    pub drifting: bool,
+    /// sha256 of its answers, in the prompts' order.
+    pub output_hash: String,
+    /// The `system_fingerprint` it reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    /// Each prompt where it parted from the majority: its answer and theirs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differing: Vec<DifferingAnswer>,
+    /// Prompts it gave no answer to (the round counts only those it answered).
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub unanswered: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DifferingAnswer {
+    pub prompt: String,
+    pub answer: String,
+    pub majority: String,
+}
+
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -226,6 +226,11 @@ impl Run {
         ResponseTimings {
             timings: self.timer.finish(self.clock.now(), tokens),
             quality,
+            upstream: self
+                .info
+                .reported
+                .as_deref()
+                .map(crate::record::Replica::of),
         }
     }
 

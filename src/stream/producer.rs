@@ -346,7 +346,11 @@ pub async fn collect_json(
     ));
     let timings = run.finish(ending);
     let body = body.map(Bytes::from).map_err(|_| ApiError::Internal)?;
-    Ok(Collected { body, timings })
+    Ok(Collected {
+        body,
+        timings,
+        replica: report.upstream,
+    })
 }
 
 /// A non-streamed response's body, and the request's timings as recorded once it was
@@ -354,6 +358,8 @@ pub async fn collect_json(
 pub struct Collected {
     pub body: Bytes,
     pub timings: Timings,
+    /// For an upstream model, the replica that answered.
+    pub replica: Option<crate::record::Replica>,
 }
 
 fn failed(run: Run, error: EngineError) -> ApiError {

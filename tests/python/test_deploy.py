@@ -34,6 +34,7 @@ UPSTREAM_ONLY = {
     "llmgate_endpoint_time_to_first_token_seconds_bucket",
     "llmgate_endpoint_time_to_first_token_seconds_count",
     "llmgate_endpoint_state",
+    "llmgate_endpoint_drifting",
     "llmgate_endpoint_attempts_total",
 }
 

@@ -129,6 +129,9 @@ impl UpstreamEngine {
             logprobs_refused: AtomicBool::new(false),
         });
         tokio::spawn(probe(Arc::downgrade(&shared)).in_current_span());
+        if shared.fleet.config.canary.is_some() {
+            tokio::spawn(canary(Arc::downgrade(&shared)).in_current_span());
+        }
         Ok(Arc::new(Self { shared }))
     }
 }
@@ -189,6 +192,106 @@ async fn probe(shared: Weak<Shared>) {
         drop(this);
         tokio::time::sleep(interval).await;
     }
+}
+
+/// The drift canary's rounds ([`fleet::canary`]), while the engine lives: each prompt to
+/// every endpoint, greedy and seeded, out of band (not counted as requests).
+async fn canary(shared: Weak<Shared>) {
+    loop {
+        let Some(this) = shared.upgrade() else {
+            return;
+        };
+        let Some(config) = this.fleet.config.canary.clone() else {
+            return;
+        };
+        drop(this);
+        tokio::time::sleep(config.every).await;
+        let Some(this) = shared.upgrade() else {
+            return;
+        };
+        let endpoints = this.fleet.endpoints();
+        if endpoints.len() < 2 {
+            continue;
+        }
+        let answers = endpoints.iter().map(|endpoint| {
+            let this = &this;
+            let config = &config;
+            async move {
+                let mut answers = Vec::with_capacity(config.prompts.len());
+                for prompt in &config.prompts {
+                    answers.push(ask_canary(this, endpoint, prompt, config.max_tokens).await);
+                }
+                (endpoint.label.clone(), answers)
+            }
+        });
+        let round = futures_util::future::join_all(answers).await;
+        let views = fleet::canary::judge(
+            &config.prompts,
+            &round,
+            crate::clock::unix_seconds(std::time::SystemTime::now()),
+        );
+        for (label, view) in views.iter().filter(|(_, v)| v.drifting) {
+            tracing::warn!(
+                model = %this.info.id,
+                endpoint = %label,
+                prompt = %view.differing[0].prompt,
+                answer = %view.differing[0].answer,
+                majority = %view.differing[0].majority,
+                "A replica answers the drift canary differently from the majority of its peers."
+            );
+        }
+        this.fleet.canaries.set(views);
+    }
+}
+
+/// One canary prompt at one endpoint: its answer, or `None` when it gave none.
+async fn ask_canary(
+    shared: &Shared,
+    endpoint: &fleet::Endpoint,
+    prompt: &str,
+    max_tokens: u32,
+) -> Option<fleet::canary::Answer> {
+    let config = &shared.config;
+    let body = serde_json::json!({
+        "model": config.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "seed": fleet::canary::SEED,
+        config.max_tokens_param.as_str(): max_tokens,
+        // Streamed, as the gateway asks every upstream: some serve nothing else.
+        "stream": true,
+    });
+    let mut call = endpoint
+        .client
+        .post(format!("{}/chat/completions", endpoint.url))
+        .timeout(config.first_byte_timeout + Duration::from_secs(30))
+        .json(&body);
+    if let Some(key) = &config.api_key {
+        call = call.bearer_auth(key.expose());
+    }
+    let response = call.send().await.ok()?.error_for_status().ok()?;
+    let mut events = sse_stream::SseByteStream::new(response.bytes_stream());
+    let (mut text, mut system_fingerprint) = (String::new(), None);
+    while let Some(event) = futures_util::StreamExt::next(&mut events).await {
+        let data = event.ok()?.data.unwrap_or_default();
+        if data.trim() == "[DONE]" {
+            return Some(fleet::canary::Answer {
+                text,
+                system_fingerprint,
+            });
+        }
+        let Ok(chunk) = serde_json::from_str::<serde_json::Value>(&data) else {
+            continue;
+        };
+        if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(delta);
+        }
+        if let Some(fingerprint) = chunk["system_fingerprint"].as_str() {
+            system_fingerprint = Some(fingerprint.to_owned());
+        }
+    }
+    // Cut before `[DONE]`: no answer to judge.
+    None
 }
 
 #[async_trait]

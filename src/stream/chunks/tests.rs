@@ -40,6 +40,7 @@ fn timings() -> ResponseTimings {
             low_confidence_share: None,
             repetition_basis: Default::default(),
         },
+        upstream: None,
     }
 }
 

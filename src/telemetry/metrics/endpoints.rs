@@ -49,6 +49,9 @@ declare_families! {
         state: Family<StateLabels, Gauge> = Family::default(),
             names::ENDPOINT_STATE,
             "Upstream models: 1 for each endpoint's routing state (up, ejected, readmitting, rate_limited), 0 for the others";
+        drifting: Family<EndpointLabels, Gauge> = Family::default(),
+            names::ENDPOINT_DRIFTING,
+            "Upstream models: 1 while an endpoint's answers to the drift canary (greedy, seeded) differ from the majority of its peers', else 0";
         outstanding: Family<EndpointLabels, Gauge> = Family::default(),
             names::ENDPOINT_OUTSTANDING,
             "Upstream models: requests this gateway has in flight at each endpoint";
@@ -134,6 +137,9 @@ impl EndpointMetrics {
                 // Series exist from the first scrape, so an alert over them sees 0s.
                 drop(f.ttft.get_or_create(&labels));
                 drop(f.tpot.get_or_create(&labels));
+                f.drifting
+                    .get_or_create(&labels)
+                    .set(i64::from(view.canary.as_ref().is_some_and(|c| c.drifting)));
                 f.outstanding
                     .get_or_create(&labels)
                     .set(i64::try_from(view.outstanding).unwrap_or(i64::MAX));
@@ -161,6 +167,7 @@ impl EndpointMetrics {
         f.ttft.remove(gone);
         f.tpot.remove(gone);
         f.outstanding.remove(gone);
+        f.drifting.remove(gone);
         f.scrape_failures.remove(gone);
         for state in EndpointState::ALL {
             f.state.remove(&StateLabels {
@@ -200,6 +207,7 @@ mod tests {
             engine_kv_cache: None,
             engine_metrics_age_secs: None,
             scrape_failures: 0,
+            canary: None,
         }
     }
 

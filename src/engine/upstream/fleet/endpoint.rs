@@ -415,6 +415,7 @@ impl Endpoint {
                 .scraped
                 .map(|s| round(now.saturating_duration_since(s.at).as_secs_f64())),
             scrape_failures: h.scrape_failures,
+            canary: None,
         }
     }
 

@@ -12,6 +12,7 @@
 //! - [`discovery`]: a DNS name's addresses, re-resolved;
 //! - [`scrape`]: each endpoint's own `/metrics`, for `engine_metrics`.
 
+pub mod canary;
 pub mod discovery;
 pub mod endpoint;
 pub mod policy;
@@ -65,6 +66,8 @@ pub struct FleetConfig {
     /// How often `engine_metrics` scrapes them; a scrape older than three of these is
     /// stale.
     pub scrape_interval: Duration,
+    /// The drift canary, when the operator asks for one.
+    pub canary: Option<canary::CanaryConfig>,
 }
 
 impl Default for FleetConfig {
@@ -80,6 +83,7 @@ impl Default for FleetConfig {
             load_factor: 1.25,
             metrics_path: "/metrics".into(),
             scrape_interval: Duration::from_millis(500),
+            canary: None,
         }
     }
 }
@@ -136,6 +140,8 @@ pub struct Fleet {
     /// expects the next to cost at each endpoint's TPOT (a request's `max_tokens` is
     /// rarely used in full, and mostly unset).
     answer_tokens: Mutex<Option<f64>>,
+    /// What the drift canary's last round found.
+    pub canaries: canary::Canaries,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -157,6 +163,7 @@ impl Fleet {
             turn: AtomicUsize::new(0),
             rng: Mutex::new(rand_chacha::ChaCha8Rng::from_seed(seed)),
             answer_tokens: Mutex::new(None),
+            canaries: canary::Canaries::default(),
         }
     }
 
@@ -313,7 +320,10 @@ impl Fleet {
     pub fn views(&self, now: Instant) -> Vec<EndpointView> {
         self.endpoints()
             .iter()
-            .map(|e| e.view(now, &self.config))
+            .map(|e| EndpointView {
+                canary: self.canaries.of(&e.label),
+                ..e.view(now, &self.config)
+            })
             .collect()
     }
 
