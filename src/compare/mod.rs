@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::DEFAULT_MODEL_ID;
-use crate::shadow::verdict::{table, verdict, Better, FigureVerdict};
+use crate::shadow::verdict::{table, verdict, Better, FigureVerdict, Margin};
 
 pub mod live;
 
@@ -270,12 +270,23 @@ impl Comparison {
             baseline_fingerprint: fingerprint(|r| &r.baseline),
             candidate_fingerprint: fingerprint(|r| &r.candidate),
             verdicts: vec![
-                verdict("ttft_ms", &collect(|r| r.ttft_ms_delta), Better::Lower),
-                verdict("tpot_ms", &collect(|r| r.tpot_ms_delta), Better::Lower),
+                verdict(
+                    "ttft_ms",
+                    &collect(|r| r.ttft_ms_delta),
+                    Better::Lower,
+                    Margin::Time.of(&collect(|r| r.baseline.ttft_ms)),
+                ),
+                verdict(
+                    "tpot_ms",
+                    &collect(|r| r.tpot_ms_delta),
+                    Better::Lower,
+                    Margin::Time.of(&collect(|r| r.baseline.tpot_ms)),
+                ),
                 verdict(
                     "repetition_rate",
                     &collect(|r| r.repetition_rate_delta),
                     Better::Lower,
+                    Margin::Rate.of(&[]),
                 ),
                 verdict(
                     "refusal",
@@ -284,11 +295,13 @@ impl Comparison {
                         _ => None,
                     }),
                     Better::Lower,
+                    Margin::Rate.of(&[]),
                 ),
                 verdict(
                     "mean_logprob",
                     &collect(|r| r.mean_logprob_delta),
                     Better::Higher,
+                    Margin::Rate.of(&[]),
                 ),
             ],
         };

@@ -25,7 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::record::{RequestRecord, ShadowLink, ShadowSide};
 use compare::{Comparison, SideFigures};
-use verdict::{verdict, Better, FigureVerdict};
+use verdict::{verdict, Better, FigureVerdict, Margin};
 
 /// Comparisons kept per pair for the verdict.
 pub const WINDOW: usize = 1_000;
@@ -127,16 +127,22 @@ type Figure = fn(&SideFigures) -> Option<f64>;
 /// The pair of models a window is of: primary, candidate.
 type PairKey = (String, String);
 
-/// The figures a verdict is given on, with which way is better.
-const FIGURES: [(&str, Better, Figure); 8] = [
-    ("ttft_ms", Better::Lower, |s| s.ttft_ms),
-    ("tpot_ms", Better::Lower, |s| s.tpot_ms),
-    ("itl_p95_ms", Better::Lower, |s| s.itl_p95_ms),
-    ("e2e_ms", Better::Lower, |s| Some(s.e2e_ms)),
-    ("repetition_rate", Better::Lower, |s| s.repetition_rate),
-    ("refusal", Better::Lower, |s| s.refusal.map(f64::from)),
-    ("mean_logprob", Better::Higher, |s| s.mean_logprob),
-    ("completion_tokens", Better::Neither, |s| {
+/// The figures a verdict is given on, with which way is better and what margin counts.
+const FIGURES: [(&str, Better, Margin, Figure); 8] = [
+    ("ttft_ms", Better::Lower, Margin::Time, |s| s.ttft_ms),
+    ("tpot_ms", Better::Lower, Margin::Time, |s| s.tpot_ms),
+    ("itl_p95_ms", Better::Lower, Margin::Time, |s| s.itl_p95_ms),
+    ("e2e_ms", Better::Lower, Margin::Time, |s| Some(s.e2e_ms)),
+    ("repetition_rate", Better::Lower, Margin::Rate, |s| {
+        s.repetition_rate
+    }),
+    ("refusal", Better::Lower, Margin::Rate, |s| {
+        s.refusal.map(f64::from)
+    }),
+    ("mean_logprob", Better::Higher, Margin::Rate, |s| {
+        s.mean_logprob
+    }),
+    ("completion_tokens", Better::Neither, Margin::Tokens, |s| {
         Some(f64::from(s.completion_tokens))
     }),
 ];
@@ -248,9 +254,10 @@ fn view(primary: String, candidate: String, comparisons: &[Arc<Comparison>]) -> 
         .collect();
     let figures = FIGURES
         .iter()
-        .map(|(name, better, figure)| {
+        .map(|(name, better, margin, figure)| {
             let differences: Vec<f64> = answered.iter().filter_map(|c| c.delta(figure)).collect();
-            verdict(name, &differences, *better)
+            let primary: Vec<f64> = answered.iter().filter_map(|c| figure(&c.primary)).collect();
+            verdict(name, &differences, *better, margin.of(&primary))
         })
         .collect();
     PairView {
