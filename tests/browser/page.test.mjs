@@ -4,7 +4,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
@@ -459,7 +459,53 @@ test("a model on several replicas shows each, the one that is gone out, and wher
   }
 });
 
+test("a shadowed model shows its candidate's verdicts, the worse ones marked", async () => {
+  const [fastPort, slowPort, port] = [await freePort(), await freePort(), await freePort()];
+  const scripted = (p, extra) => spawn(BINARY, ["scripted-upstream", "--listen", `127.0.0.1:${p}`, "--tokens", "6",
+    "--tokens-per-second", "0", ...extra], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const upstreams = [scripted(fastPort, []), scripted(slowPort, ["--first-delay-ms", "40", "--words", "la"])];
+  const config = join(dataDir, "shadow.toml");
+  writeFileSync(config, [
+    "[[models]]", 'id = "current"', 'engine = "upstream"', `url = "http://127.0.0.1:${fastPort}/v1"`,
+    'upstream_model = "scripted"', 'shadow = { model = "next", share = 1.0, max_in_flight = 32 }',
+    "[[models]]", 'id = "next"', 'engine = "upstream"', `url = "http://127.0.0.1:${slowPort}/v1"`,
+    'upstream_model = "scripted"', "",
+  ].join("\n"));
+  const at = `http://127.0.0.1:${port}`;
+  let proc;
+  try {
+    proc = await startGateway(port, join(dataDir, "shadow"), ["--config", config]);
+    for (let i = 0; i < 12; i++) {
+      const r = await fetch(`${at}/v1/chat/completions`, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: "current", messages: [{ role: "user", content: `Hello ${i}` }], max_tokens: 6 }),
+      });
+      assert.equal(r.status, 200);
+    }
+    const { context, page, seen } = await open(1366, 900, false, at);
+    try {
+      await page.locator("#shadows").waitFor({ state: "visible", timeout: 10_000 });
+      const ttft = page.locator("#shadow-table tbody tr", { hasText: "ttft_ms" });
+      await ttft.locator("td:nth-child(2)", { hasText: /^12$/ }).waitFor({ timeout: 10_000 });
+      const cells = await ttft.locator("td").allTextContents();
+      assert.equal(cells[0], "current → next");
+      assert.equal(cells[6], "worse");
+      assert.equal(await ttft.getAttribute("data-verdict"), "worse");
+      const tokens = await page.locator("#shadow-table tbody tr", { hasText: "completion_tokens" }).locator("td").allTextContents();
+      assert.equal(tokens[6], "not distinguishable");
+      await page.screenshot({ path: join(SHOTS, "shadows.png"), fullPage: true });
+      assert.deepEqual(seen.errors, []);
+    } finally {
+      await context.close();
+    }
+  } finally {
+    if (proc) await stopGateway(proc);
+    for (const u of upstreams) u.kill("SIGTERM");
+  }
+});
+
 test("the live view has no replicas table for a model in this process", () => withKeyedPage(async ({ page, seen }) => {
   await page.locator("#live-cards .card").first().waitFor();
   assert.equal(await page.locator("#replicas").isHidden(), true);
+  assert.equal(await page.locator("#shadows").isHidden(), true);
 }));

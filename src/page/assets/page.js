@@ -393,6 +393,7 @@ async function refreshLive(fromLoop) {
     errors.append(li);
   }
   showReplicas(stats);
+  showShadows(stats);
   const rows = $("records").querySelector("tbody");
   rows.replaceChildren();
   for (const doc of stats.records) {
@@ -441,7 +442,7 @@ function showReplicas(stats) {
       const tr = row([
         `${upstream.model} (${upstream.policy})`,
         e.endpoint,
-        e.state + (e.reason ? ` · ${e.reason}` : "") + out,
+        e.state + (e.reason ? ` · ${e.reason}` : "") + out + (e.canary && e.canary.drifting ? " · drifting" : ""),
         String(e.outstanding),
         String(seen.served),
         String(seen.failed_attempts),
@@ -449,6 +450,34 @@ function showReplicas(stats) {
         `${fixed(seen.tpot_ms.p50)} / ${fixed(seen.tpot_ms.p95)}`,
       ]);
       tr.dataset.state = e.state;
+      rows.append(tr);
+    }
+  }
+}
+
+/**
+ * Each shadowed model and its candidate: the pairs compared and, per figure, the
+ * candidate's difference with its interval and the verdict. Hidden while nothing is
+ * shadowed.
+ */
+function showShadows(stats) {
+  const shadows = stats.shadows || [];
+  $("shadows").hidden = shadows.length === 0;
+  const rows = $("shadow-table").querySelector("tbody");
+  rows.replaceChildren();
+  for (const pair of shadows) {
+    for (const f of pair.figures) {
+      const interval = f.ci_low == null ? "–" : `${fixed(f.ci_low, 3)} … ${fixed(f.ci_high, 3)}`;
+      const tr = row([
+        `${pair.primary} → ${pair.candidate}`,
+        String(pair.compared),
+        `${pair.identical} / ${pair.different} / ${pair.failed}`,
+        f.figure,
+        f.median_difference == null ? "–" : fixed(f.median_difference, 3),
+        interval,
+        f.verdict.replaceAll("_", " "),
+      ]);
+      tr.dataset.verdict = f.verdict;
       rows.append(tr);
     }
   }
