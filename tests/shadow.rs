@@ -368,6 +368,15 @@ async fn a_split_holds_its_weights_and_each_caller_stays_on_its_variant() {
         (150..=250).contains(&on_next),
         "20% ± 5% of 1,000 on next, not {on_next}"
     );
+    // A body that is not an object naming the split is refused, not rewritten.
+    let refused = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gateway.base))
+        .header("content-type", "application/json")
+        .body(r#"["chat", "someone", null]"#)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status(), 400);
     for user in ["alice", "bob", "carol"] {
         let (first, _) = ask_split(&gateway, user, None).await;
         for _ in 0..10 {

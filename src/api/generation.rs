@@ -263,7 +263,12 @@ impl Unanswered {
             model,
             stream: self.stream,
             quota_hold: self.quota_hold.take(),
-            shadow: self.shadow.take(),
+            // A client's request recorded here never reached its engine, so its copy was
+            // never sent: it pairs with nothing. A copy's own record keeps its side.
+            shadow: self
+                .shadow
+                .take()
+                .filter(|link| link.side == crate::record::ShadowSide::Candidate),
             split: self.split.take(),
         };
         let ended = Ended {
@@ -385,11 +390,17 @@ impl<'a> Handling<'a> {
         payload: web::Payload,
     ) -> Result<HttpResponse, Failure> {
         let parsed = self.parse(req, payload).await?;
-        shadow::launch(self.route, &parsed, self.pending);
+        let copy = shadow::pick(&self.pending.state, &parsed);
         let admitted = self.admit(parsed)?;
+        // Only a request the gateway takes is copied: admitted, then charged and started.
+        let copy = copy.and_then(|copy| copy.reserve(self.route, self.pending));
         let state = self.state;
         let deadline = self.deadline.clone();
+        // Refused there, the copy is not sent (and the request's record names no pair).
         let started = self.start(admitted).await?;
+        if let Some(copy) = copy {
+            copy.launch();
+        }
         respond(started, state, deadline).await
     }
 
@@ -450,30 +461,49 @@ impl<'a> Handling<'a> {
                 .map(str::to_owned),
         };
         let variant = split.pick(sticky.as_deref(), self.request_id).to_owned();
-        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        // Only `model` changes: the other fields stay as the client wrote them, their
+        // keys in order (a JSON schema's properties order its answer's fields).
+        type Fields = std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>;
+        let Ok(mut fields) = serde_json::from_slice::<Fields>(&body) else {
             return body;
         };
-        value["model"] = variant.clone().into();
+        let Ok(model) = serde_json::value::to_raw_value(&variant) else {
+            return body;
+        };
+        fields.insert("model".to_owned(), model);
         self.pending.split = Some(SplitLink {
             split: split.id.clone(),
             variant: variant.clone(),
         });
         self.pending.variant = Some(variant);
-        serde_json::to_vec(&value).map_or(body, web::Bytes::from)
+        serde_json::to_vec(&fields).map_or(body, web::Bytes::from)
     }
 
     /// Finds the model and takes a place among the requests in flight: refused at once
     /// when they are full, or while the model loads.
-    fn admit(&mut self, mut parsed: ValidatedRequest) -> Result<Admitted<'a>, Failure> {
+    fn admit(&mut self, parsed: ValidatedRequest) -> Result<Admitted<'a>, Failure> {
+        let state = self.state;
+        if state.models.get(&parsed.model).is_none() {
+            return Err(ApiError::ModelNotFound(parsed.model.clone()).into());
+        }
+        let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
+            limit: state.admission.limit(),
+            retry_after: std::time::Duration::from_secs(1),
+        })?;
+        self.admitted(parsed, permit)
+    }
+
+    /// The request, holding `permit`, on its way to its model, once the model is ready.
+    fn admitted(
+        &mut self,
+        mut parsed: ValidatedRequest,
+        permit: Permit,
+    ) -> Result<Admitted<'a>, Failure> {
         let state = self.state;
         let served = state
             .models
             .get(&parsed.model)
             .ok_or_else(|| ApiError::ModelNotFound(parsed.model.clone()))?;
-        let permit = state.admission.try_admit().ok_or(ApiError::Overloaded {
-            limit: state.admission.limit(),
-            retry_after: std::time::Duration::from_secs(1),
-        })?;
         let info = served.engine.model_info().ok_or(ApiError::NotReady)?;
         // An engine that continues the trace (an upstream) gets the request span as parent.
         parsed.generation.traceparent = self.pending.trace.as_ref().map(|t| t.traceparent());

@@ -129,6 +129,12 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
         .map(|doc| projected(doc, keys_on))
         .collect();
     let load = state.models.load();
+    // Bootstraps over each pair's window: off the worker that streams answers.
+    let telemetry = std::sync::Arc::clone(&state.telemetry);
+    let shadows = web::block(move || telemetry.shadow_pairs.views())
+        .await
+        .unwrap_or_default()
+        .into_iter();
     HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
         .json(Stats {
@@ -150,11 +156,7 @@ pub async fn stats(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse
                 })
                 .collect(),
             quotas,
-            shadows: state
-                .telemetry
-                .shadow_pairs
-                .views()
-                .into_iter()
+            shadows: shadows
                 .map(|view| crate::shadow::PairView {
                     last: view.last.filter(|_| !keys_on),
                     ..view

@@ -274,19 +274,25 @@ impl Comparison {
                     "ttft_ms",
                     &collect(|r| r.ttft_ms_delta),
                     Better::Lower,
-                    Margin::Time.of(&collect(|r| r.baseline.ttft_ms)),
+                    (
+                        Margin::Time,
+                        Margin::Time.of(&collect(|r| r.baseline.ttft_ms)),
+                    ),
                 ),
                 verdict(
                     "tpot_ms",
                     &collect(|r| r.tpot_ms_delta),
                     Better::Lower,
-                    Margin::Time.of(&collect(|r| r.baseline.tpot_ms)),
+                    (
+                        Margin::Time,
+                        Margin::Time.of(&collect(|r| r.baseline.tpot_ms)),
+                    ),
                 ),
                 verdict(
                     "repetition_rate",
                     &collect(|r| r.repetition_rate_delta),
                     Better::Lower,
-                    Margin::Rate.of(&[]),
+                    (Margin::Rate, Margin::Rate.of(&[])),
                 ),
                 verdict(
                     "refusal",
@@ -295,13 +301,13 @@ impl Comparison {
                         _ => None,
                     }),
                     Better::Lower,
-                    Margin::Rate.of(&[]),
+                    (Margin::Rate, Margin::Rate.of(&[])),
                 ),
                 verdict(
                     "mean_logprob",
                     &collect(|r| r.mean_logprob_delta),
                     Better::Higher,
-                    Margin::Rate.of(&[]),
+                    (Margin::Rate, Margin::Rate.of(&[])),
                 ),
             ],
         };

@@ -49,8 +49,11 @@ impl ShadowTable {
             ));
         }
         let max_in_flight = self.max_in_flight.unwrap_or(4);
-        if max_in_flight == 0 {
-            return Err(invalid("shadow.max_in_flight", "must be at least 1".into()));
+        if !(1..=4096).contains(&max_in_flight) {
+            return Err(invalid(
+                "shadow.max_in_flight",
+                "must be from 1 to 4096".into(),
+            ));
         }
         Ok(ShadowPolicy {
             candidate,

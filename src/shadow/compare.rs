@@ -62,21 +62,26 @@ impl SideFigures {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Difference {
     pub identical: bool,
-    /// Word-level edit distance over the longer answer's words: 0 identical, 1 nothing
-    /// in common.
+    /// Word-level edit distance over the longer answer's words (the first 1,000 of
+    /// each): 0 identical, 1 nothing in common.
     pub edit_distance: f64,
     /// Words (by count) both answers have, over the longer answer's words.
     pub word_overlap: f64,
-    /// The first word where they part (0-based), `None` when identical.
+    /// The first word where they part (0-based), `None` when identical; 1,000 when
+    /// they part after their first 1,000 words.
     pub first_difference_word: Option<usize>,
     /// Characters both answers start with.
     pub common_prefix_chars: usize,
 }
 
+/// Words of each answer the distance and overlap are taken over: the edit distance is
+/// quadratic, and it runs as the second side's record is handed on.
+pub const WORDS: usize = 1_000;
+
 impl Difference {
     pub fn of(primary: &str, candidate: &str) -> Self {
-        let a: Vec<&str> = primary.split_whitespace().collect();
-        let b: Vec<&str> = candidate.split_whitespace().collect();
+        let a: Vec<&str> = primary.split_whitespace().take(WORDS).collect();
+        let b: Vec<&str> = candidate.split_whitespace().take(WORDS).collect();
         let longer = a.len().max(b.len());
         let edit_distance = if longer == 0 {
             0.0

@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::admission::{Admission, Permit};
 
 use crate::record::{RequestRecord, ShadowLink, ShadowSide};
 use compare::{Comparison, SideFigures};
@@ -51,7 +52,9 @@ pub struct Shadow {
     pub candidate: String,
     share: f64,
     seen: AtomicU64,
-    in_flight: Arc<Semaphore>,
+    /// The copies in flight, under `shadow.max_in_flight`: their own count, not the
+    /// clients' (`server.max_in_flight`), so a copy never takes a client's place.
+    copies: Admission,
 }
 
 impl Shadow {
@@ -62,25 +65,22 @@ impl Shadow {
         ((n + 1.0) * self.share).floor() > (n * self.share).floor()
     }
 
-    /// A place for one shadow request, or why there is none: its own cap is full
-    /// (`busy`), or the gateway is half full (`load`) and the clients come first.
-    pub fn try_start(
-        &self,
-        in_flight: usize,
-        limit: usize,
-    ) -> Result<OwnedSemaphorePermit, &'static str> {
-        if in_flight * 2 > limit {
+    /// A place for one copy, or why there is none: the clients' requests in flight
+    /// (`clients`, this one among them) fill half the gateway's `limit` (`load`), or
+    /// `shadow.max_in_flight` copies are in flight (`busy`).
+    pub fn try_start(&self, clients: usize, limit: usize) -> Result<Permit, &'static str> {
+        if clients * 2 > limit {
             return Err("load");
         }
-        Arc::clone(&self.in_flight)
-            .try_acquire_owned()
-            .map_err(|_| "busy")
+        self.copies.try_admit().ok_or("busy")
     }
 
-    /// The links of a pair: the client's request (`pair_id`) and its copy.
-    pub fn links(&self, pair_id: &str) -> (ShadowLink, ShadowLink) {
+    /// The links of a new pair: the client's request and its copy, under an id of
+    /// their own (the client's request id may repeat).
+    pub fn links(&self) -> (ShadowLink, ShadowLink) {
+        let pair_id = uuid::Uuid::new_v4().simple().to_string();
         let link = |side| ShadowLink {
-            pair_id: pair_id.to_owned(),
+            pair_id: pair_id.clone(),
             primary: self.primary.clone(),
             candidate: self.candidate.clone(),
             side,
@@ -104,7 +104,7 @@ impl Shadows {
                         candidate: p.candidate.clone(),
                         share: p.share,
                         seen: AtomicU64::new(0),
-                        in_flight: Arc::new(Semaphore::new(p.max_in_flight)),
+                        copies: Admission::new(p.max_in_flight),
                     };
                     (primary.to_owned(), Arc::new(shadow))
                 })
@@ -173,11 +173,16 @@ struct PairWindow {
     comparisons: VecDeque<Arc<Comparison>>,
 }
 
+/// How long `/stats` shows the same verdicts before they are computed again: a window's
+/// bootstraps take tens of milliseconds, and the page asks every two seconds.
+const VIEWS_KEPT: Duration = Duration::from_secs(5);
+
 /// The sides waiting for their other, and each pair's window.
 #[derive(Default)]
 pub struct Pairs {
     waiting: Mutex<HashMap<String, (Instant, ShadowSide, SideFigures)>>,
     windows: Mutex<HashMap<PairKey, PairWindow>>,
+    views: Mutex<Option<(Instant, Vec<PairView>)>>,
 }
 
 impl std::fmt::Debug for Pairs {
@@ -207,7 +212,11 @@ impl Pairs {
             ShadowSide::Primary => (side, other),
             ShadowSide::Candidate => (other, side),
         };
-        let comparison = Arc::new(Comparison::of(link.pair_id.clone(), primary, candidate));
+        let mut comparison = Comparison::of(link.pair_id.clone(), primary, candidate);
+        // Compared: the texts would only weigh on the window.
+        comparison.primary.text = String::new();
+        comparison.candidate.text = String::new();
+        let comparison = Arc::new(comparison);
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let window = windows
             .entry((link.primary.clone(), link.candidate.clone()))
@@ -219,8 +228,18 @@ impl Pairs {
         Some(comparison)
     }
 
-    /// Every pair's window with its verdicts.
+    /// Every pair's window with its verdicts, as computed at most [`VIEWS_KEPT`] ago.
     pub fn views(&self) -> Vec<PairView> {
+        let mut kept = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, views)) = kept.as_ref().filter(|(at, _)| at.elapsed() < VIEWS_KEPT) {
+            return views.clone();
+        }
+        let views = self.compute_views();
+        *kept = Some((Instant::now(), views.clone()));
+        views
+    }
+
+    fn compute_views(&self) -> Vec<PairView> {
         let windows: Vec<(PairKey, Vec<Arc<Comparison>>)> = {
             let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
             windows
@@ -257,7 +276,7 @@ fn view(primary: String, candidate: String, comparisons: &[Arc<Comparison>]) -> 
         .map(|(name, better, margin, figure)| {
             let differences: Vec<f64> = answered.iter().filter_map(|c| c.delta(figure)).collect();
             let primary: Vec<f64> = answered.iter().filter_map(|c| figure(&c.primary)).collect();
-            verdict(name, &differences, *better, margin.of(&primary))
+            verdict(name, &differences, *better, (*margin, margin.of(&primary)))
         })
         .collect();
     PairView {

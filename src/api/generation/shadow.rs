@@ -6,47 +6,102 @@
 use actix_web::http::header::HeaderMap;
 use actix_web::web;
 
+use std::sync::Arc;
+
 use super::{Charged, GenerationRoute, Handling, Unanswered};
+use crate::admission::Permit;
 use crate::api::request::ValidatedRequest;
 use crate::api::AppState;
 use crate::auth::limits::RateHeaders;
 use crate::record::ShadowLink;
+use crate::shadow::Shadow;
 use crate::stream::producer::Deadline;
 use crate::timing::RequestTimer;
 
-/// Sends a copy of `parsed` to its model's candidate when the request is one of the
-/// shadow's share and there is room; the client's request (`pending`) then names the
-/// pair.
-pub(super) fn launch(route: GenerationRoute, parsed: &ValidatedRequest, pending: &mut Unanswered) {
-    let state = &pending.state;
-    let Some(shadow) = state.shadows.of(&parsed.model) else {
-        return;
-    };
+/// A request picked for a copy: its model is shadowed and it is one of the share.
+pub(super) struct Picked {
+    shadow: Arc<Shadow>,
+    copy: ValidatedRequest,
+    state: web::Data<AppState>,
+}
+
+/// A copy with its place taken, to be sent once the client's request has started.
+pub(super) struct Reserved {
+    picked: Picked,
+    route: GenerationRoute,
+    permit: Permit,
+    link: ShadowLink,
+}
+
+/// Whether `parsed` is one of its model's shadow's share: then a copy of it, for the
+/// candidate (before the client's request is admitted, which sets its own deadline and
+/// trace on it).
+pub(super) fn pick(state: &web::Data<AppState>, parsed: &ValidatedRequest) -> Option<Picked> {
+    let shadow = state.shadows.of(&parsed.model)?;
     if !shadow.picks() {
-        return;
+        return None;
     }
-    let admission = &state.admission;
-    let permit = match shadow.try_start(admission.in_flight(), admission.limit()) {
-        Ok(permit) => permit,
-        Err(reason) => {
-            state
-                .telemetry
-                .metrics
-                .shadow_dropped(&shadow.primary, &shadow.candidate, reason);
-            return;
-        }
-    };
-    let (primary, candidate) = shadow.links(&pending.request_id);
-    pending.shadow = Some(primary);
     let mut copy = parsed.clone();
     copy.model = shadow.candidate.clone();
-    let state = state.clone();
-    // On this worker's own thread, as the request itself: an answer (`HttpResponse`)
-    // does not move between threads.
-    actix_web::rt::spawn(async move {
-        run(route, state, copy, candidate).await;
-        drop(permit);
-    });
+    Some(Picked {
+        shadow: Arc::clone(shadow),
+        copy,
+        state: web::Data::clone(state),
+    })
+}
+
+impl Picked {
+    /// Takes the copy's place, once the client's request is admitted: under the
+    /// shadow's own cap, and only while the clients fill under half the gateway and it
+    /// is not draining; otherwise the copy is dropped and counted. The client's request
+    /// (`pending`) then names the pair.
+    pub(super) fn reserve(
+        self,
+        route: GenerationRoute,
+        pending: &mut Unanswered,
+    ) -> Option<Reserved> {
+        let state = &self.state;
+        let admission = &state.admission;
+        let started = if state.lifecycle.is_draining() {
+            Err("load")
+        } else {
+            self.shadow
+                .try_start(admission.in_flight(), admission.limit())
+        };
+        let permit = match started {
+            Ok(permit) => permit,
+            Err(reason) => {
+                let (primary, candidate) = (&self.shadow.primary, &self.shadow.candidate);
+                state
+                    .telemetry
+                    .metrics
+                    .shadow_dropped(primary, candidate, reason);
+                return None;
+            }
+        };
+        let (primary, candidate) = self.shadow.links();
+        pending.shadow = Some(primary);
+        Some(Reserved {
+            picked: self,
+            route,
+            permit,
+            link: candidate,
+        })
+    }
+}
+
+impl Reserved {
+    /// Sends the copy, on this worker's own thread as the request itself: an answer
+    /// (`HttpResponse`) does not move between threads.
+    pub(super) fn launch(self) {
+        actix_web::rt::spawn(run(
+            self.route,
+            self.picked.state,
+            self.picked.copy,
+            self.link,
+            self.permit,
+        ));
+    }
 }
 
 /// The copy's whole life: its record names the pair, and no key is charged for it.
@@ -55,6 +110,7 @@ async fn run(
     state: web::Data<AppState>,
     parsed: ValidatedRequest,
     link: ShadowLink,
+    permit: Permit,
 ) {
     let t_recv = state.clock.now();
     let request_id = format!("{}-shadow", link.pair_id);
@@ -95,7 +151,7 @@ async fn run(
         pending: &mut pending,
     };
     let answered = async {
-        let admitted = handling.admit(parsed)?;
+        let admitted = handling.admitted(parsed, permit)?;
         let started = handling.start(admitted).await?;
         super::respond(started, &state, deadline).await
     };

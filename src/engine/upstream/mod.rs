@@ -211,6 +211,8 @@ async fn canary(shared: Weak<Shared>) {
         };
         let endpoints = this.fleet.endpoints();
         if endpoints.len() < 2 {
+            // No peers to compare with: no verdict stands.
+            this.fleet.canaries.set(Vec::new());
             continue;
         }
         let answers = endpoints.iter().map(|endpoint| {

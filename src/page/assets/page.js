@@ -473,7 +473,7 @@ function showShadows(stats) {
         String(pair.compared),
         `${pair.identical} / ${pair.different} / ${pair.failed}`,
         f.figure,
-        f.median_difference == null ? "–" : fixed(f.median_difference, 3),
+        f.difference == null ? "–" : `${fixed(f.difference, 3)} (${f.statistic})`,
         interval,
         f.verdict.replaceAll("_", " "),
       ]);
