@@ -26,6 +26,15 @@ fn api(cfg: &mut web::ServiceConfig, metrics: bool) {
         generation::chat_completions,
     ))
     .service(only(POST, "/v1/completions", generation::completions))
+    // Without `/v1`, as llama.cpp's server and many clients call them.
+    .service(only(
+        POST,
+        "/chat/completions",
+        generation::chat_completions,
+    ))
+    .service(only(POST, "/completions", generation::completions))
+    .service(only(GET, "/models", meta::list_models))
+    .service(only(GET, "/models/{id}", meta::get_model))
     .service(only(POST, "/tokenize", tokens::tokenize))
     .service(only(POST, "/detokenize", tokens::detokenize))
     .service(only(GET, "/v1/models", meta::list_models))

@@ -509,3 +509,80 @@ async fn a_spent_quota_refuses_with_insufficient_quota_until_the_next_day() {
     clock.advance(Duration::from_secs(86_400));
     assert_eq!(chat_with(&server, &alice, 8).await.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_api_key_is_a_key_and_the_routes_without_v1_are_guarded_too() {
+    let (_dir, file, [key]) = keys_file(["web"]);
+    let server = TestServer::builder(hello_engine())
+        .guard(guard(&file, false))
+        .start()
+        .await;
+    let client = reqwest::Client::new();
+    for path in ["/v1/chat/completions", "/chat/completions"] {
+        let without = client
+            .post(server.url(path))
+            .json(&chat_body("hi", json!({})))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(without.status(), 401, "{path} needs a key");
+        let with = client
+            .post(server.url(path))
+            .header("x-api-key", &key)
+            .json(&chat_body("hi", json!({})))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(with.status(), 200, "{path} with X-Api-Key");
+    }
+    let wrong = client
+        .get(server.url("/models"))
+        .header("x-api-key", "not-a-key")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(wrong.status(), 401);
+    let models = client
+        .get(server.url("/models"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(models.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_localhost_is_any_port_on_this_machine() {
+    let config = test_config("[server]\ncors_origins = [\"localhost\", \"127.0.0.1:8443\"]\n");
+    let server = TestServer::builder(hello_engine())
+        .config(&config)
+        .start()
+        .await;
+    let preflight = |from: &'static str| {
+        reqwest::Client::new()
+            .request(reqwest::Method::OPTIONS, server.url("/v1/chat/completions"))
+            .header("origin", from)
+            .header("access-control-request-method", "POST")
+            .send()
+    };
+    for allowed in [
+        "http://localhost:5173",
+        "http://127.0.0.1:3000",
+        "http://[::1]:8000",
+        "http://localhost",
+    ] {
+        let answer = preflight(allowed).await.expect("preflight");
+        assert_eq!(header(&answer, "access-control-allow-origin"), allowed);
+    }
+    for refused in [
+        "http://localhost.evil.example",
+        "http://localhost:80x",
+        "https://app.example.com",
+    ] {
+        let answer = preflight(refused).await.expect("preflight");
+        assert!(
+            !answer.headers().contains_key("access-control-allow-origin"),
+            "{refused}"
+        );
+    }
+}

@@ -167,15 +167,39 @@ fn shadows_of(config: &Config, telemetry: &Telemetry) -> crate::shadow::Shadows 
     crate::shadow::Shadows::new(policies)
 }
 
+/// `http(s)://localhost`, `127.0.0.1` or `[::1]`, with or without a port.
+fn is_local_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    ["localhost", "127.0.0.1", "[::1]"].iter().any(|host| {
+        rest.strip_prefix(host).is_some_and(|port| {
+            port.is_empty()
+                || port
+                    .strip_prefix(':')
+                    .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
+}
+
 /// CORS for `origins`: browsers on those pages may call the API with a key; preflights
 /// are answered before authentication (they carry no key). No credentials (cookies):
 /// the key travels in `Authorization`.
 pub fn cors(origins: &[String]) -> actix_cors::Cors {
     let cors = origins
         .iter()
+        .filter(|o| *o != crate::config::LOCAL_ORIGINS)
         .fold(actix_cors::Cors::default(), |cors, origin| {
             cors.allowed_origin(origin)
         });
+    let cors = if origins.iter().any(|o| o == crate::config::LOCAL_ORIGINS) {
+        cors.allowed_origin_fn(|origin, _| origin.to_str().is_ok_and(is_local_origin))
+    } else {
+        cors
+    };
     cors.allowed_methods(["GET", "POST"])
         // The OpenAI SDKs send their own x-stainless-* headers; the origin is the gate.
         .allow_any_header()

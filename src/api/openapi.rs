@@ -106,8 +106,42 @@ pub fn document(served: &[ModelPolicy]) -> Value {
     ] {
         set(schema, budget, "maximum", Value::from(cap));
     }
+    add_unversioned(&mut doc);
     doc
 }
+
+/// The routes served without `/v1` too (`/chat/completions`, `/models`: llama.cpp's
+/// server and many clients call them so), described as what they are: the same
+/// operations, under operation ids of their own.
+fn add_unversioned(doc: &mut Value) {
+    let Some(Value::Object(paths)) = doc.get_mut("paths") else {
+        return;
+    };
+    let aliases: Vec<(String, Value)> = UNVERSIONED
+        .iter()
+        .filter_map(|path| {
+            let mut item = paths.get(&format!("/v1{path}"))?.clone();
+            for operation in item.as_object_mut()?.values_mut() {
+                if let Some(Value::String(id)) = operation.get_mut("operationId") {
+                    id.push_str("_unversioned");
+                }
+                if let Some(Value::String(summary)) = operation.get_mut("summary") {
+                    summary.push_str(" (without /v1)");
+                }
+            }
+            Some(((*path).to_owned(), item))
+        })
+        .collect();
+    paths.extend(aliases);
+}
+
+/// The `/v1/...` routes also served without the prefix.
+const UNVERSIONED: [&str; 4] = [
+    "/chat/completions",
+    "/completions",
+    "/models",
+    "/models/{id}",
+];
 
 /// This description.
 #[utoipa::path(

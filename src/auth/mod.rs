@@ -480,8 +480,13 @@ impl Guard {
     fn guards(&self, path: &str) -> bool {
         path == "/v1"
             || path.starts_with("/v1/")
-            || matches!(path, "/tokenize" | "/detokenize" | "/stats")
+            || matches!(
+                path,
+                "/tokenize" | "/detokenize" | "/stats" | "/chat/completions" | "/completions"
+            )
             || path.starts_with("/stats/")
+            || path == "/models"
+            || path.starts_with("/models/")
             || (self.metrics_need_key && path == "/metrics")
     }
 }
@@ -496,7 +501,8 @@ fn bearer_token(header: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Middleware: `Authorization: Bearer <key>` on every guarded route when keys are set.
+/// Middleware: `Authorization: Bearer <key>` (or `X-Api-Key: <key>`) on every guarded
+/// route when keys are set.
 pub async fn authenticate(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -514,11 +520,19 @@ pub async fn authenticate(
             .await
             .map(ServiceResponse::map_into_left_body);
     };
+    // `X-Api-Key: <key>` too, as llama.cpp's server and Anthropic's clients send it.
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
+        .and_then(bearer_token)
+        .or_else(|| {
+            req.headers()
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+        });
     let refusal = match presented {
         None => ApiError::MissingApiKey,
         Some(key) => match keys.caller(key) {

@@ -417,13 +417,26 @@ fn address(setting: &'static str, text: &str) -> Result<SocketAddr, ConfigError>
 
 /// Origins as browsers send them: `scheme://host[:port]`, nothing after. `*` is refused:
 /// a page of any origin could then use the gateway with a key it got hold of.
+/// `--cors-origin localhost`: a page on this machine at any port.
+pub const LOCAL_ORIGINS: &str = "localhost";
+
+/// The CORS origins, checked. `localhost` stands for a page on this machine at any port
+/// (`http://localhost:5173`, `http://127.0.0.1:3000`, `http://[::1]:8000`), as browsers
+/// send a development server's origin; a local host with a port and no scheme is taken
+/// as `http://`.
 fn cors_origins(list: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let local = |o: &str| {
+        ["localhost:", "127.0.0.1:", "[::1]:"]
+            .iter()
+            .any(|host| o.starts_with(host))
+    };
     let origins: Vec<String> = list
         .into_iter()
-        .map(|o| o.trim().to_owned())
+        .map(|o| o.trim().trim_end_matches('/').to_owned())
         .filter(|o| !o.is_empty())
+        .map(|o| if local(&o) { format!("http://{o}") } else { o })
         .collect();
-    for origin in &origins {
+    for origin in origins.iter().filter(|o| *o != LOCAL_ORIGINS) {
         let rest = origin
             .strip_prefix("https://")
             .or_else(|| origin.strip_prefix("http://"));
@@ -436,7 +449,7 @@ fn cors_origins(list: Vec<String>) -> Result<Vec<String>, ConfigError> {
         if !valid {
             return Err(ConfigError::invalid(
                 "server.cors_origins",
-                format!("'{origin}' is not an origin like https://app.example.com (scheme and host, no path, no '*')"),
+                format!("'{origin}' is not an origin like https://app.example.com (scheme and host, no path, no '*'), localhost:5173, or localhost (any port on this machine)"),
             ));
         }
     }

@@ -247,10 +247,17 @@ pub(super) fn message(index: usize, wire: WireMessage) -> Result<ChatMessage, Ap
     let content = match wire.content {
         Some(WireContent::Text(text)) => text,
         Some(WireContent::Parts(parts)) => {
+            // Joined as separate lines, as llama.cpp's server joins them: "What is" and
+            // "the best book" are two texts, not "What isthe best book".
             let mut text = String::new();
             for (p, part) in parts.into_iter().enumerate() {
                 match (part.kind.as_str(), part.text) {
-                    ("text", Some(t)) => text.push_str(&t),
+                    ("text", Some(t)) => {
+                        if p > 0 {
+                            text.push('\n');
+                        }
+                        text.push_str(&t);
+                    }
                     ("text", None) => {
                         return Err(ApiError::invalid(
                             format!("messages[{index}].content[{p}].text"),

@@ -324,8 +324,44 @@ pub(super) fn read<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(Value::Object(object.clone())).map_err(|e| {
         let param = e.path().to_string();
-        ApiError::invalid(param, e.into_inner().to_string())
+        ApiError::invalid(param, in_words(&e.into_inner().to_string()))
     })
+}
+
+/// serde's message in a client's words: the gateway's own type names (`WireContent`,
+/// `struct WirePart`) mean nothing to a client.
+fn in_words(message: &str) -> String {
+    const SHAPES: [(&str, &str); 4] = [
+        (
+            "WireContent",
+            "must be a string, or an array of text parts ({\"type\": \"text\", \"text\": \"...\"})",
+        ),
+        ("WirePrompt", "must be a string, or an array of one string"),
+        ("WireStop", "must be a string, or an array of strings"),
+        (
+            "WireResponseFormat",
+            "must be an object whose type is text, json_object or json_schema",
+        ),
+    ];
+    if let Some(name) = message.strip_prefix("data did not match any variant of untagged enum ") {
+        return SHAPES
+            .iter()
+            .find(|(wire, _)| *wire == name.trim())
+            .map_or_else(
+                || "has a value of the wrong type".to_owned(),
+                |(_, words)| (*words).to_owned(),
+            );
+    }
+    // "invalid type: string \"x\", expected struct WirePart" and the like.
+    let mut words = message.to_owned();
+    while let Some(at) = words.find("struct Wire") {
+        let name = at + "struct ".len();
+        let end = words[name..]
+            .find(|c: char| !c.is_alphanumeric())
+            .map_or(words.len(), |n| name + n);
+        words.replace_range(at..end, "an object");
+    }
+    words
 }
 
 pub(super) fn require(object: &Map<String, Value>, keys: &[&str]) -> Result<(), ApiError> {

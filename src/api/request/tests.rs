@@ -96,7 +96,7 @@ fn full_request_is_carried_over() {
     }))
     .expect("valid");
     assert!(request.stream && request.include_usage);
-    assert_eq!(messages(&request)[0].content, "be brief");
+    assert_eq!(messages(&request)[0].content, "be \nbrief");
     assert_eq!(messages(&request)[0].role, Role::System);
     assert_eq!(request.generation.budget, Budget::Asked(7));
     assert_eq!(request.generation.sampling.stop, vec!["END".to_owned()]);
@@ -533,4 +533,38 @@ fn newer_openai_parameters_are_taken_where_they_mean_something() {
         param_of(body(json!({"prompt_cache_key": 5}))).1,
         "prompt_cache_key"
     );
+}
+
+#[test]
+fn text_parts_are_joined_as_lines() {
+    let parts =
+        json!([{"type": "text", "text": "What is"}, {"type": "text", "text": "the best book"}]);
+    let request = parse(chat_body(
+        json!({"messages": [{"role": "user", "content": parts}]}),
+    ))
+    .expect("valid");
+    assert_eq!(messages(&request)[0].content, "What is\nthe best book");
+}
+
+#[test]
+fn a_wrong_shape_is_told_in_words_not_type_names() {
+    for (body, param) in [
+        (
+            chat_body(json!({"messages": [{"role": "user", "content": 5}]})),
+            "messages[0].content",
+        ),
+        (
+            chat_body(json!({"messages": [{"role": "user", "content": ["a"]}]})),
+            "messages[0].content",
+        ),
+        (chat_body(json!({"stop": 3})), "stop"),
+    ] {
+        let error = parse(body).expect_err("refused");
+        let message = error.to_string();
+        assert_eq!(error.param(), Some(param), "{message}");
+        assert!(
+            !message.contains("Wire") && !message.contains("untagged"),
+            "{message}"
+        );
+    }
 }
