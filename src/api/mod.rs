@@ -125,6 +125,7 @@ impl AppState {
             limits: RequestLimits {
                 models: models.policies(),
                 strict_params: config.server.strict_params,
+                any_name: config.server.serve_any_model,
             },
             models,
             clock,

@@ -105,6 +105,8 @@ pub struct ServerConfig {
     pub strict_params: bool,
     /// Serve the built-in page at `/` (`page`).
     pub page: bool,
+    /// One served model answers any `model` name.
+    pub serve_any_model: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +250,7 @@ impl Config {
                 cors_origins,
                 strict_params: server.strict_params.unwrap_or(false),
                 page: server.page.unwrap_or(true),
+                serve_any_model: server.serve_any_model.unwrap_or(false),
             },
             engine: EngineConfig {
                 model_path: engine
@@ -286,7 +289,19 @@ impl Config {
         config.validate()?;
         let host = crate::engine::config::Host::detect(config.engine.force_cpu);
         config.models = models::resolve(model_tables, &engine_table, guard, host)?;
-        let served: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+        if config.server.serve_any_model && config.models.len() != 1 {
+            return Err(ConfigError::invalid(
+                "server.serve_any_model",
+                "answers any name with the one served model; with several, give each its aliases instead",
+            ));
+        }
+        let served: Vec<&str> = config
+            .models
+            .iter()
+            .flat_map(|m| {
+                std::iter::once(m.id.as_str()).chain(m.aliases.iter().map(String::as_str))
+            })
+            .collect();
         config.splits = split_tables
             .into_iter()
             .enumerate()

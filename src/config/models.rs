@@ -54,6 +54,8 @@ pub struct ModelConfig {
     pub auto_reason: Option<&'static str>,
     /// Another served model that a share of this one's requests also goes to.
     pub shadow: Option<super::shadow::ShadowPolicy>,
+    /// Other names clients may send for it.
+    pub aliases: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +91,7 @@ impl From<&ModelConfig> for ModelPolicy {
             default_temperature: model.default_temperature,
             default_top_p: model.default_top_p,
             degeneration_guard: model.degeneration_guard,
+            aliases: model.aliases.clone(),
         }
     }
 }
@@ -173,6 +176,24 @@ pub(super) fn resolve(
                 "models.id",
                 format!("'{}' is served twice; each id must be unique", m.id),
             ));
+        }
+        for alias in &m.aliases {
+            let taken = models
+                .iter()
+                .enumerate()
+                .any(|(j, o)| o.id == *alias || (j != i && o.aliases.contains(alias)));
+            if alias.trim().is_empty()
+                || taken
+                || m.aliases.iter().filter(|a| *a == alias).count() > 1
+            {
+                return Err(ConfigError::Entry {
+                    entry: i + 1,
+                    key: "aliases",
+                    message: format!(
+                        "'{alias}' is empty or names another model already; each name must name one model"
+                    ),
+                });
+            }
         }
         if let Some(shadow) = &m.shadow {
             if !models.iter().any(|o| o.id == shadow.candidate) {
@@ -307,6 +328,7 @@ fn model(
         engine,
         auto_reason,
         shadow,
+        aliases: t.aliases.clone().unwrap_or_default(),
     })
 }
 

@@ -165,6 +165,10 @@ pub struct ServerTable {
     /// repetition_penalty) as unknown parameters, as OpenAI does [default: false].
     #[arg(long, env = "LLMGATE_STRICT_PARAMS")]
     pub strict_params: Option<bool>,
+    /// With one served model, answer a request naming any model with it, as llama.cpp's
+    /// server does [default: false].
+    #[arg(long, env = "LLMGATE_SERVE_ANY_MODEL")]
+    pub serve_any_model: Option<bool>,
     /// Serve the built-in page (playground, timeline, live view) at / [default: true].
     #[arg(long, env = "LLMGATE_PAGE")]
     pub page: Option<bool>,

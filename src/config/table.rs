@@ -102,6 +102,9 @@ pub struct ModelTable {
     pub default_top_p: Option<f64>,
     /// Stop this model's looping answers [default: quality.degeneration_guard].
     pub degeneration_guard: Option<bool>,
+    /// Other names clients may send for this model (`["gpt-4o-mini"]`); it answers under
+    /// its id.
+    pub aliases: Option<Vec<String>>,
     /// Also send a share of this model's requests to another served model, to compare
     /// the two on live traffic: `{ model = "candidate", share = 0.05 }`.
     pub shadow: Option<super::shadow::ShadowTable>,

@@ -543,3 +543,26 @@ fn shadows_and_splits_name_served_models() {
         assert!(text.contains(expected), "{expected}: {text}");
     }
 }
+
+#[test]
+fn aliases_name_one_model_each_and_any_name_needs_one_model() {
+    let two = |a: &str, b: &str| {
+        format!("[[models]]\nid = \"a\"\nengine = \"upstream\"\nurl = \"http://a/v1\"\naliases = [{a}]\n\
+                 [[models]]\nid = \"b\"\nengine = \"upstream\"\nurl = \"http://b/v1\"\naliases = [{b}]\n")
+    };
+    let config = Config::from_toml(&ServeArgs::default(), &two("\"gpt-4o\"", "\"claude\""))
+        .expect("aliases");
+    assert_eq!(config.models[0].aliases, ["gpt-4o"]);
+    for toml in [two("\"b\"", ""), two("\"x\"", "\"x\""), two("\"\"", "")] {
+        let text = error_text(&ServeArgs::default(), &toml);
+        assert!(text.contains("aliases"), "{text}");
+    }
+    let text = error_text(
+        &ServeArgs::default(),
+        &format!("[server]\nserve_any_model = true\n{}", two("", "")),
+    );
+    assert!(text.contains("serve_any_model"), "{text}");
+    let one = Config::from_toml(&ServeArgs::default(), "[server]\nserve_any_model = true\n")
+        .expect("one model");
+    assert!(one.server.serve_any_model);
+}

@@ -27,6 +27,15 @@ pub struct ModelPolicy {
     /// The degeneration guard watches this model's answers (not those of a request
     /// with `ignore_eos`, which asks for a fixed length).
     pub degeneration_guard: bool,
+    /// Other names clients may send for it (`aliases = [...]`); it answers under `id`.
+    pub aliases: Vec<String>,
+}
+
+impl ModelPolicy {
+    /// Whether a request's `model` names it.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.id == name || self.aliases.iter().any(|a| a == name)
+    }
 }
 
 impl ModelPolicy {
@@ -39,6 +48,7 @@ impl ModelPolicy {
             default_temperature: None,
             default_top_p: None,
             degeneration_guard: false,
+            aliases: Vec::new(),
         }
     }
 }
@@ -86,8 +96,12 @@ impl ServedModels {
         }])
     }
 
-    pub fn get(&self, id: &str) -> Option<&ServedModel> {
-        self.0.iter().find(|m| m.id() == id)
+    /// The model `name` names: its id, or one of its aliases.
+    pub fn get(&self, name: &str) -> Option<&ServedModel> {
+        self.0
+            .iter()
+            .find(|m| m.id() == name)
+            .or_else(|| self.0.iter().find(|m| m.policy.is_named(name)))
     }
 
     /// The first model: what a route that names none uses.

@@ -11,6 +11,8 @@ pub struct RequestLimits {
     pub models: Vec<ModelPolicy>,
     /// Refuse the non-OpenAI sampling extensions (`--strict-params`).
     pub strict_params: bool,
+    /// The one model answers any name (`server.serve_any_model`).
+    pub any_name: bool,
 }
 
 impl RequestLimits {
@@ -19,14 +21,21 @@ impl RequestLimits {
         Self {
             models: vec![ModelPolicy::plain(id, max_tokens_cap)],
             strict_params: false,
+            any_name: false,
         }
     }
 
-    /// The served model `id` names; 404 `model_not_found` otherwise.
-    pub fn model(&self, id: &str) -> Result<&ModelPolicy, ApiError> {
+    /// The served model `name` names (its id or an alias; with `any_name`, the one model
+    /// whatever the name); 404 `model_not_found` otherwise.
+    pub fn model(&self, name: &str) -> Result<&ModelPolicy, ApiError> {
         self.models
             .iter()
-            .find(|m| m.id == id)
-            .ok_or_else(|| ApiError::ModelNotFound(id.to_owned()))
+            .find(|m| m.id == name)
+            .or_else(|| self.models.iter().find(|m| m.is_named(name)))
+            .or(match self.models.as_slice() {
+                [only] if self.any_name => Some(only),
+                _ => None,
+            })
+            .ok_or_else(|| ApiError::ModelNotFound(name.to_owned()))
     }
 }

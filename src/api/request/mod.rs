@@ -428,8 +428,9 @@ pub(super) fn validate(
         whole: !stream,
     };
     Ok(ValidatedRequest {
-        input_hash: input_hash(&wire.model, &generation),
-        model: wire.model,
+        // Under the id it serves as, whatever name the request used.
+        input_hash: input_hash(&limits.id, &generation),
+        model: limits.id.clone(),
         stream,
         include_usage,
         continuous_usage,

@@ -568,3 +568,35 @@ fn a_wrong_shape_is_told_in_words_not_type_names() {
         );
     }
 }
+
+#[test]
+fn an_alias_or_with_serve_any_model_any_name_is_the_served_model() {
+    let mut aliased = limits();
+    aliased.models[0].aliases = vec!["gpt-4o-mini".into()];
+    let parse_with = |limits: &RequestLimits, model: &str| {
+        parse_chat_request(
+            chat_body(json!({"model": model})).to_string().as_bytes(),
+            limits,
+            "r",
+        )
+    };
+    let request = parse_with(&aliased, "gpt-4o-mini").expect("an alias");
+    assert_eq!(request.model, "m", "answered under its id");
+    assert_eq!(
+        request.input_hash,
+        parse_with(&aliased, "m").expect("the id").input_hash,
+        "the same request whatever the name"
+    );
+    assert_eq!(
+        param_of(parse_with(&aliased, "gpt-4o")),
+        ("model_not_found".into(), "model".into())
+    );
+    let any = RequestLimits {
+        any_name: true,
+        ..limits()
+    };
+    assert_eq!(
+        parse_with(&any, "gpt-3.5-turbo").expect("any name").model,
+        "m"
+    );
+}

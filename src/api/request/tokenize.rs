@@ -53,10 +53,9 @@ pub struct WireTokenize {
 
 /// A `model`, when given, must be a served one.
 fn check_model(model: Option<String>, limits: &RequestLimits) -> Result<Option<String>, ApiError> {
-    if let Some(m) = &model {
-        limits.model(m)?;
-    }
-    Ok(model)
+    model
+        .map(|m| limits.model(&m).map(|policy| policy.id.clone()))
+        .transpose()
 }
 
 /// Parses a `/tokenize` body. Its defaults render the prompt as a generation does, so
