@@ -45,6 +45,7 @@ fn record(i: usize) -> RequestRecord {
         usage: Usage {
             prompt_tokens: 40,
             completion_tokens: 64,
+            cached_tokens: None,
         },
         timings: Timings {
             ttft_ms: Some(540.0),

@@ -472,6 +472,7 @@ pub(crate) fn sample() -> RequestRecord {
         usage: Usage {
             prompt_tokens: 12,
             completion_tokens: 3,
+            cached_tokens: None,
         },
         timings: Timings {
             ttft_ms: Some(120.5),

@@ -54,6 +54,10 @@ impl FinishReason {
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Prompt tokens read from a cache of an earlier prompt rather than computed: the
+    /// llama.cpp engine's prefix cache, or what an upstream reported; `None` where the
+    /// engine does not say.
+    pub cached_tokens: Option<u32>,
 }
 
 /// What the token ids behind the repetition rate are.

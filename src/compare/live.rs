@@ -61,7 +61,7 @@ pub fn report(view: &PairView) -> String {
     if let Some(distance) = view.mean_edit_distance {
         out.push_str(&format!("; mean word edit distance {distance:.3}"));
     }
-    out.push_str(".\n\nCandidate minus primary, per figure (median, 95% bootstrap interval):\n");
+    out.push_str(".\n\nCandidate minus primary, per figure (the median for times and tokens, the mean for rates; 95% bootstrap interval):\n");
     out.push_str(&table(&view.figures));
     out
 }

@@ -368,7 +368,7 @@ impl Comparison {
             s.baseline_fingerprint.as_deref().unwrap_or("-"),
             s.candidate_fingerprint.as_deref().unwrap_or("-")
         ));
-        out.push_str("\nCandidate minus baseline, per figure (median, 95% bootstrap interval):\n");
+        out.push_str("\nCandidate minus baseline, per figure (the median for times and tokens, the mean for rates; 95% bootstrap interval):\n");
         out.push_str(&table(&s.verdicts));
         out
     }

@@ -248,6 +248,7 @@ impl Backend for ScriptedEngine {
             let usage = Usage {
                 prompt_tokens,
                 completion_tokens,
+                cached_tokens: None,
             };
             let _ = tx.send(EngineEvent::Finished { reason, usage }).await;
         });

@@ -201,6 +201,7 @@ impl Run {
         Usage {
             prompt_tokens: self.info.prompt_tokens,
             completion_tokens: u32::try_from(self.quality.token_ids().len()).unwrap_or(u32::MAX),
+            cached_tokens: None,
         }
     }
 

@@ -79,6 +79,8 @@ impl NewSequence {
 /// A request being read or answered.
 struct Running {
     job: NewSequence,
+    /// Prompt tokens whose cache an earlier prompt left (the prefix reused).
+    reused: usize,
     answer: Vec<u32>,
     /// The token picked last, decoded at the next step (it is not in the cache yet).
     next: Option<u32>,
@@ -256,6 +258,7 @@ fn admit(
     job.claim.holds(keep);
     slot.running = Some(Running {
         job,
+        reused: keep,
         answer: Vec::new(),
         next: None,
         text: Pieces::default(),
@@ -542,6 +545,7 @@ fn finish(slot: &mut Slot, ending: SequenceEnd) {
             usage: Usage {
                 prompt_tokens: u32::try_from(running.job.prompt.len()).unwrap_or(u32::MAX),
                 completion_tokens: u32::try_from(running.answer.len()).unwrap_or(u32::MAX),
+                cached_tokens: Some(u32::try_from(running.reused).unwrap_or(u32::MAX)),
             },
         },
         SequenceEnd::Failed(error) => EngineEvent::Failed(error),

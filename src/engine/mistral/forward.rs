@@ -38,6 +38,7 @@ pub(super) async fn forward(
     let mut tokens = Usage {
         prompt_tokens,
         completion_tokens: 0,
+        cached_tokens: None,
     };
     let mut pending: VecDeque<EngineEvent> = VecDeque::new();
     // mistral.rs has not sent its first piece of text yet (see `restore_leading_space`).
@@ -333,6 +334,7 @@ fn usage_of(usage: Option<mistralrs::Usage>) -> Option<Usage> {
     usage.map(|u| Usage {
         prompt_tokens: to_u32(u.prompt_tokens),
         completion_tokens: to_u32(u.completion_tokens),
+        cached_tokens: None,
     })
 }
 
@@ -429,6 +431,7 @@ mod tests {
         let counted = Usage {
             prompt_tokens: 51,
             completion_tokens: 128,
+            cached_tokens: None,
         };
         let at = Instant::now();
         let picked = Picked::new(

@@ -169,6 +169,16 @@ struct WireUsage {
     prompt_tokens: u32,
     #[serde(default)]
     completion_tokens: u32,
+    /// vLLM (with `--enable-prompt-tokens-details`), llama.cpp's server and OpenAI say
+    /// how much of the prompt came from their cache.
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
 }
 
 /// What one chunk carries for the answer.
@@ -233,6 +243,7 @@ impl<'a> WireChunk<'a> {
         let usage = self.usage.map(|u| Usage {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
+            cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
         });
         let Some(choice) = self.choices.into_iter().next() else {
             return Piece {
@@ -445,8 +456,19 @@ mod tests {
             usage.usage,
             Some(Usage {
                 prompt_tokens: 9,
-                completion_tokens: 3
+                completion_tokens: 3,
+                cached_tokens: None,
             })
+        );
+        let cached = WireChunk::parse(
+            r#"{"choices":[],"usage":{"prompt_tokens":37,"completion_tokens":24,"prompt_tokens_details":{"cached_tokens":25}}}"#,
+        )
+        .expect("chunk")
+        .piece();
+        assert_eq!(
+            cached.usage.and_then(|u| u.cached_tokens),
+            Some(25),
+            "llama.cpp's server"
         );
         let litellm = WireChunk::parse(r#"{"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":9,"completion_tokens":3}}"#)
             .expect("chunk")

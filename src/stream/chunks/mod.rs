@@ -145,6 +145,17 @@ pub struct UsageBody {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    /// `cached_tokens`: prompt tokens read from the prefix cache; left out where the
+    /// engine does not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
 }
 
 impl From<Usage> for UsageBody {
@@ -153,6 +164,9 @@ impl From<Usage> for UsageBody {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             total_tokens: u.prompt_tokens.saturating_add(u.completion_tokens),
+            prompt_tokens_details: u
+                .cached_tokens
+                .map(|cached_tokens| PromptTokensDetails { cached_tokens }),
         }
     }
 }
@@ -175,6 +189,7 @@ impl ChunkAssembler {
         self.continuous_usage = (on && self.include_usage).then_some(Usage {
             prompt_tokens,
             completion_tokens: 0,
+            cached_tokens: None,
         });
         self
     }

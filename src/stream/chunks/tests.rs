@@ -70,6 +70,7 @@ fn frames_without_usage() {
         Usage {
             prompt_tokens: 3,
             completion_tokens: 1,
+            cached_tokens: None,
         },
         &timings(),
         &[],
@@ -94,6 +95,7 @@ fn frames_with_usage() {
         Usage {
             prompt_tokens: 3,
             completion_tokens: 1,
+            cached_tokens: None,
         },
         &timings(),
         &[],
@@ -160,6 +162,7 @@ fn text_completions_stream_text_pieces_without_a_role() {
     let usage = Usage {
         prompt_tokens: 3,
         completion_tokens: 1,
+        cached_tokens: None,
     };
     let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[]);
     assert!(text(&end[0]).contains(

@@ -272,6 +272,7 @@ impl AnswerSoFar {
             Usage {
                 prompt_tokens: self.terms.prompt_tokens,
                 completion_tokens: self.ending.tokens,
+                cached_tokens: None,
             }
         });
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
