@@ -241,6 +241,8 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
             {"role": "user", "content": question}]})
     };
     let reused = |logs: &[u8]| logged(logs, "prefix", "Reusing a cached prompt prefix.", "reused");
+    let cached =
+        |answer: &Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
     let first = ask(&server, &ask_with("Are you open today?", None)).await;
     let prompt = first["usage"]["prompt_tokens"].as_u64().expect("usage");
     assert!(prompt > 300, "{prompt}");
@@ -248,13 +250,15 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
         reused(&logs.lock().unwrap()).is_empty(),
         "nothing cached yet"
     );
-    ask(&server, &ask_with("Do you sell bread?", None)).await;
+    assert_eq!(cached(&first), Some(0), "OpenAI's usage says so too");
+    let second = ask(&server, &ask_with("Do you sell bread?", None)).await;
     let hits = reused(&logs.lock().unwrap());
     assert_eq!(hits.len(), 1, "the second request reused the first's cache");
     assert!(
         hits[0] > 300 && hits[0] < prompt,
         "the system prompt, not the question: {hits:?}"
     );
+    assert_eq!(cached(&second), Some(hits[0]), "{second}");
     // A seeded request reads its whole prompt: a prefix from another batch could change
     // its answer.
     ask(&server, &ask_with("Do you sell cakes?", Some(7))).await;
