@@ -66,6 +66,16 @@ impl RequestFigures {
                 object.extend(quality);
             }
         }
+        // The replica that answered, as the response's `timings.upstream` names it.
+        if let (Some(upstream), Some(object)) = (&record.upstream, timings.as_object_mut()) {
+            object.insert(
+                "upstream".to_owned(),
+                serde_json::json!({
+                    "endpoint": upstream.endpoint,
+                    "system_fingerprint": upstream.system_fingerprint,
+                }),
+            );
+        }
         let usage = &record.usage;
         Self {
             object: "llmgate.request",
