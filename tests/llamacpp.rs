@@ -335,3 +335,36 @@ async fn a_prompt_whose_sequence_was_given_away_comes_back_from_the_stash() {
         first["choices"][0]["message"]["content"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logit_bias_steers_the_real_models_picks() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let tokens: Value = reqwest::Client::new()
+        .post(server.url("/tokenize"))
+        .json(&json!({"model": MODEL, "prompt": " banana", "add_special_tokens": false}))
+        .send()
+        .await
+        .expect("tokenize")
+        .json()
+        .await
+        .expect("json");
+    let id = tokens["tokens"][0].as_u64().expect("a token");
+    let body = |bias: Value| {
+        json!({"model": MODEL, "temperature": 0, "max_tokens": 3, "logit_bias": bias,
+               "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+    };
+    let plain = ask(&server, &body(json!({}))).await;
+    let steered = ask(&server, &body(json!({ id.to_string(): 100 }))).await;
+    let text = |answer: &Value| {
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert!(!text(&plain).contains("banana"), "{plain}");
+    assert!(
+        text(&steered).starts_with("banana") || text(&steered).starts_with(" banana"),
+        "{steered}"
+    );
+    assert_eq!(steered["usage"]["completion_tokens"], 3);
+}

@@ -52,7 +52,7 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         "hi",
         json!({"stream": true, "stream_options": {"include_usage": true}, "seed": 7,
                "temperature": 0.5, "stop": ["\n"], "max_tokens": 32, "ignore_eos": true,
-               "min_tokens": 2, "top_k": 5}),
+               "min_tokens": 2, "top_k": 5, "logit_bias": {"42": -100}}),
     );
     const ID: &str = "6f1c4a52-8a1e-4a8b-9a41-2f0c1d3e5b77";
     let response = reqwest::Client::new()
@@ -121,6 +121,7 @@ async fn a_stream_is_forwarded_timed_and_counted_from_the_upstreams_usage() {
         ),
         (json!(true), json!(2), json!(5))
     );
+    assert_eq!(b["logit_bias"], json!({"42": -100.0}), "passed on");
     assert_eq!(
         sent.header("x-request-id"),
         Some(ID),

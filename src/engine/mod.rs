@@ -180,6 +180,9 @@ pub struct Sampling {
     /// vLLM's `stop_token_ids`: the answer ends when one of these tokens is picked; the
     /// token's own text is not part of it.
     pub stop_token_ids: Vec<u32>,
+    /// OpenAI's `logit_bias`: added to these tokens' logits before each pick, in id
+    /// order.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 /// What the engine reports while it generates, in order: any number of `Token`s, then

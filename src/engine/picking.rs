@@ -95,6 +95,8 @@ impl EndRules {
 #[derive(Debug)]
 pub struct TokenPicker {
     sampler: SeededSampler,
+    /// `logit_bias`, added before everything else.
+    bias: Vec<(u32, f32)>,
     grammar: Option<Grammar>,
     /// How many alternatives to report with each pick.
     top_logprobs: usize,
@@ -121,6 +123,7 @@ impl TokenPicker {
         };
         Self {
             sampler,
+            bias: sampling.logit_bias.clone(),
             grammar,
             top_logprobs: usize::from(top_logprobs.unwrap_or(0)),
             ends,
@@ -133,6 +136,12 @@ impl TokenPicker {
     /// cannot change it), which the grammar then consumes (a stop token ends the answer
     /// instead). `values` is left masked. Errors: a grammar that cannot go on.
     pub fn pick(&self, values: &mut [f32], length: usize) -> Result<Pick, String> {
+        // An id past the vocabulary biases nothing, as in vLLM's processor.
+        for &(id, bias) in &self.bias {
+            if let Some(value) = values.get_mut(id as usize) {
+                *value += bias;
+            }
+        }
         if let Some(grammar) = &self.grammar {
             grammar.mask(values)?;
         }
@@ -260,6 +269,48 @@ mod tests {
         let mut plain = [1.0, 2.0];
         penalize(&mut plain, &[0], &[1], &Sampling::default());
         assert_eq!(plain, [1.0, 2.0], "no penalties: nothing moves");
+    }
+
+    #[test]
+    fn logit_bias_moves_the_greedy_pick_and_can_ban_a_token() {
+        let picker = |bias: Vec<(u32, f32)>| {
+            let sampling = Sampling {
+                temperature: Some(0.0),
+                logit_bias: bias,
+                ..Sampling::default()
+            };
+            TokenPicker::new(&sampling, None, None, EndRules::default())
+        };
+        let logits = [1.0, 3.0, 2.0];
+        assert_eq!(
+            picker(vec![])
+                .pick(&mut logits.clone(), 0)
+                .expect("pick")
+                .id,
+            1
+        );
+        assert_eq!(
+            picker(vec![(0, 100.0)])
+                .pick(&mut logits.clone(), 0)
+                .expect("pick")
+                .id,
+            0
+        );
+        assert_eq!(
+            picker(vec![(1, -100.0)])
+                .pick(&mut logits.clone(), 0)
+                .expect("pick")
+                .id,
+            2
+        );
+        // An id past the vocabulary biases nothing.
+        assert_eq!(
+            picker(vec![(9, 100.0)])
+                .pick(&mut logits.clone(), 0)
+                .expect("pick")
+                .id,
+            1
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub(super) const EXTENSIONS: &[&str] = &[
 
 /// Most `stop_token_ids` a request may list: each is looked up per picked token.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
+/// Most tokens `logit_bias` may name: each is added to at every pick.
+pub const MAX_LOGIT_BIAS: usize = 300;
 
 /// A validated generation request, from either route.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +95,8 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         min_tokens: u32,
         #[serde(skip_serializing_if = "<[u32]>::is_empty")]
         stop_token_ids: &'a [u32],
+        #[serde(skip_serializing_if = "<[(u32, f32)]>::is_empty")]
+        logit_bias: &'a [(u32, f32)],
     }
     let s = &generation.sampling;
     let messages = match &generation.prompt {
@@ -126,6 +130,7 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         ignore_eos: s.ignore_eos,
         min_tokens: s.min_tokens,
         stop_token_ids: &s.stop_token_ids,
+        logit_bias: &s.logit_bias,
     };
     // Serialising plain data into memory cannot fail.
     let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
@@ -217,6 +222,11 @@ pub(super) struct WireCommon {
     #[serde(default)]
     #[schema(max_items = 64)]
     stop_token_ids: Option<Vec<u32>>,
+    /// Added to the logits of the tokens named (by id, as a string) before each pick:
+    /// -100 to 100, up to 300 tokens.
+    #[serde(default)]
+    #[schema(value_type = Option<HashMap<String, f64>>)]
+    logit_bias: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 /// Struct variants, even empty ones: serde's `deny_unknown_fields` does not reach the
@@ -381,9 +391,6 @@ pub(super) fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiE
             return Err(ApiError::unsupported("n", "only n = 1 is served"));
         }
     }
-    if get("logit_bias").is_some_and(|v| !v.as_object().is_some_and(Map::is_empty)) {
-        return Err(ApiError::unsupported("logit_bias", ""));
-    }
     Ok(())
 }
 
@@ -480,6 +487,7 @@ fn sampling(
             format!("at most {MAX_STOP_TOKEN_IDS} token ids are allowed"),
         ));
     }
+    let logit_bias = logit_bias(wire.logit_bias.as_ref())?;
     let min_tokens = wire.min_tokens.unwrap_or(0);
     if min_tokens > max_tokens {
         return Err(ApiError::invalid(
@@ -501,7 +509,45 @@ fn sampling(
         ignore_eos: wire.ignore_eos.unwrap_or(false),
         min_tokens,
         stop_token_ids,
+        logit_bias,
     })
+}
+
+/// `logit_bias` as (token id, bias) pairs in id order, each checked: an id is a
+/// non-negative integer (a JSON key, so a string), a bias from -100 to 100.
+fn logit_bias(
+    wire: Option<&std::collections::BTreeMap<String, f64>>,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(wire) = wire else {
+        return Ok(Vec::new());
+    };
+    if wire.len() > MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!("at most {MAX_LOGIT_BIAS} tokens may be biased"),
+        ));
+    }
+    let mut bias = wire
+        .iter()
+        .map(|(id, value)| {
+            let id = id.trim().parse::<u32>().map_err(|_| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("'{id}' is not a token id (a whole number, as a string)"),
+                )
+            })?;
+            if !(-100.0..=100.0).contains(value) {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("the bias of token {id} is {value}; it must be from -100 to 100"),
+                ));
+            }
+            Ok((id, *value as f32))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    bias.sort_by_key(|(id, _)| *id);
+    bias.dedup_by_key(|(id, _)| *id);
+    Ok(bias)
 }
 
 /// `stop` as a list, within its limits: at most [`MAX_STOPS`] sequences, none empty,

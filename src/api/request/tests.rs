@@ -600,3 +600,31 @@ fn an_alias_or_with_serve_any_model_any_name_is_the_served_model() {
         "m"
     );
 }
+
+#[test]
+fn logit_bias_is_taken_by_token_id_within_its_range() {
+    let request =
+        parse(chat_body(json!({"logit_bias": {"50256": -100, "7": 2.5}}))).expect("valid");
+    assert_eq!(
+        request.generation.sampling.logit_bias,
+        [(7, 2.5), (50256, -100.0)]
+    );
+    let plain = parse(chat_body(json!({}))).expect("valid");
+    assert_ne!(
+        request.input_hash, plain.input_hash,
+        "a bias changes the answer"
+    );
+    for bad in [
+        json!({"hello": 1}),
+        json!({"7": 101}),
+        json!({"-1": 1}),
+        json!([1]),
+    ] {
+        let (kind, param) = param_of(parse(chat_body(json!({"logit_bias": bad}))));
+        assert_eq!(
+            (kind.as_str(), param.as_str()),
+            ("invalid_value", "logit_bias"),
+            "{bad}"
+        );
+    }
+}

@@ -109,6 +109,17 @@ fn put_sampling(body: &mut Map<String, Value>, s: &Sampling) {
         "stop_token_ids",
         (!s.stop_token_ids.is_empty()).then(|| json!(s.stop_token_ids)),
     );
+    put(
+        "logit_bias",
+        (!s.logit_bias.is_empty()).then(|| {
+            let bias: serde_json::Map<String, Value> = s
+                .logit_bias
+                .iter()
+                .map(|(id, bias)| (id.to_string(), json!(bias)))
+                .collect();
+            Value::Object(bias)
+        }),
+    );
 }
 
 /// OpenAI's `response_format`, where the client asked for more than text.
