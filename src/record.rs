@@ -273,6 +273,17 @@ pub fn output_hash(text: &str) -> String {
 }
 
 impl RequestRecord {
+    /// The tokens the request counts against its key's quotas: an answer, whole or cut
+    /// short, counts its prompt and completion; a request refused or failed before any
+    /// token (a fleet that is down, a client retrying) costs nothing.
+    pub fn quota_tokens(&self) -> u64 {
+        let usage = &self.usage;
+        if usage.completion_tokens == 0 {
+            return 0;
+        }
+        u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens)
+    }
+
     /// The model that answered: the one an upstream named, else the served one.
     pub fn response_model(&self) -> &str {
         self.upstream

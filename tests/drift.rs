@@ -40,17 +40,8 @@ fn canaried() -> FleetConfig {
     }
 }
 
-async fn get(server: &TestServer, path: &str) -> Value {
-    reqwest::get(server.url(path))
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json")
-}
-
 async fn endpoints(server: &TestServer) -> Vec<Value> {
-    get(server, "/stats").await["upstreams"][0]["endpoints"]
+    get_json(server, "/stats").await["upstreams"][0]["endpoints"]
         .as_array()
         .cloned()
         .unwrap_or_default()
@@ -86,7 +77,7 @@ async fn the_replica_unlike_its_peers_is_flagged_with_both_texts() {
     let differing = &drifting[0]["canary"]["differing"][0];
     assert_eq!(differing["answer"], "other other other other");
     assert_eq!(differing["majority"], "tok0 tok1 tok2 tok3");
-    let ready = get(&server, "/ready").await;
+    let ready = get_json(&server, "/ready").await;
     let flags: Vec<bool> = ready["models"][0]["endpoints"]
         .as_array()
         .expect("endpoints")

@@ -52,15 +52,6 @@ async fn chat(server: &TestServer, body: &Value) -> (u16, String) {
     (status, response.text().await.expect("body"))
 }
 
-async fn get(server: &TestServer, path: &str) -> Value {
-    reqwest::get(server.url(path))
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json")
-}
-
 /// What the gateway's one model says of its replicas.
 fn endpoints(server: &TestServer) -> Vec<EndpointView> {
     let model = server.state.models.iter().next().expect("a model");
@@ -176,7 +167,7 @@ async fn a_replica_killed_mid_run_is_failed_over_then_ejected_and_shown_out() {
 
     // /ready: the model is ready (one replica is), and says the other is out, without
     // its address; /stats names it.
-    let ready = get(&server, "/ready").await;
+    let ready = get_json(&server, "/ready").await;
     assert_eq!(ready["status"], "ready");
     let endpoints = &ready["models"][0]["endpoints"];
     assert_eq!(endpoints[0]["state"], "ejected", "{ready}");
@@ -190,7 +181,7 @@ async fn a_replica_killed_mid_run_is_failed_over_then_ejected_and_shown_out() {
     );
     assert_eq!(endpoints[1]["state"], "up");
     assert!(!ready.to_string().contains(&gone), "no address in /ready");
-    let stats = get(&server, "/stats").await;
+    let stats = get_json(&server, "/stats").await;
     let upstream = &stats["upstreams"][0];
     assert_eq!(upstream["policy"], "round_robin");
     assert_eq!(upstream["endpoints"][0]["endpoint"], gone.as_str());
@@ -260,7 +251,7 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
             // The replica that answered is measured from its own attempt: the 300 ms
             // spent on the silent one are the request's, not its.
             assert!(record.timings.ttft_ms.unwrap() >= 300.0);
-            let stats = get(&server, "/stats").await;
+            let stats = get_json(&server, "/stats").await;
             let own = stats["endpoints"][&good.url]["ttft_ms"]["p50"]
                 .as_f64()
                 .unwrap();
@@ -269,7 +260,7 @@ async fn server_errors_429s_and_silence_before_the_first_byte_go_to_another_repl
         if fault == Fault::RateLimited {
             // Its Retry-After (7 s) keeps it out; the next request goes to the other
             // at once, round robin or not.
-            let stats = get(&server, "/stats").await;
+            let stats = get_json(&server, "/stats").await;
             let view = &stats["upstreams"][0]["endpoints"][0];
             assert_eq!(view["state"], "rate_limited", "{stats}");
             let back = view["back_in_secs"].as_f64().unwrap();
@@ -380,7 +371,7 @@ async fn a_refusal_every_replica_gives_is_answered_and_held_against_none() {
     assert_eq!(error["error"]["param"], "stop_token_ids");
     let asked: usize = [&a, &b, &c].iter().map(|u| u.received().len()).sum();
     assert_eq!(asked, 2, "one second opinion, no more");
-    let stats = get(&server, "/stats").await;
+    let stats = get_json(&server, "/stats").await;
     for endpoint in stats["upstreams"][0]["endpoints"]
         .as_array()
         .expect("endpoints")
@@ -414,7 +405,7 @@ async fn a_replica_that_refuses_what_its_peer_answers_is_held_to_fail() {
         2,
         "out after two refusals of what its peer served"
     );
-    let stats = get(&server, "/stats").await;
+    let stats = get_json(&server, "/stats").await;
     let endpoints = &stats["upstreams"][0]["endpoints"];
     assert_eq!(endpoints[0]["state"], "ejected", "{stats}");
     assert_eq!(

@@ -28,6 +28,16 @@ impl Drop for Gateway {
     }
 }
 
+/// A scripted upstream answering `tokens` tokens as the fleet's model, without recording.
+fn scripted(tokens: u32) -> UpstreamScript {
+    UpstreamScript {
+        model: UPSTREAM_MODEL.into(),
+        tokens,
+        record: false,
+        ..UpstreamScript::default()
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -160,21 +170,12 @@ fn verdict<'a>(view: &'a Value, figure: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifth_of_the_requests_are_compared_and_the_slower_looping_candidate_is_named() {
-    let primary = start_upstream(UpstreamScript {
-        model: UPSTREAM_MODEL.into(),
-        tokens: 12,
-        record: false,
-        ..UpstreamScript::default()
-    })
-    .await;
+    let primary = start_upstream(scripted(12)).await;
     let candidate = start_upstream(UpstreamScript {
-        model: UPSTREAM_MODEL.into(),
-        tokens: 12,
         first_delay: Duration::from_millis(40),
         interval: Duration::from_millis(2),
         words: vec!["la".into()],
-        record: false,
-        ..UpstreamScript::default()
+        ..scripted(12)
     })
     .await;
     let gateway = gateway(&primary, &candidate, "share = 0.2, max_in_flight = 64").await;
@@ -273,19 +274,10 @@ async fn a_fifth_of_the_requests_are_compared_and_the_slower_looping_candidate_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_beyond_the_shadow_cap_are_dropped_and_counted() {
-    let primary = start_upstream(UpstreamScript {
-        model: UPSTREAM_MODEL.into(),
-        tokens: 4,
-        record: false,
-        ..UpstreamScript::default()
-    })
-    .await;
+    let primary = start_upstream(scripted(4)).await;
     let candidate = start_upstream(UpstreamScript {
-        model: UPSTREAM_MODEL.into(),
-        tokens: 4,
         first_delay: Duration::from_secs(2),
-        record: false,
-        ..UpstreamScript::default()
+        ..scripted(4)
     })
     .await;
     let gateway = gateway(&primary, &candidate, "share = 1.0, max_in_flight = 1").await;
@@ -342,15 +334,9 @@ async fn ask_split(gateway: &Gateway, user: &str, key: Option<&str>) -> (String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_split_holds_its_weights_and_each_caller_stays_on_its_variant() {
-    let script = || UpstreamScript {
-        model: UPSTREAM_MODEL.into(),
-        tokens: 2,
-        record: false,
-        ..UpstreamScript::default()
-    };
     let (a, b) = (
-        start_upstream(script()).await,
-        start_upstream(script()).await,
+        start_upstream(scripted(2)).await,
+        start_upstream(scripted(2)).await,
     );
     let splits = "[[splits]]\nid = \"chat\"\nsticky = \"user\"\n\
                   variants = [{ model = \"current\", weight = 80 }, { model = \"next\", weight = 20 }]\n";
@@ -410,15 +396,9 @@ async fn a_split_holds_its_weights_and_each_caller_stays_on_its_variant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_stays_on_its_variant() {
     use sha2::{Digest, Sha256};
-    let script = || UpstreamScript {
-        model: UPSTREAM_MODEL.into(),
-        tokens: 2,
-        record: false,
-        ..UpstreamScript::default()
-    };
     let (a, b) = (
-        start_upstream(script()).await,
-        start_upstream(script()).await,
+        start_upstream(scripted(2)).await,
+        start_upstream(scripted(2)).await,
     );
     let keys_dir = tempfile::tempdir().expect("dir");
     let keys: Vec<String> = (0..12)

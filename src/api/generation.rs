@@ -138,11 +138,7 @@ async fn generate(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     let t_recv = super::Arrived::of(&req, &state.clock);
-    let deadline = Deadline {
-        at: tokio::time::Instant::now() + state.timeouts.request,
-        limit: state.timeouts.request,
-        cut_off: state.lifecycle.cut_off(),
-    };
+    let deadline = Deadline::from_now(state.timeouts.request, state.lifecycle.cut_off());
     let trace = state
         .telemetry
         .start_request(req.headers(), state.clock.system_time());

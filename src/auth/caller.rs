@@ -249,16 +249,8 @@ impl crate::record::RequestObserver for QuotaCounter {
         let Some(id) = &record.api_key_id else {
             return;
         };
-        let usage = &record.usage;
-        // An answer, whole or cut short, is counted; a request that was refused or failed
-        // before any token (a fleet that is down, a client retrying) costs nothing.
-        let tokens = if usage.completion_tokens == 0 {
-            0
-        } else {
-            u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens)
-        };
         if let Some(caller) = self.0.caller_by_id(id) {
-            caller.spend(tokens, record.quota_hold.as_ref());
+            caller.spend(record.quota_tokens(), record.quota_hold.as_ref());
         }
     }
 }

@@ -16,7 +16,23 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::DEFAULT_MODEL_ID;
-use crate::shadow::verdict::{table, verdict, Better, FigureVerdict, Margin};
+use crate::shadow::verdict::{table, verdict, Better, FigureOf, FigureVerdict, Margin};
+
+/// The figures a verdict is given on, as a live shadow's are (`crate::shadow`): which way
+/// is better and what margin counts.
+const FIGURES: [FigureOf<SideAnswer>; 5] = [
+    ("ttft_ms", Better::Lower, Margin::Time, |a| a.ttft_ms),
+    ("tpot_ms", Better::Lower, Margin::Time, |a| a.tpot_ms),
+    ("repetition_rate", Better::Lower, Margin::Rate, |a| {
+        a.repetition_rate
+    }),
+    ("refusal", Better::Lower, Margin::Rate, |a| {
+        a.refusal.map(f64::from)
+    }),
+    ("mean_logprob", Better::Higher, Margin::Rate, |a| {
+        a.mean_logprob
+    }),
+];
 
 pub mod live;
 
@@ -269,47 +285,16 @@ impl Comparison {
             refusals_candidate: count_refusals(|r| r.refusal.1),
             baseline_fingerprint: fingerprint(|r| &r.baseline),
             candidate_fingerprint: fingerprint(|r| &r.candidate),
-            verdicts: vec![
-                verdict(
-                    "ttft_ms",
-                    &collect(|r| r.ttft_ms_delta),
-                    Better::Lower,
-                    (
-                        Margin::Time,
-                        Margin::Time.of(&collect(|r| r.baseline.ttft_ms)),
-                    ),
-                ),
-                verdict(
-                    "tpot_ms",
-                    &collect(|r| r.tpot_ms_delta),
-                    Better::Lower,
-                    (
-                        Margin::Time,
-                        Margin::Time.of(&collect(|r| r.baseline.tpot_ms)),
-                    ),
-                ),
-                verdict(
-                    "repetition_rate",
-                    &collect(|r| r.repetition_rate_delta),
-                    Better::Lower,
-                    (Margin::Rate, Margin::Rate.of(&[])),
-                ),
-                verdict(
-                    "refusal",
-                    &collect(|r| match r.refusal {
-                        (Some(b), Some(c)) => Some(f64::from(c) - f64::from(b)),
-                        _ => None,
-                    }),
-                    Better::Lower,
-                    (Margin::Rate, Margin::Rate.of(&[])),
-                ),
-                verdict(
-                    "mean_logprob",
-                    &collect(|r| r.mean_logprob_delta),
-                    Better::Higher,
-                    (Margin::Rate, Margin::Rate.of(&[])),
-                ),
-            ],
+            verdicts: FIGURES
+                .iter()
+                .map(|(name, better, margin, figure)| {
+                    let pairs: Vec<(f64, f64)> = ok
+                        .iter()
+                        .filter_map(|r| Some((figure(&r.baseline)?, figure(&r.candidate)?)))
+                        .collect();
+                    verdict(name, &pairs, *better, *margin)
+                })
+                .collect(),
         };
         Self { summary, rows }
     }

@@ -26,7 +26,7 @@ use crate::admission::{Admission, Permit};
 
 use crate::record::{RequestRecord, ShadowLink, ShadowSide};
 use compare::{Comparison, SideFigures};
-use verdict::{verdict, Better, FigureVerdict, Margin};
+use verdict::{verdict, Better, FigureOf, FigureVerdict, Margin};
 
 /// Comparisons kept per pair for the verdict.
 pub const WINDOW: usize = 1_000;
@@ -121,14 +121,11 @@ impl Shadows {
     }
 }
 
-/// A figure of one side, where it has it.
-type Figure = fn(&SideFigures) -> Option<f64>;
-
 /// The pair of models a window is of: primary, candidate.
 type PairKey = (String, String);
 
 /// The figures a verdict is given on, with which way is better and what margin counts.
-const FIGURES: [(&str, Better, Margin, Figure); 8] = [
+const FIGURES: [FigureOf<SideFigures>; 8] = [
     ("ttft_ms", Better::Lower, Margin::Time, |s| s.ttft_ms),
     ("tpot_ms", Better::Lower, Margin::Time, |s| s.tpot_ms),
     ("itl_p95_ms", Better::Lower, Margin::Time, |s| s.itl_p95_ms),
@@ -274,9 +271,11 @@ fn view(primary: String, candidate: String, comparisons: &[Arc<Comparison>]) -> 
     let figures = FIGURES
         .iter()
         .map(|(name, better, margin, figure)| {
-            let differences: Vec<f64> = answered.iter().filter_map(|c| c.delta(figure)).collect();
-            let primary: Vec<f64> = answered.iter().filter_map(|c| figure(&c.primary)).collect();
-            verdict(name, &differences, *better, (*margin, margin.of(&primary)))
+            let pairs: Vec<(f64, f64)> = answered
+                .iter()
+                .filter_map(|c| Some((figure(&c.primary)?, figure(&c.candidate)?)))
+                .collect();
+            verdict(name, &pairs, *better, *margin)
         })
         .collect();
     PairView {

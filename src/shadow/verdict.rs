@@ -124,9 +124,26 @@ fn median(sorted: &[f64]) -> f64 {
     }
 }
 
+/// A figure verdicts are given on: its name, which way is better, what margin counts, and
+/// how to read it off one side (`S`) where that side has it.
+pub type FigureOf<S> = (&'static str, Better, Margin, fn(&S) -> Option<f64>);
+
+/// The verdict on a figure's paired values, `(primary, candidate)` for each request both
+/// answered: on their differences, beyond `margin` as the primary's values size it.
+pub fn verdict(
+    figure: &'static str,
+    pairs: &[(f64, f64)],
+    better: Better,
+    margin: Margin,
+) -> FigureVerdict {
+    let primary: Vec<f64> = pairs.iter().map(|&(p, _)| p).collect();
+    let differences: Vec<f64> = pairs.iter().map(|&(p, c)| c - p).collect();
+    on_differences(figure, &differences, better, (margin, margin.of(&primary)))
+}
+
 /// The verdict on `differences` (candidate minus primary) of a figure where `better`,
 /// by `margin`'s statistic, counting only a difference beyond the margin's size.
-pub fn verdict(
+fn on_differences(
     figure: &'static str,
     differences: &[f64],
     better: Better,
@@ -223,7 +240,7 @@ mod tests {
     fn a_clear_shift_is_named_and_noise_is_not() {
         // The candidate 20 ms slower on every request, give or take 5.
         let slower: Vec<f64> = (0..200).map(|i| 20.0 + f64::from(i % 11) - 5.0).collect();
-        let v = verdict("ttft_ms", &slower, Better::Lower, (Margin::Time, 0.25));
+        let v = on_differences("ttft_ms", &slower, Better::Lower, (Margin::Time, 0.25));
         assert_eq!(v.verdict, "worse");
         assert!(
             v.ci_low.unwrap() > 0.0 && v.ci_high.unwrap() < 30.0,
@@ -232,12 +249,12 @@ mod tests {
         // Symmetric noise around zero.
         let noise: Vec<f64> = (0..200).map(|i| f64::from(i % 21) - 10.0).collect();
         assert_eq!(
-            verdict("ttft_ms", &noise, Better::Lower, (Margin::Time, 0.25)).verdict,
+            on_differences("ttft_ms", &noise, Better::Lower, (Margin::Time, 0.25)).verdict,
             "not_distinguishable"
         );
         let higher_logprob: Vec<f64> = vec![0.3; 50];
         assert_eq!(
-            verdict(
+            on_differences(
                 "mean_logprob",
                 &higher_logprob,
                 Better::Higher,
@@ -247,7 +264,7 @@ mod tests {
             "better"
         );
         assert_eq!(
-            verdict(
+            on_differences(
                 "completion_tokens",
                 &[-4.0; 30],
                 Better::Neither,
@@ -257,7 +274,7 @@ mod tests {
             "lower"
         );
         assert_eq!(
-            verdict("ttft_ms", &[1.0; 3], Better::Lower, (Margin::Time, 0.25)).verdict,
+            on_differences("ttft_ms", &[1.0; 3], Better::Lower, (Margin::Time, 0.25)).verdict,
             "too_few_pairs"
         );
     }
@@ -269,7 +286,7 @@ mod tests {
             .map(|i| -0.05 + f64::from(i % 3) * 0.001)
             .collect();
         assert_eq!(
-            verdict(
+            on_differences(
                 "ttft_ms",
                 &tiny,
                 Better::Lower,
@@ -287,7 +304,7 @@ mod tests {
         // The candidate refuses a third of the requests the primary answers: the median
         // difference is 0, the mean 1/3.
         let refusals: Vec<f64> = (0..300).map(|i| f64::from(i % 3 == 0)).collect();
-        let v = verdict("refusal", &refusals, Better::Lower, (Margin::Rate, 0.01));
+        let v = on_differences("refusal", &refusals, Better::Lower, (Margin::Rate, 0.01));
         assert_eq!(
             (v.statistic, v.verdict.as_str()),
             (Statistic::Mean, "worse")

@@ -52,6 +52,15 @@ pub struct Deadline {
 }
 
 impl Deadline {
+    /// A request's deadline: `limit` from now, or sooner when `cut_off` is cancelled.
+    pub fn from_now(limit: std::time::Duration, cut_off: CancellationToken) -> Self {
+        Self {
+            at: tokio::time::Instant::now() + limit,
+            limit,
+            cut_off,
+        }
+    }
+
     /// Resolves when the request must end, with the error it ends with. Create it once
     /// per request, not per token: it holds a timer.
     async fn passed(&self) -> ApiError {

@@ -156,6 +156,16 @@ pub fn chunks_of(body: &str) -> Vec<Value> {
 }
 
 /// The server's `/metrics` text.
+/// `GET path` of the server, its body as JSON.
+pub async fn get_json(server: &TestServer, path: &str) -> Value {
+    reqwest::get(server.url(path))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json")
+}
+
 pub async fn metrics(server: &TestServer) -> String {
     reqwest::get(server.url("/metrics"))
         .await

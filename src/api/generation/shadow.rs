@@ -114,11 +114,7 @@ async fn run(
 ) {
     let t_recv = state.clock.now();
     let request_id = format!("{}-shadow", link.pair_id);
-    let deadline = Deadline {
-        at: tokio::time::Instant::now() + state.timeouts.request,
-        limit: state.timeouts.request,
-        cut_off: state.lifecycle.cut_off(),
-    };
+    let deadline = Deadline::from_now(state.timeouts.request, state.lifecycle.cut_off());
     let trace = state
         .telemetry
         .start_request(&HeaderMap::new(), state.clock.system_time());

@@ -65,6 +65,22 @@ impl Metrics {
     /// A request picked for shadowing whose copy was not sent; `reason` is one of
     /// `crate::shadow::DROP_REASONS`.
     pub fn shadow_dropped(&self, primary: &str, candidate: &str, reason: &'static str) {
+        self.dropped_copies(primary, candidate, reason).inc();
+    }
+
+    /// A shadow pair's counters, at zero, so that they show before the first request.
+    pub fn shadow_pair(&self, primary: &str, candidate: &str) {
+        for reason in crate::shadow::DROP_REASONS {
+            drop(self.dropped_copies(primary, candidate, reason));
+        }
+    }
+
+    fn dropped_copies(
+        &self,
+        primary: &str,
+        candidate: &str,
+        reason: &'static str,
+    ) -> impl std::ops::Deref<Target = prometheus_client::metrics::counter::Counter> + '_ {
         self.families
             .shadow_dropped
             .get_or_create(&PairReasonLabels {
@@ -72,22 +88,6 @@ impl Metrics {
                 candidate: candidate.to_owned(),
                 reason,
             })
-            .inc();
-    }
-
-    /// A shadow pair's counters, at zero, so that they show before the first request.
-    pub fn shadow_pair(&self, primary: &str, candidate: &str) {
-        for reason in crate::shadow::DROP_REASONS {
-            drop(
-                self.families
-                    .shadow_dropped
-                    .get_or_create(&PairReasonLabels {
-                        primary: primary.to_owned(),
-                        candidate: candidate.to_owned(),
-                        reason,
-                    }),
-            );
-        }
     }
 
     /// An answer's tokens counted against its key's quotas (a request that held some:
@@ -96,10 +96,10 @@ impl Metrics {
         let (Some(_), Some(key)) = (&r.quota_hold, &r.api_key_id) else {
             return;
         };
-        if r.usage.completion_tokens == 0 {
+        let tokens = r.quota_tokens();
+        if tokens == 0 {
             return;
         }
-        let tokens = u64::from(r.usage.prompt_tokens) + u64::from(r.usage.completion_tokens);
         self.families
             .quota_tokens
             .get_or_create(&KeyLabel {
