@@ -71,9 +71,11 @@ def gateway(tmp_path_factory):
 def schemathesis(base: str, report: Path) -> subprocess.CompletedProcess:
     run = schemathesis_once(base, report)
     # Hypothesis 6 on CPython 3.11 now and then fails inside itself while it builds a
-    # strategy ("SystemError: AST constructor recursion depth mismatch", a CPython
-    # defect in compiling its lambdas' descriptions): nothing the gateway answered. Such
-    # a round is run again, once.
+    # strategy ("SystemError: AST constructor recursion depth mismatch": CPython keeps
+    # the AST builder's depth per interpreter, not per thread, and does not undo it on
+    # an error; python/cpython#106905). Nothing the gateway answered. Two schemathesis
+    # workers made it likely (CI failed on it twice in a row at 2193 cases); one worker
+    # costs 5 s a run here. A round that still meets it is run again, once.
     if run.returncode != 0 and "AST constructor recursion depth mismatch" in run.stdout:
         run = schemathesis_once(base, report)
     return run
@@ -84,7 +86,7 @@ def schemathesis_once(base: str, report: Path) -> subprocess.CompletedProcess:
         [
             str(SCHEMATHESIS), "run", f"{base}/openapi.json",
             "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-            "--max-examples", EXAMPLES, "--seed", SEED, "--workers", "2",
+            "--max-examples", EXAMPLES, "--seed", SEED, "--workers", "1",
             "--request-timeout", "30", "--report", "junit", "--report-dir", str(report),
         ],
         capture_output=True, text=True, timeout=900,
