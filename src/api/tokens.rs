@@ -1,5 +1,6 @@
-//! `POST /tokenize` and `POST /detokenize`, in vLLM's request and response shapes, so
-//! clients written for vLLM can count and inspect tokens. `/tokenize` with its defaults
+//! `POST /tokenize` and `POST /detokenize`, in vLLM's request and response shapes (and
+//! llama.cpp's server's: `content`, `with_pieces`), so clients written for either can
+//! count and inspect tokens. `/tokenize` with its defaults
 //! counts a prompt exactly as a generation does: its `count` is the `prompt_tokens` a
 //! chat or completions request with the same messages or prompt reports.
 //!
@@ -25,15 +26,63 @@ pub struct TokenizeResponse {
     count: usize,
     /// The model's context length.
     max_model_len: u32,
-    tokens: Vec<u32>,
+    /// The ids; with `with_pieces`, `{"id", "piece"}` objects.
+    #[schema(schema_with = tokens_schema)]
+    tokens: Tokens,
     /// How the vocabulary spells each token, with `return_token_strs`.
     token_strs: Option<Vec<String>>,
+}
+
+/// Ids, or pieces: `anyOf`, since an empty list is both.
+fn tokens_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, Type};
+    AnyOfBuilder::new()
+        .item(
+            ArrayBuilder::new().items(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0)),
+            ),
+        )
+        .item(ArrayBuilder::new().items(utoipa::openapi::RefOr::Ref(
+            utoipa::openapi::Ref::from_schema_name("Piece"),
+        )))
+        .build()
+        .into()
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Tokens {
+    Ids(Vec<u32>),
+    Pieces(Vec<Piece>),
+}
+
+/// A token and its text, as llama.cpp's server answers `with_pieces`: a string, or the
+/// bytes where they are not whole UTF-8 (part of a character).
+#[derive(Serialize, ToSchema)]
+pub struct Piece {
+    id: u32,
+    #[schema(value_type = Object)]
+    piece: serde_json::Value,
+}
+
+impl Piece {
+    fn new(id: u32, bytes: Vec<u8>) -> Self {
+        let piece = match String::from_utf8(bytes) {
+            Ok(text) => serde_json::Value::String(text),
+            Err(e) => serde_json::Value::from(e.into_bytes()),
+        };
+        Self { id, piece }
+    }
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct DetokenizeResponse {
     /// The text of the ids.
     prompt: String,
+    /// The same text, under llama.cpp's server's name.
+    content: String,
 }
 
 /// The served model a token request names, or the default one.
@@ -83,6 +132,20 @@ pub async fn tokenize(
     let info = engine.model_info().ok_or(ApiError::NotReady)?;
     let tokenized = engine.tokenize(parsed.request).await?;
     let ids = tokenized.ids;
+    let count = ids.len();
+    let tokens = if parsed.with_pieces {
+        let pieces = tokenized.pieces.ok_or_else(|| {
+            ApiError::unsupported("with_pieces", "this engine does not know its vocabulary")
+        })?;
+        Tokens::Pieces(
+            ids.into_iter()
+                .zip(pieces)
+                .map(|(id, p)| Piece::new(id, p))
+                .collect(),
+        )
+    } else {
+        Tokens::Ids(ids)
+    };
     let token_strs = if parsed.return_token_strs {
         Some(tokenized.spellings.ok_or_else(|| {
             ApiError::unsupported(
@@ -94,9 +157,9 @@ pub async fn tokenize(
         None
     };
     Ok(HttpResponse::Ok().json(TokenizeResponse {
-        count: ids.len(),
+        count,
         max_model_len: info.context_length,
-        tokens: ids,
+        tokens,
         token_strs,
     }))
 }
@@ -125,5 +188,8 @@ pub async fn detokenize(
     let text = engine
         .detokenize(parsed.tokens, parsed.skip_special_tokens)
         .await?;
-    Ok(HttpResponse::Ok().json(DetokenizeResponse { prompt: text }))
+    Ok(HttpResponse::Ok().json(DetokenizeResponse {
+        content: text.clone(),
+        prompt: text,
+    }))
 }

@@ -70,6 +70,8 @@ pub struct Tokenized {
     /// How the vocabulary spells each id (`Ġthe`); `None` where the backend does not
     /// know its vocabulary.
     pub spellings: Option<Vec<String>>,
+    /// Each id's bytes as they appear in text (llama.cpp's `piece`), where known.
+    pub pieces: Option<Vec<Vec<u8>>>,
 }
 
 /// A request ready to run: prepared by the front and holding its slot.

@@ -168,6 +168,7 @@ impl Backend for ScriptedEngine {
         Ok(Tokenized {
             ids,
             spellings: None,
+            pieces: None,
         })
     }
 

@@ -1,5 +1,7 @@
 //! `POST /tokenize` and `POST /detokenize` bodies, in vLLM's shapes: a `prompt` or chat
-//! `messages` to turn into ids, or `tokens` to turn into text.
+//! `messages` to turn into ids, or `tokens` to turn into text; and in llama.cpp's
+//! server's: `content` (special tokens added only with `add_special`), and `with_pieces`
+//! for each id's text.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +19,8 @@ pub struct Tokenize {
     pub request: TokenizeRequest,
     /// Also answer how the vocabulary spells each token (`token_strs`).
     pub return_token_strs: bool,
+    /// Answer each token as `{id, piece}`, its text (llama.cpp's `with_pieces`).
+    pub with_pieces: bool,
 }
 
 const TOKENIZE_KNOWN: &[&str] = &[
@@ -30,6 +34,9 @@ const TOKENIZE_KNOWN: &[&str] = &[
     "tools",
     "chat_template",
     "chat_template_kwargs",
+    "content",
+    "add_special",
+    "with_pieces",
 ];
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -49,6 +56,15 @@ pub struct WireTokenize {
     continue_final_message: Option<bool>,
     #[serde(default)]
     return_token_strs: Option<bool>,
+    /// llama.cpp's name of `prompt`; special tokens only with `add_special`.
+    #[serde(default)]
+    content: Option<String>,
+    /// llama.cpp's `add_special_tokens` for `content` (default false).
+    #[serde(default)]
+    add_special: Option<bool>,
+    /// Answer `tokens` as `[{"id", "piece"}]` (llama.cpp's).
+    #[serde(default)]
+    with_pieces: Option<bool>,
 }
 
 /// A `model`, when given, must be a served one.
@@ -82,7 +98,30 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
             "the conversation is rendered as a generation sees it",
         ));
     }
-    let prompt = match (wire.prompt, wire.messages) {
+    if wire.content.is_some() && (wire.prompt.is_some() || wire.messages.is_some()) {
+        return Err(ApiError::invalid(
+            "content",
+            "send one of content, prompt or messages",
+        ));
+    }
+    if wire.content.is_some() && wire.add_special_tokens.is_some() {
+        return Err(ApiError::invalid(
+            "add_special_tokens",
+            "content takes add_special, prompt takes add_special_tokens",
+        ));
+    }
+    // llama.cpp's server adds no special tokens to `content` unless asked.
+    let add_special = match &wire.content {
+        Some(_) => Some(wire.add_special.unwrap_or(false)),
+        None if wire.add_special.is_some() => {
+            return Err(ApiError::invalid(
+                "add_special",
+                "goes with content; prompt takes add_special_tokens",
+            ))
+        }
+        None => wire.add_special_tokens,
+    };
+    let prompt = match (wire.prompt.or(wire.content), wire.messages) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid(
                 "messages",
@@ -105,7 +144,7 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
         }
     };
     let mut request = TokenizeRequest::as_generated(prompt);
-    if let Some(add) = wire.add_special_tokens {
+    if let Some(add) = add_special {
         request.add_special_tokens = add;
     }
     if let Some(add) = wire.add_generation_prompt {
@@ -121,6 +160,7 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
         model,
         request,
         return_token_strs: wire.return_token_strs.unwrap_or(false),
+        with_pieces: wire.with_pieces.unwrap_or(false),
     })
 }
 
@@ -194,6 +234,27 @@ mod tests {
         assert!(text.return_token_strs);
         let raw = tokenize(json!({"prompt": "hi", "add_special_tokens": false})).expect("valid");
         assert!(!raw.request.add_special_tokens);
+    }
+
+    #[test]
+    fn llama_cpp_content_adds_special_tokens_only_when_asked() {
+        let plain = tokenize(json!({"content": "hi", "with_pieces": true})).expect("valid");
+        assert_eq!(plain.request.prompt, Prompt::Text("hi".into()));
+        assert!(!plain.request.add_special_tokens, "llama.cpp's default");
+        assert!(plain.with_pieces);
+        let special = tokenize(json!({"content": "hi", "add_special": true})).expect("valid");
+        assert!(special.request.add_special_tokens);
+        for (body, param) in [
+            (json!({"content": "a", "prompt": "b"}), "content"),
+            (
+                json!({"content": "a", "add_special_tokens": true}),
+                "add_special_tokens",
+            ),
+            (json!({"prompt": "a", "add_special": true}), "add_special"),
+        ] {
+            let error = tokenize(body.clone()).expect_err(&body.to_string());
+            assert_eq!(error.param(), Some(param), "{body}: {error}");
+        }
     }
 
     #[test]

@@ -104,9 +104,17 @@ impl InProcessModel {
         }
     }
 
-    /// `ids` with their spellings, where the vocabulary knows them.
+    /// `ids` with their spellings and pieces, where the vocabulary knows them.
     pub fn tokenized(&self, ids: Vec<u32>) -> Tokenized {
         let spellings = self.vocabulary.as_ref().and_then(|v| v.spellings(&ids));
-        Tokenized { ids, spellings }
+        let pieces = self
+            .vocabulary
+            .as_ref()
+            .map(|v| ids.iter().map(|&id| v.token_text(id).bytes).collect());
+        Tokenized {
+            ids,
+            spellings,
+            pieces,
+        }
     }
 }

@@ -354,7 +354,15 @@ impl Backend for UpstreamEngine {
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let spellings = ids.iter().map(|&id| tokenizer.id_to_token(id)).collect();
-        Ok(Tokenized { ids, spellings })
+        let pieces = ids
+            .iter()
+            .map(|&id| tokenizer.decode(&[id], false).ok().map(String::into_bytes))
+            .collect();
+        Ok(Tokenized {
+            ids,
+            spellings,
+            pieces,
+        })
     }
 
     async fn detokenize(
