@@ -6,7 +6,7 @@
 use actix_web::http::Method;
 use actix_web::{web, FromRequest, Handler, Resource, Responder};
 
-use crate::api::{generation, meta, openapi, stats, tokens};
+use crate::api::{generation, llamacpp, meta, openapi, stats, tokens};
 use crate::error::ApiError;
 use crate::page;
 
@@ -35,6 +35,10 @@ fn api(cfg: &mut web::ServiceConfig, metrics: bool) {
     .service(only(POST, "/completions", generation::completions))
     .service(only(GET, "/models", meta::list_models))
     .service(only(GET, "/models/{id}", meta::get_model))
+    // llama.cpp's server's own routes (`api::llamacpp`).
+    .service(only(POST, "/completion", generation::native_completion))
+    .service(only(GET, "/props", llamacpp::meta::props))
+    .service(only(GET, "/slots", llamacpp::meta::slots_list))
     .service(only(POST, "/tokenize", tokens::tokenize))
     .service(only(POST, "/detokenize", tokens::detokenize))
     .service(only(GET, "/v1/models", meta::list_models))

@@ -54,6 +54,8 @@ const SSE_BUFFER_FRAMES: usize = 16;
 pub enum GenerationRoute {
     Chat,
     Completions,
+    /// llama.cpp's `POST /completion`: read as `/v1/completions`, answered in its shape.
+    Native,
 }
 
 impl GenerationRoute {
@@ -65,14 +67,16 @@ impl GenerationRoute {
     ) -> Result<ValidatedRequest, ApiError> {
         match self {
             GenerationRoute::Chat => parse_chat_request(body, limits, request_id),
-            GenerationRoute::Completions => parse_completion_request(body, limits, request_id),
+            GenerationRoute::Completions | GenerationRoute::Native => {
+                parse_completion_request(body, limits, request_id)
+            }
         }
     }
 
     fn shape(self) -> Shape {
         match self {
             GenerationRoute::Chat => Shape::Chat,
-            GenerationRoute::Completions => Shape::Text,
+            GenerationRoute::Completions | GenerationRoute::Native => Shape::Text,
         }
     }
 
@@ -80,7 +84,9 @@ impl GenerationRoute {
     fn operation(self) -> &'static str {
         match self {
             GenerationRoute::Chat => names::OPERATION_CHAT,
-            GenerationRoute::Completions => names::OPERATION_TEXT_COMPLETION,
+            GenerationRoute::Completions | GenerationRoute::Native => {
+                names::OPERATION_TEXT_COMPLETION
+            }
         }
     }
 }
@@ -129,6 +135,29 @@ pub async fn completions(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     generate(GenerationRoute::Completions, req, payload, state).await
+}
+
+/// `POST /completion`: llama.cpp's server's own completion (`api::llamacpp`).
+#[utoipa::path(
+    post,
+    path = "/completion",
+    tag = "llama.cpp",
+    request_body(content = Object, content_type = "application/json", description = "llama.cpp's server's completion body: `prompt`, `n_predict`, `n_probs`, `json_schema`, `logit_bias`, `return_tokens`, `response_fields` and the common sampling parameters"),
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "llama.cpp's answer: `content`, `tokens`, `stop`, `stop_type`, `generation_settings`, llama.cpp's `timings` and the gateway's (`llmgate`); with `stream: true`, frames of it, the last with `stop: true`", content(
+            (Object = "application/json"),
+            (ServerSentEvent = "text/event-stream"),
+        )),
+        GenerationErrors,
+    ),
+)]
+pub async fn native_completion(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    generate(GenerationRoute::Native, req, payload, state).await
 }
 
 async fn generate(
@@ -416,7 +445,15 @@ impl<'a> Handling<'a> {
             .await
             .map_err(|_| ApiError::BodyTimeout { limit })??;
         let body = self.choose_variant(req, body.freeze());
-        let parsed = self.route.parse(&body, &state.limits, self.request_id)?;
+        let parsed = if self.route == GenerationRoute::Native {
+            let (body, mut native) = super::llamacpp::read_completion(&body, state).await?;
+            let mut parsed = self.route.parse(&body, &state.limits, self.request_id)?;
+            native.generation_settings = super::llamacpp::generation_settings(&parsed);
+            parsed.native = Some(Box::new(native));
+            parsed
+        } else {
+            self.route.parse(&body, &state.limits, self.request_id)?
+        };
         self.pending.model = Some(parsed.model.clone());
         self.pending.stream = parsed.stream;
         Ok(parsed)
@@ -574,6 +611,10 @@ impl<'a> Handling<'a> {
             model: parsed.model.clone(),
             system_fingerprint: info.system_fingerprint.clone(),
             echo: parsed.echo.then(|| prompt.clone()),
+            native: parsed.native.map(|mut native| {
+                native.prompt_tokens = generation.prompt_tokens;
+                native
+            }),
         };
         let info = RunInfo {
             origin: Origin {

@@ -33,6 +33,9 @@ use crate::error::ErrorBody;
     paths(
         super::generation::chat_completions,
         super::generation::completions,
+        super::generation::native_completion,
+        super::llamacpp::meta::props,
+        super::llamacpp::meta::slots_list,
         super::tokens::tokenize,
         super::tokens::detokenize,
         super::meta::list_models,
@@ -44,11 +47,17 @@ use crate::error::ErrorBody;
         super::stats::request,
         openapi_json,
     ),
-    components(schemas(crate::stream::chunks::Chunk, ErrorBody, ServerSentEvent)),
+    components(schemas(
+        crate::stream::chunks::Chunk,
+        ErrorBody,
+        ServerSentEvent,
+        super::tokens::Piece
+    )),
     modifiers(&BearerKeys),
     tags(
         (name = "generation", description = "OpenAI's chat and legacy completions, streamed or not"),
-        (name = "tokens", description = "vLLM's /tokenize and /detokenize"),
+        (name = "tokens", description = "vLLM's /tokenize and /detokenize (with llama.cpp's fields)"),
+        (name = "llama.cpp", description = "llama.cpp's server's own routes, for its clients"),
         (name = "models", description = "The served models"),
         (name = "operations", description = "Probes, metrics and this description"),
     )

@@ -482,7 +482,14 @@ impl Guard {
             || path.starts_with("/v1/")
             || matches!(
                 path,
-                "/tokenize" | "/detokenize" | "/stats" | "/chat/completions" | "/completions"
+                "/tokenize"
+                    | "/detokenize"
+                    | "/stats"
+                    | "/chat/completions"
+                    | "/completions"
+                    | "/completion"
+                    | "/props"
+                    | "/slots"
             )
             || path.starts_with("/stats/")
             || path == "/models"

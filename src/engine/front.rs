@@ -110,6 +110,14 @@ impl Front {
         self.backend.model()?.fleet
     }
 
+    /// The sequences the engine decodes at once, where it has slots in this process.
+    pub fn sequences(&self) -> Option<usize> {
+        match self.backend.model()?.slots {
+            Slots::Sequences(n) => Some(n),
+            Slots::Unlimited | Slots::Elsewhere => None,
+        }
+    }
+
     /// Sequences running and requests waiting for a slot now.
     pub fn load(&self) -> EngineLoad {
         self.queue.get().map(SlotQueue::load).unwrap_or_default()

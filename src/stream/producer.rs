@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::chunks::{ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
+use super::chunks::{native, ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
 use super::logprobs::TextLogprobs;
 use super::{Ending, Run};
 use crate::engine::{EngineError, EngineEvent, TokenStream};
@@ -201,6 +201,7 @@ async fn drive(
                 at,
             }) => {
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
+                assembler.tokens_arrived(&ids);
                 unsent.extend(logprobs);
                 if arrival.cut {
                     assembler.drop_cut_tokens(&mut unsent, run.text());
@@ -287,6 +288,8 @@ pub async fn collect_json(
     let passed = deadline.passed();
     tokio::pin!(passed);
     let mut tokens: Vec<TokenLogprob> = Vec::new();
+    // The answer's token ids, for llama.cpp's shape.
+    let mut answer_ids: Vec<u32> = Vec::new();
     let ending = loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -303,6 +306,9 @@ pub async fn collect_json(
                 at,
             }) => {
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
+                if meta.native.is_some() {
+                    answer_ids.extend_from_slice(&ids);
+                }
                 if with_logprobs {
                     tokens.extend(logprobs);
                     if arrival.cut {
@@ -333,6 +339,7 @@ pub async fn collect_json(
             Some(EngineEvent::Restarted) => {
                 run.restart();
                 tokens.clear();
+                answer_ids.clear();
             }
             None => {
                 return Err(failed(
@@ -345,14 +352,28 @@ pub async fn collect_json(
     let (reason, usage) = run.reason_and_usage(&ending);
     let report = run.report(&ending);
     let logprobs = with_logprobs.then_some(tokens.as_slice());
-    let body = serde_json::to_vec(&Completion::new(
-        meta,
-        run.text(),
-        reason,
-        usage,
-        &report,
-        logprobs,
-    ));
+    let body = match &meta.native {
+        Some(native) => serde_json::to_vec(&native::body(
+            native,
+            &native::Final {
+                model: &meta.model,
+                content: run.text(),
+                ids: &answer_ids,
+                reason,
+                usage,
+                report: &report,
+                logprobs,
+            },
+        )),
+        None => serde_json::to_vec(&Completion::new(
+            meta,
+            run.text(),
+            reason,
+            usage,
+            &report,
+            logprobs,
+        )),
+    };
     let timings = run.finish(ending);
     let body = body.map(Bytes::from).map_err(|_| ApiError::Internal)?;
     Ok(Collected {

@@ -25,6 +25,14 @@ impl RequestLimits {
         }
     }
 
+    /// The one served model, when it answers any name (or none).
+    pub fn any_model(&self) -> Option<&ModelPolicy> {
+        match self.models.as_slice() {
+            [only] if self.any_name => Some(only),
+            _ => None,
+        }
+    }
+
     /// The served model `name` names (its id or an alias; with `any_name`, the one model
     /// whatever the name); 404 `model_not_found` otherwise.
     pub fn model(&self, name: &str) -> Result<&ModelPolicy, ApiError> {
@@ -32,10 +40,7 @@ impl RequestLimits {
             .iter()
             .find(|m| m.id == name)
             .or_else(|| self.models.iter().find(|m| m.is_named(name)))
-            .or(match self.models.as_slice() {
-                [only] if self.any_name => Some(only),
-                _ => None,
-            })
+            .or_else(|| self.any_model())
             .ok_or_else(|| ApiError::ModelNotFound(name.to_owned()))
     }
 }

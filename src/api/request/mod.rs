@@ -63,6 +63,8 @@ pub struct ValidatedRequest {
     pub generation: GenerationRequest,
     /// Legacy completions' `echo`: the answer's text starts with the prompt.
     pub echo: bool,
+    /// Answer in llama.cpp's server's shape (`POST /completion`).
+    pub native: Option<Box<crate::stream::chunks::native::NativeMeta>>,
 }
 
 /// sha256 (hex) of the request as the model sees it: model, messages and every sampling
@@ -189,12 +191,14 @@ pub(super) struct WireCommon {
     /// `system_fingerprint`).
     #[serde(default)]
     seed: Option<i64>,
+    /// The penalties are read as f64, as their bounds are: 2.0000000000000004 is past
+    /// 2, yet would round to 2.0 as an f32.
     #[serde(default)]
     #[schema(minimum = -2.0, maximum = 2.0)]
-    presence_penalty: Option<f32>,
+    presence_penalty: Option<f64>,
     #[serde(default)]
     #[schema(minimum = -2.0, maximum = 2.0)]
-    frequency_penalty: Option<f32>,
+    frequency_penalty: Option<f64>,
     /// Kept only as a keyed hash in the semantic log.
     #[serde(default)]
     user: Option<String>,
@@ -209,7 +213,7 @@ pub(super) struct WireCommon {
     /// Extension: divides the logits of tokens already in the context (1: none).
     #[serde(default)]
     #[schema(exclusive_minimum = 0.0, maximum = 10.0)]
-    repetition_penalty: Option<f32>,
+    repetition_penalty: Option<f64>,
     #[serde(default)]
     response_format: Option<WireResponseFormat>,
     /// vLLM's extension: generate until the budget, past the end-of-sequence token.
@@ -324,6 +328,11 @@ pub(super) fn object_of(
     };
     if let Some(unknown) = object.keys().find(|k| !is_known(k)) {
         return Err(ApiError::UnknownParameter(unknown.clone()));
+    }
+    let mut object = object;
+    if let (None | Some(Value::Null), Some(only)) = (object.get("model"), limits.any_model()) {
+        // llama.cpp's clients name no model: a gateway that serves any name serves none.
+        object.insert("model".to_owned(), Value::String(only.id.clone()));
     }
     Ok(object)
 }
@@ -444,6 +453,7 @@ pub(super) fn validate(
         user: wire.user,
         generation,
         echo: false,
+        native: None,
     })
 }
 

@@ -599,6 +599,21 @@ fn an_alias_or_with_serve_any_model_any_name_is_the_served_model() {
         parse_with(&any, "gpt-3.5-turbo").expect("any name").model,
         "m"
     );
+    let mut nameless = chat_body(json!({}));
+    nameless.as_object_mut().expect("object").remove("model");
+    let body = nameless.to_string();
+    assert_eq!(
+        parse_chat_request(body.as_bytes(), &any, "r")
+            .expect("no name")
+            .model,
+        "m",
+        "a request naming no model, as llama.cpp's clients send"
+    );
+    assert_eq!(
+        param_of(parse_chat_request(body.as_bytes(), &limits(), "r")),
+        ("invalid_value".into(), "model".into()),
+        "required where any name is not served"
+    );
 }
 
 #[test]

@@ -20,6 +20,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+pub mod native;
+
 use super::logprobs::{ChatLogprobs, TextLogprobs};
 use crate::error::ApiError;
 use crate::record::ResponseTimings;
@@ -39,6 +41,8 @@ pub struct ResponseMeta {
     pub shape: Shape,
     /// Legacy completions' `echo`: the prompt, sent before the answer.
     pub echo: Option<String>,
+    /// Answer in llama.cpp's server's own shape (`POST /completion`), not OpenAI's.
+    pub native: Option<Box<native::NativeMeta>>,
 }
 
 impl ResponseMeta {
@@ -88,6 +92,10 @@ pub struct ChunkAssembler {
     /// vLLM's `continuous_usage_stats`: every chunk carries the usage so far (this);
     /// `None` when off.
     continuous_usage: Option<Usage>,
+    /// llama.cpp's shape: the ids of the tokens since the last frame, and how many
+    /// tokens there have been.
+    ids: Vec<u32>,
+    predicted: u32,
 }
 
 /// One `data:` frame of a stream (`chat.completion.chunk` or `text_completion`).
@@ -180,6 +188,17 @@ impl ChunkAssembler {
             include_usage,
             logprobs: false,
             continuous_usage: None,
+            ids: Vec::new(),
+            predicted: 0,
+        }
+    }
+
+    /// The ids of the tokens an engine event brought (llama.cpp's shape lists them in
+    /// the frame that carries their text).
+    pub fn tokens_arrived(&mut self, ids: &[u32]) {
+        if self.meta.native.is_some() {
+            self.ids.extend_from_slice(ids);
+            self.predicted += ids.len() as u32;
         }
     }
 
@@ -210,6 +229,9 @@ impl ChunkAssembler {
     /// The frame before any token: for chat, the assistant role with empty content; for
     /// text completions, the echoed prompt when `echo` asked for it, else none.
     pub fn first_frame(&self) -> Option<Bytes> {
+        if self.meta.native.is_some() {
+            return None;
+        }
         match self.meta.shape {
             Shape::Chat => Some(self.frame(
                 &[self.choice(Some("assistant"), Some(""), None, &[])],
@@ -249,11 +271,19 @@ impl ChunkAssembler {
             }
             .ended_by(self.sent_chars);
         }
-        let frame = self.frame(
-            &[self.choice(None, Some(text), None, &tokens[..complete])],
-            self.null_usage(),
-            None,
-        );
+        let frame = match &self.meta.native {
+            Some(native) => {
+                let logprobs = self.logprobs.then_some(&tokens[..complete]);
+                let frame = native::token_frame(native, text, &self.ids, self.predicted, logprobs);
+                self.ids.clear();
+                sse_json(&frame)
+            }
+            None => self.frame(
+                &[self.choice(None, Some(text), None, &tokens[..complete])],
+                self.null_usage(),
+                None,
+            ),
+        };
         if self.logprobs {
             self.text_offset = TextLogprobs {
                 tokens: &tokens[..complete],
@@ -287,6 +317,18 @@ impl ChunkAssembler {
         timings: &ResponseTimings,
         tokens: &[TokenLogprob],
     ) -> Vec<Bytes> {
+        if let Some(native) = &self.meta.native {
+            let last = native::Final {
+                model: &self.meta.model,
+                content: "",
+                ids: &self.ids,
+                reason,
+                usage,
+                report: timings,
+                logprobs: self.logprobs.then_some(tokens),
+            };
+            return vec![sse_json(&last.to_value(native))];
+        }
         let finish = [self.choice(None, None, Some(reason.as_str()), tokens)];
         let mut frames = Vec::with_capacity(3);
         if self.include_usage {

@@ -8,10 +8,11 @@ fn meta() -> ResponseMeta {
         system_fingerprint: "fp_x".into(),
         shape: Shape::Chat,
         echo: None,
+        native: None,
     }
 }
 
-fn timings() -> ResponseTimings {
+pub(super) fn timings() -> ResponseTimings {
     ResponseTimings {
         timings: crate::timing::Timings {
             ttft_ms: Some(1.0),
@@ -194,6 +195,7 @@ fn text_completions_echo_the_prompt_first() {
     let meta = ResponseMeta {
         shape: Shape::Text,
         echo: Some("Say:".into()),
+        native: None,
         ..meta()
     };
     let mut a = ChunkAssembler::new(meta.clone(), false);

@@ -1,0 +1,94 @@
+//! llama.cpp's server's own API, for the clients written for it: `POST /completion`
+//! (its native completion, on the same engines, timings, quality signals and semantic
+//! log as `/v1/completions`: [`request`] reads its body as that route's), and the
+//! read-only `GET /props` and `GET /slots` ([`meta`]). `/tokenize` and `/detokenize`
+//! take llama.cpp's fields beside vLLM's (`api::tokens`).
+
+pub mod meta;
+pub mod request;
+
+use serde_json::{json, Map, Value};
+
+use super::AppState;
+use crate::engine::{Budget, Prompt, TokenizeRequest};
+use crate::error::ApiError;
+use crate::stream::chunks::native::NativeMeta;
+use request::{translate, BiasTarget};
+
+/// llama.cpp's "no seed given: random" (`LLAMA_DEFAULT_SEED`): the gateway has no
+/// server-wide seed, so an unseeded request is random.
+pub const RANDOM_SEED: u64 = u32::MAX as u64;
+
+/// A `/completion` body as the `/v1/completions` body that means the same, and what
+/// shapes its answer. Biases given as text are turned into ids with the default
+/// model's tokenizer (each token of the text gets the bias, as llama.cpp's server does).
+pub async fn read_completion(
+    body: &[u8],
+    state: &AppState,
+) -> Result<(Vec<u8>, NativeMeta), ApiError> {
+    let translated = translate(body)?;
+    let mut biases: Map<String, Value> = Map::new();
+    for (target, bias) in translated.bias {
+        let ids = match target {
+            BiasTarget::Id(id) => vec![id],
+            BiasTarget::Text(text) => text_ids(state, text).await?,
+        };
+        for id in ids {
+            biases.insert(id.to_string(), json!(bias));
+        }
+    }
+    let mut out = translated.body;
+    // llama.cpp's clients name no model: the route serves the default one.
+    if !out.contains_key("model") {
+        let default = state.models.default_model().id().to_owned();
+        out.insert("model".into(), Value::String(default));
+    }
+    if !biases.is_empty() {
+        out.insert("logit_bias".into(), Value::Object(biases));
+    }
+    let body = serde_json::to_vec(&out).map_err(|_| ApiError::Internal)?;
+    Ok((body, translated.meta))
+}
+
+async fn text_ids(state: &AppState, text: String) -> Result<Vec<u32>, ApiError> {
+    let engine = &state.models.default_model().engine;
+    engine.model_info().ok_or(ApiError::NotReady)?;
+    let request = TokenizeRequest {
+        prompt: Prompt::Text(text),
+        add_special_tokens: false,
+        add_generation_prompt: false,
+    };
+    Ok(engine.tokenize(request).await?.ids)
+}
+
+/// llama.cpp's `generation_settings`: the parameters the answer is made with, after
+/// the gateway's defaults. `n_predict` -1: as many tokens as the context leaves.
+pub fn generation_settings(request: &crate::api::request::ValidatedRequest) -> Value {
+    let generation = &request.generation;
+    let s = &generation.sampling;
+    let logit_bias: Vec<Value> = s
+        .logit_bias
+        .iter()
+        .map(|(token, bias)| json!({"token": token, "bias": bias}))
+        .collect();
+    json!({
+        "n_predict": match generation.budget {
+            Budget::Asked(n) | Budget::ModelDefault(n) => i64::from(n),
+            Budget::Cap(_) => -1,
+        },
+        "seed": s.seed.unwrap_or(RANDOM_SEED),
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "repeat_penalty": s.repetition_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "stop": s.stop,
+        "ignore_eos": s.ignore_eos,
+        "logit_bias": logit_bias,
+        "n_probs": generation.top_logprobs.unwrap_or(0),
+        "stream": request.stream,
+        "model": request.model,
+    })
+}

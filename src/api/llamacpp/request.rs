@@ -1,0 +1,380 @@
+//! A `POST /completion` body (llama.cpp's server's own) read as the `/v1/completions`
+//! body that means the same, so it is validated, run, timed and logged by the same code.
+//! llama.cpp's names map to OpenAI's (`n_predict` → `max_tokens`, `n_probs` →
+//! `logprobs`, `repeat_penalty` → `repetition_penalty`, `json_schema` →
+//! `response_format`); what the gateway does not serve is refused naming the parameter.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::stream::chunks::native::NativeMeta;
+
+/// Taken as they are: the same name and meaning on `/v1/completions`.
+const SAME: &[&str] = &[
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "ignore_eos",
+    "min_tokens",
+    "model",
+];
+
+/// Read here and not passed on.
+const OWN: &[&str] = &[
+    "prompt",
+    "n_predict",
+    "max_tokens",
+    "n_probs",
+    "repeat_penalty",
+    "json_schema",
+    "logit_bias",
+    "cache_prompt",
+    "id_slot",
+    "return_tokens",
+    "response_fields",
+    "timings_per_token",
+    "grammar",
+];
+
+/// A bias target before the tokenizer has turned its text into ids.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BiasTarget {
+    Id(u32),
+    /// Every token of this text gets the bias.
+    Text(String),
+}
+
+/// The body as `/v1/completions` reads it, what shapes the answer, and the biases whose
+/// text still needs the tokenizer.
+#[derive(Debug)]
+pub struct Translated {
+    pub body: Map<String, Value>,
+    pub meta: NativeMeta,
+    pub bias: Vec<(BiasTarget, f64)>,
+}
+
+/// llama.cpp's `false` bias: the token is never picked (the gateway's floor, -100).
+const NEVER: f64 = -100.0;
+
+pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
+    let object = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return Err(ApiError::InvalidJson(
+                "the body must be a JSON object".into(),
+            ))
+        }
+        Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
+    };
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !SAME.contains(&k.as_str()) && !OWN.contains(&k.as_str()))
+    {
+        return Err(ApiError::unsupported(
+            unknown,
+            format!(
+                "POST /completion takes llama.cpp's common parameters; {unknown} is not \
+                 served. POST /v1/completions is the OpenAI route"
+            ),
+        ));
+    }
+    let get = |key: &str| object.get(key).filter(|v| !v.is_null());
+    let mut out: Map<String, Value> = SAME
+        .iter()
+        .filter_map(|&k| Some((k.to_owned(), get(k)?.clone())))
+        .collect();
+
+    out.insert("prompt".into(), Value::String(prompt(get("prompt"))?));
+    if let Some(n) = budget(get("n_predict"), get("max_tokens"))? {
+        out.insert("max_tokens".into(), json!(n));
+    }
+    if let Some(n) = get("n_probs") {
+        let n = n
+            .as_u64()
+            .ok_or_else(|| ApiError::invalid("n_probs", "must be a whole number, 0 to 20"))?;
+        if n > 0 {
+            out.insert("logprobs".into(), json!(n));
+        }
+    }
+    if let Some(penalty) = get("repeat_penalty") {
+        out.insert("repetition_penalty".into(), penalty.clone());
+    }
+    if let Some(schema) = get("json_schema") {
+        out.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "json_schema", "schema": schema}}),
+        );
+    }
+    if get("grammar").is_some() {
+        return Err(ApiError::unsupported(
+            "grammar",
+            "GBNF grammars are not served; send json_schema here, or response_format on \
+             POST /v1/completions",
+        ));
+    }
+    if get("id_slot").is_some_and(|v| v.as_i64() != Some(-1)) {
+        return Err(ApiError::unsupported(
+            "id_slot",
+            "the gateway places each request itself (only -1 is served)",
+        ));
+    }
+    if get("timings_per_token").is_some_and(|v| v != &Value::Bool(false)) {
+        return Err(ApiError::unsupported(
+            "timings_per_token",
+            "the last frame carries the timings; each token's are in the semantic log",
+        ));
+    }
+    if let Some(cache) = get("cache_prompt") {
+        // The prefix cache never changes an answer here: both values are served alike.
+        cache
+            .as_bool()
+            .ok_or_else(|| ApiError::invalid("cache_prompt", "must be true or false"))?;
+    }
+    let bias = match get("logit_bias") {
+        Some(value) => logit_bias(value)?,
+        None => Vec::new(),
+    };
+    let meta = NativeMeta {
+        prompt: out["prompt"].as_str().unwrap_or_default().to_owned(),
+        return_tokens: flag(get("return_tokens"), "return_tokens")?,
+        response_fields: response_fields(get("response_fields"))?,
+        ..NativeMeta::default()
+    };
+    Ok(Translated {
+        body: out,
+        meta,
+        bias,
+    })
+}
+
+/// One text prompt: a string, a list of one, or llama.cpp's `{"prompt_string": ...}`
+/// without media.
+fn prompt(value: Option<&Value>) -> Result<String, ApiError> {
+    match value {
+        None => Err(ApiError::invalid("prompt", "this parameter is required")),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::Array(items)) => match items.as_slice() {
+            [Value::String(text)] => Ok(text.clone()),
+            [Value::String(_), Value::String(_), ..] => Err(ApiError::unsupported(
+                "prompt",
+                "one prompt per request (send a string, or a list of one)",
+            )),
+            _ => Err(ApiError::unsupported(
+                "prompt",
+                "token-id prompts are not served; send text",
+            )),
+        },
+        Some(Value::Object(parts)) => {
+            if parts.get("multimodal_data").is_some() {
+                return Err(ApiError::unsupported(
+                    "prompt.multimodal_data",
+                    "the served model reads text only",
+                ));
+            }
+            match parts.get("prompt_string") {
+                Some(Value::String(text)) => Ok(text.clone()),
+                _ => Err(ApiError::invalid(
+                    "prompt.prompt_string",
+                    "must be the prompt's text",
+                )),
+            }
+        }
+        Some(_) => Err(ApiError::invalid(
+            "prompt",
+            "must be a string, or an array of one string",
+        )),
+    }
+}
+
+/// `n_predict` (-1: as many as the context leaves) or `max_tokens`, not both.
+fn budget(n_predict: Option<&Value>, max_tokens: Option<&Value>) -> Result<Option<u64>, ApiError> {
+    match (n_predict, max_tokens) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "max_tokens",
+            "send n_predict or max_tokens, not both",
+        )),
+        (Some(n), None) => match n.as_i64() {
+            Some(-1) => Ok(None),
+            Some(n) if n >= 1 => Ok(Some(n as u64)),
+            _ => Err(ApiError::invalid(
+                "n_predict",
+                "must be -1 (as many as the context leaves) or at least 1",
+            )),
+        },
+        (None, Some(n)) => n
+            .as_u64()
+            .filter(|&n| n >= 1)
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid("max_tokens", "must be at least 1")),
+        (None, None) => Ok(None),
+    }
+}
+
+/// llama.cpp's `logit_bias`: `[[token, bias], ...]` or `{"token": bias}`, where a token
+/// is an id or a text (each of its tokens biased) and a bias `false` means never.
+fn logit_bias(value: &Value) -> Result<Vec<(BiasTarget, f64)>, ApiError> {
+    let invalid = || {
+        ApiError::invalid(
+            "logit_bias",
+            "must be [[token, bias], ...] or {\"token\": bias}: a token id or text, a bias \
+             from -100 to 100 or false",
+        )
+    };
+    let target = |token: &Value| match token {
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(BiasTarget::Id),
+        Value::String(text) => Some(match text.parse::<u32>() {
+            Ok(id) => BiasTarget::Id(id),
+            Err(_) => BiasTarget::Text(text.clone()),
+        }),
+        _ => None,
+    };
+    let bias = |bias: &Value| match bias {
+        Value::Bool(false) => Some(NEVER),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    };
+    let pairs: Vec<(BiasTarget, f64)> = match value {
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item.as_array().map(Vec::as_slice) {
+                Some([token, b]) => Some((target(token)?, bias(b)?)),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(invalid)?,
+        Value::Object(map) => map
+            .iter()
+            .map(|(token, b)| Some((target(&Value::String(token.clone()))?, bias(b)?)))
+            .collect::<Option<_>>()
+            .ok_or_else(invalid)?,
+        _ => return Err(invalid()),
+    };
+    Ok(pairs)
+}
+
+fn flag(value: Option<&Value>, name: &str) -> Result<bool, ApiError> {
+    value.map_or(Ok(false), |v| {
+        v.as_bool()
+            .ok_or_else(|| ApiError::invalid(name, "must be true or false"))
+    })
+}
+
+fn response_fields(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    value
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "response_fields",
+                "must be a list of field paths such as \"content\" or \"generation_settings/n_predict\"",
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(value: Value) -> Result<Translated, ApiError> {
+        translate(value.to_string().as_bytes())
+    }
+
+    #[test]
+    fn llama_cpp_names_become_openai_ones() {
+        let t = body(json!({
+            "prompt": "Hi", "n_predict": 8, "n_probs": 3, "repeat_penalty": 1.1,
+            "temperature": 0.0, "cache_prompt": false, "id_slot": -1,
+            "json_schema": {"type": "string"}, "return_tokens": true,
+            "response_fields": ["content"],
+        }))
+        .expect("valid");
+        assert_eq!(t.body["prompt"], "Hi");
+        assert_eq!(t.body["max_tokens"], 8);
+        assert_eq!(t.body["logprobs"], 3);
+        assert_eq!(t.body["repetition_penalty"], 1.1);
+        assert_eq!(t.body["response_format"]["type"], "json_schema");
+        assert!(t.body.get("cache_prompt").is_none());
+        assert!(t.meta.return_tokens);
+        assert_eq!(t.meta.response_fields, ["content"]);
+
+        let endless =
+            body(json!({"prompt": {"prompt_string": "Hi"}, "n_predict": -1})).expect("valid");
+        assert!(
+            endless.body.get("max_tokens").is_none(),
+            "-1: what the context leaves"
+        );
+        assert_eq!(endless.body["prompt"], "Hi");
+    }
+
+    #[test]
+    fn biases_take_ids_texts_and_false() {
+        let listed = body(json!({"prompt": "a", "logit_bias": [[15, -100], [" the ", false]]}))
+            .expect("valid");
+        assert_eq!(
+            listed.bias,
+            [
+                (BiasTarget::Id(15), -100.0),
+                (BiasTarget::Text(" the ".into()), NEVER)
+            ]
+        );
+        let mapped =
+            body(json!({"prompt": "a", "logit_bias": {"15": 2, "book": -5}})).expect("valid");
+        assert_eq!(
+            mapped.bias,
+            [
+                (BiasTarget::Id(15), 2.0),
+                (BiasTarget::Text("book".into()), -5.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn what_is_not_served_is_refused_by_name() {
+        for (value, param) in [
+            (json!({}), "prompt"),
+            (json!({"prompt": [1, 2, 3]}), "prompt"),
+            (
+                json!({"prompt": "a", "grammar": "root ::= \"a\""}),
+                "grammar",
+            ),
+            (json!({"prompt": "a", "id_slot": 1}), "id_slot"),
+            (json!({"prompt": "a", "mirostat": 2}), "mirostat"),
+            (json!({"prompt": "a", "n_predict": 0}), "n_predict"),
+            (
+                json!({"prompt": "a", "n_predict": 4, "max_tokens": 4}),
+                "max_tokens",
+            ),
+            (json!({"prompt": "a", "logit_bias": [[1]]}), "logit_bias"),
+            (
+                json!({"prompt": "a", "timings_per_token": true}),
+                "timings_per_token",
+            ),
+            (
+                json!({"prompt": {"prompt_string": "a", "multimodal_data": ["x"]}}),
+                "prompt.multimodal_data",
+            ),
+        ] {
+            let error = body(value.clone()).expect_err(&value.to_string());
+            assert_eq!(error.param(), Some(param), "{value}: {error}");
+        }
+        let error = body(json!({"prompt": "a", "mirostat": 2})).expect_err("refused");
+        assert!(error.to_string().contains("/v1/completions"), "{error}");
+    }
+}

@@ -1,0 +1,273 @@
+//! llama.cpp's server's own answer shape, for `POST /completion` (`api::llamacpp`): the
+//! fields its clients read, from the same run, timings and quality signals as an
+//! OpenAI answer. A stream sends one frame per piece of text and a last one with
+//! `"stop": true` and the timings, and no `[DONE]` (llama.cpp's server sends none on
+//! this route).
+//!
+//! ```text
+//! data: {"index":0,"content":" the","tokens":[260],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":8}
+//! data: {"index":0,"content":"","tokens":[],"stop":true,...,"stop_type":"limit","timings":{...},"llmgate":{...}}
+//! ```
+//!
+//! `timings` holds llama.cpp's figures (`prompt_n`, `prompt_ms`, `predicted_n`, ...),
+//! computed from the gateway's own measurements; `llmgate` holds those measurements and
+//! the quality signals as the OpenAI routes' `timings` does.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::record::ResponseTimings;
+use crate::tokens::{FinishReason, TokenLogprob, Usage};
+
+/// What a `/completion` request asked of its answer's shape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NativeMeta {
+    /// llama.cpp's `generation_settings`: the parameters the answer was made with.
+    pub generation_settings: Value,
+    /// The prompt as given.
+    pub prompt: String,
+    /// Prompt tokens (`tokens_evaluated`).
+    pub prompt_tokens: u32,
+    /// `return_tokens`: the non-streamed answer lists its token ids (a stream's frames
+    /// always do).
+    pub return_tokens: bool,
+    /// `response_fields`: only these fields (paths such as `generation_settings/n_predict`)
+    /// in the non-streamed answer; empty: all.
+    pub response_fields: Vec<String>,
+}
+
+/// One text frame: its text, the ids of the tokens that arrived since the last frame,
+/// and (with `n_probs`) their log-probabilities.
+pub fn token_frame(
+    meta: &NativeMeta,
+    text: &str,
+    ids: &[u32],
+    predicted: u32,
+    logprobs: Option<&[TokenLogprob]>,
+) -> Value {
+    let mut frame = json!({
+        "index": 0,
+        "content": text,
+        "tokens": ids,
+        "stop": false,
+        "id_slot": -1,
+        "tokens_predicted": predicted,
+        "tokens_evaluated": meta.prompt_tokens,
+    });
+    if let Some(tokens) = logprobs {
+        frame["completion_probabilities"] = probabilities(tokens);
+    }
+    frame
+}
+
+/// The last frame of a stream, or (with the whole `content` and `ids`) the non-streamed
+/// answer.
+pub struct Final<'a> {
+    pub model: &'a str,
+    pub content: &'a str,
+    pub ids: &'a [u32],
+    pub reason: FinishReason,
+    pub usage: Usage,
+    pub report: &'a ResponseTimings,
+    pub logprobs: Option<&'a [TokenLogprob]>,
+}
+
+impl Final<'_> {
+    pub fn to_value(&self, meta: &NativeMeta) -> Value {
+        let Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        } = self.usage;
+        let mut body = json!({
+            "index": 0,
+            "content": self.content,
+            "tokens": self.ids,
+            "id_slot": 0,
+            "stop": true,
+            "model": self.model,
+            "tokens_predicted": completion_tokens,
+            "tokens_evaluated": prompt_tokens,
+            "generation_settings": meta.generation_settings,
+            "prompt": meta.prompt,
+            "has_new_line": self.content.contains('\n'),
+            // The gateway never cuts a prompt to fit (a prompt too long is refused).
+            "truncated": false,
+            "stop_type": match self.reason {
+                FinishReason::Stop => "eos",
+                FinishReason::Length => "limit",
+            },
+            "stopping_word": "",
+            "tokens_cached": prompt_tokens + completion_tokens,
+            "timings": timings(self.report, prompt_tokens, cached_tokens.unwrap_or(0)),
+            "llmgate": self.report,
+        });
+        if let Some(tokens) = self.logprobs {
+            body["completion_probabilities"] = probabilities(tokens);
+        }
+        body
+    }
+}
+
+/// The non-streamed answer: [`Final`] with every token id when asked for, cut down to
+/// `response_fields` when those are named.
+pub fn body(meta: &NativeMeta, answer: &Final<'_>) -> Value {
+    let ids: &[u32] = if meta.return_tokens { answer.ids } else { &[] };
+    let body = Final { ids, ..*answer }.to_value(meta);
+    if meta.response_fields.is_empty() {
+        return body;
+    }
+    let picked: Map<String, Value> = meta
+        .response_fields
+        .iter()
+        .filter_map(|path| {
+            let value = path
+                .split('/')
+                .try_fold(&body, |value, key| value.get(key))?;
+            Some((path.clone(), value.clone()))
+        })
+        .collect();
+    Value::Object(picked)
+}
+
+/// llama.cpp's `timings` from the gateway's measurements: the prompt's share is the
+/// engine's time to the first token, the prediction's the TPOT times the tokens after
+/// the first.
+fn timings(report: &ResponseTimings, prompt_tokens: u32, cached: u32) -> Value {
+    let t = &report.timings;
+    let prompt_n = prompt_tokens.saturating_sub(cached);
+    let prompt_ms = t.engine_ttft_ms.or(t.ttft_ms).unwrap_or(0.0);
+    let predicted_n = t.output_tokens;
+    let predicted_ms = t.tpot_ms.unwrap_or(0.0) * f64::from(predicted_n.saturating_sub(1));
+    let per = |ms: f64, n: u32| (n > 0).then(|| ms / f64::from(n));
+    let rate = |ms: f64, n: u32| (ms > 0.0).then(|| f64::from(n) * 1e3 / ms);
+    json!({
+        "cache_n": cached,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per(prompt_ms, prompt_n),
+        "prompt_per_second": rate(prompt_ms, prompt_n),
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": t.tpot_ms,
+        "predicted_per_second": rate(predicted_ms, predicted_n.saturating_sub(1)),
+    })
+}
+
+/// `completion_probabilities`: each token with its log-probability and bytes, and its
+/// alternatives. llama.cpp's server also gives each one's `id`; the gateway's
+/// log-probabilities carry text only.
+fn probabilities(tokens: &[TokenLogprob]) -> Value {
+    #[derive(Serialize)]
+    struct Alternative<'a> {
+        token: &'a str,
+        logprob: f32,
+        bytes: &'a [u8],
+    }
+    #[derive(Serialize)]
+    struct Probability<'a> {
+        token: &'a str,
+        logprob: f32,
+        bytes: &'a [u8],
+        top_logprobs: Vec<Alternative<'a>>,
+    }
+    let list: Vec<Probability<'_>> = tokens
+        .iter()
+        .map(|t| Probability {
+            token: &t.token.text,
+            logprob: t.logprob,
+            bytes: &t.token.bytes,
+            top_logprobs: t
+                .top
+                .iter()
+                .map(|(alt, logprob)| Alternative {
+                    token: &alt.text,
+                    logprob: *logprob,
+                    bytes: &alt.bytes,
+                })
+                .collect(),
+        })
+        .collect();
+    serde_json::to_value(list).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> NativeMeta {
+        NativeMeta {
+            generation_settings: json!({"n_predict": 8, "seed": 42}),
+            prompt: "Hi".into(),
+            prompt_tokens: 3,
+            ..NativeMeta::default()
+        }
+    }
+
+    fn answer<'a>(report: &'a ResponseTimings, ids: &'a [u32]) -> Final<'a> {
+        Final {
+            model: "m",
+            content: "a\nb",
+            ids,
+            reason: FinishReason::Length,
+            usage: Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                cached_tokens: Some(1),
+            },
+            report,
+            logprobs: None,
+        }
+    }
+
+    #[test]
+    fn the_answer_has_llama_cpp_fields_and_ours() {
+        let report = crate::stream::chunks::tests::timings();
+        let body = body(&meta(), &answer(&report, &[5, 6]));
+        assert_eq!(body["content"], "a\nb");
+        assert_eq!(body["tokens"], json!([]), "ids only with return_tokens");
+        assert_eq!(body["stop_type"], "limit");
+        assert_eq!(body["has_new_line"], true);
+        assert_eq!(
+            body["timings"]["prompt_n"], 2,
+            "the cached token is not evaluated"
+        );
+        assert_eq!(body["timings"]["cache_n"], 1);
+        assert_eq!(body["generation_settings"]["seed"], 42);
+        assert!(body["llmgate"].is_object());
+
+        let with_ids = NativeMeta {
+            return_tokens: true,
+            ..meta()
+        };
+        assert_eq!(
+            super::body(&with_ids, &answer(&report, &[5, 6]))["tokens"],
+            json!([5, 6])
+        );
+    }
+
+    #[test]
+    fn response_fields_keep_only_the_paths_named() {
+        let report = crate::stream::chunks::tests::timings();
+        let picked = NativeMeta {
+            response_fields: vec![
+                "content".into(),
+                "generation_settings/n_predict".into(),
+                "no/such".into(),
+            ],
+            ..meta()
+        };
+        assert_eq!(
+            body(&picked, &answer(&report, &[])),
+            json!({"content": "a\nb", "generation_settings/n_predict": 8})
+        );
+    }
+
+    #[test]
+    fn a_frame_carries_its_text_and_ids() {
+        let frame = token_frame(&meta(), " the", &[260], 1, None);
+        assert_eq!(frame["tokens"], json!([260]));
+        assert_eq!(frame["stop"], false);
+        assert!(frame.get("completion_probabilities").is_none());
+    }
+}
