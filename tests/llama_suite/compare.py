@@ -1,0 +1,76 @@
+"""Reads the two JUnit reports of scripts/llama-suite (llama-server's and llmgate's run of
+llama.cpp's server tests) and prints passed/failed per file side by side, then every test
+llama-server passes and llmgate fails. Exits 1 when such a test is not in EXCEPTIONS
+(exceptions.py), or when a listed test now passes on llmgate: the list says exactly
+what llmgate does not do.
+
+    python3 compare.py LLAMA_SERVER.xml LLMGATE.xml
+"""
+
+import collections
+import sys
+import xml.etree.ElementTree as ET
+
+from exceptions import EXCEPTIONS
+
+
+def outcomes(report: str) -> dict[str, str]:
+    """`file::test` → passed, failed or skipped."""
+    result = {}
+    for case in ET.parse(report).iter("testcase"):
+        path = case.get("classname", "").replace(".", "/") + ".py"
+        name = f"{path.removeprefix('unit/')}::{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            result[name] = "failed"
+        elif case.find("skipped") is not None:
+            result[name] = "skipped"
+        else:
+            result[name] = "passed"
+    return result
+
+
+def main(peer_report: str, ours_report: str) -> int:
+    peer, ours = outcomes(peer_report), outcomes(ours_report)
+    per_file = collections.defaultdict(lambda: collections.Counter())
+    for name, outcome in peer.items():
+        per_file[name.split("::")[0]][("llama-server", outcome)] += 1
+    for name, outcome in ours.items():
+        per_file[name.split("::")[0]][("llmgate", outcome)] += 1
+    print(f"{'file':28} {'llama-server':>18} {'llmgate':>18}")
+    for path in sorted(per_file):
+        counts = per_file[path]
+        cells = [f"{counts[(s, 'passed')]} passed {counts[(s, 'failed')]} failed" for s in ("llama-server", "llmgate")]
+        print(f"{path:28} {cells[0]:>18} {cells[1]:>18}")
+    totals = [collections.Counter(r.values()) for r in (peer, ours)]
+    print(f"{'all':28} {totals[0]['passed']:>6} passed {totals[0]['failed']:>3} failed"
+          f" {totals[1]['passed']:>6} passed {totals[1]['failed']:>3} failed")
+
+    behind = sorted(n for n, o in peer.items() if o == "passed" and ours.get(n) != "passed")
+    unexplained = [n for n in behind if not excepted(n)]
+    # A listed test llmgate now passes (every parametrization) is listed for nothing.
+    stale = sorted(
+        key for key in EXCEPTIONS
+        if (runs := [o for n, o in ours.items() if matches(key, n)])
+        and all(o == "passed" for o in runs)
+    )
+    print(f"\nllama-server passes, llmgate does not: {len(behind)} "
+          f"({len(behind) - len(unexplained)} listed in tests/llama_suite/exceptions.py)")
+    for name in behind:
+        reason = next((r for k, r in EXCEPTIONS.items() if matches(k, name)), None)
+        print(f"  {'listed ' if reason else 'MISSING'} {name}" + (f": {reason}" if reason else ""))
+    for name in stale:
+        print(f"  STALE   {name}: listed, but llmgate passes it")
+    return 1 if unexplained or stale else 0
+
+
+def matches(key: str, name: str) -> bool:
+    """An exception names a test, or every parametrization of one (no brackets)."""
+    return name == key or ("[" not in key and name.startswith(key + "["))
+
+
+def excepted(name: str) -> bool:
+    return any(matches(k, name) for k in EXCEPTIONS)
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))

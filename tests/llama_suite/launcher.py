@@ -1,0 +1,98 @@
+"""A pytest plugin that runs llama.cpp's own server tests (tools/server/tests of the
+llama.cpp tree in the pinned llama-cpp-python sdist, fetched by scripts/peers, never
+copied here) against the server LLAMA_SUITE_SERVER names, on our model file:
+
+- `llama-server`: llama.cpp's C++ server of scripts/peers, started as the suite starts it,
+  with the suite's Hugging Face download replaced by the local GGUF;
+- `llmgate`: the debug binary on the same GGUF with the llama.cpp engine, each of the
+  suite's server options translated to the llmgate flag that means the same.
+
+Only the launcher is replaced (`ServerProcess.start`, and `ServerPreset.load_all`, which
+downloads the suite's models); every test runs as written. scripts/llama-suite runs it.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = Path(os.environ.get("LLAMA_SUITE_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct.Q8_0.gguf"))
+TARGET = os.environ.get("LLAMA_SUITE_SERVER", "llmgate")
+LLAMA_SERVER = ROOT / ".peers" / "llama-server" / "llama-server"
+LLMGATE = ROOT / "target" / "debug" / "llmgate"
+START_SECONDS = 120
+
+
+def pytest_configure(config):
+    import utils  # the suite's own module, on sys.path through its rootdir conftest
+
+    utils.ServerPreset.load_all = staticmethod(lambda: None)
+    original_start = utils.ServerProcess.start
+
+    def start(server, timeout_seconds=START_SECONDS):
+        if server.model_hf_repo is not None or server.model_file is not None or server.model_url:
+            server.model_hf_repo = server.model_hf_file = server.model_url = None
+            server.model_file = str(MODEL)
+        if TARGET == "llama-server":
+            server.server_path = str(LLAMA_SERVER)
+            server.offline = True
+            return original_start(server, max(timeout_seconds, START_SECONDS))
+        return start_llmgate(utils, server, max(timeout_seconds, START_SECONDS))
+
+    utils.ServerProcess.start = start
+
+
+def llmgate_args(server, data_dir: Path) -> list[str]:
+    """The llmgate flags that mean what the suite's llama-server options mean."""
+    host = server.server_host.split(",")[0].strip()
+    args = [
+        "serve", "--listen", f"{host}:{server.server_port}", "--data-dir", str(data_dir),
+        "--engine", "llamacpp", "--serve-any-model", "true", "--workers", "2",
+        "--default-temperature", str(server.temperature),
+    ]
+    if server.model_file:
+        args += ["--model-path", server.model_file]
+    if server.model_alias:
+        args += ["--model-id", server.model_alias.split(",")[0]]
+    slots = server.n_slots or 1
+    args += ["--max-batch-size", str(slots)]
+    if server.n_ctx:
+        # llama-server splits its context among its slots; an llmgate sequence has its own.
+        args += ["--context-length", str(server.n_ctx // slots)]
+    if server.n_predict and server.n_predict > 0:
+        args += ["--default-max-tokens", str(server.n_predict)]
+    if server.cors_origins:
+        args += ["--cors-origin", server.cors_origins]
+    if server.no_ui:
+        args += ["--page", "false"]
+    if server.api_key:
+        keys = data_dir / "keys"
+        digest = hashlib.sha256(server.api_key.encode()).hexdigest()
+        keys.write_text(f"suite {digest}\n")
+        args += ["--api-keys-file", str(keys)]
+    return args
+
+
+def start_llmgate(utils, server, timeout_seconds: float) -> None:
+    # Under scripts/llama-suite's folder, which it empties before each run.
+    data_dir = Path(tempfile.mkdtemp(prefix="llmgate-", dir=os.environ.get("LLAMA_SUITE_DATA")))
+    args = [str(LLMGATE), *llmgate_args(server, data_dir)]
+    print(f"tests: starting llmgate with: {' '.join(args)}")
+    server.process = subprocess.Popen(args, stdout=sys.stdout, stderr=sys.stdout, cwd=ROOT)
+    utils.server_instances.add(server)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"llmgate exited with {server.process.returncode}")
+        try:
+            if server.make_request("GET", "/ready").status_code == 200:
+                server.ready = True
+                return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"llmgate did not start within {timeout_seconds} s")
