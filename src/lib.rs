@@ -115,7 +115,6 @@ pub fn serve(
                 !state.cors_origins.is_empty(),
                 api::cors(&state.cors_origins),
             ))
-            .wrap(middleware::from_fn(api::capitalised_headers))
             .configure(|cfg| routes::configure(cfg, metrics))
     })
     // A client that closes its side of the connection has left: actix then drops the

@@ -39,6 +39,7 @@ fn api(cfg: &mut web::ServiceConfig, metrics: bool) {
     .service(only(POST, "/completion", generation::native_completion))
     .service(only(GET, "/props", llamacpp::meta::props))
     .service(only(GET, "/slots", llamacpp::meta::slots_list))
+    .service(only(POST, "/apply-template", tokens::apply_template))
     .service(only(POST, "/tokenize", tokens::tokenize))
     .service(only(POST, "/detokenize", tokens::detokenize))
     .service(only(GET, "/v1/models", meta::list_models))

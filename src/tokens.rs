@@ -10,6 +10,9 @@
 pub struct TokenText {
     pub text: String,
     pub bytes: Vec<u8>,
+    /// The token's id, where the engine picked it here (llama.cpp's `n_probs` lists
+    /// it); `None` for an upstream's tokens, which come as text.
+    pub id: Option<u32>,
 }
 
 impl TokenText {
@@ -17,6 +20,15 @@ impl TokenText {
         Self {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             bytes,
+            id: None,
+        }
+    }
+
+    /// The same token, known by its id.
+    pub fn with_id(self, id: u32) -> Self {
+        Self {
+            id: Some(id),
+            ..self
         }
     }
 }

@@ -266,22 +266,6 @@ impl Arrived {
     }
 }
 
-/// Middleware, the outermost (CORS preflights too): header names go out as
-/// `Content-Type`, not `content-type`. HTTP/1.1 names are case-insensitive, yet scripts
-/// written against llama.cpp's server (whose headers are capitalised) look them up in a
-/// plain dict. HTTP/2 lowercases them anyway.
-pub async fn capitalised_headers(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let mut response = next.call(req).await?;
-    response
-        .response_mut()
-        .head_mut()
-        .set_camel_case_headers(true);
-    Ok(response)
-}
-
 /// Middleware: give every request an id and every response the `x-request-id` header.
 pub async fn request_id(
     req: ServiceRequest,

@@ -38,6 +38,7 @@ use crate::error::ErrorBody;
         super::llamacpp::meta::slots_list,
         super::tokens::tokenize,
         super::tokens::detokenize,
+        super::tokens::apply_template,
         super::meta::list_models,
         super::meta::get_model,
         super::meta::health,

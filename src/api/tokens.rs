@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 
 use super::body::{json_content_type, read_body};
 use super::request::{
-    parse_detokenize_request, parse_tokenize_request, WireDetokenize, WireTokenize,
+    parse_apply_template_request, parse_detokenize_request, parse_tokenize_request, WireDetokenize,
+    WireTokenize,
 };
 use super::responses::TokenErrors;
 use super::AppState;
@@ -63,8 +64,25 @@ enum Tokens {
 #[derive(Serialize, ToSchema)]
 pub struct Piece {
     id: u32,
-    #[schema(value_type = Object)]
+    #[schema(schema_with = piece_schema)]
     piece: serde_json::Value,
+}
+
+/// The token's text, or its bytes.
+fn piece_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .item(
+            ArrayBuilder::new().items(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0))
+                    .maximum(Some(255)),
+            ),
+        )
+        .build()
+        .into()
 }
 
 impl Piece {
@@ -192,4 +210,39 @@ pub async fn detokenize(
         content: text.clone(),
         prompt: text,
     }))
+}
+
+/// The rendered prompt (llama.cpp's server's `POST /apply-template`).
+#[derive(Serialize, ToSchema)]
+pub struct AppliedTemplate {
+    /// The conversation as the default model's chat template writes it, ending with the
+    /// assistant's turn opening: what a generation of it reads.
+    prompt: String,
+}
+
+/// `{"prompt"}`: `messages` rendered with the default model's chat template, as a
+/// generation renders them (tokenized, then read back with the special tokens' text).
+#[utoipa::path(
+    post,
+    path = "/apply-template",
+    tag = "llama.cpp",
+    request_body(content = Object, content_type = "application/json", description = "`{\"messages\": [...]}`, as in a chat request"),
+    security((), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The rendered prompt", body = AppliedTemplate),
+        TokenErrors,
+    ),
+)]
+pub async fn apply_template(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body(&req, payload, &state).await?;
+    let request = parse_apply_template_request(&body, &state.limits)?;
+    let engine = &state.models.default_model().engine;
+    engine.model_info().ok_or(ApiError::NotReady)?;
+    let ids = engine.tokenize(request).await?.ids;
+    let prompt = engine.detokenize(ids, false).await?;
+    Ok(HttpResponse::Ok().json(AppliedTemplate { prompt }))
 }

@@ -490,6 +490,7 @@ impl Guard {
                     | "/completion"
                     | "/props"
                     | "/slots"
+                    | "/apply-template"
             )
             || path.starts_with("/stats/")
             || path == "/models"

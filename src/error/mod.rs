@@ -249,6 +249,28 @@ impl ApiError {
         self.entry().code
     }
 
+    /// The same error, naming `theirs` where it named `ours` (or a path under it): a
+    /// route that takes the parameter under another name (llama.cpp's `/completion`).
+    pub fn renamed(self, ours: &str, theirs: &str) -> Self {
+        let rename = |param: String| match param.strip_prefix(ours) {
+            Some(rest) if rest.is_empty() || rest.starts_with(['.', '[']) => {
+                format!("{theirs}{rest}")
+            }
+            _ => param,
+        };
+        match self {
+            ApiError::InvalidParameter { param, message } => ApiError::InvalidParameter {
+                param: rename(param),
+                message,
+            },
+            ApiError::UnsupportedParameter { param, reason } => ApiError::UnsupportedParameter {
+                param: rename(param),
+                reason,
+            },
+            other => other,
+        }
+    }
+
     pub fn param(&self) -> Option<&str> {
         match self {
             ApiError::InvalidParameter { param, .. }

@@ -192,6 +192,11 @@ impl Run {
     }
 
     /// The answer so far.
+    /// The stop sequence that ended the answer, if one did.
+    pub fn stop_word(&self) -> Option<&str> {
+        self.stops.matched()
+    }
+
     pub fn text(&self) -> &str {
         self.quality.text()
     }

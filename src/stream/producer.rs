@@ -180,7 +180,7 @@ async fn drive(
             () = &mut left => return Err(Lost::Left),
             error = &mut passed => {
                 events.close();
-                return end_with_error(run, wire, error).await;
+                return end_with_error(run, assembler, wire, error).await;
             }
             event = events.recv() => event,
             () = &mut idle => {
@@ -201,7 +201,7 @@ async fn drive(
                 at,
             }) => {
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
-                assembler.tokens_arrived(&ids);
+                assembler.tokens_arrived(&ids, &text);
                 unsent.extend(logprobs);
                 if arrival.cut {
                     assembler.drop_cut_tokens(&mut unsent, run.text());
@@ -223,19 +223,22 @@ async fn drive(
                 send_text(run, assembler, wire, &rest, &mut unsent).await?;
                 Ending::Finished { reason, usage }
             }
-            Some(EngineEvent::Failed(error)) => return fail(run, wire, error).await,
+            Some(EngineEvent::Failed(error)) => return fail(run, assembler, wire, error).await,
             // Sent only for an answer given in one body; a stream's client has its text.
             Some(EngineEvent::Restarted) => {
                 let error = EngineError::Internal("a streamed answer cannot start over".into());
-                return fail(run, wire, error).await;
+                return fail(run, assembler, wire, error).await;
             }
             None => {
                 let error = EngineError::Internal("the engine dropped the request".into());
-                return fail(run, wire, error).await;
+                return fail(run, assembler, wire, error).await;
             }
         };
         let (reason, usage) = run.reason_and_usage(&ending);
-        for frame in assembler.finish_frames(reason, usage, &run.report(&ending), &unsent) {
+        let word = run.stop_word().map(str::to_owned);
+        let stop = (native::stop_type(&ending, word.as_deref()), word.as_deref());
+        let report = run.report(&ending);
+        for frame in assembler.finish_frames(reason, usage, &report, &unsent, stop) {
             wire.send(run, frame).await?;
         }
         // e2e ends when [DONE] has been handed over, a moment after the chunk that
@@ -262,14 +265,24 @@ async fn send_text(
     Ok(true)
 }
 
-async fn fail(run: &mut Run, wire: &Wire, error: EngineError) -> Result<Ending, Lost> {
+async fn fail(
+    run: &mut Run,
+    assembler: &ChunkAssembler,
+    wire: &Wire,
+    error: EngineError,
+) -> Result<Ending, Lost> {
     tracing::error!(error = %error, "The engine failed mid-stream.");
-    end_with_error(run, wire, ApiError::from(error)).await
+    end_with_error(run, assembler, wire, ApiError::from(error)).await
 }
 
-/// Ends a stream that has begun with an error frame and `[DONE]`.
-async fn end_with_error(run: &mut Run, wire: &Wire, api_error: ApiError) -> Result<Ending, Lost> {
-    for frame in ChunkAssembler::error_frames(&api_error) {
+/// Ends a stream that has begun with an error frame (and `[DONE]`).
+async fn end_with_error(
+    run: &mut Run,
+    assembler: &ChunkAssembler,
+    wire: &Wire,
+    api_error: ApiError,
+) -> Result<Ending, Lost> {
+    for frame in assembler.error_frames(&api_error) {
         wire.send(run, frame).await?;
     }
     Ok(Ending::Failed {
@@ -288,8 +301,10 @@ pub async fn collect_json(
     let passed = deadline.passed();
     tokio::pin!(passed);
     let mut tokens: Vec<TokenLogprob> = Vec::new();
-    // The answer's token ids, for llama.cpp's shape.
-    let mut answer_ids: Vec<u32> = Vec::new();
+    // The answer's token ids, for llama.cpp's shape, each with where its engine text
+    // began (characters): a stop sequence cuts those after it off, as their text.
+    let mut answer_ids: Vec<(u32, usize)> = Vec::new();
+    let mut engine_chars = 0;
     let ending = loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -307,7 +322,12 @@ pub async fn collect_json(
             }) => {
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
                 if meta.native.is_some() {
-                    answer_ids.extend_from_slice(&ids);
+                    answer_ids.extend(ids.iter().map(|&id| (id, engine_chars)));
+                    engine_chars += text.chars().count();
+                    if arrival.cut {
+                        let answer = run.text().chars().count();
+                        answer_ids.retain(|&(_, at)| at < answer);
+                    }
                 }
                 if with_logprobs {
                     tokens.extend(logprobs);
@@ -340,6 +360,7 @@ pub async fn collect_json(
                 run.restart();
                 tokens.clear();
                 answer_ids.clear();
+                engine_chars = 0;
             }
             None => {
                 return Err(failed(
@@ -353,18 +374,23 @@ pub async fn collect_json(
     let report = run.report(&ending);
     let logprobs = with_logprobs.then_some(tokens.as_slice());
     let body = match &meta.native {
-        Some(native) => serde_json::to_vec(&native::body(
-            native,
-            &native::Final {
-                model: &meta.model,
-                content: run.text(),
-                ids: &answer_ids,
-                reason,
-                usage,
-                report: &report,
-                logprobs,
-            },
-        )),
+        Some(native) => {
+            let ids: Vec<u32> = answer_ids.iter().map(|&(id, _)| id).collect();
+            serde_json::to_vec(&native::body(
+                native,
+                &native::Final {
+                    model: &meta.model,
+                    content: run.text(),
+                    has_new_line: run.text().contains('\n'),
+                    ids: &ids,
+                    stop_type: native::stop_type(&ending, run.stop_word()),
+                    stopping_word: run.stop_word(),
+                    usage,
+                    report: &report,
+                    logprobs,
+                },
+            ))
+        }
         None => serde_json::to_vec(&Completion::new(
             meta,
             run.text(),

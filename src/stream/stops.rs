@@ -14,6 +14,8 @@ use std::borrow::Cow;
 pub struct StopScreen {
     stops: Vec<String>,
     held: String,
+    /// The stop sequence that ended the answer, once one has.
+    matched: Option<String>,
 }
 
 /// What the screen lets through for one piece of engine text.
@@ -29,6 +31,12 @@ impl StopScreen {
     /// Forgets what it holds: the answer starts over.
     pub fn restart(&mut self) {
         self.held.clear();
+        self.matched = None;
+    }
+
+    /// The stop sequence that ended the answer, if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Empty sequences are ignored (they would end every answer before it began).
@@ -36,6 +44,7 @@ impl StopScreen {
         Self {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             held: String::new(),
+            matched: None,
         }
     }
 
@@ -51,9 +60,10 @@ impl StopScreen {
         let first_stop = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(at) = first_stop {
+            .filter_map(|s| Some((self.held.find(s.as_str())?, s)))
+            .min_by_key(|&(at, _)| at);
+        if let Some((at, stop)) = first_stop {
+            self.matched = Some(stop.clone());
             let mut text = std::mem::take(&mut self.held);
             text.truncate(at);
             return Screened {

@@ -61,10 +61,15 @@ def llmgate_args(server, data_dir: Path) -> list[str]:
     slots = server.n_slots or 1
     args += ["--max-batch-size", str(slots)]
     if server.n_ctx:
-        # llama-server splits its context among its slots; an llmgate sequence has its own.
-        args += ["--context-length", str(server.n_ctx // slots)]
+        # llama-server splits its context among its slots (unless --kv-unified shares
+        # it); an llmgate sequence has its own.
+        per_slot = server.n_ctx if server.kv_unified else server.n_ctx // slots
+        args += ["--context-length", str(per_slot)]
     if server.n_predict and server.n_predict > 0:
-        args += ["--default-max-tokens", str(server.n_predict)]
+        # llama-server's --n-predict is every request's most; one that asks for more is
+        # cut to it there and refused here.
+        args += ["--default-max-tokens", str(server.n_predict),
+                 "--max-tokens-cap", str(server.n_predict)]
     if server.cors_origins:
         args += ["--cors-origin", server.cors_origins]
     if server.no_ui:

@@ -149,7 +149,7 @@ async fn run(
     let answered = async {
         let admitted = handling.admitted(parsed, permit)?;
         let started = handling.start(admitted).await?;
-        super::respond(started, &state, deadline).await
+        super::respond::respond(started, &state, deadline).await
     };
     match answered.await {
         // Read to its end as a client would, so the answer is timed as the client's is.

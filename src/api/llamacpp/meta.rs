@@ -7,10 +7,11 @@ use serde_json::{json, Value};
 
 use super::RANDOM_SEED;
 use crate::api::AppState;
-use crate::engine::served::ServedModel;
 use crate::error::ApiError;
 
-/// `{"default_generation_settings", "total_slots", "model_alias", "build_info", ...}`.
+/// `{"default_generation_settings", "total_slots", "model_alias", "build_info", ...}`;
+/// `total_slots` is null for a model with no slots here (an upstream), a default left
+/// null is the engine's own.
 #[utoipa::path(
     get,
     path = "/props",
@@ -37,7 +38,7 @@ pub async fn props(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
                 "top_p": policy.default_top_p,
             },
         },
-        "total_slots": slots(served),
+        "total_slots": served.engine.sequences(),
         "model_alias": served.id(),
         "model_path": Value::Null,
         "build_info": info.system_fingerprint,
@@ -45,8 +46,9 @@ pub async fn props(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
     })))
 }
 
-/// One entry per sequence slot of the default model: `id`, `n_ctx`, `is_processing`.
-/// The gateway's slots are interchangeable: the first `running` are shown busy.
+/// One entry per sequence slot of the default model: `id`, `n_ctx`, `is_processing`;
+/// none for a model with no slots here. The gateway's slots are interchangeable: the
+/// first `running` are shown busy.
 #[utoipa::path(
     get,
     path = "/slots",
@@ -60,8 +62,10 @@ pub async fn props(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
 pub async fn slots_list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let served = state.models.default_model();
     let info = served.engine.model_info().ok_or(ApiError::NotReady)?;
+    // None for a model with no slots in this process (an upstream keeps its own).
+    let sequences = served.engine.sequences().unwrap_or(0);
     let running = served.engine.load().running;
-    let list: Vec<Value> = (0..slots(served))
+    let list: Vec<Value> = (0..sequences)
         .map(|id| {
             json!({
                 "id": id,
@@ -71,9 +75,4 @@ pub async fn slots_list(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
         })
         .collect();
     Ok(HttpResponse::Ok().json(list))
-}
-
-/// Sequences the model decodes at once; 1 where the engine has no slots of its own here.
-fn slots(served: &ServedModel) -> usize {
-    served.engine.sequences().unwrap_or(1)
 }

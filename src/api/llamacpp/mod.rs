@@ -2,7 +2,8 @@
 //! (its native completion, on the same engines, timings, quality signals and semantic
 //! log as `/v1/completions`: [`request`] reads its body as that route's), and the
 //! read-only `GET /props` and `GET /slots` ([`meta`]). `/tokenize` and `/detokenize`
-//! take llama.cpp's fields beside vLLM's (`api::tokens`).
+//! take llama.cpp's fields beside vLLM's, and `/apply-template` renders a conversation
+//! (`api::tokens`).
 
 pub mod meta;
 pub mod request;
@@ -10,7 +11,8 @@ pub mod request;
 use serde_json::{json, Map, Value};
 
 use super::AppState;
-use crate::engine::{Budget, Prompt, TokenizeRequest};
+use crate::api::request::MAX_LOGIT_BIAS;
+use crate::engine::{Prompt, TokenizeRequest};
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 use request::{translate, BiasTarget};
@@ -22,47 +24,83 @@ pub const RANDOM_SEED: u64 = u32::MAX as u64;
 /// A `/completion` body as the `/v1/completions` body that means the same, and what
 /// shapes its answer. Biases given as text are turned into ids with the default
 /// model's tokenizer (each token of the text gets the bias, as llama.cpp's server does).
-pub async fn read_completion(
-    body: &[u8],
-    state: &AppState,
-) -> Result<(Vec<u8>, NativeMeta), ApiError> {
+pub async fn read_completion(body: &[u8], state: &AppState) -> Result<Read, ApiError> {
     let translated = translate(body)?;
-    let mut biases: Map<String, Value> = Map::new();
-    for (target, bias) in translated.bias {
-        let ids = match target {
-            BiasTarget::Id(id) => vec![id],
-            BiasTarget::Text(text) => text_ids(state, text).await?,
-        };
-        for id in ids {
-            biases.insert(id.to_string(), json!(bias));
-        }
-    }
     let mut out = translated.body;
     // llama.cpp's clients name no model: the route serves the default one.
     if !out.contains_key("model") {
         let default = state.models.default_model().id().to_owned();
         out.insert("model".into(), Value::String(default));
     }
+    let mut biases: Map<String, Value> = Map::new();
+    for (target, bias) in translated.bias {
+        let ids = match target {
+            BiasTarget::Id(id) => vec![id],
+            BiasTarget::Text(text) => text_ids(state, &out, text).await?,
+        };
+        for id in ids {
+            biases.insert(id.to_string(), json!(bias));
+        }
+        // Each text may be many tokens; the route's limit holds for the ids.
+        if biases.len() > MAX_LOGIT_BIAS {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!("its texts make more than {MAX_LOGIT_BIAS} tokens"),
+            ));
+        }
+    }
     if !biases.is_empty() {
         out.insert("logit_bias".into(), Value::Object(biases));
     }
-    let body = serde_json::to_vec(&out).map_err(|_| ApiError::Internal)?;
-    Ok((body, translated.meta))
+    Ok(Read {
+        body: serde_json::to_vec(&out).map_err(|_| ApiError::Internal)?,
+        meta: translated.meta,
+        renamed: translated.renamed,
+    })
 }
 
-async fn text_ids(state: &AppState, text: String) -> Result<Vec<u32>, ApiError> {
-    let engine = &state.models.default_model().engine;
-    engine.model_info().ok_or(ApiError::NotReady)?;
+/// A `/completion` body read as `/v1/completions`'s.
+pub struct Read {
+    pub body: Vec<u8>,
+    pub meta: NativeMeta,
+    /// (`/v1/completions`'s name, the client's): what an error renames.
+    pub renamed: Vec<(&'static str, &'static str)>,
+}
+
+/// The ids of a bias's text, in the vocabulary of the model the request names (the
+/// default one when it names none it serves; that is refused later).
+async fn text_ids(
+    state: &AppState,
+    body: &Map<String, Value>,
+    text: String,
+) -> Result<Vec<u32>, ApiError> {
+    let served = body
+        .get("model")
+        .and_then(Value::as_str)
+        .and_then(|name| state.limits.model(name).ok())
+        .and_then(|policy| state.models.get(&policy.id))
+        .unwrap_or_else(|| state.models.default_model());
+    served.engine.model_info().ok_or(ApiError::NotReady)?;
     let request = TokenizeRequest {
         prompt: Prompt::Text(text),
         add_special_tokens: false,
         add_generation_prompt: false,
     };
-    Ok(engine.tokenize(request).await?.ids)
+    let tokenized = served.engine.tokenize(request).await.map_err(|e| {
+        ApiError::unsupported(
+            "logit_bias",
+            format!(
+                "a text bias needs the model's tokenizer: {}",
+                ApiError::from(e)
+            ),
+        )
+    })?;
+    Ok(tokenized.ids)
 }
 
 /// llama.cpp's `generation_settings`: the parameters the answer is made with, after
-/// the gateway's defaults. `n_predict` -1: as many tokens as the context leaves.
+/// the gateway's defaults. `n_predict`: the most tokens the answer may have (the
+/// request's, the model's default, or the server's cap; the context may leave fewer).
 pub fn generation_settings(request: &crate::api::request::ValidatedRequest) -> Value {
     let generation = &request.generation;
     let s = &generation.sampling;
@@ -72,10 +110,7 @@ pub fn generation_settings(request: &crate::api::request::ValidatedRequest) -> V
         .map(|(token, bias)| json!({"token": token, "bias": bias}))
         .collect();
     json!({
-        "n_predict": match generation.budget {
-            Budget::Asked(n) | Budget::ModelDefault(n) => i64::from(n),
-            Budget::Cap(_) => -1,
-        },
+        "n_predict": generation.budget.tokens(),
         "seed": s.seed.unwrap_or(RANDOM_SEED),
         "temperature": s.temperature,
         "top_k": s.top_k,

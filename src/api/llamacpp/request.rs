@@ -6,6 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::api::request::{MAX_LOGIT_BIAS, MAX_STOP_CHARS};
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 
@@ -16,7 +17,6 @@ const SAME: &[&str] = &[
     "top_p",
     "top_k",
     "min_p",
-    "seed",
     "stop",
     "presence_penalty",
     "frequency_penalty",
@@ -40,6 +40,31 @@ const OWN: &[&str] = &[
     "response_fields",
     "timings_per_token",
     "grammar",
+    "seed",
+];
+
+/// llama.cpp's other samplers and options, accepted at the value that turns them off
+/// (llama.cpp's web UI sends every parameter, most of them off); any other value is
+/// refused naming the parameter.
+const NEUTRAL: &[(&str, f64)] = &[
+    ("mirostat", 0.0),
+    ("typical_p", 1.0),
+    ("n_keep", 0.0),
+    ("dry_multiplier", 0.0),
+    ("xtc_probability", 0.0),
+    ("dynatemp_range", 0.0),
+    ("top_n_sigma", -1.0),
+    ("n_discard", 0.0),
+    ("n_indent", 0.0),
+    ("t_max_predict_ms", 0.0),
+];
+
+/// Where a `/v1/completions` error names a parameter the client sent under llama.cpp's
+/// name.
+const RENAMED: &[(&str, &str)] = &[
+    ("logprobs", "n_probs"),
+    ("repetition_penalty", "repeat_penalty"),
+    ("response_format", "json_schema"),
 ];
 
 /// A bias target before the tokenizer has turned its text into ids.
@@ -57,6 +82,8 @@ pub struct Translated {
     pub body: Map<String, Value>,
     pub meta: NativeMeta,
     pub bias: Vec<(BiasTarget, f64)>,
+    /// (`/v1/completions`'s name, the client's) for the parameters renamed.
+    pub renamed: Vec<(&'static str, &'static str)>,
 }
 
 /// llama.cpp's `false` bias: the token is never picked (the gateway's floor, -100).
@@ -72,10 +99,12 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
         }
         Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
     };
-    if let Some(unknown) = object
-        .keys()
-        .find(|k| !SAME.contains(&k.as_str()) && !OWN.contains(&k.as_str()))
-    {
+    neutral(&object)?;
+    if let Some(unknown) = object.keys().find(|k| {
+        !SAME.contains(&k.as_str())
+            && !OWN.contains(&k.as_str())
+            && !NEUTRAL.iter().any(|(name, _)| name == k)
+    }) {
         return Err(ApiError::unsupported(
             unknown,
             format!(
@@ -93,6 +122,16 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
     out.insert("prompt".into(), Value::String(prompt(get("prompt"))?));
     if let Some(n) = budget(get("n_predict"), get("max_tokens"))? {
         out.insert("max_tokens".into(), json!(n));
+    }
+    // llama.cpp's "random" seeds (-1, and its LLAMA_DEFAULT_SEED) are no seed.
+    if let Some(seed) =
+        get("seed").filter(|s| s.as_i64() != Some(-1) && s.as_u64() != Some(super::RANDOM_SEED))
+    {
+        out.insert("seed".into(), seed.clone());
+    }
+    let mut renamed = RENAMED.to_vec();
+    if get("n_predict").is_some() {
+        renamed.push(("max_tokens", "n_predict"));
     }
     if let Some(n) = get("n_probs") {
         let n = n
@@ -150,7 +189,27 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
         body: out,
         meta,
         bias,
+        renamed,
     })
+}
+
+/// Refuses a llama.cpp option set to anything but the value that turns it off.
+fn neutral(object: &Map<String, Value>) -> Result<(), ApiError> {
+    for &(name, off) in NEUTRAL {
+        let Some(value) = object.get(name).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        if value.as_f64() != Some(off) {
+            return Err(ApiError::unsupported(
+                name,
+                format!(
+                    "only {off} (off) is served on POST /completion; POST /v1/completions is \
+                     the OpenAI route"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One text prompt: a string, a list of one, or llama.cpp's `{"prompt_string": ...}`
@@ -222,8 +281,8 @@ fn logit_bias(value: &Value) -> Result<Vec<(BiasTarget, f64)>, ApiError> {
     let invalid = || {
         ApiError::invalid(
             "logit_bias",
-            "must be [[token, bias], ...] or {\"token\": bias}: a token id or text, a bias \
-             from -100 to 100 or false",
+            "must be [[token, bias], ...] or {\"token\": bias}: a token id or a text of 1 to \
+             256 characters, a bias from -100 to 100 or false",
         )
     };
     let target = |token: &Value| match token {
@@ -231,17 +290,30 @@ fn logit_bias(value: &Value) -> Result<Vec<(BiasTarget, f64)>, ApiError> {
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
             .map(BiasTarget::Id),
-        Value::String(text) => Some(match text.parse::<u32>() {
-            Ok(id) => BiasTarget::Id(id),
-            Err(_) => BiasTarget::Text(text.clone()),
-        }),
+        Value::String(text) => match text.parse::<u32>() {
+            Ok(id) => Some(BiasTarget::Id(id)),
+            Err(_) if text.is_empty() || text.chars().count() > MAX_STOP_CHARS => None,
+            Err(_) => Some(BiasTarget::Text(text.clone())),
+        },
         _ => None,
     };
     let bias = |bias: &Value| match bias {
         Value::Bool(false) => Some(NEVER),
-        Value::Number(n) => n.as_f64(),
+        Value::Number(n) => n.as_f64().filter(|b| (-100.0..=100.0).contains(b)),
         _ => None,
     };
+    let entries = match value {
+        Value::Array(items) => items.len(),
+        Value::Object(map) => map.len(),
+        _ => 0,
+    };
+    // Checked before any text is tokenized: each text costs a tokenizer call.
+    if entries > MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!("at most {MAX_LOGIT_BIAS} entries"),
+        ));
+    }
     let pairs: Vec<(BiasTarget, f64)> = match value {
         Value::Array(items) => items
             .iter()
@@ -314,13 +386,20 @@ mod tests {
         assert!(t.meta.return_tokens);
         assert_eq!(t.meta.response_fields, ["content"]);
 
-        let endless =
-            body(json!({"prompt": {"prompt_string": "Hi"}, "n_predict": -1})).expect("valid");
+        let endless = body(json!({
+            "prompt": {"prompt_string": "Hi"}, "n_predict": -1, "seed": -1,
+            "mirostat": 0, "typical_p": 1.0,
+        }))
+        .expect("valid");
         assert!(
             endless.body.get("max_tokens").is_none(),
-            "-1: what the context leaves"
+            "-1: the default budget"
         );
+        assert!(endless.body.get("seed").is_none(), "-1: random");
         assert_eq!(endless.body["prompt"], "Hi");
+        assert!(endless.renamed.contains(&("max_tokens", "n_predict")));
+        let seeded = body(json!({"prompt": "a", "seed": 7})).expect("valid");
+        assert_eq!(seeded.body["seed"], 7);
     }
 
     #[test]
@@ -363,6 +442,19 @@ mod tests {
             ),
             (json!({"prompt": "a", "logit_bias": [[1]]}), "logit_bias"),
             (
+                json!({"prompt": "a", "logit_bias": [[1, 101]]}),
+                "logit_bias",
+            ),
+            (
+                json!({"prompt": "a", "logit_bias": [["", 1]]}),
+                "logit_bias",
+            ),
+            (
+                json!({"prompt": "a", "logit_bias": [["x".repeat(257), 1]]}),
+                "logit_bias",
+            ),
+            (json!({"prompt": "a", "mirostat": 1}), "mirostat"),
+            (
                 json!({"prompt": "a", "timings_per_token": true}),
                 "timings_per_token",
             ),
@@ -374,7 +466,10 @@ mod tests {
             let error = body(value.clone()).expect_err(&value.to_string());
             assert_eq!(error.param(), Some(param), "{value}: {error}");
         }
-        let error = body(json!({"prompt": "a", "mirostat": 2})).expect_err("refused");
+        let error = body(json!({"prompt": "a", "samplers": ["top_k"]})).expect_err("refused");
         assert!(error.to_string().contains("/v1/completions"), "{error}");
+        let many: Vec<Value> = (0..=MAX_LOGIT_BIAS).map(|i| json!([i, 1])).collect();
+        let error = body(json!({"prompt": "a", "logit_bias": many})).expect_err("too many");
+        assert_eq!(error.param(), Some("logit_bias"));
     }
 }

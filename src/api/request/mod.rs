@@ -671,8 +671,8 @@ pub use chat::parse_chat_request;
 use chat::{message, WireMessage};
 pub use completion::parse_completion_request;
 pub use tokenize::{
-    parse_detokenize_request, parse_tokenize_request, Detokenize, Tokenize, WireDetokenize,
-    WireTokenize,
+    parse_apply_template_request, parse_detokenize_request, parse_tokenize_request, Detokenize,
+    Tokenize, WireDetokenize, WireTokenize,
 };
 
 #[cfg(test)]

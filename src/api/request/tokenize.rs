@@ -164,6 +164,42 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
     })
 }
 
+/// A `POST /apply-template` body (llama.cpp's server's): the conversation to render with
+/// the model's chat template, ending with the assistant's turn opening, as a generation
+/// renders it.
+pub fn parse_apply_template_request(
+    body: &[u8],
+    limits: &RequestLimits,
+) -> Result<TokenizeRequest, ApiError> {
+    let object = object_of(body, &[&["messages"]], limits)?;
+    let Some(Value::Array(items)) = object.get("messages") else {
+        return Err(ApiError::invalid(
+            "messages",
+            "send the conversation: a list of {\"role\", \"content\"} messages",
+        ));
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid("messages", "must not be empty"));
+    }
+    #[derive(Deserialize)]
+    struct Wire {
+        messages: Vec<WireMessage>,
+    }
+    let wire: Wire = read(&object)?;
+    let messages = wire
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<_, _>>()?;
+    Ok(TokenizeRequest {
+        prompt: Prompt::Chat(messages),
+        // Only what the template itself writes.
+        add_special_tokens: false,
+        add_generation_prompt: true,
+    })
+}
+
 const DETOKENIZE_KNOWN: &[&str] = &["model", "tokens", "skip_special_tokens"];
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -280,6 +316,29 @@ mod tests {
         ];
         for (body, param) in cases {
             let error = tokenize(body.clone()).expect_err(&body.to_string());
+            assert_eq!(error.param(), Some(param), "{body}: {error}");
+        }
+    }
+
+    #[test]
+    fn apply_template_takes_a_conversation() {
+        let parse =
+            |body: Value| parse_apply_template_request(body.to_string().as_bytes(), &limits());
+        let request =
+            parse(json!({"messages": [{"role": "user", "content": "Hi"}]})).expect("valid");
+        assert_eq!(request.prompt, Prompt::user("Hi"));
+        assert!(request.add_generation_prompt && !request.add_special_tokens);
+        for (body, param) in [
+            (json!({}), "messages"),
+            (json!({"messages": []}), "messages"),
+            (json!({"messages": "Hi"}), "messages"),
+            (
+                json!({"messages": [{"role": "x", "content": "Hi"}]}),
+                "messages[0].role",
+            ),
+            (json!({"messages": [], "tools": []}), "tools"),
+        ] {
+            let error = parse(body.clone()).expect_err(&body.to_string());
             assert_eq!(error.param(), Some(param), "{body}: {error}");
         }
     }

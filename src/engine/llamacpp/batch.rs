@@ -307,6 +307,7 @@ impl Tokens<'_> {
             Some(v) => v.token_text(id),
             None => TokenText::from_bytes(self.bytes(id)),
         }
+        .with_id(id)
     }
 
     fn bytes(&self, id: u32) -> Vec<u8> {

@@ -183,7 +183,9 @@ struct Picked {
 impl Picked {
     fn new(picks: Vec<Pick>, vocabulary: Option<&Vocabulary>) -> Self {
         let text = |id: u32| {
-            vocabulary.map_or_else(|| TokenText::from_bytes(Vec::new()), |v| v.token_text(id))
+            vocabulary
+                .map_or_else(|| TokenText::from_bytes(Vec::new()), |v| v.token_text(id))
+                .with_id(id)
         };
         let ids = picks.iter().map(|p| p.id).collect();
         let logprobs = picks
@@ -451,7 +453,7 @@ mod tests {
                     text: String::new(),
                     ids: vec![7],
                     logprobs: vec![TokenLogprob {
-                        token: TokenText::from_bytes(Vec::new()),
+                        token: TokenText::from_bytes(Vec::new()).with_id(7),
                         logprob: -0.5,
                         top: Vec::new(),
                     }],

@@ -354,14 +354,12 @@ impl Backend for UpstreamEngine {
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let spellings = ids.iter().map(|&id| tokenizer.id_to_token(id)).collect();
-        let pieces = ids
-            .iter()
-            .map(|&id| tokenizer.decode(&[id], false).ok().map(String::into_bytes))
-            .collect();
+        // Decoding one id at a time loses bytes (part of a character) and leading spaces,
+        // so an upstream's pieces are not offered.
         Ok(Tokenized {
             ids,
             spellings,
-            pieces,
+            pieces: None,
         })
     }
 

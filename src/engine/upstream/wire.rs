@@ -361,6 +361,7 @@ fn spelled(text: &str, bytes: Option<&Value>) -> TokenText {
     TokenText {
         text: text.to_owned(),
         bytes,
+        id: None,
     }
 }
 

@@ -92,10 +92,14 @@ pub struct ChunkAssembler {
     /// vLLM's `continuous_usage_stats`: every chunk carries the usage so far (this);
     /// `None` when off.
     continuous_usage: Option<Usage>,
-    /// llama.cpp's shape: the ids of the tokens since the last frame, and how many
-    /// tokens there have been.
-    ids: Vec<u32>,
+    /// llama.cpp's shape: the ids of the tokens not yet in a frame, each with where its
+    /// engine text began in the answer (characters), so those a stop sequence cuts off
+    /// are dropped with their text; how many tokens there have been; how many characters
+    /// of engine text; whether a line break went out.
+    ids: Vec<(u32, usize)>,
     predicted: u32,
+    engine_chars: usize,
+    new_line: bool,
 }
 
 /// One `data:` frame of a stream (`chat.completion.chunk` or `text_completion`).
@@ -190,15 +194,19 @@ impl ChunkAssembler {
             continuous_usage: None,
             ids: Vec::new(),
             predicted: 0,
+            engine_chars: 0,
+            new_line: false,
         }
     }
 
-    /// The ids of the tokens an engine event brought (llama.cpp's shape lists them in
-    /// the frame that carries their text).
-    pub fn tokens_arrived(&mut self, ids: &[u32]) {
+    /// The ids of the tokens an engine event brought with `text` (llama.cpp's shape
+    /// lists them in the frame that carries their text).
+    pub fn tokens_arrived(&mut self, ids: &[u32], text: &str) {
         if self.meta.native.is_some() {
-            self.ids.extend_from_slice(ids);
+            let at = self.engine_chars;
+            self.ids.extend(ids.iter().map(|&id| (id, at)));
             self.predicted += ids.len() as u32;
+            self.engine_chars += text.chars().count();
         }
     }
 
@@ -274,9 +282,15 @@ impl ChunkAssembler {
         let frame = match &self.meta.native {
             Some(native) => {
                 let logprobs = self.logprobs.then_some(&tokens[..complete]);
-                let frame = native::token_frame(native, text, &self.ids, self.predicted, logprobs);
-                self.ids.clear();
-                sse_json(&frame)
+                let ids: Vec<u32> = self.ids.drain(..).map(|(id, _)| id).collect();
+                self.new_line |= text.contains('\n');
+                sse_json(&native::token_frame(
+                    native,
+                    text,
+                    &ids,
+                    self.predicted,
+                    logprobs,
+                ))
             }
             None => self.frame(
                 &[self.choice(None, Some(text), None, &tokens[..complete])],
@@ -297,8 +311,10 @@ impl ChunkAssembler {
 
     /// Drops the tokens a stop sequence cut off: those that begin after the `answer`
     /// (the whole answer text, as it ends) and so are not part of it.
-    pub fn drop_cut_tokens(&self, tokens: &mut Vec<TokenLogprob>, answer: &str) {
-        let end = self.meta.echoed_chars() + answer.chars().count();
+    pub fn drop_cut_tokens(&mut self, tokens: &mut Vec<TokenLogprob>, answer: &str) {
+        let answer_chars = answer.chars().count();
+        self.ids.retain(|&(_, at)| at < answer_chars);
+        let end = self.meta.echoed_chars() + answer_chars;
         let keep = TextLogprobs {
             tokens,
             start: self.text_offset,
@@ -310,19 +326,24 @@ impl ChunkAssembler {
     /// The frames that end a successful response, `[DONE]` included. `tokens`: those no
     /// content frame carried (their text was empty, or never reached the client's text:
     /// an end-of-sequence token, or one a control token's spelling held back).
+    /// `stop`: llama.cpp's `stop_type` and the stop sequence that matched, for its shape.
     pub fn finish_frames(
         &self,
         reason: FinishReason,
         usage: Usage,
         timings: &ResponseTimings,
         tokens: &[TokenLogprob],
+        stop: (&'static str, Option<&str>),
     ) -> Vec<Bytes> {
         if let Some(native) = &self.meta.native {
+            let ids: Vec<u32> = self.ids.iter().map(|&(id, _)| id).collect();
             let last = native::Final {
                 model: &self.meta.model,
                 content: "",
-                ids: &self.ids,
-                reason,
+                has_new_line: self.new_line,
+                ids: &ids,
+                stop_type: stop.0,
+                stopping_word: stop.1,
                 usage,
                 report: timings,
                 logprobs: self.logprobs.then_some(tokens),
@@ -342,9 +363,14 @@ impl ChunkAssembler {
         frames
     }
 
-    /// A failure mid-stream: one error frame, then `[DONE]`.
-    pub fn error_frames(error: &ApiError) -> Vec<Bytes> {
-        vec![sse_json(&error.body()), Bytes::from_static(DONE_FRAME)]
+    /// A failure mid-stream: one error frame, then `[DONE]` (none in llama.cpp's shape,
+    /// whose clients read every frame as JSON).
+    pub fn error_frames(&self, error: &ApiError) -> Vec<Bytes> {
+        let mut frames = vec![sse_json(&error.body())];
+        if self.meta.native.is_none() {
+            frames.push(Bytes::from_static(DONE_FRAME));
+        }
+        frames
     }
 
     /// The `usage` of a chunk before the last: `null`, the usage so far when every chunk

@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::record::ResponseTimings;
+use crate::stream::Ending;
 use crate::tokens::{FinishReason, TokenLogprob, Usage};
 
 /// What a `/completion` request asked of its answer's shape.
@@ -50,7 +51,6 @@ pub fn token_frame(
         "content": text,
         "tokens": ids,
         "stop": false,
-        "id_slot": -1,
         "tokens_predicted": predicted,
         "tokens_evaluated": meta.prompt_tokens,
     });
@@ -65,8 +65,12 @@ pub fn token_frame(
 pub struct Final<'a> {
     pub model: &'a str,
     pub content: &'a str,
+    /// Whether the whole answer has a line break (a stream's last frame has no text).
+    pub has_new_line: bool,
     pub ids: &'a [u32],
-    pub reason: FinishReason,
+    /// llama.cpp's `stop_type` ([`stop_type`]) and the stop sequence that ended it.
+    pub stop_type: &'static str,
+    pub stopping_word: Option<&'a str>,
     pub usage: Usage,
     pub report: &'a ResponseTimings,
     pub logprobs: Option<&'a [TokenLogprob]>,
@@ -83,21 +87,17 @@ impl Final<'_> {
             "index": 0,
             "content": self.content,
             "tokens": self.ids,
-            "id_slot": 0,
             "stop": true,
             "model": self.model,
             "tokens_predicted": completion_tokens,
             "tokens_evaluated": prompt_tokens,
             "generation_settings": meta.generation_settings,
             "prompt": meta.prompt,
-            "has_new_line": self.content.contains('\n'),
+            "has_new_line": self.has_new_line,
             // The gateway never cuts a prompt to fit (a prompt too long is refused).
             "truncated": false,
-            "stop_type": match self.reason {
-                FinishReason::Stop => "eos",
-                FinishReason::Length => "limit",
-            },
-            "stopping_word": "",
+            "stop_type": self.stop_type,
+            "stopping_word": self.stopping_word.unwrap_or_default(),
             "tokens_cached": prompt_tokens + completion_tokens,
             "timings": timings(self.report, prompt_tokens, cached_tokens.unwrap_or(0)),
             "llmgate": self.report,
@@ -106,6 +106,22 @@ impl Final<'_> {
             body["completion_probabilities"] = probabilities(tokens);
         }
         body
+    }
+}
+
+/// llama.cpp's `stop_type`: `word` (a stop sequence), `eos` (the model ended it),
+/// `limit` (the budget or the context); `degenerated` where the gateway's degeneration
+/// guard ended it, which llama.cpp's server has no name for.
+pub fn stop_type(ending: &Ending, word: Option<&str>) -> &'static str {
+    match ending {
+        Ending::Finished {
+            reason: FinishReason::Length,
+            ..
+        } => "limit",
+        Ending::Finished { .. } if word.is_some() => "word",
+        Ending::Finished { .. } => "eos",
+        Ending::Degenerated => "degenerated",
+        Ending::Failed { .. } => "none",
     }
 }
 
@@ -154,18 +170,21 @@ fn timings(report: &ResponseTimings, prompt_tokens: u32, cached: u32) -> Value {
     })
 }
 
-/// `completion_probabilities`: each token with its log-probability and bytes, and its
-/// alternatives. llama.cpp's server also gives each one's `id`; the gateway's
-/// log-probabilities carry text only.
+/// `completion_probabilities`: each token (its id where the engine picked it here; an
+/// upstream's come as text) with its log-probability and bytes, and its alternatives.
 fn probabilities(tokens: &[TokenLogprob]) -> Value {
     #[derive(Serialize)]
     struct Alternative<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<u32>,
         token: &'a str,
         logprob: f32,
         bytes: &'a [u8],
     }
     #[derive(Serialize)]
     struct Probability<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<u32>,
         token: &'a str,
         logprob: f32,
         bytes: &'a [u8],
@@ -174,6 +193,7 @@ fn probabilities(tokens: &[TokenLogprob]) -> Value {
     let list: Vec<Probability<'_>> = tokens
         .iter()
         .map(|t| Probability {
+            id: t.token.id,
             token: &t.token.text,
             logprob: t.logprob,
             bytes: &t.token.bytes,
@@ -181,6 +201,7 @@ fn probabilities(tokens: &[TokenLogprob]) -> Value {
                 .top
                 .iter()
                 .map(|(alt, logprob)| Alternative {
+                    id: alt.id,
                     token: &alt.text,
                     logprob: *logprob,
                     bytes: &alt.bytes,
@@ -208,8 +229,10 @@ mod tests {
         Final {
             model: "m",
             content: "a\nb",
+            has_new_line: true,
             ids,
-            reason: FinishReason::Length,
+            stop_type: "limit",
+            stopping_word: None,
             usage: Usage {
                 prompt_tokens: 3,
                 completion_tokens: 2,
@@ -261,6 +284,18 @@ mod tests {
             body(&picked, &answer(&report, &[])),
             json!({"content": "a\nb", "generation_settings/n_predict": 8})
         );
+    }
+
+    #[test]
+    fn the_stop_type_says_what_ended_the_answer() {
+        let finished = |reason| Ending::Finished {
+            reason,
+            usage: Usage::default(),
+        };
+        assert_eq!(stop_type(&finished(FinishReason::Length), None), "limit");
+        assert_eq!(stop_type(&finished(FinishReason::Stop), None), "eos");
+        assert_eq!(stop_type(&finished(FinishReason::Stop), Some("\n")), "word");
+        assert_eq!(stop_type(&Ending::Degenerated, None), "degenerated");
     }
 
     #[test]

@@ -75,6 +75,7 @@ fn frames_without_usage() {
         },
         &timings(),
         &[],
+        ("eos", None),
     );
     assert_eq!(end.len(), 2);
     assert_eq!(
@@ -100,6 +101,7 @@ fn frames_with_usage() {
         },
         &timings(),
         &[],
+        ("eos", None),
     );
     assert_eq!(end.len(), 3);
     assert!(text(&end[0]).ends_with("\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"));
@@ -165,7 +167,7 @@ fn text_completions_stream_text_pieces_without_a_role() {
         completion_tokens: 1,
         cached_tokens: None,
     };
-    let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[]);
+    let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[], ("eos", None));
     assert!(text(&end[0]).contains(
         "\"choices\":[{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"stop\"}]"
     ));
@@ -267,10 +269,50 @@ fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
 
 #[test]
 fn error_frames_are_openai_errors_then_done() {
-    let frames = ChunkAssembler::error_frames(&ApiError::Engine);
+    let frames = ChunkAssembler::new(meta(), false).error_frames(&ApiError::Engine);
     assert_eq!(
         text(&frames[0]),
         "data: {\"error\":{\"message\":\"The engine failed while generating; the error was logged with the request id\",\"type\":\"server_error\",\"param\":null,\"code\":\"engine_error\"}}\n\n"
     );
     assert_eq!(text(&frames[1]), "data: [DONE]\n\n");
+}
+
+#[test]
+fn llama_cpp_frames_carry_ids_and_end_without_done() {
+    let mut a = ChunkAssembler::new(
+        ResponseMeta {
+            native: Some(Box::default()),
+            ..meta()
+        },
+        false,
+    );
+    assert!(a.first_frame().is_none(), "no role frame");
+    a.tokens_arrived(&[7], "Hi");
+    a.tokens_arrived(&[8, 9], " the\nend");
+    // A stop sequence " the" cut the answer after "Hi": tokens 8 and 9 began after it.
+    a.drop_cut_tokens(&mut Vec::new(), "Hi");
+    let frame = a.token_frame("Hi", &mut Vec::new()).expect("frame");
+    let frame = text(&frame);
+    assert!(frame.contains("\"tokens\":[7]"), "{frame}");
+    assert!(frame.contains("\"stop\":false"), "{frame}");
+    let end = a.finish_frames(
+        FinishReason::Stop,
+        Usage::default(),
+        &timings(),
+        &[],
+        ("word", Some(" the")),
+    );
+    assert_eq!(end.len(), 1, "no [DONE]");
+    let last: serde_json::Value =
+        serde_json::from_str(text(&end[0]).trim_start_matches("data: ").trim()).expect("json");
+    assert_eq!(last["stop"], true);
+    assert_eq!(last["stop_type"], "word");
+    assert_eq!(last["stopping_word"], " the");
+    assert_eq!(
+        last["tokens"],
+        serde_json::json!([]),
+        "the cut ids are gone"
+    );
+    let errors = a.error_frames(&ApiError::Engine);
+    assert_eq!(errors.len(), 1, "no [DONE] after an error either");
 }
