@@ -5,8 +5,8 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::{
-    object_of, read, refuse_unsupported, require, validate, RequestLimits, ValidatedRequest,
-    WireCommon, COMMON,
+    n_predict, object_of, read, refuse_unsupported, require, validate, RequestLimits,
+    ValidatedRequest, WireCommon, COMMON,
 };
 use crate::engine::{ChatMessage, Prompt, Role};
 use crate::error::ApiError;
@@ -116,7 +116,8 @@ pub fn parse_chat_request(
     limits: &RequestLimits,
     request_id: &str,
 ) -> Result<ValidatedRequest, ApiError> {
-    let object = object_of(body, &[COMMON, KNOWN], limits)?;
+    let mut object = object_of(body, &[COMMON, KNOWN], limits)?;
+    n_predict(&mut object)?;
     refuse_unsupported(&object)?;
     refuse_chat_unsupported(&object)?;
     require(&object, &["model", "messages"])?;

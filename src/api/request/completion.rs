@@ -7,8 +7,8 @@ use utoipa::ToSchema;
 
 use super::chat::MAX_TOP_LOGPROBS;
 use super::{
-    object_of, read, refuse_unsupported, require, validate, RequestLimits, ValidatedRequest,
-    WireCommon, COMMON,
+    n_predict, object_of, read, refuse_unsupported, require, validate, RequestLimits,
+    ValidatedRequest, WireCommon, COMMON,
 };
 use crate::engine::Prompt;
 use crate::error::ApiError;
@@ -68,7 +68,8 @@ pub fn parse_completion_request(
     limits: &RequestLimits,
     request_id: &str,
 ) -> Result<ValidatedRequest, ApiError> {
-    let object = object_of(body, &[COMMON, COMPLETION_KNOWN], limits)?;
+    let mut object = object_of(body, &[COMMON, COMPLETION_KNOWN], limits)?;
+    n_predict(&mut object)?;
     refuse_unsupported(&object)?;
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
     if get("suffix").is_some_and(|v| v.as_str() != Some("")) {

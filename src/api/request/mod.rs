@@ -40,6 +40,7 @@ pub(super) const EXTENSIONS: &[&str] = &[
     "ignore_eos",
     "min_tokens",
     "stop_token_ids",
+    "n_predict",
 ];
 
 /// Most `stop_token_ids` a request may list: each is looked up per picked token.
@@ -178,6 +179,13 @@ pub(super) struct WireCommon {
     #[serde(default)]
     #[schema(minimum = 1)]
     max_tokens: Option<u32>,
+    /// llama.cpp's extension: `max_tokens` under its name (-1: as a request that sets
+    /// none). Read into `max_tokens` before this struct ([`n_predict`]); here for the
+    /// schema.
+    #[serde(default)]
+    #[schema(minimum = -1)]
+    #[allow(dead_code)]
+    n_predict: Option<i64>,
     #[serde(default)]
     #[schema(minimum = 0.0, maximum = 2.0)]
     temperature: Option<f64>,
@@ -381,6 +389,35 @@ fn in_words(message: &str) -> String {
         words.replace_range(at..end, "an object");
     }
     words
+}
+
+/// llama.cpp's `n_predict` (its clients send it to the OpenAI routes too) read as
+/// `max_tokens`: -1 is a request that sets none.
+pub(super) fn n_predict(object: &mut Map<String, Value>) -> Result<(), ApiError> {
+    let Some(n) = object.remove("n_predict").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let budgets = ["max_tokens", "max_completion_tokens"];
+    if budgets
+        .iter()
+        .any(|k| object.get(*k).is_some_and(|v| !v.is_null()))
+    {
+        return Err(ApiError::invalid(
+            "n_predict",
+            "send n_predict or max_tokens, not both",
+        ));
+    }
+    match n.as_i64() {
+        Some(-1) => Ok(()),
+        Some(n) if n >= 1 => {
+            object.insert("max_tokens".into(), Value::from(n));
+            Ok(())
+        }
+        _ => Err(ApiError::invalid(
+            "n_predict",
+            "must be -1 (as a request that sets none) or at least 1",
+        )),
+    }
 }
 
 pub(super) fn require(object: &Map<String, Value>, keys: &[&str]) -> Result<(), ApiError> {

@@ -643,3 +643,26 @@ fn logit_bias_is_taken_by_token_id_within_its_range() {
         );
     }
 }
+
+#[test]
+fn llama_cpp_n_predict_is_max_tokens() {
+    let request = parse(chat_body(json!({"n_predict": 7}))).expect("valid");
+    assert_eq!(request.generation.budget.tokens(), 7);
+    let unset = parse(chat_body(json!({"n_predict": -1}))).expect("valid");
+    assert_eq!(
+        unset.generation.budget,
+        parse(chat_body(json!({})))
+            .expect("valid")
+            .generation
+            .budget,
+        "-1: as a request that sets none"
+    );
+    for bad in [
+        json!({"n_predict": 0}),
+        json!({"n_predict": "8"}),
+        json!({"n_predict": 8, "max_tokens": 8}),
+    ] {
+        let (_, param) = param_of(parse(chat_body(bad.clone())));
+        assert_eq!(param, "n_predict", "{bad}");
+    }
+}
