@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use crate::record::ResponseTimings;
 use crate::stream::Ending;
-use crate::tokens::{FinishReason, TokenLogprob, Usage};
+use crate::tokens::{FinishReason, TokenLogprob, TokenText, Usage};
 
 /// What a `/completion` request asked of its answer's shape.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,26 +38,36 @@ pub struct NativeMeta {
 }
 
 /// One text frame: its text, the ids of the tokens that arrived since the last frame,
-/// and (with `n_probs`) their log-probabilities.
-pub fn token_frame(
+/// and (with `n_probs`) their log-probabilities. Borrowed and serialised as it is: it
+/// is built once per piece of text.
+#[derive(Serialize)]
+pub struct TokenFrame<'a> {
+    index: u32,
+    content: &'a str,
+    tokens: &'a [u32],
+    stop: bool,
+    tokens_predicted: u32,
+    tokens_evaluated: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_probabilities: Option<Vec<Probability<'a>>>,
+}
+
+pub fn token_frame<'a>(
     meta: &NativeMeta,
-    text: &str,
-    ids: &[u32],
+    text: &'a str,
+    ids: &'a [u32],
     predicted: u32,
-    logprobs: Option<&[TokenLogprob]>,
-) -> Value {
-    let mut frame = json!({
-        "index": 0,
-        "content": text,
-        "tokens": ids,
-        "stop": false,
-        "tokens_predicted": predicted,
-        "tokens_evaluated": meta.prompt_tokens,
-    });
-    if let Some(tokens) = logprobs {
-        frame["completion_probabilities"] = probabilities(tokens);
+    logprobs: Option<&'a [TokenLogprob]>,
+) -> TokenFrame<'a> {
+    TokenFrame {
+        index: 0,
+        content: text,
+        tokens: ids,
+        stop: false,
+        tokens_predicted: predicted,
+        tokens_evaluated: meta.prompt_tokens,
+        completion_probabilities: logprobs.map(probabilities),
     }
-    frame
 }
 
 /// The last frame of a stream, or (with the whole `content` and `ids`) the non-streamed
@@ -103,7 +113,8 @@ impl Final<'_> {
             "llmgate": self.report,
         });
         if let Some(tokens) = self.logprobs {
-            body["completion_probabilities"] = probabilities(tokens);
+            body["completion_probabilities"] =
+                serde_json::to_value(probabilities(tokens)).unwrap_or(Value::Null);
         }
         body
     }
@@ -170,46 +181,37 @@ fn timings(report: &ResponseTimings, prompt_tokens: u32, cached: u32) -> Value {
     })
 }
 
-/// `completion_probabilities`: each token (its id where the engine picked it here; an
-/// upstream's come as text) with its log-probability and bytes, and its alternatives.
-fn probabilities(tokens: &[TokenLogprob]) -> Value {
-    #[derive(Serialize)]
-    struct Alternative<'a> {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<u32>,
-        token: &'a str,
-        logprob: f32,
-        bytes: &'a [u8],
+/// One entry of `completion_probabilities`: a token (its id where the engine picked it
+/// here; an upstream's come as text) with its log-probability and bytes, and its
+/// alternatives, each the same less its own alternatives.
+#[derive(Serialize)]
+pub struct Probability<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<u32>,
+    token: &'a str,
+    logprob: f32,
+    bytes: &'a [u8],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_logprobs: Option<Vec<Probability<'a>>>,
+}
+
+fn probabilities(tokens: &[TokenLogprob]) -> Vec<Probability<'_>> {
+    fn entry(token: &TokenText, logprob: f32) -> Probability<'_> {
+        Probability {
+            id: token.id,
+            token: &token.text,
+            logprob,
+            bytes: &token.bytes,
+            top_logprobs: None,
+        }
     }
-    #[derive(Serialize)]
-    struct Probability<'a> {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<u32>,
-        token: &'a str,
-        logprob: f32,
-        bytes: &'a [u8],
-        top_logprobs: Vec<Alternative<'a>>,
-    }
-    let list: Vec<Probability<'_>> = tokens
+    tokens
         .iter()
         .map(|t| Probability {
-            id: t.token.id,
-            token: &t.token.text,
-            logprob: t.logprob,
-            bytes: &t.token.bytes,
-            top_logprobs: t
-                .top
-                .iter()
-                .map(|(alt, logprob)| Alternative {
-                    id: alt.id,
-                    token: &alt.text,
-                    logprob: *logprob,
-                    bytes: &alt.bytes,
-                })
-                .collect(),
+            top_logprobs: Some(t.top.iter().map(|(alt, lp)| entry(alt, *lp)).collect()),
+            ..entry(&t.token, t.logprob)
         })
-        .collect();
-    serde_json::to_value(list).unwrap_or(Value::Null)
+        .collect()
 }
 
 #[cfg(test)]
@@ -300,7 +302,8 @@ mod tests {
 
     #[test]
     fn a_frame_carries_its_text_and_ids() {
-        let frame = token_frame(&meta(), " the", &[260], 1, None);
+        let frame = serde_json::to_value(token_frame(&meta(), " the", &[260], 1, None))
+            .expect("serialises");
         assert_eq!(frame["tokens"], json!([260]));
         assert_eq!(frame["stop"], false);
         assert!(frame.get("completion_probabilities").is_none());
