@@ -209,7 +209,9 @@ async fn a_daily_quota_holds_across_three_gateways() {
         "{used} tokens used by {answered} answers of up to {request_tokens} ({held} refusals while held); 10,000 and less than one answer more expected"
     );
     assert_eq!(quota["held"], 0, "every hold is released: {quota}");
-    assert!(held > 0, "six clients at once met each other's holds");
+    // Whether the six clients meet each other's holds depends on how their last requests
+    // interleave: CI met none in one run of many (10,080 used, within the bound). The
+    // bound above is the property; `held` is reported, not required.
     // Each gateway counts what it answered; together, what the key used.
     let mut counted = 0;
     for gateway in &gateways {
