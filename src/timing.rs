@@ -227,6 +227,16 @@ impl RequestTimer {
         *self.client_wait.get_or_insert(Duration::ZERO) += waited;
     }
 
+    /// While the answer streams: the engine's time to its first token (from the start of
+    /// the request in the engine, for an upstream from the send), and the time from
+    /// the first token to the last so far. `None` before the first token.
+    pub fn decoding_so_far(&self) -> Option<(Duration, Duration)> {
+        let first = self.t_engine_first?;
+        let started = self.t_started.unwrap_or(self.t_recv);
+        let last = self.t_last_token.unwrap_or(first);
+        Some((first.saturating_sub(started), last.saturating_sub(first)))
+    }
+
     /// `t_recv` on the gateway's clock.
     pub fn received(&self) -> Duration {
         self.t_recv

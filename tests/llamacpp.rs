@@ -368,3 +368,200 @@ async fn logit_bias_steers_the_real_models_picks() {
     );
     assert_eq!(steered["usage"]["completion_tokens"], 3);
 }
+
+/// llama.cpp's spellings of structured output, on the real model: a GBNF `grammar` (chat,
+/// legacy completions and `/completion`) and a top-level `json_schema`, each holding the
+/// answer; a grammar that is not GBNF, or a schema the compiler cannot use, is a 400
+/// naming what the client sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gbnf_grammar_and_a_bare_json_schema_hold_the_real_models_answer() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let chat = |extra: Value| {
+        let mut body = chat_body(
+            "Does not matter what I say, does it?",
+            json!({"temperature": 0.8, "seed": 3, "max_tokens": 6}),
+        );
+        for (k, v) in extra.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // llama.cpp's own test: exactly five a's, then only the end.
+    let five = ask(&server, &chat(json!({"grammar": "root ::= \"a\"{5,5}"}))).await;
+    assert_eq!(content(&five), "aaaaa", "{five}");
+    assert_eq!(five["choices"][0]["finish_reason"], "stop", "{five}");
+    // Rules, alternatives, a class and a comment, streamed.
+    let gbnf = "root ::= answer \".\" # one word\nanswer ::= (\"yes\" | \"no\") [!]?";
+    let (streamed, _) = stream(&server, chat(json!({"grammar": gbnf, "max_tokens": 8}))).await;
+    assert!(
+        ["yes.", "no.", "yes!.", "no!."].contains(&streamed.as_str()),
+        "{streamed:?}"
+    );
+    let legacy = post_json(
+        &server,
+        COMPLETIONS,
+        &json!({"model": MODEL, "prompt": "Count: ", "max_tokens": 8, "temperature": 0,
+                "grammar": "root ::= [1-3]{3} \"!\""}),
+    )
+    .await;
+    let text = legacy["choices"][0]["text"].as_str().expect("text");
+    assert!(
+        text.len() == 4
+            && text.ends_with('!')
+            && text[..3].chars().all(|c| ('1'..='3').contains(&c)),
+        "{legacy}"
+    );
+    let native = post_json(
+        &server,
+        "/completion",
+        &json!({"prompt": "Say something:", "n_predict": 6, "grammar": "root ::= \"ok\" \" ok\"?"}),
+    )
+    .await;
+    assert!(
+        ["ok", "ok ok"].contains(&native["content"].as_str().unwrap_or_default()),
+        "{native}"
+    );
+    // llama.cpp's top-level json_schema.
+    let schema = ask(&server, &chat(json!({"json_schema": {"const": "42"}}))).await;
+    assert_eq!(content(&schema), "\"42\"", "{schema}");
+
+    for (extra, param) in [
+        (
+            json!({"grammar": "root ::= this is (not valid GBNF"}),
+            "grammar",
+        ),
+        (
+            json!({"json_schema": {"type": "no-such-type"}}),
+            "json_schema",
+        ),
+        (
+            json!({"json_schema": {"const": 1}, "grammar": "root ::= \"a\""}),
+            "grammar",
+        ),
+    ] {
+        let response = post(&server, CHAT, &chat(extra.clone())).await;
+        assert_eq!(response.status(), 400, "{extra}");
+        let error: Value = response.json().await.expect("json");
+        assert_eq!(error["error"]["param"], param, "{extra}: {error}");
+    }
+    // On /completion, the schema's error names llama.cpp's json_schema too.
+    let response = post(
+        &server,
+        "/completion",
+        &json!({"prompt": "x", "json_schema": {"type": "no-such-type"}}),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["param"], "json_schema", "{error}");
+}
+
+/// llama.cpp's `timings_per_token`, on the real model: every content chunk carries
+/// llama.cpp's timings so far, counting up, and the last chunk llama.cpp's figures beside
+/// the gateway's; `/completion`'s frames carry them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timings_per_token_count_up_in_every_chunk() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let body = chat_body(
+        FRANCE,
+        json!({"temperature": 0, "max_tokens": 8, "timings_per_token": true, "stream": true,
+               "stream_options": {"include_usage": true}}),
+    );
+    let chunks = chunks_of(&post_text(&server, CHAT, &body).await);
+    let counted: Vec<u64> = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .map(|c| {
+            c["timings"]["predicted_n"]
+                .as_u64()
+                .expect("timings in a content chunk")
+        })
+        .collect();
+    assert!(counted.len() >= 2, "{chunks:?}");
+    assert!(counted.windows(2).all(|w| w[0] < w[1]), "{counted:?}");
+    let last = &chunks.last().expect("a last chunk")["timings"];
+    assert_eq!(last["predicted_n"], 8, "{last}");
+    assert!(
+        last["predicted_per_second"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{last}"
+    );
+    assert!(
+        last["ttft_ms"].as_f64().is_some(),
+        "the gateway's own stay: {last}"
+    );
+    assert!(
+        chunks[0].get("timings").is_none(),
+        "the role chunk has none: {}",
+        chunks[0]
+    );
+
+    let native = post_text(
+        &server,
+        "/completion",
+        &json!({"prompt": "The sky is", "n_predict": 4, "stream": true, "timings_per_token": true}),
+    )
+    .await;
+    let frames = chunks_of(&native);
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["timings"]["predicted_n"].as_u64().is_some()),
+        "{native}"
+    );
+}
+
+/// Token-id prompts, on the real model: ids from `/tokenize` give the greedy answer the
+/// text gives, on `/v1/completions` and llama.cpp's `/completion` (whose answer repeats
+/// the prompt as text); an id past the vocabulary is a 400 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_of_token_ids_reads_as_its_text() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let text = "I believe the meaning of life is";
+    let tokens: Value = post_json(
+        &server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": text, "add_special_tokens": true}),
+    )
+    .await;
+    let ids = tokens["tokens"].clone();
+    let answer = |prompt: Value| {
+        let server = &server;
+        async move {
+            let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0});
+            let answer = post_json(server, COMPLETIONS, &body).await;
+            answer["choices"][0]["text"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{answer}"))
+                .to_owned()
+        }
+    };
+    let by_text = answer(json!(text)).await;
+    assert!(!by_text.is_empty());
+    assert_eq!(answer(ids.clone()).await, by_text);
+    assert_eq!(answer(json!([ids.clone()])).await, by_text);
+
+    let native = post_json(
+        &server,
+        "/completion",
+        &json!({"prompt": ids, "n_predict": 8, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(native["content"], by_text.as_str(), "{native}");
+    assert_eq!(native["prompt"], text, "{native}");
+
+    let response = post(
+        &server,
+        COMPLETIONS,
+        &json!({"model": MODEL, "prompt": [1, 2, 999_999], "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["param"], "prompt[2]", "{error}");
+}

@@ -327,6 +327,21 @@ enum Failure {
     Recorded(ApiError),
 }
 
+impl Failure {
+    /// The same failure, its error naming each parameter as the client sent it.
+    fn renamed(self, renamed: &[(&'static str, &'static str)]) -> Self {
+        let rename = |e: ApiError| {
+            renamed
+                .iter()
+                .fold(e, |e, (ours, theirs)| e.renamed(ours, theirs))
+        };
+        match self {
+            Failure::Refused(e) => Failure::Refused(rename(e)),
+            Failure::Recorded(e) => Failure::Recorded(rename(e)),
+        }
+    }
+}
+
 impl From<ApiError> for Failure {
     fn from(error: ApiError) -> Self {
         Failure::Refused(error)
@@ -402,6 +417,7 @@ struct Started {
     with_logprobs: bool,
     include_usage: bool,
     continuous_usage: bool,
+    timings_per_token: bool,
     prompt_tokens: u32,
 }
 
@@ -452,9 +468,9 @@ impl<'a> Handling<'a> {
                         .iter()
                         .fold(e, |e, (ours, theirs)| e.renamed(ours, theirs))
                 })?;
-            let mut native = read.meta;
-            native.generation_settings = super::llamacpp::generation_settings(&parsed);
-            parsed.native = Some(Box::new(native));
+            // Engine errors (a schema that cannot compile) name the client's parameters too.
+            parsed.renamed.extend(read.renamed);
+            parsed.native = Some(Box::new(read.meta));
             parsed
         } else {
             self.route.parse(&body, &state.limits, self.request_id)?
@@ -586,11 +602,17 @@ impl<'a> Handling<'a> {
     /// Prepares the request in the engine, charges its budget to the key and starts it.
     async fn start(mut self, admitted: Admitted<'a>) -> Result<Started, Failure> {
         let Admitted {
-            parsed,
+            mut parsed,
             served,
             info,
             permit,
         } = admitted;
+        if parsed.native.is_some() {
+            let settings = super::llamacpp::generation_settings(&parsed, served);
+            if let Some(native) = parsed.native.as_mut() {
+                native.generation_settings = settings;
+            }
+        }
         let state = self.state;
         let engine = &served.engine;
         let prompt = parsed.generation.prompt.last_user_text().to_owned();
@@ -600,7 +622,10 @@ impl<'a> Handling<'a> {
         let with_logprobs = parsed.generation.top_logprobs.is_some();
 
         let upstream = info.upstream.is_some();
-        let prepared = self.prepare(engine, parsed.generation, upstream).await?;
+        let prepared = self
+            .prepare(engine, parsed.generation, upstream)
+            .await
+            .map_err(|failure| failure.renamed(&parsed.renamed))?;
         let params = params_of(&prepared);
         let generation =
             respond::start_in_engine(state, engine, prepared, &self.deadline.cut_off).await?;
@@ -665,6 +690,7 @@ impl<'a> Handling<'a> {
             with_logprobs,
             include_usage: parsed.include_usage,
             continuous_usage: parsed.continuous_usage,
+            timings_per_token: parsed.timings_per_token,
             prompt_tokens: generation.prompt_tokens,
         })
     }

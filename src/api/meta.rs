@@ -41,6 +41,9 @@ pub struct Defaults {
     temperature: Option<f64>,
     top_p: Option<f64>,
     max_tokens: Option<u32>,
+    /// The seed of a request that sets none; absent: each such answer is random.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
     /// The degeneration guard watches the model's answers.
     degeneration_guard: bool,
 }
@@ -199,6 +202,7 @@ fn model_object(model: &ServedModel) -> ModelObject<'_> {
             temperature: model.policy.default_temperature,
             top_p: model.policy.default_top_p,
             max_tokens: model.policy.default_max_tokens,
+            seed: model.policy.default_seed,
             degeneration_guard: model.policy.degeneration_guard,
         },
     }

@@ -46,6 +46,8 @@ pub struct ModelConfig {
     /// Sampling of a request that sets none; `None`: the engine's own (1 for both).
     pub default_temperature: Option<f64>,
     pub default_top_p: Option<f64>,
+    /// `seed` of a request that sets none; `None`: each such answer is random.
+    pub default_seed: Option<u64>,
     /// Whether the degeneration guard watches this model's answers.
     pub degeneration_guard: bool,
     pub engine: ModelEngine,
@@ -90,6 +92,7 @@ impl From<&ModelConfig> for ModelPolicy {
             default_max_tokens: model.default_max_tokens,
             default_temperature: model.default_temperature,
             default_top_p: model.default_top_p,
+            default_seed: model.default_seed,
             degeneration_guard: model.degeneration_guard,
             aliases: model.aliases.clone(),
         }
@@ -222,6 +225,7 @@ fn single_table(engine: &EngineTable) -> ModelTable {
         default_max_tokens: engine.default_max_tokens,
         default_temperature: engine.default_temperature,
         default_top_p: engine.default_top_p,
+        default_seed: engine.default_seed,
         ..ModelTable::default()
     };
     match &engine.upstream_url {
@@ -259,6 +263,7 @@ fn single_setting(key: &str) -> &'static str {
         "default_max_tokens" => "engine.default_max_tokens",
         "default_temperature" => "engine.default_temperature",
         "default_top_p" => "engine.default_top_p",
+        "default_seed" => "engine.default_seed",
         "max_tokens_cap" => "engine.max_tokens_cap",
         _ => "engine.model_id",
     }
@@ -324,6 +329,7 @@ fn model(
         default_max_tokens: defaults.max_tokens,
         default_temperature: defaults.temperature,
         default_top_p: defaults.top_p,
+        default_seed: defaults.seed,
         degeneration_guard: defaults.degeneration_guard,
         engine,
         auto_reason,
@@ -373,6 +379,7 @@ struct RequestDefaults {
     max_tokens: Option<u32>,
     temperature: Option<f64>,
     top_p: Option<f64>,
+    seed: Option<u64>,
     degeneration_guard: bool,
 }
 
@@ -401,10 +408,13 @@ impl RequestDefaults {
         } else {
             (t.default_max_tokens, t.default_temperature, t.default_top_p)
         };
+        // A seed is the gateway's choice for every engine: an upstream is sent it.
+        let seed = t.default_seed.or(engine.default_seed);
         Self {
             max_tokens: max_tokens.or(known.map(|k| k.max_tokens.min(max_tokens_cap))),
             temperature: temperature.or(known.map(|k| k.temperature)),
             top_p: top_p.or(known.map(|k| k.top_p)),
+            seed,
             degeneration_guard: t
                 .degeneration_guard
                 .or(guard)

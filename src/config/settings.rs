@@ -208,6 +208,10 @@ pub struct EngineTable {
     /// file, else 1].
     #[arg(long, env = "LLMGATE_DEFAULT_TOP_P")]
     pub default_top_p: Option<f64>,
+    /// seed of a request that sets none, as llama.cpp's server's --seed: the same
+    /// unseeded request gets the same answer [default: none, each one random].
+    #[arg(long, env = "LLMGATE_DEFAULT_SEED")]
+    pub default_seed: Option<u64>,
     /// Run the model on CPU even in a CUDA build.
     #[arg(long, env = "LLMGATE_FORCE_CPU")]
     pub force_cpu: Option<bool>,

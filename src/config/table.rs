@@ -100,6 +100,9 @@ pub struct ModelTable {
     /// `top_p` of a request that sets none [default: engine.default_top_p; for an
     /// upstream, none].
     pub default_top_p: Option<f64>,
+    /// `seed` of a request that sets none, so the same request gets the same answer
+    /// [default: engine.default_seed; none: each answer random].
+    pub default_seed: Option<u64>,
     /// Stop this model's looping answers [default: quality.degeneration_guard].
     pub degeneration_guard: Option<bool>,
     /// Other names clients may send for this model (`["gpt-4o-mini"]`); it answers under

@@ -118,6 +118,15 @@ impl Front {
         }
     }
 
+    /// The tokens a sequence ends on (what `ignore_eos` keeps from being picked), where
+    /// the gateway picks tokens; `None` for an engine that samples on its own.
+    pub fn end_tokens(&self) -> Option<Arc<[u32]>> {
+        match self.backend.model()?.decoding {
+            Decoding::Picked { end_tokens, .. } => Some(end_tokens),
+            Decoding::Own => None,
+        }
+    }
+
     /// Sequences running and requests waiting for a slot now.
     pub fn load(&self) -> EngineLoad {
         self.queue.get().map(SlotQueue::load).unwrap_or_default()
@@ -250,6 +259,10 @@ mod picked {
         else {
             return Ok(None);
         };
+        // Before the engine reads them: an id past the vocabulary is not a token.
+        if let super::super::Prompt::Tokens(ids) = &request.prompt {
+            super::super::known_token_ids("prompt", ids, |id| id < *vocab_size)?;
+        }
         let stop_token_ids = &request.sampling.stop_token_ids;
         if !stop_token_ids.is_empty() && end_tokens.is_empty() {
             return Err(EngineError::Unsupported {

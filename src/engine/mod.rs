@@ -74,12 +74,14 @@ pub struct GenerationRequest {
     pub whole: bool,
 }
 
-/// What the model continues: a conversation (rendered with the model's chat template) or
-/// raw text (the legacy completions route).
+/// What the model continues: a conversation (rendered with the model's chat template),
+/// raw text or token ids (the legacy completions route).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
     Chat(Vec<ChatMessage>),
     Text(String),
+    /// Token ids, read as they are: nothing rendered, nothing added (no BOS).
+    Tokens(Vec<u32>),
 }
 
 impl Default for Prompt {
@@ -101,11 +103,12 @@ impl Prompt {
     pub fn param(&self) -> &'static str {
         match self {
             Prompt::Chat(_) => "messages",
-            Prompt::Text(_) => "prompt",
+            Prompt::Text(_) | Prompt::Tokens(_) => "prompt",
         }
     }
 
-    /// The text the answer responds to: the last user message, or the whole text.
+    /// The text the answer responds to: the last user message, or the whole text (none
+    /// for token ids).
     pub fn last_user_text(&self) -> &str {
         match self {
             Prompt::Chat(messages) => messages
@@ -114,6 +117,7 @@ impl Prompt {
                 .find(|m| m.role == Role::User)
                 .map_or("", |m| m.content.as_str()),
             Prompt::Text(text) => text,
+            Prompt::Tokens(_) => "",
         }
     }
 }
@@ -127,6 +131,9 @@ pub enum ResponseFormat {
     JsonObject,
     /// JSON valid against this schema (`{"type": "json_schema", ...}`).
     JsonSchema(serde_json::Value),
+    /// Text held to a GBNF grammar, as the client wrote it (llama.cpp's `grammar`;
+    /// checked as GBNF when the request is read, see [`grammar::gbnf`]).
+    Grammar(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

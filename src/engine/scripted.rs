@@ -159,6 +159,13 @@ impl Backend for ScriptedEngine {
         let texts: Vec<&str> = match &request.prompt {
             Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
             Prompt::Text(text) => vec![text.as_str()],
+            Prompt::Tokens(ids) => {
+                return Ok(Tokenized {
+                    ids: ids.clone(),
+                    spellings: None,
+                    pieces: None,
+                })
+            }
         };
         let ids = texts
             .iter()
@@ -197,6 +204,7 @@ impl Backend for ScriptedEngine {
         let last = match &request.prompt {
             Prompt::Chat(messages) => messages.last().map(|m| m.content.as_str()),
             Prompt::Text(text) => Some(text.as_str()),
+            Prompt::Tokens(_) => None,
         };
         let script = last
             .and_then(|m| self.by_prompt.get(m))

@@ -24,6 +24,8 @@ pub struct ModelPolicy {
     /// `temperature` and `top_p` of a request that sets none; `None`: the engine's.
     pub default_temperature: Option<f64>,
     pub default_top_p: Option<f64>,
+    /// `seed` of a request that sets none; `None`: each such answer is random.
+    pub default_seed: Option<u64>,
     /// The degeneration guard watches this model's answers (not those of a request
     /// with `ignore_eos`, which asks for a fixed length).
     pub degeneration_guard: bool,
@@ -47,6 +49,7 @@ impl ModelPolicy {
             default_max_tokens: None,
             default_temperature: None,
             default_top_p: None,
+            default_seed: None,
             degeneration_guard: false,
             aliases: Vec::new(),
         }

@@ -201,6 +201,22 @@ impl Run {
         self.quality.text()
     }
 
+    /// llama.cpp's timings so far (`timings_per_token`); `None` before the first token.
+    /// The prefix cache's share is known only at the end: until then the whole prompt
+    /// counts as read.
+    pub fn llama_timings_so_far(&self) -> Option<chunks::native::LlamaTimings> {
+        let (prompt, decoding) = self.timer.decoding_so_far()?;
+        let usage = self.usage_so_far();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        Some(chunks::native::LlamaTimings::new(
+            usage.prompt_tokens,
+            0,
+            ms(prompt),
+            usage.completion_tokens,
+            ms(decoding),
+        ))
+    }
+
     /// Usage of a request that ends without the engine's count: the tokens seen so far.
     pub fn usage_so_far(&self) -> Usage {
         Usage {

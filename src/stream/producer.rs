@@ -257,6 +257,11 @@ async fn send_text(
     unsent: &mut Vec<TokenLogprob>,
 ) -> Result<bool, Lost> {
     assembler.count(run.usage_so_far());
+    if assembler.wants_timings() {
+        if let Some(so_far) = run.llama_timings_so_far() {
+            assembler.timed(so_far);
+        }
+    }
     let Some(frame) = assembler.token_frame(text, unsent) else {
         return Ok(false);
     };
@@ -297,6 +302,7 @@ pub async fn collect_json(
     mut events: TokenStream,
     deadline: Deadline,
     with_logprobs: bool,
+    timings_per_token: bool,
 ) -> Result<Collected, ApiError> {
     let passed = deadline.passed();
     tokio::pin!(passed);
@@ -391,14 +397,10 @@ pub async fn collect_json(
                 },
             ))
         }
-        None => serde_json::to_vec(&Completion::new(
-            meta,
-            run.text(),
-            reason,
-            usage,
-            &report,
-            logprobs,
-        )),
+        None => serde_json::to_vec(
+            &Completion::new(meta, run.text(), reason, usage, &report, logprobs)
+                .with_llama_timings(timings_per_token, usage),
+        ),
     };
     let timings = run.finish(ending);
     let body = body.map(Bytes::from).map_err(|_| ApiError::Internal)?;

@@ -54,6 +54,9 @@ def llmgate_args(server, data_dir: Path) -> list[str]:
         "--engine", "llamacpp", "--serve-any-model", "true", "--workers", "2",
         "--default-temperature", str(server.temperature),
     ]
+    if server.seed is not None and server.seed >= 0:
+        # llama-server's --seed: the seed of every request that sets none.
+        args += ["--default-seed", str(server.seed)]
     if server.model_file:
         args += ["--model-path", server.model_file]
     if server.model_alias:

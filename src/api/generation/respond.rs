@@ -30,12 +30,20 @@ pub(super) async fn respond(
         with_logprobs,
         include_usage,
         continuous_usage,
+        timings_per_token,
         prompt_tokens,
     } = started;
     if !stream {
-        let collected = producer::collect_json(run, &meta, events, deadline, with_logprobs)
-            .await
-            .map_err(Failure::Recorded)?;
+        let collected = producer::collect_json(
+            run,
+            &meta,
+            events,
+            deadline,
+            with_logprobs,
+            timings_per_token,
+        )
+        .await
+        .map_err(Failure::Recorded)?;
         let mut response = HttpResponse::Ok();
         response
             .content_type("application/json")
@@ -60,7 +68,8 @@ pub(super) async fn respond(
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_BUFFER_FRAMES);
     let assembler = ChunkAssembler::new(meta, include_usage)
         .with_logprobs(with_logprobs)
-        .with_continuous_usage(continuous_usage, prompt_tokens);
+        .with_continuous_usage(continuous_usage, prompt_tokens)
+        .with_timings_per_token(timings_per_token);
     tokio::spawn(
         producer::stream_sse(run, assembler, events, tx, state.pacing, deadline).in_current_span(),
     );

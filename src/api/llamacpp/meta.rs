@@ -33,7 +33,7 @@ pub async fn props(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
             "is_processing": false,
             "params": {
                 "n_predict": policy.default_max_tokens.map_or(-1, i64::from),
-                "seed": RANDOM_SEED,
+                "seed": policy.default_seed.unwrap_or(RANDOM_SEED),
                 "temperature": policy.default_temperature,
                 "top_p": policy.default_top_p,
             },

@@ -17,8 +17,8 @@ use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 use request::{translate, BiasTarget};
 
-/// llama.cpp's "no seed given: random" (`LLAMA_DEFAULT_SEED`): the gateway has no
-/// server-wide seed, so an unseeded request is random.
+/// llama.cpp's "no seed given: random" (`LLAMA_DEFAULT_SEED`): an unseeded request is
+/// random unless the model has a `default_seed`.
 pub const RANDOM_SEED: u64 = u32::MAX as u64;
 
 /// A `/completion` body as the `/v1/completions` body that means the same, and what
@@ -52,9 +52,20 @@ pub async fn read_completion(body: &[u8], state: &AppState) -> Result<Read, ApiE
     if !biases.is_empty() {
         out.insert("logit_bias".into(), Value::Object(biases));
     }
+    let mut meta = translated.meta;
+    if let Some(ids) = token_prompt(&out["prompt"]) {
+        // llama.cpp's answer repeats the prompt as text; ids that are not the model's
+        // are refused later, naming `prompt`.
+        let served = served_for(state, &out);
+        meta.prompt = served
+            .engine
+            .detokenize(ids, false)
+            .await
+            .unwrap_or_default();
+    }
     Ok(Read {
         body: serde_json::to_vec(&out).map_err(|_| ApiError::Internal)?,
-        meta: translated.meta,
+        meta,
         renamed: translated.renamed,
     })
 }
@@ -67,19 +78,39 @@ pub struct Read {
     pub renamed: Vec<(&'static str, &'static str)>,
 }
 
-/// The ids of a bias's text, in the vocabulary of the model the request names (the
-/// default one when it names none it serves; that is refused later).
+/// The model the request names (the default one when it names none it serves; that is
+/// refused later).
+fn served_for<'a>(
+    state: &'a AppState,
+    body: &Map<String, Value>,
+) -> &'a crate::engine::served::ServedModel {
+    body.get("model")
+        .and_then(Value::as_str)
+        .and_then(|name| state.limits.model(name).ok())
+        .and_then(|policy| state.models.get(&policy.id))
+        .unwrap_or_else(|| state.models.default_model())
+}
+
+/// A prompt of token ids (bare, or a list of one).
+fn token_prompt(prompt: &Value) -> Option<Vec<u32>> {
+    let items = match prompt.as_array()?.as_slice() {
+        [Value::Array(inner)] => inner.as_slice(),
+        items => items,
+    };
+    items
+        .iter()
+        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect::<Option<Vec<u32>>>()
+        .filter(|ids| !ids.is_empty())
+}
+
+/// The ids of a bias's text, in the vocabulary of the model the request names.
 async fn text_ids(
     state: &AppState,
     body: &Map<String, Value>,
     text: String,
 ) -> Result<Vec<u32>, ApiError> {
-    let served = body
-        .get("model")
-        .and_then(Value::as_str)
-        .and_then(|name| state.limits.model(name).ok())
-        .and_then(|policy| state.models.get(&policy.id))
-        .unwrap_or_else(|| state.models.default_model());
+    let served = served_for(state, body);
     served.engine.model_info().ok_or(ApiError::NotReady)?;
     let request = TokenizeRequest {
         prompt: Prompt::Text(text),
@@ -101,14 +132,26 @@ async fn text_ids(
 /// llama.cpp's `generation_settings`: the parameters the answer is made with, after
 /// the gateway's defaults. `n_predict`: the most tokens the answer may have (the
 /// request's, the model's default, or the server's cap; the context may leave fewer).
-pub fn generation_settings(request: &crate::api::request::ValidatedRequest) -> Value {
+/// `logit_bias` lists, with `ignore_eos`, the model's end tokens at minus infinity
+/// (JSON's null), as llama.cpp does: they are never picked.
+pub fn generation_settings(
+    request: &crate::api::request::ValidatedRequest,
+    served: &crate::engine::served::ServedModel,
+) -> Value {
     let generation = &request.generation;
     let s = &generation.sampling;
-    let logit_bias: Vec<Value> = s
+    let mut logit_bias: Vec<Value> = s
         .logit_bias
         .iter()
         .map(|(token, bias)| json!({"token": token, "bias": bias}))
         .collect();
+    if s.ignore_eos {
+        let ends = served.engine.end_tokens().unwrap_or_default();
+        logit_bias.extend(
+            ends.iter()
+                .map(|token| json!({"token": token, "bias": null})),
+        );
+    }
     json!({
         "n_predict": generation.budget.tokens(),
         "seed": s.seed.unwrap_or(RANDOM_SEED),

@@ -7,6 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::api::request::{MAX_LOGIT_BIAS, MAX_STOP_CHARS};
+use crate::engine::grammar::SCHEMA_PARAM;
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 
@@ -23,6 +24,8 @@ const SAME: &[&str] = &[
     "ignore_eos",
     "min_tokens",
     "model",
+    "grammar",
+    "timings_per_token",
 ];
 
 /// Read here and not passed on.
@@ -38,8 +41,6 @@ const OWN: &[&str] = &[
     "id_slot",
     "return_tokens",
     "response_fields",
-    "timings_per_token",
-    "grammar",
     "seed",
 ];
 
@@ -60,10 +61,11 @@ const NEUTRAL: &[(&str, f64)] = &[
 ];
 
 /// Where a `/v1/completions` error names a parameter the client sent under llama.cpp's
-/// name.
+/// name. In order: the schema itself before the rest of `response_format`.
 const RENAMED: &[(&str, &str)] = &[
     ("logprobs", "n_probs"),
     ("repetition_penalty", "repeat_penalty"),
+    (SCHEMA_PARAM, "json_schema"),
     ("response_format", "json_schema"),
 ];
 
@@ -119,7 +121,7 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
         .filter_map(|&k| Some((k.to_owned(), get(k)?.clone())))
         .collect();
 
-    out.insert("prompt".into(), Value::String(prompt(get("prompt"))?));
+    out.insert("prompt".into(), prompt(get("prompt"))?);
     if let Some(n) = budget(get("n_predict"), get("max_tokens"))? {
         out.insert("max_tokens".into(), json!(n));
     }
@@ -150,23 +152,10 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
             json!({"type": "json_schema", "json_schema": {"name": "json_schema", "schema": schema}}),
         );
     }
-    if get("grammar").is_some() {
-        return Err(ApiError::unsupported(
-            "grammar",
-            "GBNF grammars are not served; send json_schema here, or response_format on \
-             POST /v1/completions",
-        ));
-    }
     if get("id_slot").is_some_and(|v| v.as_i64() != Some(-1)) {
         return Err(ApiError::unsupported(
             "id_slot",
             "the gateway places each request itself (only -1 is served)",
-        ));
-    }
-    if get("timings_per_token").is_some_and(|v| v != &Value::Bool(false)) {
-        return Err(ApiError::unsupported(
-            "timings_per_token",
-            "the last frame carries the timings; each token's are in the semantic log",
         ));
     }
     if let Some(cache) = get("cache_prompt") {
@@ -214,20 +203,18 @@ fn neutral(object: &Map<String, Value>) -> Result<(), ApiError> {
 
 /// One text prompt: a string, a list of one, or llama.cpp's `{"prompt_string": ...}`
 /// without media.
-fn prompt(value: Option<&Value>) -> Result<String, ApiError> {
+fn prompt(value: Option<&Value>) -> Result<Value, ApiError> {
     match value {
         None => Err(ApiError::invalid("prompt", "this parameter is required")),
-        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::String(text)) => Ok(Value::String(text.clone())),
+        // A text, token ids, or a list of one of them: `/v1/completions` reads these.
         Some(Value::Array(items)) => match items.as_slice() {
-            [Value::String(text)] => Ok(text.clone()),
-            [Value::String(_), Value::String(_), ..] => Err(ApiError::unsupported(
+            [Value::String(_) | Value::Array(_), _, ..] => Err(ApiError::unsupported(
                 "prompt",
-                "one prompt per request (send a string, or a list of one)",
+                "one prompt per request (send a string or a list of token ids, or a list of \
+                 one); a token list mixed with text is not served",
             )),
-            _ => Err(ApiError::unsupported(
-                "prompt",
-                "token-id prompts are not served; send text",
-            )),
+            _ => Ok(Value::Array(items.clone())),
         },
         Some(Value::Object(parts)) => {
             if parts.get("multimodal_data").is_some() {
@@ -237,7 +224,7 @@ fn prompt(value: Option<&Value>) -> Result<String, ApiError> {
                 ));
             }
             match parts.get("prompt_string") {
-                Some(Value::String(text)) => Ok(text.clone()),
+                Some(Value::String(text)) => Ok(Value::String(text.clone())),
                 _ => Err(ApiError::invalid(
                     "prompt.prompt_string",
                     "must be the prompt's text",
@@ -246,7 +233,7 @@ fn prompt(value: Option<&Value>) -> Result<String, ApiError> {
         }
         Some(_) => Err(ApiError::invalid(
             "prompt",
-            "must be a string, or an array of one string",
+            "must be a string, a list of token ids, or a list of one",
         )),
     }
 }
@@ -428,11 +415,8 @@ mod tests {
     fn what_is_not_served_is_refused_by_name() {
         for (value, param) in [
             (json!({}), "prompt"),
-            (json!({"prompt": [1, 2, 3]}), "prompt"),
-            (
-                json!({"prompt": "a", "grammar": "root ::= \"a\""}),
-                "grammar",
-            ),
+            (json!({"prompt": [[1, 2], [3]]}), "prompt"),
+            (json!({"prompt": ["a", 1]}), "prompt"),
             (json!({"prompt": "a", "id_slot": 1}), "id_slot"),
             (json!({"prompt": "a", "mirostat": 2}), "mirostat"),
             (json!({"prompt": "a", "n_predict": 0}), "n_predict"),
@@ -454,10 +438,6 @@ mod tests {
                 "logit_bias",
             ),
             (json!({"prompt": "a", "mirostat": 1}), "mirostat"),
-            (
-                json!({"prompt": "a", "timings_per_token": true}),
-                "timings_per_token",
-            ),
             (
                 json!({"prompt": {"prompt_string": "a", "multimodal_data": ["x"]}}),
                 "prompt.multimodal_data",

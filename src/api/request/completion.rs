@@ -39,7 +39,7 @@ enum WirePrompt {
 }
 
 /// `prompt`'s schema, written out: the derive cannot bound the strings inside an
-/// untagged enum's variants. One non-empty text, or a list of exactly one.
+/// untagged enum's variants. One non-empty text or token-id list, or a list of one.
 fn prompt_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
     let text = || {
@@ -47,19 +47,76 @@ fn prompt_schema() -> utoipa::openapi::schema::Schema {
             .schema_type(Type::String)
             .min_length(Some(1))
     };
+    let ids = || {
+        ArrayBuilder::new()
+            .items(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0))
+                    .maximum(Some(u32::MAX)),
+            )
+            .min_items(Some(1))
+    };
+    let one_of = |item: utoipa::openapi::schema::Schema| {
+        ArrayBuilder::new()
+            .items(utoipa::openapi::RefOr::T(item))
+            .min_items(Some(1))
+            .max_items(Some(1))
+    };
     OneOfBuilder::new()
         .item(text())
-        .item(
-            ArrayBuilder::new()
-                .items(text())
-                .min_items(Some(1))
-                .max_items(Some(1)),
-        )
+        .item(ids())
+        .item(one_of(text().into()))
+        .item(one_of(ids().into()))
         .description(Some(
-            "The prompt: one text, or a list of one (one prompt per request).",
+            "The prompt: one text or one list of token ids (read as they are: no BOS is \
+             added), or a list of one (one prompt per request).",
         ))
         .build()
         .into()
+}
+
+/// The prompt a `prompt` field names: one text or one list of token ids, bare or in a
+/// list of one. Anything else is refused naming `prompt`.
+fn prompt_of(wire: WirePrompt) -> Result<Prompt, ApiError> {
+    let ids = |items: &[Value]| -> Option<Vec<u32>> {
+        items
+            .iter()
+            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect()
+    };
+    let prompt = match wire {
+        WirePrompt::One(text) => Prompt::Text(text),
+        WirePrompt::Many(items) => match items.as_slice() {
+            [Value::String(text)] => Prompt::Text(text.clone()),
+            [Value::Array(inner)] => Prompt::Tokens(ids(inner).ok_or_else(not_ids)?),
+            [] => return Err(ApiError::invalid("prompt", "must not be empty")),
+            [Value::String(_) | Value::Array(_), _, ..] => {
+                return Err(ApiError::unsupported(
+                    "prompt",
+                    "one prompt per request (send a string or a list of token ids, or a list \
+                     of one)",
+                ))
+            }
+            items => Prompt::Tokens(ids(items).ok_or_else(not_ids)?),
+        },
+    };
+    match &prompt {
+        Prompt::Text(text) if text.is_empty() => {
+            Err(ApiError::invalid("prompt", "must not be empty"))
+        }
+        Prompt::Tokens(ids) if ids.is_empty() => {
+            Err(ApiError::invalid("prompt", "must not be empty"))
+        }
+        _ => Ok(prompt),
+    }
+}
+
+fn not_ids() -> ApiError {
+    ApiError::invalid(
+        "prompt",
+        "must be a string, a list of token ids (whole numbers from 0), or a list of one",
+    )
 }
 
 /// Parses and validates a `POST /v1/completions` body (legacy text completions).
@@ -91,29 +148,14 @@ pub fn parse_completion_request(
         .map(top_logprobs)
         .transpose()?;
     limits.model(&common.model)?;
-    let text = match completion.prompt {
-        WirePrompt::One(text) => text,
-        WirePrompt::Many(items) => match items.as_slice() {
-            [Value::String(text)] => text.clone(),
-            [] => return Err(ApiError::invalid("prompt", "must not be empty")),
-            [Value::String(_), ..] => {
-                return Err(ApiError::unsupported(
-                    "prompt",
-                    "one prompt per request (send a string, or a list of one)",
-                ))
-            }
-            _ => {
-                return Err(ApiError::unsupported(
-                    "prompt",
-                    "token-id prompts are not served; send text",
-                ))
-            }
-        },
-    };
-    if text.is_empty() {
-        return Err(ApiError::invalid("prompt", "must not be empty"));
-    }
+    let prompt = prompt_of(completion.prompt)?;
     let echo = completion.echo.unwrap_or(false);
+    if echo && matches!(prompt, Prompt::Tokens(_)) {
+        return Err(ApiError::unsupported(
+            "echo",
+            "echo sends the prompt's text back; send the prompt as text",
+        ));
+    }
     if echo && top_logprobs.is_some() {
         return Err(ApiError::unsupported(
             "echo",
@@ -122,7 +164,7 @@ pub fn parse_completion_request(
         ));
     }
     let budget = ("max_tokens", common.max_tokens);
-    let mut request = validate(common, Prompt::Text(text), budget, limits, request_id)?;
+    let mut request = validate(common, prompt, budget, limits, request_id)?;
     // Neither is in the input hash: they do not change the answer.
     request.generation.top_logprobs = top_logprobs;
     request.echo = echo;
@@ -177,6 +219,14 @@ mod tests {
             "a raw prompt is not a chat"
         );
         assert_eq!((listed.echo, listed.generation.top_logprobs), (false, None));
+        // Token ids, bare or in a list of one, read as they are.
+        let ids = parse(json!({"model": "m", "prompt": [1, 2, 3]})).expect("token ids");
+        assert_eq!(ids.generation.prompt, Prompt::Tokens(vec![1, 2, 3]));
+        let listed_ids =
+            parse(json!({"model": "m", "prompt": [[1, 2, 3]]})).expect("a list of one");
+        assert_eq!(listed_ids.input_hash, ids.input_hash);
+        let digits = parse(json!({"model": "m", "prompt": "1,2,3"})).expect("text");
+        assert_ne!(ids.input_hash, digits.input_hash, "ids are not text");
         let echoed = parse(json!({"model": "m", "prompt": "x", "echo": true})).expect("echo alone");
         assert!(echoed.echo);
         let scored =
@@ -207,9 +257,44 @@ mod tests {
                 "prompt",
             ),
             (
-                json!({"model": "m", "prompt": [1, 2, 3]}),
+                json!({"model": "m", "prompt": [[1, 2], [3]]}),
                 "unsupported_parameter",
                 "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": []}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [[]]}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [1, -2]}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [1.5]}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [4_294_967_296_u64]}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [1, "a"]}),
+                "invalid_value",
+                "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": [1, 2], "echo": true}),
+                "unsupported_parameter",
+                "echo",
             ),
             (
                 json!({"model": "m", "prompt": "x", "echo": true, "logprobs": 1}),

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
-use crate::engine::grammar::SCHEMA_PARAM;
+use crate::engine::grammar::{GRAMMAR_PARAM, SCHEMA_PARAM};
 use crate::engine::{Budget, GenerationRequest, Prompt, ResponseFormat, Sampling};
 use crate::error::ApiError;
 
@@ -41,6 +41,9 @@ pub(super) const EXTENSIONS: &[&str] = &[
     "min_tokens",
     "stop_token_ids",
     "n_predict",
+    "grammar",
+    "json_schema",
+    "timings_per_token",
 ];
 
 /// Most `stop_token_ids` a request may list: each is looked up per picked token.
@@ -64,9 +67,17 @@ pub struct ValidatedRequest {
     pub generation: GenerationRequest,
     /// Legacy completions' `echo`: the answer's text starts with the prompt.
     pub echo: bool,
+    /// llama.cpp's `timings_per_token`: llama.cpp's timings in every chunk.
+    pub timings_per_token: bool,
     /// Answer in llama.cpp's server's shape (`POST /completion`).
     pub native: Option<Box<crate::stream::chunks::native::NativeMeta>>,
+    /// (the name errors carry, the client's) for a parameter the client sent under
+    /// llama.cpp's name: the engine's errors name what the client sent.
+    pub renamed: Renamed,
 }
+
+/// Parameters the client sent under another name: (the name errors carry, the client's).
+pub type Renamed = Vec<(&'static str, &'static str)>;
 
 /// sha256 (hex) of the request as the model sees it: model, messages and every sampling
 /// parameter after defaults are applied, in a fixed JSON layout. Two requests with the
@@ -102,6 +113,7 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         logit_bias: &'a [(u32, f32)],
     }
     let s = &generation.sampling;
+    let ids: String;
     let messages = match &generation.prompt {
         Prompt::Chat(messages) => messages
             .iter()
@@ -109,12 +121,22 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
             .collect(),
         // A raw prompt is its own kind of message, so it never hashes like a chat.
         Prompt::Text(text) => vec![("prompt", text.as_str())],
+        // Ids, never the same message as a text that reads alike.
+        Prompt::Tokens(tokens) => {
+            ids = tokens
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            vec![("tokens", ids.as_str())]
+        }
     };
     // Schemas are canonical JSON already (serde_json sorts no keys, so spell as sent).
     let format = match &generation.response_format {
         ResponseFormat::Text => None,
         ResponseFormat::JsonObject => Some(Value::String("json_object".into())),
         ResponseFormat::JsonSchema(schema) => Some(schema.clone()),
+        ResponseFormat::Grammar(gbnf) => Some(serde_json::json!({ "grammar": gbnf })),
     };
     let canonical = Canonical {
         model,
@@ -224,6 +246,18 @@ pub(super) struct WireCommon {
     repetition_penalty: Option<f64>,
     #[serde(default)]
     response_format: Option<WireResponseFormat>,
+    /// llama.cpp's extension: a GBNF grammar the answer is held to (`root ::= ...`).
+    #[serde(default)]
+    grammar: Option<String>,
+    /// llama.cpp's extension: a JSON Schema the answer is held to, as
+    /// `response_format`'s `json_schema.schema`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    json_schema: Option<Value>,
+    /// llama.cpp's extension: every streamed chunk carries llama.cpp's `timings` so far,
+    /// and the last (or the answer) llama.cpp's figures beside the gateway's.
+    #[serde(default)]
+    timings_per_token: Option<bool>,
     /// vLLM's extension: generate until the budget, past the end-of-sequence token.
     #[serde(default)]
     ignore_eos: Option<bool>,
@@ -467,7 +501,7 @@ pub(super) fn validate(
     let sampling = sampling(&wire, limits, budget.tokens())?;
     let stream = wire.stream.unwrap_or(false);
     let (include_usage, continuous_usage) = stream_options(&wire, stream)?;
-    let response_format = response_format(wire.response_format)?;
+    let (response_format, renamed) = held_to(wire.response_format, wire.json_schema, wire.grammar)?;
 
     let generation = GenerationRequest {
         request_id: request_id.to_owned(),
@@ -490,8 +524,58 @@ pub(super) fn validate(
         user: wire.user,
         generation,
         echo: false,
+        timings_per_token: wire.timings_per_token.unwrap_or(false),
         native: None,
+        renamed,
     })
+}
+
+/// What the answer is held to: OpenAI's `response_format`, or llama.cpp's `json_schema`
+/// or `grammar` (one of them), with the parameter renamed where the engine's errors name
+/// `response_format`'s.
+fn held_to(
+    format: Option<WireResponseFormat>,
+    json_schema: Option<Value>,
+    grammar: Option<String>,
+) -> Result<(ResponseFormat, Renamed), ApiError> {
+    // llama.cpp reads an empty grammar as none.
+    let grammar = grammar.filter(|g| !g.is_empty());
+    let sent: Vec<&str> = [
+        ("response_format", format.is_some()),
+        ("json_schema", json_schema.is_some()),
+        ("grammar", grammar.is_some()),
+    ]
+    .iter()
+    .filter_map(|&(name, sent)| sent.then_some(name))
+    .collect();
+    if let [_, second, ..] = sent[..] {
+        return Err(ApiError::invalid(
+            second,
+            format!("send only one of {}", sent.join(", ")),
+        ));
+    }
+    if let Some(gbnf) = grammar {
+        if let Err(e) = crate::engine::grammar::gbnf::to_lark(&gbnf) {
+            return Err(ApiError::invalid(
+                GRAMMAR_PARAM,
+                format!("is not a GBNF grammar: {e}"),
+            ));
+        }
+        return Ok((ResponseFormat::Grammar(gbnf), Vec::new()));
+    }
+    if let Some(schema) = json_schema {
+        if !schema.is_object() {
+            return Err(ApiError::invalid(
+                "json_schema",
+                "must be a JSON Schema object",
+            ));
+        }
+        return Ok((
+            ResponseFormat::JsonSchema(schema),
+            vec![(SCHEMA_PARAM, "json_schema")],
+        ));
+    }
+    Ok((response_format(format)?, Vec::new()))
 }
 
 /// The sampling parameters, each within its range, the served model's defaults filled
@@ -546,7 +630,7 @@ fn sampling(
         temperature,
         top_p,
         // Negative seeds are valid in OpenAI's API; the bits are what matter.
-        seed: wire.seed.map(|s| s as u64),
+        seed: wire.seed.map(|s| s as u64).or(limits.default_seed),
         presence_penalty: presence_penalty.map(|p| p as f32),
         frequency_penalty: frequency_penalty.map(|p| p as f32),
         top_k: wire.top_k,

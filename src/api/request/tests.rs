@@ -12,7 +12,7 @@ pub(super) fn limits() -> RequestLimits {
 fn messages(request: &ValidatedRequest) -> &[ChatMessage] {
     match &request.generation.prompt {
         Prompt::Chat(messages) => messages,
-        Prompt::Text(_) => panic!("a chat request"),
+        Prompt::Text(_) | Prompt::Tokens(_) => panic!("a chat request"),
     }
 }
 
@@ -82,6 +82,27 @@ fn model_defaults_fill_only_what_the_request_leaves_out() {
         .expect("valid")
         .input_hash,
         "the hash is of what the model sees, defaults applied"
+    );
+}
+
+#[test]
+fn a_default_seed_seeds_only_a_request_that_sets_none() {
+    let mut limits = limits();
+    limits.models[0].default_seed = Some(42);
+    let seed = |extra: Value| {
+        parse_chat_request(chat_body(extra).to_string().as_bytes(), &limits, "r")
+            .expect("valid")
+            .generation
+            .sampling
+            .seed
+    };
+    assert_eq!(seed(json!({})), Some(42));
+    assert_eq!(seed(json!({"seed": null})), Some(42));
+    assert_eq!(seed(json!({"seed": 7})), Some(7), "the client's wins");
+    let plain = parse(chat_body(json!({}))).expect("valid");
+    assert_eq!(
+        plain.generation.sampling.seed, None,
+        "none configured: random"
     );
 }
 
@@ -443,6 +464,74 @@ fn sampling_extensions_are_taken_unless_strict() {
     let error = parse_chat_request(body.to_string().as_bytes(), &strict, "r").expect_err("strict");
     assert_eq!(error.kind(), "unknown_parameter");
     assert_eq!(error.param(), Some("top_k"));
+}
+
+#[test]
+fn llama_cpp_grammars_and_schemas_become_constraints() {
+    for route in ["chat", "text"] {
+        let parse_on = |extra: Value| match route {
+            "chat" => parse(chat_body(extra)),
+            _ => {
+                let mut body = json!({"model": "m", "prompt": "Hi"});
+                for (k, v) in extra.as_object().expect("object") {
+                    body[k] = v.clone();
+                }
+                parse_completion_request(body.to_string().as_bytes(), &limits(), "r")
+            }
+        };
+        let held = |extra: Value| parse_on(extra).expect("valid");
+        let grammar = held(json!({"grammar": "root ::= \"a\"{5}"}));
+        assert_eq!(
+            grammar.generation.response_format,
+            ResponseFormat::Grammar("root ::= \"a\"{5}".into())
+        );
+        assert!(grammar.renamed.is_empty());
+        let none = held(json!({"grammar": ""}));
+        assert_eq!(
+            none.generation.response_format,
+            ResponseFormat::Text,
+            "llama.cpp's none"
+        );
+        assert_ne!(
+            grammar.input_hash, none.input_hash,
+            "the grammar is part of what is asked"
+        );
+        let schema = json!({"const": "42"});
+        let top = held(json!({"json_schema": schema}));
+        assert_eq!(
+            top.generation.response_format,
+            ResponseFormat::JsonSchema(schema)
+        );
+        assert_eq!(top.renamed, vec![(SCHEMA_PARAM, "json_schema")]);
+
+        for (extra, param, words) in [
+            (
+                json!({"grammar": "root ::= (\"a\""}),
+                "grammar",
+                "line 1, column 14",
+            ),
+            (json!({"grammar": 5}), "grammar", "expected a string"),
+            (
+                json!({"json_schema": [1]}),
+                "json_schema",
+                "JSON Schema object",
+            ),
+            (
+                json!({"grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}}),
+                "grammar",
+                "only one of response_format, grammar",
+            ),
+            (
+                json!({"json_schema": {}, "grammar": "root ::= \"a\""}),
+                "grammar",
+                "only one of json_schema, grammar",
+            ),
+        ] {
+            let error = parse_on(extra.clone()).expect_err("refused");
+            assert_eq!(error.param(), Some(param), "{extra}: {error:?}");
+            assert!(error.to_string().contains(words), "{extra}: {error}");
+        }
+    }
 }
 
 #[test]

@@ -222,7 +222,7 @@ impl LlamaCppEngine {
 /// The prompt as llama.cpp's tokens: a conversation rendered with the file's chat
 /// template (the assistant's turn opened when `generation_prompt`), then tokenized with
 /// its special tokens read as such; a text prompt as it is, special-token text taken as
-/// text.
+/// text; token ids as they came (the front has checked them against the vocabulary).
 fn tokenize_prompt(
     loaded: &Loaded,
     prompt: &Prompt,
@@ -262,6 +262,7 @@ fn tokenize_prompt(
                 (rendered, true)
             }
             Prompt::Text(text) => (text.clone(), false),
+            Prompt::Tokens(ids) => return Ok(ids.clone()),
         };
     let vocab = loaded.model.vocab();
     let ids = vocab.tokenize(text.as_bytes(), add_special, parse_special);

@@ -334,6 +334,7 @@ fn normal_request(
             echo_prompt: false,
             best_of: None,
         },
+        Prompt::Tokens(ids) => RequestMessage::CompletionTokens(ids.clone()),
     };
     NormalRequest {
         messages,

@@ -19,6 +19,7 @@ pub(super) async fn tokenize(
     let input = match &request.prompt {
         Prompt::Chat(messages) => Either::Left(text_messages(messages)),
         Prompt::Text(text) => Either::Right(text.clone()),
+        Prompt::Tokens(ids) => return Ok(ids.clone()),
     };
     let (special, generation) = (request.add_special_tokens, request.add_generation_prompt);
     detached(model, move |model| async move {

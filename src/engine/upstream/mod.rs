@@ -331,6 +331,14 @@ impl Backend for UpstreamEngine {
         let texts: Vec<&str> = match prompt {
             Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
             Prompt::Text(text) => vec![text.as_str()],
+            // The upstream reads these ids as they are.
+            Prompt::Tokens(ids) => {
+                return Ok(PromptTokens {
+                    count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                    ids: None,
+                    estimated: false,
+                })
+            }
         };
         Ok(PromptTokens {
             count: tokens::estimate(self.shared.tokenizer.as_deref(), &texts),
@@ -343,11 +351,22 @@ impl Backend for UpstreamEngine {
     /// which the gateway does not have).
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
         let tokenizer = self.tokenizer(request.prompt.param())?;
-        let Prompt::Text(text) = &request.prompt else {
-            return Err(EngineError::Unsupported {
-                param: "messages".into(),
-                reason: "an upstream model's chat template is the upstream's; send a prompt".into(),
-            });
+        let text = match &request.prompt {
+            Prompt::Text(text) => text,
+            Prompt::Tokens(ids) => {
+                return Ok(Tokenized {
+                    ids: ids.clone(),
+                    spellings: None,
+                    pieces: None,
+                })
+            }
+            Prompt::Chat(_) => {
+                return Err(EngineError::Unsupported {
+                    param: "messages".into(),
+                    reason: "an upstream model's chat template is the upstream's; send a prompt"
+                        .into(),
+                })
+            }
         };
         let ids = tokenizer
             .encode(text.as_str(), request.add_special_tokens)

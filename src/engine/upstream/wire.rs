@@ -42,6 +42,11 @@ pub fn request_body(
     if let Some(format) = response_format(&request.response_format) {
         body.insert("response_format".into(), format);
     }
+    // llama.cpp's server reads a GBNF grammar as `grammar`; a server that does not
+    // (vLLM takes `structured_outputs`) answers without it (docs/upstream.md).
+    if let ResponseFormat::Grammar(gbnf) = &request.response_format {
+        body.insert("grammar".into(), json!(gbnf));
+    }
     (route, Value::Object(body))
 }
 
@@ -72,8 +77,12 @@ fn put_prompt(
             }
             "/chat/completions"
         }
-        Prompt::Text(text) => {
-            body.insert("prompt".into(), json!(text));
+        Prompt::Text(_) | Prompt::Tokens(_) => {
+            let prompt = match &request.prompt {
+                Prompt::Tokens(ids) => json!(ids),
+                other => json!(other.last_user_text()),
+            };
+            body.insert("prompt".into(), prompt);
             // Legacy completions take the count of alternatives; 1 is the cheapest ask
             // that every server answers with the picked token's log-probability.
             if let Some(top) = top {
@@ -131,6 +140,8 @@ fn response_format(format: &ResponseFormat) -> Option<Value> {
             "type": "json_schema",
             "json_schema": {"name": "response", "schema": schema},
         })),
+        // Sent as `grammar` instead.
+        ResponseFormat::Grammar(_) => None,
     }
 }
 

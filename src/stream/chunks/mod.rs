@@ -100,6 +100,9 @@ pub struct ChunkAssembler {
     predicted: u32,
     engine_chars: usize,
     new_line: bool,
+    /// llama.cpp's `timings_per_token`: content frames carry llama.cpp's timings so far
+    /// (the last given to [`ChunkAssembler::timed`]); `None` when off.
+    per_token: Option<Option<native::LlamaTimings>>,
 }
 
 /// One `data:` frame of a stream (`chat.completion.chunk` or `text_completion`).
@@ -117,10 +120,30 @@ pub(crate) struct Chunk<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<UsageBody>, required = false)]
     usage: Option<Option<UsageBody>>,
-    /// The last chunk's: the request's timings and quality signals.
+    /// The last chunk's: the request's timings and quality signals. With llama.cpp's
+    /// `timings_per_token`, every content chunk's: llama.cpp's figures so far (`prompt_n`,
+    /// `prompt_ms`, `predicted_n`, `predicted_ms`, `predicted_per_second`, ...), and the
+    /// last chunk's carries them beside the gateway's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    timings: Option<&'a ResponseTimings>,
+    #[schema(value_type = Option<ResponseTimings>, required = false)]
+    timings: Option<ChunkTimings<'a>>,
+}
+
+/// What a chunk's or an answer's `timings` holds.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ChunkTimings<'a> {
+    /// The last chunk's: the gateway's timings and quality signals.
+    Last(&'a ResponseTimings),
+    /// With `timings_per_token`, the last chunk's: the same, and llama.cpp's figures.
+    LastWithLlama {
+        #[serde(flatten)]
+        ours: &'a ResponseTimings,
+        #[serde(flatten)]
+        llama: native::LlamaTimings,
+    },
+    /// With `timings_per_token`, a content chunk's: llama.cpp's figures so far.
+    SoFar(native::LlamaTimings),
 }
 
 #[derive(Serialize, ToSchema)]
@@ -196,6 +219,27 @@ impl ChunkAssembler {
             predicted: 0,
             engine_chars: 0,
             new_line: false,
+            per_token: None,
+        }
+    }
+
+    /// llama.cpp's `timings_per_token`: each content frame carries llama.cpp's timings
+    /// so far, and the last one them beside the gateway's.
+    pub fn with_timings_per_token(mut self, on: bool) -> Self {
+        self.per_token = on.then_some(None);
+        self
+    }
+
+    /// Whether content frames carry timings (the producer then gives them, before
+    /// each frame, to [`ChunkAssembler::timed`]).
+    pub fn wants_timings(&self) -> bool {
+        self.per_token.is_some()
+    }
+
+    /// llama.cpp's timings so far, for the next content frames.
+    pub fn timed(&mut self, so_far: native::LlamaTimings) {
+        if let Some(slot) = self.per_token.as_mut() {
+            *slot = Some(so_far);
         }
     }
 
@@ -290,12 +334,13 @@ impl ChunkAssembler {
                     &ids,
                     self.predicted,
                     logprobs,
+                    self.per_token.flatten(),
                 ))
             }
             None => self.frame(
                 &[self.choice(None, Some(text), None, &tokens[..complete])],
                 self.null_usage(),
-                None,
+                self.per_token.flatten().map(ChunkTimings::SoFar),
             ),
         };
         if self.logprobs {
@@ -351,13 +396,20 @@ impl ChunkAssembler {
             return vec![sse_json(&last.to_value(native))];
         }
         let finish = [self.choice(None, None, Some(reason.as_str()), tokens)];
+        let last = || match self.per_token {
+            Some(_) => ChunkTimings::LastWithLlama {
+                ours: timings,
+                llama: native::LlamaTimings::of(timings, usage),
+            },
+            None => ChunkTimings::Last(timings),
+        };
         let mut frames = Vec::with_capacity(3);
         if self.include_usage {
             let usage_now = self.continuous_usage.map(|_| UsageBody::from(usage));
             frames.push(self.frame(&finish, Some(usage_now), None));
-            frames.push(self.frame(&[], Some(Some(usage.into())), Some(timings)));
+            frames.push(self.frame(&[], Some(Some(usage.into())), Some(last())));
         } else {
-            frames.push(self.frame(&finish, None, Some(timings)));
+            frames.push(self.frame(&finish, None, Some(last())));
         }
         frames.push(Bytes::from_static(DONE_FRAME));
         frames
@@ -386,7 +438,7 @@ impl ChunkAssembler {
         &self,
         choices: &[ChunkChoice<'_>],
         usage: Option<Option<UsageBody>>,
-        timings: Option<&ResponseTimings>,
+        timings: Option<ChunkTimings<'_>>,
     ) -> Bytes {
         sse_json(&Chunk {
             id: &self.meta.id,
@@ -450,7 +502,10 @@ pub struct Completion<'a> {
     #[schema(value_type = Vec<CompletionChoice>)]
     pub choices: [CompletionChoice<'a>; 1],
     pub usage: UsageBody,
-    pub timings: &'a ResponseTimings,
+    /// The gateway's timings and quality signals; with llama.cpp's `timings_per_token`,
+    /// llama.cpp's figures beside them.
+    #[schema(value_type = ResponseTimings)]
+    pub timings: ChunkTimings<'a>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -522,8 +577,20 @@ impl<'a> Completion<'a> {
             system_fingerprint: &meta.system_fingerprint,
             choices: [choice],
             usage: usage.into(),
-            timings,
+            timings: ChunkTimings::Last(timings),
         }
+    }
+
+    /// With llama.cpp's `timings_per_token` (`on`): the timings carry llama.cpp's
+    /// figures too, as a stream's last chunk does.
+    pub fn with_llama_timings(mut self, on: bool, usage: Usage) -> Self {
+        if let (true, ChunkTimings::Last(ours)) = (on, &self.timings) {
+            self.timings = ChunkTimings::LastWithLlama {
+                ours,
+                llama: native::LlamaTimings::of(ours, usage),
+            };
+        }
+        self
     }
 }
 

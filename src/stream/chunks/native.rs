@@ -50,6 +50,9 @@ pub struct TokenFrame<'a> {
     tokens_evaluated: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     completion_probabilities: Option<Vec<Probability<'a>>>,
+    /// With `timings_per_token`: llama.cpp's timings so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timings: Option<LlamaTimings>,
 }
 
 pub fn token_frame<'a>(
@@ -58,6 +61,7 @@ pub fn token_frame<'a>(
     ids: &'a [u32],
     predicted: u32,
     logprobs: Option<&'a [TokenLogprob]>,
+    timings: Option<LlamaTimings>,
 ) -> TokenFrame<'a> {
     TokenFrame {
         index: 0,
@@ -67,6 +71,7 @@ pub fn token_frame<'a>(
         tokens_predicted: predicted,
         tokens_evaluated: meta.prompt_tokens,
         completion_probabilities: logprobs.map(probabilities),
+        timings,
     }
 }
 
@@ -91,7 +96,7 @@ impl Final<'_> {
         let Usage {
             prompt_tokens,
             completion_tokens,
-            cached_tokens,
+            ..
         } = self.usage;
         let mut body = json!({
             "index": 0,
@@ -109,7 +114,7 @@ impl Final<'_> {
             "stop_type": self.stop_type,
             "stopping_word": self.stopping_word.unwrap_or_default(),
             "tokens_cached": prompt_tokens + completion_tokens,
-            "timings": timings(self.report, prompt_tokens, cached_tokens.unwrap_or(0)),
+            "timings": LlamaTimings::of(self.report, self.usage),
             "llmgate": self.report,
         });
         if let Some(tokens) = self.logprobs {
@@ -157,28 +162,62 @@ pub fn body(meta: &NativeMeta, answer: &Final<'_>) -> Value {
     Value::Object(picked)
 }
 
-/// llama.cpp's `timings` from the gateway's measurements: the prompt's share is the
-/// engine's time to the first token, the prediction's the TPOT times the tokens after
-/// the first.
-fn timings(report: &ResponseTimings, prompt_tokens: u32, cached: u32) -> Value {
-    let t = &report.timings;
-    let prompt_n = prompt_tokens.saturating_sub(cached);
-    let prompt_ms = t.engine_ttft_ms.or(t.ttft_ms).unwrap_or(0.0);
-    let predicted_n = t.output_tokens;
-    let predicted_ms = t.tpot_ms.unwrap_or(0.0) * f64::from(predicted_n.saturating_sub(1));
-    let per = |ms: f64, n: u32| (n > 0).then(|| ms / f64::from(n));
-    let rate = |ms: f64, n: u32| (ms > 0.0).then(|| f64::from(n) * 1e3 / ms);
-    json!({
-        "cache_n": cached,
-        "prompt_n": prompt_n,
-        "prompt_ms": prompt_ms,
-        "prompt_per_token_ms": per(prompt_ms, prompt_n),
-        "prompt_per_second": rate(prompt_ms, prompt_n),
-        "predicted_n": predicted_n,
-        "predicted_ms": predicted_ms,
-        "predicted_per_token_ms": t.tpot_ms,
-        "predicted_per_second": rate(predicted_ms, predicted_n.saturating_sub(1)),
-    })
+/// llama.cpp's `timings`, from the gateway's measurements: the prompt's share is the
+/// engine's time to the first token, the prediction's the time from the first token to
+/// the last (the TPOT times the tokens after the first). A figure with nothing to divide
+/// by is null.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LlamaTimings {
+    cache_n: u32,
+    prompt_n: u32,
+    prompt_ms: f64,
+    prompt_per_token_ms: Option<f64>,
+    prompt_per_second: Option<f64>,
+    predicted_n: u32,
+    predicted_ms: f64,
+    predicted_per_token_ms: Option<f64>,
+    predicted_per_second: Option<f64>,
+}
+
+impl LlamaTimings {
+    /// `prompt_tokens` of which `cached` came from the prefix cache, read in
+    /// `prompt_ms`; `predicted` tokens, the first to the last in `predicted_ms`.
+    pub fn new(
+        prompt_tokens: u32,
+        cached: u32,
+        prompt_ms: f64,
+        predicted: u32,
+        predicted_ms: f64,
+    ) -> Self {
+        let prompt_n = prompt_tokens.saturating_sub(cached);
+        let after_first = predicted.saturating_sub(1);
+        let per = |ms: f64, n: u32| (n > 0).then(|| ms / f64::from(n));
+        let rate = |ms: f64, n: u32| (ms > 0.0).then(|| f64::from(n) * 1e3 / ms);
+        Self {
+            cache_n: cached,
+            prompt_n,
+            prompt_ms,
+            prompt_per_token_ms: per(prompt_ms, prompt_n),
+            prompt_per_second: rate(prompt_ms, prompt_n),
+            predicted_n: predicted,
+            predicted_ms,
+            predicted_per_token_ms: per(predicted_ms, after_first),
+            predicted_per_second: rate(predicted_ms, after_first),
+        }
+    }
+
+    /// A finished answer's, from its record's timings.
+    pub fn of(report: &ResponseTimings, usage: Usage) -> Self {
+        let t = &report.timings;
+        let predicted = t.output_tokens;
+        Self::new(
+            usage.prompt_tokens,
+            usage.cached_tokens.unwrap_or(0),
+            t.engine_ttft_ms.or(t.ttft_ms).unwrap_or(0.0),
+            predicted,
+            t.tpot_ms.unwrap_or(0.0) * f64::from(predicted.saturating_sub(1)),
+        )
+    }
 }
 
 /// One entry of `completion_probabilities`: a token (its id where the engine picked it
@@ -302,7 +341,7 @@ mod tests {
 
     #[test]
     fn a_frame_carries_its_text_and_ids() {
-        let frame = serde_json::to_value(token_frame(&meta(), " the", &[260], 1, None))
+        let frame = serde_json::to_value(token_frame(&meta(), " the", &[260], 1, None, None))
             .expect("serialises");
         assert_eq!(frame["tokens"], json!([260]));
         assert_eq!(frame["stop"], false);

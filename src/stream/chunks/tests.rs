@@ -316,3 +316,79 @@ fn llama_cpp_frames_carry_ids_and_end_without_done() {
     let errors = a.error_frames(&ApiError::Engine);
     assert_eq!(errors.len(), 1, "no [DONE] after an error either");
 }
+
+fn json_of(frame: &Bytes) -> serde_json::Value {
+    serde_json::from_str(text(frame).trim_start_matches("data: ").trim()).expect("json")
+}
+
+#[test]
+fn timings_per_token_put_llama_cpp_figures_in_every_content_chunk() {
+    let so_far = native::LlamaTimings::new(10, 0, 40.0, 3, 20.0);
+    let usage = Usage {
+        prompt_tokens: 10,
+        completion_tokens: 3,
+        cached_tokens: Some(4),
+    };
+    // Off: no timings before the last chunk, and only the gateway's there.
+    let mut plain = ChunkAssembler::new(meta(), true);
+    plain.timed(so_far);
+    assert!(!plain.wants_timings());
+    assert!(
+        json_of(&plain.token_frame("x", &mut Vec::new()).expect("frame"))
+            .get("timings")
+            .is_none()
+    );
+    let end = plain.finish_frames(FinishReason::Stop, usage, &timings(), &[], ("eos", None));
+    assert!(json_of(&end[1])["timings"].get("predicted_n").is_none());
+
+    let mut a = ChunkAssembler::new(meta(), true).with_timings_per_token(true);
+    assert!(a.wants_timings());
+    assert!(json_of(&a.first_frame().expect("role"))
+        .get("timings")
+        .is_none());
+    a.timed(so_far);
+    let chunk = json_of(&a.token_frame("x", &mut Vec::new()).expect("frame"));
+    let t = &chunk["timings"];
+    assert_eq!(
+        (
+            &t["prompt_n"],
+            &t["prompt_ms"],
+            &t["predicted_n"],
+            &t["predicted_ms"]
+        ),
+        (
+            &serde_json::json!(10),
+            &serde_json::json!(40.0),
+            &serde_json::json!(3),
+            &serde_json::json!(20.0)
+        )
+    );
+    assert_eq!(
+        t["predicted_per_token_ms"], 10.0,
+        "20 ms over the 2 tokens after the first"
+    );
+    assert_eq!(t["predicted_per_second"], 100.0);
+    assert_eq!(t["prompt_per_second"], 250.0);
+    let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[], ("eos", None));
+    let last = &json_of(&end[1])["timings"];
+    assert_eq!(last["ttft_ms"], 1.0, "the gateway's own figures stay");
+    assert_eq!(
+        (&last["cache_n"], &last["prompt_n"]),
+        (&serde_json::json!(4), &serde_json::json!(6))
+    );
+    assert_eq!(last["predicted_n"], 1, "the record's output tokens");
+
+    // llama.cpp's shape: the frame's own timings.
+    let mut native = ChunkAssembler::new(
+        ResponseMeta {
+            native: Some(Box::default()),
+            ..meta()
+        },
+        false,
+    )
+    .with_timings_per_token(true);
+    native.tokens_arrived(&[7], "Hi");
+    native.timed(so_far);
+    let frame = json_of(&native.token_frame("Hi", &mut Vec::new()).expect("frame"));
+    assert_eq!(frame["timings"]["predicted_n"], 3, "{frame}");
+}

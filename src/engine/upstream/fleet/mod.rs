@@ -115,6 +115,15 @@ impl Routing {
                 }
             }
             Prompt::Text(text) => lead.push_str(text),
+            Prompt::Tokens(ids) => {
+                for id in ids {
+                    if lead.len() >= prefix_chars {
+                        break;
+                    }
+                    lead.push_str(&id.to_string());
+                    lead.push(' ');
+                }
+            }
         }
         let lead: String = lead.chars().take(prefix_chars).collect();
         let prefix = (!lead.trim().is_empty()).then(|| hash(&lead));

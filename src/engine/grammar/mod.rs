@@ -1,4 +1,5 @@
-//! Structured output: JSON held to a schema while it is decoded.
+//! Structured output: JSON held to a schema, or text to a GBNF grammar ([`gbnf`]), while
+//! it is decoded.
 //!
 //! The gateway, not mistral.rs, applies the constraint. mistral.rs 0.8.1 samples first and
 //! masks only when the sampled token breaks the grammar, then samples again
@@ -14,6 +15,8 @@
 //! compiled by [`Vocabulary::compile`] before the request waits for the engine, so a
 //! schema that cannot be compiled is a 400 naming the field, never a failed stream.
 
+pub mod gbnf;
+
 use std::sync::{Arc, Mutex};
 
 use llguidance::api::TopLevelGrammar;
@@ -25,6 +28,8 @@ use crate::tokens::TokenText;
 
 /// Where a schema problem is reported, as the client spelt it.
 pub const SCHEMA_PARAM: &str = "response_format.json_schema.schema";
+/// llama.cpp's parameter for a GBNF grammar.
+pub const GRAMMAR_PARAM: &str = "grammar";
 
 /// The model's tokens as bytes, and the grammar compiler built on them.
 pub struct Vocabulary {
@@ -112,21 +117,32 @@ impl Vocabulary {
     /// The grammar for `format`, ready for one request; `None` for free text. An error
     /// names the parameter and says what the compiler found.
     pub fn compile(&self, format: &ResponseFormat) -> Result<Option<Grammar>, EngineError> {
-        let schema = match format {
+        let (grammar, param, what) = match format {
             ResponseFormat::Text => return Ok(None),
-            ResponseFormat::JsonObject => serde_json::json!({"type": "object"}),
-            ResponseFormat::JsonSchema(schema) => schema.clone(),
+            ResponseFormat::JsonObject => (
+                TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"}))),
+                "response_format",
+                "schema",
+            ),
+            ResponseFormat::JsonSchema(schema) => (
+                TopLevelGrammar::from_json_schema(compact(schema.clone())),
+                SCHEMA_PARAM,
+                "schema",
+            ),
+            ResponseFormat::Grammar(text) => {
+                let lark = gbnf::to_lark(text).map_err(|e| EngineError::InvalidParameter {
+                    param: GRAMMAR_PARAM.to_owned(),
+                    message: format!("is not a GBNF grammar: {e}"),
+                })?;
+                (TopLevelGrammar::from_lark(lark), GRAMMAR_PARAM, "grammar")
+            }
         };
-        let grammar = TopLevelGrammar::from_json_schema(compact(schema));
         let parser =
             self.factory
                 .create_parser(grammar)
                 .map_err(|e| EngineError::InvalidParameter {
-                    param: match format {
-                        ResponseFormat::JsonObject => "response_format".to_owned(),
-                        _ => SCHEMA_PARAM.to_owned(),
-                    },
-                    message: format!("the schema cannot be used for constrained decoding: {e}"),
+                    param: param.to_owned(),
+                    message: format!("the {what} cannot be used for constrained decoding: {e}"),
                 })?;
         Ok(Some(Grammar(Arc::new(Mutex::new(Matcher::new(Ok(
             parser,
@@ -311,6 +327,50 @@ mod tests {
             "special tokens read as their name"
         );
         assert_eq!(vocab.token_text(10).bytes, b" ");
+    }
+
+    /// Picks `ids` in turn, each allowed when picked; then only the end may follow.
+    fn walk(grammar: &Grammar, ids: &[u32]) {
+        for &id in ids {
+            assert!(allowed(grammar, 14).contains(&(id as usize)), "token {id}");
+            grammar.consume(id).expect("consume");
+        }
+        assert_eq!(allowed(grammar, 14), vec![0], "complete: only the end");
+    }
+
+    fn gbnf(text: &str) -> Grammar {
+        vocabulary()
+            .compile(&ResponseFormat::Grammar(text.to_owned()))
+            .expect("compiles")
+            .expect("a grammar")
+    }
+
+    #[test]
+    fn a_gbnf_grammar_holds_the_answer_to_it() {
+        // llama.cpp's server test: exactly five a's.
+        let grammar = gbnf(r#"root ::= "a"{5,5}"#);
+        assert_eq!(allowed(&grammar, 14), vec![6], "only 'a'");
+        walk(&grammar, &[6, 6, 6, 6, 6]);
+        // Rules, a class, alternatives and an optional part; a token spanning two
+        // literals ("name" after a quote is one token) is allowed where its text fits.
+        let grammar = gbnf("root ::= \"{\" pair (\",\" pair)? \"}\"\npair ::= key \":\" [0-9]+\nkey ::= \"\\\"name\\\"\" | \"x\"");
+        assert_eq!(allowed(&grammar, 14), vec![1]);
+        walk(&grammar, &[1, 13, 4, 8, 9, 5, 12, 4, 8, 2]);
+        let grammar = gbnf("root ::= [ab]* \"x\"");
+        assert_eq!(allowed(&grammar, 14), vec![6, 7, 12]);
+        walk(&grammar, &[7, 6, 12]);
+    }
+
+    #[test]
+    fn a_grammar_that_is_not_gbnf_names_the_parameter() {
+        let error = vocabulary()
+            .compile(&ResponseFormat::Grammar("root ::= (".into()))
+            .expect_err("refused");
+        let EngineError::InvalidParameter { param, message } = error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(param, GRAMMAR_PARAM);
+        assert!(message.contains("line 1, column 11"), "{message}");
     }
 
     #[test]
