@@ -8,6 +8,7 @@
 //! body. A request refused before it reaches the engine still leaves a record, so
 //! rejected traffic is visible too.
 
+mod choices;
 mod respond;
 mod shadow;
 
@@ -428,6 +429,10 @@ impl<'a> Handling<'a> {
         payload: web::Payload,
     ) -> Result<HttpResponse, Failure> {
         let parsed = self.parse(req, payload).await?;
+        if parsed.choices > 1 {
+            // Each choice is a request of its own; none is copied to a shadow.
+            return choices::answer(self, parsed, req).await;
+        }
         let copy = shadow::pick(&self.pending.state, &parsed);
         let admitted = self.admit(parsed)?;
         // Only a request the gateway takes is copied: admitted, then charged and started.

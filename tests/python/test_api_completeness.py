@@ -95,6 +95,64 @@ def test_a_schema_that_cannot_compile_is_a_400_naming_the_field(client):
     assert refused.value.body["param"] == "response_format.json_schema.schema"
 
 
+def test_llama_cpp_grammars_schemas_and_token_prompts_through_the_openai_client(client, gateway):
+    # A GBNF grammar (llama.cpp's `grammar`, as its clients send it in extra_body).
+    for stream in (False, True):
+        answer = client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Is the sky blue?"}],
+            max_tokens=30, seed=4, stream=stream,
+            extra_body={"grammar": 'root ::= ("yes" | "no") ", because " [a-z ]{3,20} "."'},
+        )
+        text = (
+            "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+            if stream else answer.choices[0].message.content
+        )
+        head, _, rest = text.partition(", because ")
+        assert head in ("yes", "no") and rest.endswith("."), text
+        assert set(rest[:-1]) <= set("abcdefghijklmnopqrstuvwxyz "), text
+    # llama.cpp's top-level json_schema.
+    placed = client.chat.completions.create(
+        model=MODEL_ID, messages=ASK_PLACE, max_tokens=80, seed=1, extra_body={"json_schema": PLACE},
+    )
+    jsonschema.validate(json.loads(placed.choices[0].message.content), PLACE)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=MODEL_ID, messages=ASK_PLACE, extra_body={"grammar": "root ::= (unclosed"},
+        )
+    assert refused.value.body["param"] == "grammar"
+    # Token ids, as the SDK sends them, read as the text they are.
+    ids = post(gateway, "/tokenize", {"model": MODEL_ID, "prompt": "The capital of France is"})["tokens"]
+    by_text, by_ids = (
+        client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=6, temperature=0)
+        for prompt in ("The capital of France is", ids)
+    )
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    assert by_ids.usage.prompt_tokens == len(ids)
+
+
+def test_n_choices_through_the_openai_client(client):
+    def ask(**extra):
+        return client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Name a color."}],
+            max_tokens=8, seed=5, n=3, **extra,
+        )
+
+    whole = ask()
+    texts = [c.message.content for c in whole.choices]
+    assert [c.index for c in whole.choices] == [0, 1, 2]
+    assert len(set(texts)) > 1, f"seeded seed + i, the choices differ: {texts}"
+    assert [c.message.content for c in ask().choices] == texts, "the same request, the same choices"
+    assert 8 < whole.usage.completion_tokens <= 24, "three choices' tokens, each at most 8"
+    streamed = {}
+    usage = None
+    for chunk in ask(stream=True, stream_options={"include_usage": True}):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
+        usage = chunk.usage or usage
+    assert [streamed[i] for i in range(3)] == texts
+    assert usage.completion_tokens == whole.usage.completion_tokens
+
+
 def test_legacy_completions_streamed_and_not_with_timings(client):
     answer = client.completions.create(
         model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,
@@ -159,7 +217,7 @@ def test_what_stays_refused(client):
         (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools"),
         (dict(stop=["a", "b", "c", "d", "e"]), "stop"),
         (dict(stop=["x" * 300]), "stop"),
-        (dict(n=2), "n"),
+        (dict(n=9), "n"),
     ]
     for extra, param in cases:
         with pytest.raises(openai.BadRequestError) as refused:

@@ -50,6 +50,8 @@ pub(super) const EXTENSIONS: &[&str] = &[
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
 /// Most tokens `logit_bias` may name: each is added to at every pick.
 pub const MAX_LOGIT_BIAS: usize = 300;
+/// Most choices (`n`) one request may ask for: each is a sequence of its own.
+pub const MAX_CHOICES: u64 = 8;
 
 /// A validated generation request, from either route.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +71,8 @@ pub struct ValidatedRequest {
     pub echo: bool,
     /// llama.cpp's `timings_per_token`: llama.cpp's timings in every chunk.
     pub timings_per_token: bool,
+    /// OpenAI's `n`: how many choices to answer with (1 to [`MAX_CHOICES`]).
+    pub choices: u32,
     /// Answer in llama.cpp's server's shape (`POST /completion`).
     pub native: Option<Box<crate::stream::chunks::native::NativeMeta>>,
     /// (the name errors carry, the client's) for a parameter the client sent under
@@ -201,6 +205,11 @@ pub(super) struct WireCommon {
     #[serde(default)]
     #[schema(minimum = 1)]
     max_tokens: Option<u32>,
+    /// Choices to answer with, each decoded as a sequence of its own (a seeded request's
+    /// choice `i` is seeded `seed + i`).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 8)]
+    n: Option<u32>,
     /// llama.cpp's extension: `max_tokens` under its name (-1: as a request that sets
     /// none). Read into `max_tokens` before this struct ([`n_predict`]); here for the
     /// schema.
@@ -467,8 +476,11 @@ pub(super) fn require(object: &Map<String, Value>, keys: &[&str]) -> Result<(), 
 pub(super) fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
     if let Some(n) = get("n") {
-        if n.as_u64() != Some(1) {
-            return Err(ApiError::unsupported("n", "only n = 1 is served"));
+        if !n.as_u64().is_some_and(|n| (1..=MAX_CHOICES).contains(&n)) {
+            return Err(ApiError::invalid(
+                "n",
+                format!("must be a whole number from 1 to {MAX_CHOICES}"),
+            ));
         }
     }
     Ok(())
@@ -501,6 +513,13 @@ pub(super) fn validate(
     let sampling = sampling(&wire, limits, budget.tokens())?;
     let stream = wire.stream.unwrap_or(false);
     let (include_usage, continuous_usage) = stream_options(&wire, stream)?;
+    let choices = wire.n.unwrap_or(1);
+    if choices > 1 && continuous_usage {
+        return Err(ApiError::invalid(
+            "stream_options.continuous_usage_stats",
+            "is served with n = 1 only (each choice counts its own tokens)",
+        ));
+    }
     let (response_format, renamed) = held_to(wire.response_format, wire.json_schema, wire.grammar)?;
 
     let generation = GenerationRequest {
@@ -525,6 +544,7 @@ pub(super) fn validate(
         generation,
         echo: false,
         timings_per_token: wire.timings_per_token.unwrap_or(false),
+        choices,
         native: None,
         renamed,
     })

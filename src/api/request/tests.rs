@@ -126,9 +126,25 @@ fn full_request_is_carried_over() {
 }
 
 #[test]
+fn n_asks_for_that_many_choices() {
+    let choices = |extra: Value| parse(chat_body(extra)).expect("valid").choices;
+    assert_eq!(choices(json!({})), 1);
+    assert_eq!(choices(json!({"n": 1})), 1);
+    assert_eq!(choices(json!({"n": 8})), 8);
+}
+
+#[test]
 fn rejections_name_the_parameter() {
     let cases = [
-        (chat_body(json!({"n": 2})), "unsupported_parameter", "n"),
+        (chat_body(json!({"n": 9})), "invalid_value", "n"),
+        (chat_body(json!({"n": 0})), "invalid_value", "n"),
+        (chat_body(json!({"n": 1.5})), "invalid_value", "n"),
+        (
+            chat_body(json!({"n": 2, "stream": true,
+                "stream_options": {"include_usage": true, "continuous_usage_stats": true}})),
+            "invalid_value",
+            "stream_options.continuous_usage_stats",
+        ),
         (
             chat_body(json!({"tools": [{"type": "function"}]})),
             "unsupported_parameter",

@@ -1,0 +1,143 @@
+//! OpenAI's `n` > 1 over HTTP with the scripted engine: one response with every choice in
+//! `index` order and the usage summed, streamed and not; each choice a request of its own
+//! in the records (its id the client's with `-1`, `-2`..., its seed `seed + i`); a choice
+//! the gateway cannot take fails the whole request.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use llmgate::engine::scripted::Script;
+use llmgate::record::Status;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn a_whole_answer_has_every_choice_and_the_usage_summed() {
+    let server = TestServer::builder(hello_engine()).start().await;
+    let body = post_json(&server, CHAT, &chat_body("hi", json!({"n": 3, "seed": 10}))).await;
+    assert_eq!(body["id"], "chatcmpl-t1", "{body}");
+    let choices = body["choices"].as_array().expect("choices");
+    let indexed: Vec<(u64, &str, &str)> = choices
+        .iter()
+        .map(|c| {
+            (
+                c["index"].as_u64().expect("index"),
+                c["message"]["content"].as_str().expect("content"),
+                c["finish_reason"].as_str().expect("reason"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        indexed,
+        vec![
+            (0, "Hello!", "stop"),
+            (1, "Hello!", "stop"),
+            (2, "Hello!", "stop")
+        ]
+    );
+    let prompt = body["usage"]["prompt_tokens"].as_u64().expect("prompt");
+    assert_eq!(
+        body["usage"]["completion_tokens"], 9,
+        "three choices of three"
+    );
+    assert_eq!(body["usage"]["total_tokens"], prompt + 9, "the prompt once");
+    assert!(
+        body["timings"]["ttft_ms"].is_number(),
+        "the first choice's timings"
+    );
+
+    let mut records: Vec<(String, Option<u64>, Status)> = server
+        .observer
+        .records()
+        .iter()
+        .map(|r| (r.request_id.clone(), r.seed, r.status))
+        .collect();
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        records,
+        vec![
+            ("t1".to_owned(), Some(10), Status::Ok),
+            ("t1-1".to_owned(), Some(11), Status::Ok),
+            ("t1-2".to_owned(), Some(12), Status::Ok),
+        ],
+        "each choice is recorded as a request of its own, seeded seed + i"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_interleaves_the_choices_and_ends_once() {
+    let server = TestServer::builder(Arc::new(scripted(Script::tokens(
+        &["a", "b", "c"],
+        Duration::from_millis(5),
+    ))))
+    .start()
+    .await;
+    let text = post_text(
+        &server,
+        CHAT,
+        &chat_body(
+            "hi",
+            json!({"n": 2, "stream": true, "stream_options": {"include_usage": true}}),
+        ),
+    )
+    .await;
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert_eq!(text.matches("[DONE]").count(), 1, "{text}");
+    let chunks = chunks_of(&text);
+    assert!(chunks.iter().all(|c| c["id"] == "chatcmpl-t1"), "{text}");
+    let created: Vec<&Value> = chunks.iter().map(|c| &c["created"]).collect();
+    assert!(
+        created.windows(2).all(|w| w[0] == w[1]),
+        "one created: {text}"
+    );
+    for index in 0..2 {
+        let of_choice: Vec<&Value> = chunks
+            .iter()
+            .flat_map(|c| c["choices"].as_array().into_iter().flatten())
+            .filter(|c| c["index"] == index)
+            .collect();
+        assert_eq!(of_choice[0]["delta"]["role"], "assistant", "{text}");
+        let content: String = of_choice
+            .iter()
+            .filter_map(|c| c["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "abc", "choice {index}: {text}");
+        assert_eq!(of_choice.last().expect("a finish")["finish_reason"], "stop");
+    }
+    let usage: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["choices"].as_array().is_some_and(Vec::is_empty))
+        .collect();
+    assert_eq!(usage.len(), 1, "one usage chunk: {text}");
+    assert_eq!(usage[0]["usage"]["completion_tokens"], 6);
+    assert!(
+        std::ptr::eq(usage[0], chunks.last().expect("last")),
+        "the usage chunk is last: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_choice_the_gateway_cannot_take_fails_the_request() {
+    let server = TestServer::builder(hello_engine())
+        .config(&test_config("[server]\nmax_in_flight = 2\n"))
+        .start()
+        .await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({"n": 3}))).await;
+    assert_eq!(response.status(), 429);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "server_overloaded", "{body}");
+    assert!(
+        eventually(5, || server
+            .observer
+            .records()
+            .iter()
+            .any(|r| r.request_id == "t1-2" && r.status == Status::Error))
+        .await,
+        "the refused choice is recorded"
+    );
+    // The gateway is free again: a request of one choice is served.
+    let ok = post(&server, CHAT, &chat_body("hi", json!({}))).await;
+    assert_eq!(ok.status(), 200);
+}
