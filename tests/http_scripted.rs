@@ -185,9 +185,9 @@ async fn every_error_case_has_its_status_and_body() {
             json!("model"),
         ),
         (
-            to_vec(chat_body("hi", json!({"n": 3}))),
+            to_vec(chat_body("hi", json!({"n": 9}))),
             400,
-            "unsupported_parameter",
+            "invalid_value",
             json!("n"),
         ),
         (

@@ -508,6 +508,7 @@ async fn timings_per_token_count_up_in_every_chunk() {
     )
     .await;
     let frames = chunks_of(&native);
+    assert!(!frames.is_empty(), "{native}");
     assert!(
         frames
             .iter()

@@ -303,7 +303,7 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
     let bad = client
         .post(&url)
         .header("x-request-id", "bad-1")
-        .json(&chat_body("hi", serde_json::json!({"n": 2})))
+        .json(&chat_body("hi", serde_json::json!({"n": 9})))
         .send()
         .await
         .expect("send");
@@ -430,7 +430,7 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
         .expect("the error request's span");
     assert_eq!(
         string(attribute(error_span, "error.type")),
-        "unsupported_parameter"
+        "invalid_value"
     );
     let fast_trace = trace_of("fast-1").trace_id.to_string();
     tokio::time::sleep(Duration::from_millis(500)).await;

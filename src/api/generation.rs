@@ -11,6 +11,9 @@
 mod choices;
 mod respond;
 mod shadow;
+mod unanswered;
+
+use unanswered::Unanswered;
 
 use std::sync::Arc;
 
@@ -21,7 +24,7 @@ use tracing::Instrument;
 use super::body::{json_content_type, read_body};
 use super::request::schema::{ChatCompletionRequest, CompletionRequest};
 use super::request::{
-    parse_chat_request, parse_completion_request, RequestLimits, ValidatedRequest,
+    input_hash, parse_chat_request, parse_completion_request, RequestLimits, ValidatedRequest,
 };
 use super::responses::{GenerationErrors, ServerSentEvent};
 use super::{AppState, RequestId};
@@ -33,14 +36,10 @@ use crate::engine::{Front, GenerationRequest, ModelInfo, Prepared};
 use crate::error::ApiError;
 use crate::names;
 use crate::quality::QualityTracker;
-use crate::record::{
-    Answer, Ended, Origin, QuotaHold, RequestParams, RequestRecord, ShadowLink, SplitLink, Status,
-    UpstreamRecord,
-};
+use crate::record::{Origin, QuotaHold, RequestParams, SplitLink};
 use crate::stream::chunks::{Completion, ResponseMeta, Shape};
 use crate::stream::producer::Deadline;
 use crate::stream::{Run, RunInfo};
-use crate::telemetry::trace::RequestTrace;
 use crate::timing::RequestTimer;
 
 /// SSE frames buffered between the producer and the socket. Small on purpose: a slow
@@ -236,90 +235,6 @@ async fn generate(
     .await
 }
 
-/// A request not yet handed to a [`Run`]: if it is refused, or dropped before it reaches
-/// the engine (the client left while it waited for a slot, the server is stopping), it
-/// still leaves its one record — as cancelled in the second case.
-struct Unanswered {
-    operation: &'static str,
-    state: web::Data<AppState>,
-    request_id: String,
-    api_key_id: Option<String>,
-    /// The served model the request named, once its body is parsed.
-    model: Option<String>,
-    /// Whether it asked for a stream, once its body is parsed.
-    stream: bool,
-    t_recv: std::time::Duration,
-    /// Taken by the `Run` once the engine has the request.
-    trace: Option<RequestTrace>,
-    /// An upstream's account, once the request is prepared: where it was tried.
-    reported: Option<Arc<crate::engine::Reported>>,
-    /// What it holds of its key's quotas once charged, released by its record.
-    quota_hold: Option<QuotaHold>,
-    /// The pair it is one side of, when its model is shadowed.
-    shadow: Option<ShadowLink>,
-    /// The A/B split it named and the variant chosen, for its record; and the variant
-    /// again for the response's `x-llmgate-variant` (this one is not taken).
-    split: Option<SplitLink>,
-    variant: Option<String>,
-}
-
-impl Unanswered {
-    /// Records the request as refused with `error`, or as cancelled without one.
-    fn record(&mut self, error: Option<&ApiError>) {
-        let Some(trace) = self.trace.take() else {
-            return;
-        };
-        let state = &self.state;
-        let timer = RequestTimer::start(self.t_recv);
-        let timings = timer.finish(state.clock.now(), 0);
-        let t_end = self.t_recv + std::time::Duration::from_secs_f64(timings.e2e_ms / 1000.0);
-        // A request for another model is not counted under a served one.
-        let model = match (error, self.model.take()) {
-            (Some(ApiError::ModelNotFound(_)), _) => crate::names::MODEL_NONE.to_owned(),
-            (_, Some(model)) => model,
-            (_, None) => state.models.label_for_unknown().to_owned(),
-        };
-        let origin = Origin {
-            request_id: std::mem::take(&mut self.request_id),
-            operation: self.operation,
-            api_key_id: self.api_key_id.take(),
-            model,
-            stream: self.stream,
-            quota_hold: self.quota_hold.take(),
-            // A client's request recorded here never reached its engine, so its copy was
-            // never sent: it pairs with nothing. A copy's own record keeps its side.
-            shadow: self
-                .shadow
-                .take()
-                .filter(|link| link.side == crate::record::ShadowSide::Candidate),
-            split: self.split.take(),
-        };
-        let ended = Ended {
-            status: if error.is_some() {
-                Status::Error
-            } else {
-                Status::Cancelled
-            },
-            error_kind: error.map(ApiError::kind),
-            timings,
-            phases: timer.phases(t_end),
-            trace: trace.ids,
-            received_at: trace.received_at(),
-            upstream: self.reported.as_deref().map(UpstreamRecord::of),
-        };
-        let record = RequestRecord::new(origin, ended, Answer::default());
-        state
-            .telemetry
-            .request_ended(&record, trace, state.clock.as_ref());
-    }
-}
-
-impl Drop for Unanswered {
-    fn drop(&mut self) {
-        self.record(None);
-    }
-}
-
 /// Why a request got an error answer instead of a completion.
 enum Failure {
     /// Refused before reaching the engine: the handler records it.
@@ -475,6 +390,9 @@ impl<'a> Handling<'a> {
                 })?;
             // Engine errors (a schema that cannot compile) name the client's parameters too.
             parsed.renamed.extend(read.renamed);
+            if read.meta.random_seed && parsed.generation.sampling.seed.take().is_some() {
+                parsed.input_hash = input_hash(&parsed.model, &parsed.generation);
+            }
             parsed.native = Some(Box::new(read.meta));
             parsed
         } else {

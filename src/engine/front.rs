@@ -240,6 +240,14 @@ impl Front {
     }
 }
 
+/// The parameter a client holds the answer's shape with.
+pub(crate) fn format_param(format: &ResponseFormat) -> &'static str {
+    match format {
+        ResponseFormat::Grammar(_) => super::grammar::GRAMMAR_PARAM,
+        _ => "response_format",
+    }
+}
+
 /// The checks of a model whose tokens the gateway picks, and its grammar.
 mod picked {
     use super::*;
@@ -259,8 +267,15 @@ mod picked {
         else {
             return Ok(None);
         };
-        // Before the engine reads them: an id past the vocabulary is not a token.
+        // Before the engine reads them: an id past the vocabulary is not a token, and
+        // without the vocabulary the gateway cannot tell.
         if let super::super::Prompt::Tokens(ids) = &request.prompt {
+            if vocabulary.is_none() {
+                return Err(EngineError::Unsupported {
+                    param: "prompt".into(),
+                    reason: "token ids need a tokenizer the gateway reads; send text".into(),
+                });
+            }
             super::super::known_token_ids("prompt", ids, |id| id < *vocab_size)?;
         }
         let stop_token_ids = &request.sampling.stop_token_ids;
@@ -286,8 +301,8 @@ mod picked {
                     .await
                     .map_err(|e| EngineError::Internal(e.to_string()))?
             }
-            (None, _) => Err(EngineError::Unsupported {
-                param: "response_format".into(),
+            (None, format) => Err(EngineError::Unsupported {
+                param: format_param(format).into(),
                 reason: "this model's tokenizer is not one the gateway can build a grammar for"
                     .into(),
             }),

@@ -196,7 +196,7 @@ impl Backend for ScriptedEngine {
         } = job;
         if request.response_format != ResponseFormat::Text {
             return Err(EngineError::Unsupported {
-                param: "response_format".into(),
+                param: super::front::format_param(&request.response_format).into(),
                 reason: "the scripted engine has no grammar".into(),
             });
         }

@@ -75,8 +75,8 @@ def test_errors_arrive_as_sdk_exceptions(client):
         client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert missing.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model=MODEL_ID, messages=MESSAGES, n=2)
-    assert bad.value.code == "unsupported_parameter"
+        client.chat.completions.create(model=MODEL_ID, messages=MESSAGES, n=9)
+    assert bad.value.code == "invalid_value"
     assert bad.value.body["param"] == "n"
 
 

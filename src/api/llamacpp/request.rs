@@ -7,7 +7,6 @@
 use serde_json::{json, Map, Value};
 
 use crate::api::request::{MAX_LOGIT_BIAS, MAX_STOP_CHARS};
-use crate::engine::grammar::SCHEMA_PARAM;
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 
@@ -25,6 +24,7 @@ const SAME: &[&str] = &[
     "min_tokens",
     "model",
     "grammar",
+    "json_schema",
     "timings_per_token",
 ];
 
@@ -35,7 +35,6 @@ const OWN: &[&str] = &[
     "max_tokens",
     "n_probs",
     "repeat_penalty",
-    "json_schema",
     "logit_bias",
     "cache_prompt",
     "id_slot",
@@ -61,12 +60,10 @@ const NEUTRAL: &[(&str, f64)] = &[
 ];
 
 /// Where a `/v1/completions` error names a parameter the client sent under llama.cpp's
-/// name. In order: the schema itself before the rest of `response_format`.
+/// name (`json_schema` and `grammar` are read under their own).
 const RENAMED: &[(&str, &str)] = &[
     ("logprobs", "n_probs"),
     ("repetition_penalty", "repeat_penalty"),
-    (SCHEMA_PARAM, "json_schema"),
-    ("response_format", "json_schema"),
 ];
 
 /// A bias target before the tokenizer has turned its text into ids.
@@ -125,10 +122,11 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
     if let Some(n) = budget(get("n_predict"), get("max_tokens"))? {
         out.insert("max_tokens".into(), json!(n));
     }
-    // llama.cpp's "random" seeds (-1, and its LLAMA_DEFAULT_SEED) are no seed.
-    if let Some(seed) =
-        get("seed").filter(|s| s.as_i64() != Some(-1) && s.as_u64() != Some(super::RANDOM_SEED))
-    {
+    // llama.cpp's "random" seeds (-1, and its LLAMA_DEFAULT_SEED) are no seed, even
+    // where the model has a default one.
+    let random_seed = get("seed")
+        .is_some_and(|s| s.as_i64() == Some(-1) || s.as_u64() == Some(super::RANDOM_SEED));
+    if let Some(seed) = get("seed").filter(|_| !random_seed) {
         out.insert("seed".into(), seed.clone());
     }
     let mut renamed = RENAMED.to_vec();
@@ -145,12 +143,6 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
     }
     if let Some(penalty) = get("repeat_penalty") {
         out.insert("repetition_penalty".into(), penalty.clone());
-    }
-    if let Some(schema) = get("json_schema") {
-        out.insert(
-            "response_format".into(),
-            json!({"type": "json_schema", "json_schema": {"name": "json_schema", "schema": schema}}),
-        );
     }
     if get("id_slot").is_some_and(|v| v.as_i64() != Some(-1)) {
         return Err(ApiError::unsupported(
@@ -171,6 +163,7 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
     let meta = NativeMeta {
         prompt: out["prompt"].as_str().unwrap_or_default().to_owned(),
         return_tokens: flag(get("return_tokens"), "return_tokens")?,
+        random_seed,
         response_fields: response_fields(get("response_fields"))?,
         ..NativeMeta::default()
     };
@@ -209,6 +202,7 @@ fn prompt(value: Option<&Value>) -> Result<Value, ApiError> {
         Some(Value::String(text)) => Ok(Value::String(text.clone())),
         // A text, token ids, or a list of one of them: `/v1/completions` reads these.
         Some(Value::Array(items)) => match items.as_slice() {
+            [Value::String(text)] => Ok(Value::String(text.clone())),
             [Value::String(_) | Value::Array(_), _, ..] => Err(ApiError::unsupported(
                 "prompt",
                 "one prompt per request (send a string or a list of token ids, or a list of \
@@ -368,7 +362,11 @@ mod tests {
         assert_eq!(t.body["max_tokens"], 8);
         assert_eq!(t.body["logprobs"], 3);
         assert_eq!(t.body["repetition_penalty"], 1.1);
-        assert_eq!(t.body["response_format"]["type"], "json_schema");
+        assert_eq!(
+            t.body["json_schema"],
+            json!({"type": "string"}),
+            "read as it came"
+        );
         assert!(t.body.get("cache_prompt").is_none());
         assert!(t.meta.return_tokens);
         assert_eq!(t.meta.response_fields, ["content"]);
@@ -383,10 +381,17 @@ mod tests {
             "-1: the default budget"
         );
         assert!(endless.body.get("seed").is_none(), "-1: random");
+        assert!(
+            endless.meta.random_seed,
+            "random even where a default seed is set"
+        );
         assert_eq!(endless.body["prompt"], "Hi");
+        let listed = body(json!({"prompt": ["Hi"]})).expect("valid");
+        assert_eq!(listed.meta.prompt, "Hi", "a list of one text is that text");
         assert!(endless.renamed.contains(&("max_tokens", "n_predict")));
         let seeded = body(json!({"prompt": "a", "seed": 7})).expect("valid");
         assert_eq!(seeded.body["seed"], 7);
+        assert!(!seeded.meta.random_seed);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 use super::chat::KNOWN;
 use super::*;
+use crate::engine::grammar::SCHEMA_PARAM;
 use crate::engine::{ChatMessage, Role};
 use serde_json::json;
 
@@ -518,7 +519,13 @@ fn llama_cpp_grammars_and_schemas_become_constraints() {
             top.generation.response_format,
             ResponseFormat::JsonSchema(schema)
         );
-        assert_eq!(top.renamed, vec![(SCHEMA_PARAM, "json_schema")]);
+        assert_eq!(
+            top.renamed,
+            vec![
+                (SCHEMA_PARAM, "json_schema"),
+                ("response_format", "json_schema")
+            ]
+        );
 
         for (extra, param, words) in [
             (

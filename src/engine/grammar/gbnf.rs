@@ -8,17 +8,32 @@
 //! writes the same grammar in Lark:
 //! - each rule on one line, its name prefixed and case-folded so any GBNF name is a Lark
 //!   rule name (`Item-2` → `g__item-2`), `root` reached from Lark's `start`;
-//! - a literal as a JSON string, a character class or `.` as a regex whose characters
-//!   are written as code points, so nothing in them is read as regex syntax.
+//! - a literal as one JSON string per character (`"ing"` → `"i" "n" "g"`): llguidance
+//!   lexes greedily, and a several-character lexeme would keep `[a-z]+ "ing"` from ever
+//!   producing "singing", which llama.cpp's character-level grammar allows;
+//! - a character class or `.` as a regex whose characters are written as code points,
+//!   so nothing in them is read as regex syntax.
 //!
 //! A grammar that is not valid GBNF is an error naming the line and column, for a 400.
+//! So is one past the bounds that keep parsing and llguidance's compiler (both recursive)
+//! off the end of a thread's stack: [`MAX_NESTING`] parentheses, [`MAX_OPERATORS`]
+//! repetition operators on one item, a chain of [`MAX_RULE_DEPTH`] rules each first
+//! reached from the one before. Differences from llama.cpp's reading: a rule defined
+//! twice is refused (llama.cpp keeps the last), token references (`<[id]>`) are refused,
+//! an empty class `[]` is refused and `[^]` is any character.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// The largest count a repetition (`{m,n}`) may name: llguidance expands repeats, and a
-/// grammar is bounded by the body limit only in characters, not in what it expands to.
-pub const MAX_REPEAT: u32 = 10_000;
+/// The largest count a repetition (`{m,n}`) may name: llama.cpp's own limit
+/// (`MAX_REPETITION_THRESHOLD`).
+pub const MAX_REPEAT: u32 = 2_000;
+/// Parentheses inside each other (llguidance refuses more than 30).
+pub const MAX_NESTING: usize = 20;
+/// Repetition operators on one item (`"a"*?+`).
+pub const MAX_OPERATORS: usize = 4;
+/// Rules in a chain, each first reached from the one before, from `root`.
+pub const MAX_RULE_DEPTH: usize = 100;
 
 /// Why a grammar is not valid GBNF, with where (1-based line and column).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,9 +79,65 @@ enum Node {
 /// Alternatives, each a sequence of nodes.
 type Alternatives = Vec<Vec<Node>>;
 
+impl Node {
+    /// Repetition operators applied to this node, one over the other.
+    fn operators(&self) -> usize {
+        match self {
+            Node::Repeat { node, .. } => 1 + node.operators(),
+            _ => 0,
+        }
+    }
+
+    /// The rules this node names, in order.
+    fn rules<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Node::Rule(name) => out.push(name),
+            Node::Group(alternatives) => {
+                for node in alternatives.iter().flatten() {
+                    node.rules(out);
+                }
+            }
+            Node::Repeat { node, .. } => node.rules(out),
+            Node::Literal(_) | Node::Class { .. } | Node::Any => {}
+        }
+    }
+}
+
+/// How deep a depth-first walk from `root` goes, each rule entered the first time it
+/// is reached (as a compiler that visits each rule once recurses): iterative, so a deep
+/// grammar is measured, not followed down the stack.
+fn rule_depth(rules: &BTreeMap<String, Alternatives>) -> usize {
+    let named = |name: &str| -> Vec<&str> {
+        let mut out = Vec::new();
+        for node in rules.get(name).into_iter().flatten().flatten() {
+            node.rules(&mut out);
+        }
+        out
+    };
+    let mut seen = std::collections::HashSet::from(["root"]);
+    // Each entry: a rule being walked, with the names it has left to visit.
+    let mut stack: Vec<std::vec::IntoIter<&str>> = vec![named("root").into_iter()];
+    let mut deepest = 1;
+    while let Some(next) = stack.last_mut().map(Iterator::next) {
+        match next {
+            Some(name) if seen.insert(name) => {
+                stack.push(named(name).into_iter());
+                deepest = deepest.max(stack.len());
+            }
+            Some(_) => {}
+            None => {
+                stack.pop();
+            }
+        }
+    }
+    deepest
+}
+
 struct Parser {
     chars: Vec<char>,
     at: usize,
+    /// Parentheses open at the cursor.
+    nesting: usize,
     /// Each referenced rule name, with where it was first used.
     used: BTreeMap<String, usize>,
 }
@@ -76,6 +147,7 @@ impl Parser {
         Self {
             chars: text.chars().collect(),
             at: 0,
+            nesting: 0,
             used: BTreeMap::new(),
         }
     }
@@ -115,6 +187,7 @@ impl Parser {
                 None => {}
                 Some('\n') => self.at += 1,
                 Some('\r') if self.chars.get(self.at + 1) == Some(&'\n') => self.at += 2,
+                Some('\r') => self.at += 1,
                 Some(c) => return Err(self.error(format!("unexpected '{c}'"))),
             }
             if rules.insert(name.clone(), alternatives).is_some() {
@@ -131,6 +204,12 @@ impl Parser {
             .find(|(name, _)| !rules.contains_key(*name))
         {
             return Err(self.error_at(at, format!("the rule '{name}' is not defined")));
+        }
+        if rule_depth(&rules) > MAX_RULE_DEPTH {
+            return Err(self.error_at(
+                0,
+                format!("rules reach each other more than {MAX_RULE_DEPTH} deep from root"),
+            ));
         }
         Ok(rules)
     }
@@ -208,13 +287,20 @@ impl Parser {
                     Node::Any
                 }
                 '(' => {
+                    if self.nesting == MAX_NESTING {
+                        return Err(self.error(format!(
+                            "more than {MAX_NESTING} parentheses inside each other"
+                        )));
+                    }
                     self.at += 1;
+                    self.nesting += 1;
                     self.space(true);
                     let alternatives = self.alternatives(true)?;
                     if self.peek() != Some(')') {
                         return Err(self.error("expected ')'"));
                     }
                     self.at += 1;
+                    self.nesting -= 1;
                     Node::Group(alternatives)
                 }
                 '<' => return Err(self.error("token references (<...>) are not served")),
@@ -222,6 +308,11 @@ impl Parser {
                     let Some(last) = nodes.pop() else {
                         return Err(self.error(format!("'{c}' follows nothing it could repeat")));
                     };
+                    if last.operators() == MAX_OPERATORS {
+                        return Err(self.error(format!(
+                            "more than {MAX_OPERATORS} repetition operators on one item"
+                        )));
+                    }
                     let (min, max) = self.repeat(nested)?;
                     Node::Repeat {
                         node: Box::new(last),
@@ -356,7 +447,7 @@ impl Parser {
         self.at = end;
         u32::from_str_radix(&hex, 16)
             .ok()
-            .filter(|_| hex.len() == digits)
+            .filter(|_| hex.len() == digits && hex.chars().all(|c| c.is_ascii_hexdigit()))
             .and_then(char::from_u32)
             .ok_or_else(|| self.error_at(escape_at, format!("'\\{e}{hex}' is not a character")))
     }
@@ -452,11 +543,20 @@ fn write_node(out: &mut String, node: &Node) {
     }
 }
 
-/// A literal as a JSON string, which Lark reads; DEL, which JSON leaves bare and Lark
-/// refuses, as an escape.
+/// A literal as one JSON string per character (see the module's notes), which Lark
+/// reads; DEL, which JSON leaves bare and Lark refuses, as an escape. The empty literal
+/// is `""`.
 fn write_literal(out: &mut String, text: &str) {
-    let json = serde_json::Value::String(text.to_owned()).to_string();
-    out.push_str(&json.replace('\u{7f}', "\\u007f"));
+    if text.is_empty() {
+        out.push_str("\"\"");
+    }
+    for (i, c) in text.chars().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let json = serde_json::Value::String(c.to_string()).to_string();
+        out.push_str(&json.replace('\u{7f}', "\\u007f"));
+    }
 }
 
 /// A character inside a regex class: letters and digits as they are, anything else as

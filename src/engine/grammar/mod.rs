@@ -30,6 +30,8 @@ use crate::tokens::TokenText;
 pub const SCHEMA_PARAM: &str = "response_format.json_schema.schema";
 /// llama.cpp's parameter for a GBNF grammar.
 pub const GRAMMAR_PARAM: &str = "grammar";
+/// The stack a grammar is compiled on (reserved, not committed, until used).
+const COMPILE_STACK_BYTES: usize = 256 << 20;
 
 /// The model's tokens as bytes, and the grammar compiler built on them.
 pub struct Vocabulary {
@@ -137,13 +139,25 @@ impl Vocabulary {
                 (TopLevelGrammar::from_lark(lark), GRAMMAR_PARAM, "grammar")
             }
         };
-        let parser =
-            self.factory
-                .create_parser(grammar)
-                .map_err(|e| EngineError::InvalidParameter {
-                    param: param.to_owned(),
-                    message: format!("the {what} cannot be used for constrained decoding: {e}"),
-                })?;
+        // llguidance's compiler recurses along a GBNF grammar's chains of rules and
+        // parentheses: bounded (`gbnf`'s limits), yet deeper than a thread's usual 2 MiB
+        // holds in a debug build, so it runs on a thread with room.
+        let parser = match format {
+            ResponseFormat::Grammar(_) => std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .name("grammar".into())
+                    .stack_size(COMPILE_STACK_BYTES)
+                    .spawn_scoped(scope, || self.factory.create_parser(grammar))
+                    .map_err(|e| EngineError::Internal(e.to_string()))?
+                    .join()
+                    .map_err(|_| EngineError::Internal("the grammar compiler panicked".into()))
+            })?,
+            _ => self.factory.create_parser(grammar),
+        }
+        .map_err(|e| EngineError::InvalidParameter {
+            param: param.to_owned(),
+            message: format!("the {what} cannot be used for constrained decoding: {e}"),
+        })?;
         Ok(Some(Grammar(Arc::new(Mutex::new(Matcher::new(Ok(
             parser,
         )))))))
@@ -359,6 +373,64 @@ mod tests {
         let grammar = gbnf("root ::= [ab]* \"x\"");
         assert_eq!(allowed(&grammar, 14), vec![6, 7, 12]);
         walk(&grammar, &[7, 6, 12]);
+    }
+
+    #[test]
+    fn a_literal_is_lexed_a_character_at_a_time() {
+        // Greedy lexing of a whole "ab" would never let [ab]+ end in it: "abab" is one
+        // such answer, and more may follow.
+        let grammar = gbnf(r#"root ::= [ab]+ "ab""#);
+        for id in [6, 7, 6, 7] {
+            grammar.consume(id).expect("consume");
+        }
+        assert_eq!(allowed(&grammar, 14), vec![0, 6, 7], "the end, or more");
+    }
+
+    #[test]
+    fn what_the_translator_writes_compiles() {
+        let vocabulary = vocabulary();
+        for text in [
+            "root ::= Item-2 item-2\nItem-2 ::= \"A\"\nitem-2 ::= \"a\"",
+            r#"root ::= [\]^/\[-] [^"\n] . "\x7f" "" ("a" | )"#,
+            r#"root ::= "g"*? "h"{0} "i"{2,} ("j" "k"){1,3} "l"+?*"#,
+            "root ::= \"x\"\r\n",
+        ] {
+            assert!(
+                vocabulary
+                    .compile(&ResponseFormat::Grammar(text.to_owned()))
+                    .is_ok_and(|g| g.is_some()),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_deepest_grammar_allowed_compiles() {
+        // A chain of rules as deep as allowed, each with parentheses as deep as allowed:
+        // parsing and llguidance's compiler both recurse along it.
+        let depth = gbnf::MAX_RULE_DEPTH;
+        let nested = |i: usize| {
+            let (open, close) = ("(".repeat(gbnf::MAX_NESTING), ")".repeat(gbnf::MAX_NESTING));
+            format!("r{i} ::= {open}\"a\" r{} | \"b\"{close}\n", i + 1)
+        };
+        let mut text = String::from("root ::= r1\n");
+        // root, then r1 to r(depth - 1): `depth` rules in a chain.
+        for i in 1..depth - 1 {
+            text.push_str(&nested(i));
+        }
+        text.push_str(&format!("r{} ::= \"c\"\n", depth - 1));
+        let compiled = vocabulary().compile(&ResponseFormat::Grammar(text.clone()));
+        assert!(
+            compiled.as_ref().is_ok_and(Option::is_some),
+            "{:?}",
+            compiled.err()
+        );
+        // One rule deeper is refused, before the compiler.
+        let deeper = text.replace("root ::= r1", "root ::= r0\nr0 ::= r1");
+        let refused = vocabulary()
+            .compile(&ResponseFormat::Grammar(deeper))
+            .expect_err("too deep");
+        assert!(refused.to_string().contains("deep"), "{refused}");
     }
 
     #[test]

@@ -331,12 +331,13 @@ impl Backend for UpstreamEngine {
         let texts: Vec<&str> = match prompt {
             Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
             Prompt::Text(text) => vec![text.as_str()],
-            // The upstream reads these ids as they are.
+            // The upstream reads these ids as they are; the context is still its to
+            // check (the gateway may not know it).
             Prompt::Tokens(ids) => {
                 return Ok(PromptTokens {
                     count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
                     ids: None,
-                    estimated: false,
+                    estimated: true,
                 })
             }
         };

@@ -27,6 +27,9 @@ pub struct NativeMeta {
     pub generation_settings: Value,
     /// The prompt as given.
     pub prompt: String,
+    /// The request asked for a random seed (`seed` -1): the model's default seed does
+    /// not apply.
+    pub random_seed: bool,
     /// Prompt tokens (`tokens_evaluated`).
     pub prompt_tokens: u32,
     /// `return_tokens`: the non-streamed answer lists its token ids (a stream's frames

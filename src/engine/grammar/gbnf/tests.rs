@@ -50,7 +50,7 @@ fn literals_and_classes_keep_every_character_literal() {
     // (classes), so nothing is read as Lark or regex syntax.
     assert_eq!(
         lark(r#"root ::= "q\"\\\x41\u00e9\U0001F600/\t" [\]^/\[-] [^"\n]"#),
-        "start: g_root\ng_root: \"q\\\"\\\\Aé😀/\\t\" /[\\x{5D}\\x{5E}\\x{2F}\\x{5B}\\x{2D}]/ /[^\\x{22}\\x{A}]/\n"
+        "start: g_root\ng_root: \"q\" \"\\\"\" \"\\\\\" \"A\" \"é\" \"😀\" \"/\" \"\\t\" /[\\x{5D}\\x{5E}\\x{2F}\\x{5B}\\x{2D}]/ /[^\\x{22}\\x{A}]/\n"
     );
     assert_eq!(
         lark("root ::= \"\u{7f}\""),
@@ -95,8 +95,14 @@ fn what_is_not_gbnf_is_refused_with_where() {
         ("root ::= \"a\"{2", "expected ',' or '}'", (1, 15)),
         ("root ::= \"a\"{2,1}", "below the least", (1, 18)),
         ("root ::= \"a\"{x}", "expected a number", (1, 14)),
-        ("root ::= \"a\"{10001}", "at most 10000", (1, 14)),
-        ("root ::= \"a\"{99999999999}", "at most 10000", (1, 14)),
+        ("root ::= \"a\"{2001}", "at most 2000", (1, 14)),
+        ("root ::= \"a\"{99999999999}", "at most 2000", (1, 14)),
+        ("root ::= \"\\x+1\"", "is not a character", (1, 11)),
+        (
+            "root ::= \"a\"*+?*+",
+            "more than 4 repetition operators",
+            (1, 17),
+        ),
         ("root ::= <[42]>", "token references", (1, 10)),
         ("root ::= \"a\" )", "unexpected ')'", (1, 14)),
         ("::= \"a\"", "expected a rule name, found ':'", (1, 1)),
