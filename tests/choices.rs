@@ -119,11 +119,35 @@ async fn a_stream_interleaves_the_choices_and_ends_once() {
 }
 
 #[tokio::test]
-async fn a_choice_the_gateway_cannot_take_fails_the_request() {
+async fn more_choices_than_the_gateway_takes_at_once_are_refused() {
     let server = TestServer::builder(hello_engine())
         .config(&test_config("[server]\nmax_in_flight = 2\n"))
         .start()
         .await;
+    let response = post(&server, CHAT, &chat_body("hi", json!({"n": 3}))).await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["param"], "n", "{body}");
+}
+
+/// A gateway taking three requests at once, one place held by an endless stream.
+async fn two_places_left() -> (TestServer, reqwest::Response) {
+    let endless = Script::tokens(&vec!["x"; 3_000], Duration::from_millis(20));
+    let engine = Arc::new(
+        scripted(endless).with_script("hi", Script::tokens(&["a", "b"], Duration::from_millis(5))),
+    );
+    let server = TestServer::builder(engine)
+        .config(&test_config("[server]\nmax_in_flight = 3\n"))
+        .start()
+        .await;
+    let busy = post(&server, CHAT, &chat_body("busy", json!({"stream": true}))).await;
+    assert_eq!(busy.status(), 200);
+    (server, busy)
+}
+
+#[tokio::test]
+async fn a_choice_the_gateway_cannot_take_fails_a_whole_answer() {
+    let (server, _busy) = two_places_left().await;
     let response = post(&server, CHAT, &chat_body("hi", json!({"n": 3}))).await;
     assert_eq!(response.status(), 429);
     let body: Value = response.json().await.expect("json");
@@ -137,7 +161,36 @@ async fn a_choice_the_gateway_cannot_take_fails_the_request() {
         .await,
         "the refused choice is recorded"
     );
-    // The gateway is free again: a request of one choice is served.
-    let ok = post(&server, CHAT, &chat_body("hi", json!({}))).await;
-    assert_eq!(ok.status(), 200);
+}
+
+#[tokio::test]
+async fn a_streamed_choice_that_cannot_start_ends_in_an_error_frame() {
+    let (server, _busy) = two_places_left().await;
+    let text = post_text(
+        &server,
+        CHAT,
+        &chat_body("hi", json!({"n": 3, "stream": true})),
+    )
+    .await;
+    let chunks = chunks_of(&text);
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["error"]["code"] == "server_overloaded"),
+        "{text}"
+    );
+    let content = |index: u64| -> String {
+        chunks
+            .iter()
+            .flat_map(|c| c["choices"].as_array().into_iter().flatten())
+            .filter(|c| c["index"] == index)
+            .filter_map(|c| c["delta"]["content"].as_str())
+            .collect()
+    };
+    assert_eq!(
+        (content(0), content(1)),
+        ("ab".into(), "ab".into()),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
 }

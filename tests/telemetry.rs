@@ -428,10 +428,7 @@ async fn spans_reach_an_otlp_collector_tail_sampled_and_linked_to_logs() {
         .iter()
         .find(|s| hex(&s.trace_id) == bad_trace && s.name.starts_with("chat"))
         .expect("the error request's span");
-    assert_eq!(
-        string(attribute(error_span, "error.type")),
-        "invalid_value"
-    );
+    assert_eq!(string(attribute(error_span, "error.type")), "invalid_value");
     let fast_trace = trace_of("fast-1").trace_id.to_string();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(

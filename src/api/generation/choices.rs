@@ -12,17 +12,21 @@
 //! order, `usage` with the prompt counted once and the completions summed, and the first
 //! choice's `timings` and headers. Streamed, the choices' chunks are interleaved as they
 //! come, each with its `index`, under the first choice's `id`; one usage chunk (with
-//! `include_usage`) and one `[DONE]` end the stream. A choice that cannot start (its key's
-//! limit, a full gateway) fails the request; the others are then cancelled.
+//! `include_usage`) and one `[DONE]` end the stream. A whole answer waits for every choice,
+//! and the first refusal (its key's limit, a full gateway) is the answer, the others
+//! cancelled. A stream starts once the first choice has, and starts the others as it goes
+//! (a started choice's frames must drain, or its write timeout cuts it); one that cannot
+//! start is an error frame in the stream.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
 use std::rc::Rc;
 
 use actix_web::body::{BoxBody, MessageBody};
-use actix_web::http::header;
+use actix_web::http::header::{self, HeaderMap};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
+use futures_util::stream::LocalBoxStream;
 use futures_util::{stream, Stream, StreamExt};
 use serde_json::{json, Value};
 
@@ -32,6 +36,7 @@ use crate::api::AppState;
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::record::SplitLink;
 use crate::stream::producer::Deadline;
 use crate::timing::RequestTimer;
 
@@ -42,14 +47,33 @@ pub(super) async fn answer(
     req: &HttpRequest,
 ) -> Result<HttpResponse, Failure> {
     let n = parsed.choices;
+    let limit = first.state.admission.limit();
+    if n as usize > limit {
+        // It could never be taken whole: each choice holds a place of its own.
+        return Err(ApiError::invalid(
+            "n",
+            format!("{n} choices are more than the {limit} requests this gateway takes at once"),
+        )
+        .into());
+    }
     let stream = parsed.stream;
-    let others: Vec<ValidatedRequest> = (1..n)
-        .map(|index| choice(&parsed, index, first.request_id))
+    let others: Vec<Sibling> = (1..n)
+        .map(|index| Sibling {
+            route: first.route,
+            state: first.pending.state.clone(),
+            caller: first.charged.caller.cloned(),
+            client_id: first.request_id.to_owned(),
+            index,
+            parsed: choice(&parsed, index, first.request_id),
+            headers: req.headers().clone(),
+            t_recv: first.pending.t_recv,
+            split: first.pending.split.clone(),
+        })
         .collect();
-    let (route, app, request_id) = (first.route, first.state, first.request_id);
-    let state = first.pending.state.clone();
-    let caller = first.charged.caller;
-    let id = format!("{}{}", route.shape().id_prefix(), request_id);
+    let (app, id) = (
+        first.state,
+        format!("{}{}", first.route.shape().id_prefix(), first.request_id),
+    );
     let deadline = first.deadline.clone();
     let own = async move {
         let mut first = first;
@@ -57,22 +81,36 @@ pub(super) async fn answer(
         let started = first.start(admitted).await?;
         respond::respond(started, app, deadline).await
     };
-    let siblings = others
+    if !stream {
+        // The first refusal drops the rest: their runs are recorded as cancelled.
+        let (own, others) = futures_util::future::try_join(
+            own,
+            futures_util::future::try_join_all(others.into_iter().map(Sibling::answer)),
+        )
+        .await?;
+        return merge_bodies(std::iter::once(own).chain(others).collect()).await;
+    }
+    // A request the gateway refuses outright is an HTTP error; the other choices start
+    // as the answer streams, so no started choice waits on another's start (its frames
+    // would fill its channel and time out).
+    let own = own.await?;
+    let others = others
         .into_iter()
-        .enumerate()
-        .map(|(k, parsed)| sibling(route, &state, caller, request_id, k as u32 + 1, parsed, req));
-    let (own, siblings) =
-        futures_util::future::join(own, futures_util::future::join_all(siblings)).await;
-    let mut responses = vec![own?];
-    for answered in siblings {
-        // The answers taken so far are dropped with the error: their streams stop.
-        responses.push(answered.map_err(Failure::Recorded)?);
-    }
-    if stream {
-        Ok(merge_streams(responses, id))
-    } else {
-        merge_bodies(responses).await
-    }
+        .map(|sibling| {
+            stream::once(sibling.answer())
+                .flat_map(|answered| match answered {
+                    Ok(response) => frames(response.into_body()).boxed_local(),
+                    // Streamed, a choice that cannot start ends with an error frame.
+                    Err(Failure::Refused(error) | Failure::Recorded(error)) => stream::iter([
+                        sse_bytes(&error.body()),
+                        Bytes::from_static(crate::stream::chunks::DONE_FRAME),
+                    ])
+                    .boxed_local(),
+                })
+                .boxed_local()
+        })
+        .collect();
+    Ok(merge_streams(own, others, id))
 }
 
 /// Choice `index` of `parsed`: its own request id and, when seeded, the seed `seed +
@@ -88,64 +126,83 @@ fn choice(parsed: &ValidatedRequest, index: u32, request_id: &str) -> ValidatedR
     choice
 }
 
-/// One choice after the first, along the client's request's path under its own request
-/// id and record, charged to the same key.
-async fn sibling(
+/// One choice after the first: it goes along the client's request's path under its own
+/// request id and record, charged to the same key. Owned, so that a stream can start it.
+struct Sibling {
     route: GenerationRoute,
-    state: &web::Data<AppState>,
-    caller: Option<&Caller>,
-    client_id: &str,
+    state: web::Data<AppState>,
+    caller: Option<Caller>,
+    client_id: String,
     index: u32,
     parsed: ValidatedRequest,
-    req: &HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    let t_recv = state.clock.now();
-    let request_id = format!("{client_id}-{index}");
-    let deadline = Deadline::from_now(state.timeouts.request, state.lifecycle.cut_off());
-    let trace = state
-        .telemetry
-        .start_request(req.headers(), state.clock.system_time());
-    let mut pending = Unanswered {
-        operation: route.operation(),
-        state: state.clone(),
-        request_id: request_id.clone(),
-        api_key_id: caller.map(|c| c.key_id.clone()),
-        model: Some(parsed.model.clone()),
-        stream: parsed.stream,
-        t_recv,
-        trace: Some(trace),
-        reported: None,
-        quota_hold: None,
-        shadow: None,
-        split: None,
-        variant: None,
-    };
-    // The client gets the first choice's rate headers.
-    let mut rate = RateHeaders::default();
-    let mut handling = Handling {
-        route,
-        state,
-        request_id: &request_id,
-        charged: Charged {
+    /// The client's headers, whose `traceparent` its span continues.
+    headers: HeaderMap,
+    /// When the client's request arrived.
+    t_recv: std::time::Duration,
+    split: Option<SplitLink>,
+}
+
+impl Sibling {
+    async fn answer(self) -> Result<HttpResponse, Failure> {
+        let Sibling {
+            route,
+            state,
             caller,
-            headers: &mut rate,
-        },
-        timer: RequestTimer::start(t_recv),
-        deadline: deadline.clone(),
-        pending: &mut pending,
-    };
-    let answered = async {
-        let admitted = handling.admit(parsed)?;
-        let started = handling.start(admitted).await?;
-        respond::respond(started, state, deadline).await
-    };
-    match answered.await {
-        Ok(response) => Ok(response),
-        Err(Failure::Refused(error)) => {
-            pending.record(Some(&error));
-            Err(error)
+            client_id,
+            index,
+            parsed,
+            headers,
+            t_recv,
+            split,
+        } = self;
+        let request_id = format!("{client_id}-{index}");
+        let deadline = Deadline::from_now(state.timeouts.request, state.lifecycle.cut_off());
+        let trace = state
+            .telemetry
+            .start_request(&headers, state.clock.system_time());
+        let mut pending = Unanswered {
+            operation: route.operation(),
+            state: state.clone(),
+            request_id: request_id.clone(),
+            api_key_id: caller.as_ref().map(|c| c.key_id.clone()),
+            model: Some(parsed.model.clone()),
+            stream: parsed.stream,
+            t_recv,
+            trace: Some(trace),
+            reported: None,
+            quota_hold: None,
+            shadow: None,
+            split,
+            variant: None,
+        };
+        // The client gets the first choice's rate headers.
+        let mut rate = RateHeaders::default();
+        let handling = Handling {
+            route,
+            state: &state,
+            request_id: &request_id,
+            charged: Charged {
+                caller: caller.as_ref(),
+                headers: &mut rate,
+            },
+            timer: RequestTimer::start(t_recv),
+            deadline: deadline.clone(),
+            pending: &mut pending,
+        };
+        let answered = async {
+            let mut handling = handling;
+            let admitted = handling.admit(parsed)?;
+            let started = handling.start(admitted).await?;
+            respond::respond(started, &state, deadline).await
+        };
+        match answered.await {
+            Ok(response) => Ok(response),
+            Err(Failure::Refused(error)) => {
+                pending.record(Some(&error));
+                Err(Failure::Recorded(error))
+            }
+            Err(recorded) => Err(recorded),
         }
-        Err(Failure::Recorded(error)) => Err(error),
     }
 }
 
@@ -193,21 +250,23 @@ fn sum_usage(usage: &mut Value, completion_tokens: u64) {
 }
 
 /// Streams merged: each choice's frames as they come, re-indexed, one usage chunk and
-/// one `[DONE]` at the end.
-fn merge_streams(responses: Vec<HttpResponse>, id: String) -> HttpResponse {
-    let mut builder = answer_with_headers_of(&responses[0]);
-    let n = responses.len();
+/// one `[DONE]` at the end. `others`: the frames of choices 1 and on.
+fn merge_streams(
+    first: HttpResponse,
+    others: Vec<LocalBoxStream<'static, Bytes>>,
+    id: String,
+) -> HttpResponse {
+    let mut builder = answer_with_headers_of(&first);
     let merge = Rc::new(RefCell::new(Merge {
         id,
         created: None,
-        left: n,
+        left: 1 + others.len(),
         usage: Vec::new(),
     }));
-    let streams = responses.into_iter().enumerate().map(|(index, response)| {
-        frames(response.into_body())
-            .map(move |f| (index, f))
-            .boxed_local()
-    });
+    let streams = std::iter::once(frames(first.into_body()).boxed_local())
+        .chain(others)
+        .enumerate()
+        .map(|(index, frames)| frames.map(move |f| (index, f)).boxed_local());
     let merged = stream::select_all(streams).flat_map(move |(index, frame)| {
         stream::iter(merge.borrow_mut().frame(index, frame)).map(Ok::<_, Infallible>)
     });
@@ -222,8 +281,8 @@ struct Merge {
     created: Option<Value>,
     /// Choices whose `[DONE]` has not come yet.
     left: usize,
-    /// The usage chunks held back, one per choice that sent one.
-    usage: Vec<Value>,
+    /// The usage chunks held back, each with its choice's index.
+    usage: Vec<(usize, Value)>,
 }
 
 impl Merge {
@@ -259,22 +318,24 @@ impl Merge {
             }
             // The usage chunk (`include_usage`): one for all, at the end.
             _ => {
-                self.usage.push(chunk);
+                self.usage.push((index, chunk));
                 return Vec::new();
             }
         }
         vec![sse(&chunk)]
     }
 
-    /// The usage chunk (the first choice's, its usage summed) and `[DONE]`.
+    /// The usage chunk (the first choice's, with its timings, the usage summed) and
+    /// `[DONE]`.
     fn end(&mut self) -> Vec<Bytes> {
         let mut frames = Vec::with_capacity(2);
         let completion_tokens = self
             .usage
             .iter()
-            .map(|c| c["usage"]["completion_tokens"].as_u64().unwrap_or(0))
+            .map(|(_, c)| c["usage"]["completion_tokens"].as_u64().unwrap_or(0))
             .sum();
-        if let Some(mut last) = self.usage.first().cloned() {
+        let first = self.usage.iter().min_by_key(|(index, _)| *index);
+        if let Some(mut last) = first.map(|(_, chunk)| chunk.clone()) {
             sum_usage(&mut last["usage"], completion_tokens);
             frames.push(sse(&last));
         }
@@ -285,6 +346,13 @@ impl Merge {
 
 fn sse(chunk: &Value) -> Bytes {
     Bytes::from(format!("data: {chunk}\n\n"))
+}
+
+fn sse_bytes(value: &impl serde::Serialize) -> Bytes {
+    Bytes::from(format!(
+        "data: {}\n\n",
+        serde_json::to_string(value).unwrap_or_default()
+    ))
 }
 
 /// A streamed body as its SSE frames (each ends with a blank line).

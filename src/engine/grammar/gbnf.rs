@@ -518,9 +518,14 @@ fn write_node(out: &mut String, node: &Node) {
                 out.push_str("\"\"");
                 return;
             }
-            // A repeat of a repeat (`"a"*?`) needs its own parentheses; any other node
-            // is one Lark atom already.
-            let nested = matches!(**node, Node::Repeat { .. });
+            // A repeat of a repeat (`"a"*?`), and of a literal of several characters
+            // (written as one string per character), needs its own parentheses; any
+            // other node is one Lark atom already.
+            let nested = match &**node {
+                Node::Repeat { .. } => true,
+                Node::Literal(text) => text.chars().nth(1).is_some(),
+                _ => false,
+            };
             if nested {
                 out.push('(');
             }

@@ -384,6 +384,9 @@ mod tests {
             grammar.consume(id).expect("consume");
         }
         assert_eq!(allowed(&grammar, 14), vec![0, 6, 7], "the end, or more");
+        // A repeated literal of several characters repeats whole: "ab" "ab", never "abb".
+        let grammar = gbnf(r#"root ::= "ab"{2}"#);
+        walk(&grammar, &[6, 7, 6, 7]);
     }
 
     #[test]

@@ -74,6 +74,11 @@ fn repetitions_map_to_lark_counts() {
         "start: g_root\ng_root: \"\" | \"a\"\n"
     );
     assert_eq!(lark("root ::= ( )"), "start: g_root\ng_root: (\"\")\n");
+    // A literal of several characters repeats whole.
+    assert_eq!(
+        lark(r#"root ::= "ab"* "na"{3}"#),
+        "start: g_root\ng_root: (\"a\" \"b\")* (\"n\" \"a\"){3,3}\n"
+    );
 }
 
 #[test]
