@@ -182,21 +182,14 @@ async fn generate(
         span.record("api_key_id", id.as_str());
     }
     async move {
-        let mut pending = Unanswered {
-            operation: route.operation(),
-            state: state.clone(),
-            request_id: request_id.clone(),
+        let mut pending = Unanswered::new(
+            route.operation(),
+            state.clone(),
+            request_id.clone(),
             api_key_id,
-            model: None,
-            stream: false,
             t_recv,
-            trace: Some(trace),
-            reported: None,
-            quota_hold: None,
-            shadow: None,
-            split: None,
-            variant: None,
-        };
+            trace,
+        );
         let mut rate = RateHeaders::default();
         let request = Handling {
             route,
@@ -246,14 +239,9 @@ enum Failure {
 impl Failure {
     /// The same failure, its error naming each parameter as the client sent it.
     fn renamed(self, renamed: &[(&'static str, &'static str)]) -> Self {
-        let rename = |e: ApiError| {
-            renamed
-                .iter()
-                .fold(e, |e, (ours, theirs)| e.renamed(ours, theirs))
-        };
         match self {
-            Failure::Refused(e) => Failure::Refused(rename(e)),
-            Failure::Recorded(e) => Failure::Recorded(rename(e)),
+            Failure::Refused(e) => Failure::Refused(e.renamed_all(renamed)),
+            Failure::Recorded(e) => Failure::Recorded(e.renamed_all(renamed)),
         }
     }
 }
@@ -383,11 +371,7 @@ impl<'a> Handling<'a> {
             let mut parsed = self
                 .route
                 .parse(&read.body, &state.limits, self.request_id)
-                .map_err(|e| {
-                    read.renamed
-                        .iter()
-                        .fold(e, |e, (ours, theirs)| e.renamed(ours, theirs))
-                })?;
+                .map_err(|e| e.renamed_all(&read.renamed))?;
             // Engine errors (a schema that cannot compile) name the client's parameters too.
             parsed.renamed.extend(read.renamed);
             if read.meta.random_seed && parsed.generation.sampling.seed.take().is_some() {

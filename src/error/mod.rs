@@ -271,6 +271,13 @@ impl ApiError {
         }
     }
 
+    /// [`ApiError::renamed`] for each pair of `renamed`, in order.
+    pub fn renamed_all(self, renamed: &[(&str, &str)]) -> Self {
+        renamed
+            .iter()
+            .fold(self, |e, (ours, theirs)| e.renamed(ours, theirs))
+    }
+
     pub fn param(&self) -> Option<&str> {
         match self {
             ApiError::InvalidParameter { param, .. }

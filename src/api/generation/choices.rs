@@ -37,6 +37,7 @@ use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::record::SplitLink;
+use crate::stream::chunks::sse_json;
 use crate::stream::producer::Deadline;
 use crate::timing::RequestTimer;
 
@@ -102,7 +103,7 @@ pub(super) async fn answer(
                     Ok(response) => frames(response.into_body()).boxed_local(),
                     // Streamed, a choice that cannot start ends with an error frame.
                     Err(Failure::Refused(error) | Failure::Recorded(error)) => stream::iter([
-                        sse_bytes(&error.body()),
+                        sse_json(&error.body()),
                         Bytes::from_static(crate::stream::chunks::DONE_FRAME),
                     ])
                     .boxed_local(),
@@ -160,21 +161,17 @@ impl Sibling {
         let trace = state
             .telemetry
             .start_request(&headers, state.clock.system_time());
-        let mut pending = Unanswered {
-            operation: route.operation(),
-            state: state.clone(),
-            request_id: request_id.clone(),
-            api_key_id: caller.as_ref().map(|c| c.key_id.clone()),
-            model: Some(parsed.model.clone()),
-            stream: parsed.stream,
+        let mut pending = Unanswered::new(
+            route.operation(),
+            state.clone(),
+            request_id.clone(),
+            caller.as_ref().map(|c| c.key_id.clone()),
             t_recv,
-            trace: Some(trace),
-            reported: None,
-            quota_hold: None,
-            shadow: None,
-            split,
-            variant: None,
-        };
+            trace,
+        );
+        pending.model = Some(parsed.model.clone());
+        pending.stream = parsed.stream;
+        pending.split = split;
         // The client gets the first choice's rate headers.
         let mut rate = RateHeaders::default();
         let handling = Handling {
@@ -322,7 +319,7 @@ impl Merge {
                 return Vec::new();
             }
         }
-        vec![sse(&chunk)]
+        vec![sse_json(&chunk)]
     }
 
     /// The usage chunk (the first choice's, with its timings, the usage summed) and
@@ -337,22 +334,11 @@ impl Merge {
         let first = self.usage.iter().min_by_key(|(index, _)| *index);
         if let Some(mut last) = first.map(|(_, chunk)| chunk.clone()) {
             sum_usage(&mut last["usage"], completion_tokens);
-            frames.push(sse(&last));
+            frames.push(sse_json(&last));
         }
         frames.push(Bytes::from_static(crate::stream::chunks::DONE_FRAME));
         frames
     }
-}
-
-fn sse(chunk: &Value) -> Bytes {
-    Bytes::from(format!("data: {chunk}\n\n"))
-}
-
-fn sse_bytes(value: &impl serde::Serialize) -> Bytes {
-    Bytes::from(format!(
-        "data: {}\n\n",
-        serde_json::to_string(value).unwrap_or_default()
-    ))
 }
 
 /// A streamed body as its SSE frames (each ends with a blank line).

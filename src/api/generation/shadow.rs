@@ -118,21 +118,17 @@ async fn run(
     let trace = state
         .telemetry
         .start_request(&HeaderMap::new(), state.clock.system_time());
-    let mut pending = Unanswered {
-        operation: route.operation(),
-        state: state.clone(),
-        request_id: request_id.clone(),
-        api_key_id: None,
-        model: Some(parsed.model.clone()),
-        stream: parsed.stream,
+    let mut pending = Unanswered::new(
+        route.operation(),
+        state.clone(),
+        request_id.clone(),
+        None,
         t_recv,
-        trace: Some(trace),
-        reported: None,
-        quota_hold: None,
-        shadow: Some(link),
-        split: None,
-        variant: None,
-    };
+        trace,
+    );
+    pending.model = Some(parsed.model.clone());
+    pending.stream = parsed.stream;
+    pending.shadow = Some(link);
     let mut rate = RateHeaders::default();
     let mut handling = Handling {
         route,

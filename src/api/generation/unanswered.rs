@@ -40,6 +40,32 @@ pub(super) struct Unanswered {
 }
 
 impl Unanswered {
+    /// A request received at `t_recv`, before its body says what it asks for.
+    pub(super) fn new(
+        operation: &'static str,
+        state: web::Data<AppState>,
+        request_id: String,
+        api_key_id: Option<String>,
+        t_recv: std::time::Duration,
+        trace: RequestTrace,
+    ) -> Self {
+        Self {
+            operation,
+            state,
+            request_id,
+            api_key_id,
+            model: None,
+            stream: false,
+            t_recv,
+            trace: Some(trace),
+            reported: None,
+            quota_hold: None,
+            shadow: None,
+            split: None,
+            variant: None,
+        }
+    }
+
     /// Records the request as refused with `error`, or as cancelled without one.
     pub(super) fn record(&mut self, error: Option<&ApiError>) {
         let Some(trace) = self.trace.take() else {

@@ -97,11 +97,7 @@ fn token_prompt(prompt: &Value) -> Option<Vec<u32>> {
         [Value::Array(inner)] => inner.as_slice(),
         items => items,
     };
-    items
-        .iter()
-        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
-        .collect::<Option<Vec<u32>>>()
-        .filter(|ids| !ids.is_empty())
+    crate::api::request::token_ids(items).filter(|ids| !ids.is_empty())
 }
 
 /// The ids of a bias's text, in the vocabulary of the model the request names.

@@ -79,12 +79,7 @@ fn prompt_schema() -> utoipa::openapi::schema::Schema {
 /// The prompt a `prompt` field names: one text or one list of token ids, bare or in a
 /// list of one. Anything else is refused naming `prompt`.
 fn prompt_of(wire: WirePrompt) -> Result<Prompt, ApiError> {
-    let ids = |items: &[Value]| -> Option<Vec<u32>> {
-        items
-            .iter()
-            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
-            .collect()
-    };
+    let ids = token_ids;
     let prompt = match wire {
         WirePrompt::One(text) => Prompt::Text(text),
         WirePrompt::Many(items) => match items.as_slice() {
@@ -110,6 +105,14 @@ fn prompt_of(wire: WirePrompt) -> Result<Prompt, ApiError> {
         }
         _ => Ok(prompt),
     }
+}
+
+/// A JSON list as token ids; `None` when an item is not one (a whole number that fits).
+pub(crate) fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
+    items
+        .iter()
+        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
 }
 
 fn not_ids() -> ApiError {

@@ -703,6 +703,7 @@ mod tokenize;
 pub use chat::parse_chat_request;
 use chat::{message, WireMessage};
 pub use completion::parse_completion_request;
+pub(crate) use completion::token_ids;
 pub use tokenize::{
     parse_apply_template_request, parse_detokenize_request, parse_tokenize_request, Detokenize,
     Tokenize, WireDetokenize, WireTokenize,

@@ -481,7 +481,7 @@ impl ChunkAssembler {
 }
 
 /// `data: <json>\n\n`, serialised straight into the frame buffer.
-fn sse_json<T: Serialize>(value: &T) -> Bytes {
+pub(crate) fn sse_json<T: Serialize>(value: &T) -> Bytes {
     let mut buf = BytesMut::with_capacity(256).writer();
     buf.get_mut().put_slice(b"data: ");
     // Serialising these plain structs into memory cannot fail.
