@@ -1,4 +1,4 @@
-//! OpenAI's `n` > 1 over HTTP with the scripted engine: one response with every choice in
+//! OpenAI's `n` > 1 and batches of prompts over HTTP with the scripted engine: one response with every choice in
 //! `index` order and the usage summed, streamed and not; each choice a request of its own
 //! in the records (its id the client's with `-1`, `-2`..., its seed `seed + i`); a choice
 //! the gateway cannot take fails the whole request.
@@ -194,4 +194,112 @@ async fn a_streamed_choice_that_cannot_start_ends_in_an_error_frame() {
     others.sort();
     assert_eq!(others, [String::new(), "ab".to_owned()], "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+}
+
+/// The scripted engine answering "one" with "A", "B" and "two" with "C".
+fn by_prompt() -> Arc<llmgate::engine::scripted::ScriptedEngine> {
+    Arc::new(
+        scripted(hello())
+            .with_script("one", Script::tokens(&["A", "B"], Duration::ZERO))
+            .with_script("two", Script::tokens(&["C"], Duration::ZERO)),
+    )
+}
+
+#[tokio::test]
+async fn a_batch_of_prompts_has_each_prompts_choices_in_order() {
+    let server = TestServer::builder(by_prompt()).start().await;
+    let body = |prompt: Value| json!({"model": MODEL, "prompt": prompt, "n": 2, "seed": 5});
+    let batch = post_json(&server, COMPLETIONS, &body(json!(["one", "two"]))).await;
+    let texts: Vec<(u64, &str)> = batch["choices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{batch}"))
+        .iter()
+        .map(|c| {
+            (
+                c["index"].as_u64().expect("index"),
+                c["text"].as_str().expect("text"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [(0, "AB"), (1, "AB"), (2, "C"), (3, "C")],
+        "prompt i's choice c at index i × n + c"
+    );
+    let mut records: Vec<(String, Option<u64>)> = server
+        .observer
+        .records()
+        .iter()
+        .map(|r| (r.request_id.clone(), r.seed))
+        .collect();
+    records.sort();
+    assert_eq!(
+        records,
+        [
+            ("t1".to_owned(), Some(5)),
+            ("t1-1".to_owned(), Some(6)),
+            ("t1-2".to_owned(), Some(5)),
+            ("t1-3".to_owned(), Some(6)),
+        ],
+        "each part a request of its own; each prompt's choices seeded seed + c"
+    );
+    let one = post_json(&server, COMPLETIONS, &body(json!("one"))).await;
+    let two = post_json(&server, COMPLETIONS, &body(json!("two"))).await;
+    let prompt = |answer: &Value| answer["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert_eq!(
+        batch["usage"]["prompt_tokens"],
+        prompt(&one) + prompt(&two),
+        "each prompt once: {batch}"
+    );
+    assert_eq!(batch["usage"]["completion_tokens"], 6, "{batch}");
+}
+
+#[tokio::test]
+async fn a_batch_on_llamacpps_route_is_a_list_of_answers() {
+    let server = TestServer::builder(by_prompt()).start().await;
+    let listed = post_json(&server, "/completion", &json!({"prompt": ["one", "two"]})).await;
+    let answers: Vec<(u64, &str, &str)> = listed
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|a| {
+            (
+                a["index"].as_u64().expect("index"),
+                a["content"].as_str().expect("content"),
+                a["prompt"].as_str().expect("prompt"),
+            )
+        })
+        .collect();
+    assert_eq!(answers, [(0, "AB", "one"), (1, "C", "two")], "{listed}");
+
+    let text = post_text(
+        &server,
+        "/completion",
+        &json!({"prompt": ["one", "two"], "stream": true}),
+    )
+    .await;
+    assert!(
+        !text.contains("[DONE]"),
+        "llama.cpp's stream has none: {text}"
+    );
+    let frames = chunks_of(&text);
+    for (index, expected) in [(0, "AB"), (1, "C")] {
+        let of: Vec<&Value> = frames.iter().filter(|f| f["index"] == index).collect();
+        let content: String = of.iter().filter_map(|f| f["content"].as_str()).collect();
+        assert_eq!(content, expected, "answer {index}: {text}");
+        assert_eq!(of.last().expect("frames")["stop"], true, "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_larger_than_the_gateway_takes_at_once_is_refused() {
+    let server = TestServer::builder(hello_engine())
+        .config(&test_config("[server]\nmax_in_flight = 2\n"))
+        .start()
+        .await;
+    let body = json!({"model": MODEL, "prompt": ["a", "b", "c"]});
+    let response = post(&server, COMPLETIONS, &body).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["param"], "prompt", "{error}");
 }

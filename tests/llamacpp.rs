@@ -556,6 +556,68 @@ async fn a_prompt_of_token_ids_reads_as_its_text() {
     assert_eq!(native["content"], by_text.as_str(), "{native}");
     assert_eq!(native["prompt"], text, "{native}");
 
+    // A batch: on /v1/completions one choice per prompt, the prompts counted each once;
+    // on /completion a list of answers, as llama-server's.
+    let single = post_json(
+        &server,
+        COMPLETIONS,
+        &json!({"model": MODEL, "prompt": text, "max_tokens": 8, "temperature": 0}),
+    )
+    .await;
+    let batch = post_json(
+        &server,
+        COMPLETIONS,
+        &json!({"model": MODEL, "prompt": [text, ids.clone()], "max_tokens": 8, "temperature": 0}),
+    )
+    .await;
+    let texts: Vec<(u64, &str)> = batch["choices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{batch}"))
+        .iter()
+        .map(|c| {
+            (
+                c["index"].as_u64().expect("index"),
+                c["text"].as_str().expect("text"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [(0, by_text.as_str()), (1, by_text.as_str())],
+        "{batch}"
+    );
+    let prompt_tokens = single["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert_eq!(
+        batch["usage"]["prompt_tokens"],
+        2 * prompt_tokens,
+        "{batch}"
+    );
+    let listed = post_json(
+        &server,
+        "/completion",
+        &json!({"prompt": [ids.clone(), text, {"prompt_string": text}], "n_predict": 8,
+                "temperature": 0}),
+    )
+    .await;
+    let answers = listed.as_array().unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(answers.len(), 3, "{listed}");
+    for (index, answer) in answers.iter().enumerate() {
+        assert_eq!(answer["index"], index, "{listed}");
+        assert_eq!(answer["content"], by_text.as_str(), "{listed}");
+        assert_eq!(answer["prompt"], text, "{listed}");
+    }
+    // Ids and text mixed in one list are one prompt, read in order.
+    let mut mixed = ids.as_array().expect("ids").clone();
+    mixed.push(json!(" and"));
+    let mixed = post_json(
+        &server,
+        "/completion",
+        &json!({"prompt": mixed, "n_predict": 4, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(mixed["prompt"], format!("{text} and"), "{mixed}");
+    assert!(mixed["content"].is_string(), "{mixed}");
+
     let response = post(
         &server,
         COMPLETIONS,

@@ -332,8 +332,9 @@ impl<'a> Handling<'a> {
         payload: web::Payload,
     ) -> Result<HttpResponse, Failure> {
         let parsed = self.parse(req, payload).await?;
-        if parsed.choices > 1 {
-            // Each choice is a request of its own; none is copied to a shadow.
+        if parsed.choices > 1 || !parsed.more_prompts.is_empty() {
+            // Each choice, and each prompt of a batch, is a request of its own; none is
+            // copied to a shadow.
             return choices::answer(self, parsed, req).await;
         }
         let copy = shadow::pick(&self.pending.state, &parsed);

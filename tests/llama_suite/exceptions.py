@@ -62,9 +62,6 @@ EXCEPTIONS = {
     "test_completion.py::test_completion_unified":
         f"{LLAMA_ONLY}: --kv-unified (one cache shared by all slots); each llmgate sequence "
         "has its own context, and a request that cannot fit is refused",
-    "test_completion.py::test_completion_with_tokens_input":
-        f"{NOT_BUILT}: several prompts in one request, answered with a list (a token-id "
-        "prompt is served)",
     "test_completion.py::test_n_probs_post_sampling":
         f"{NOT_BUILT}: post_sampling_probs",
     "test_completion.py::test_n_probs_post_backend_sampling":

@@ -153,6 +153,25 @@ def test_n_choices_through_the_openai_client(client):
     assert usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_a_batch_of_prompts_through_the_openai_client(client):
+    """A list of prompts (texts and token ids), as the SDK sends it: prompt p's choice c at
+    index p * n + c, each the text that prompt alone gets, each prompt counted once."""
+    prompts = ["The capital of France is", "Two plus two is"]
+    alone = [client.completions.create(model=MODEL_ID, prompt=p, max_tokens=6, temperature=0)
+             for p in prompts]
+    batch = client.completions.create(model=MODEL_ID, prompt=prompts, max_tokens=6,
+                                      temperature=0, n=2)
+    assert [c.index for c in batch.choices] == [0, 1, 2, 3]
+    assert [c.text for c in batch.choices] == [alone[0].choices[0].text] * 2 + [alone[1].choices[0].text] * 2
+    assert batch.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    streamed = {}
+    for chunk in client.completions.create(model=MODEL_ID, prompt=prompts, max_tokens=6,
+                                           temperature=0, stream=True):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert streamed == {0: alone[0].choices[0].text, 1: alone[1].choices[0].text}
+
+
 def test_legacy_completions_streamed_and_not_with_timings(client):
     answer = client.completions.create(
         model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,

@@ -1,22 +1,29 @@
-//! OpenAI's `n` > 1: one request answered with several choices.
+//! OpenAI's `n` > 1 and `/v1/completions`' batch of prompts (and `/completion`'s, in
+//! llama.cpp's shape): one request answered with several parts, each prompt's `n`
+//! choices.
 //!
-//! Each choice is a request of its own inside: admitted, charged to the key, started,
+//! Each part is a request of its own inside: admitted, charged to the key, started,
 //! timed, scored and recorded as any other, so every figure the gateway keeps (TTFT,
-//! TPOT, the quality signals, the semantic log) is a choice's own. The first choice is
-//! the client's request itself; choice `i` after it has the request id `<id>-<i>`, and
-//! when the request is seeded, the seed `seed + i` (so the choices differ, and the same
-//! request gets the same choices again). The engine decodes them as sequences side by
-//! side (the llama.cpp engine in one batch); an upstream is sent one request per choice.
+//! TPOT, the quality signals, the semantic log) is a part's own. Part `i` is prompt `i /
+//! n`'s choice `i % n`, as OpenAI numbers a batch's choices. The first part is the
+//! client's request itself; part `i` after it has the request id `<id>-<i>`, and when the
+//! request is seeded, its choice `c` the seed `seed + c` (so a prompt's choices differ,
+//! and the same request gets the same answers again). The engine decodes them as
+//! sequences side by side (the llama.cpp engine in one batch); an upstream is sent one
+//! request per part.
 //!
 //! The answers are merged into one response, in OpenAI's shape: the choices in `index`
-//! order, `usage` with the prompt counted once and the completions summed, and the first
-//! choice's `timings` and headers. Streamed, the choices' chunks are interleaved as they
-//! come, each with its `index`, under the first choice's `id`; one usage chunk (with
-//! `include_usage`) and one `[DONE]` end the stream. A whole answer waits for every choice,
-//! and the first refusal (its key's limit, a full gateway) is the answer, the others
-//! cancelled. A stream starts once the first choice has, and starts the others as it goes
-//! (a started choice's frames must drain, or its write timeout cuts it); one that cannot
-//! start is an error frame in the stream.
+//! order, `usage` with each prompt counted once and the completions summed, and the first
+//! part's `timings` and headers. Streamed, the parts' chunks are interleaved as they
+//! come, each with its `index`, under the first part's `id`; one usage chunk (with
+//! `include_usage`) and one `[DONE]` end the stream. In llama.cpp's shape (`/completion`
+//! with several prompts) the answer is a list of its answers, each with its `index`, and
+//! a stream interleaves their frames, each with its `index`, as llama-server's does.
+//!
+//! A whole answer waits for every part, and the first refusal (its key's limit, a full
+//! gateway) is the answer, the others cancelled. A stream starts once the first part has,
+//! and starts the others as it goes (a started part's frames must drain, or its write
+//! timeout cuts it); one that cannot start is an error frame in the stream.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -41,40 +48,53 @@ use crate::stream::chunks::sse_json;
 use crate::stream::producer::Deadline;
 use crate::timing::RequestTimer;
 
-/// Answers `parsed` (`n` > 1) with its choices, `first` being the client's request.
+/// Answers `parsed` (`n` > 1, or several prompts) with its parts, `first` being the
+/// client's request.
 pub(super) async fn answer(
     first: Handling<'_>,
     parsed: ValidatedRequest,
     req: &HttpRequest,
 ) -> Result<HttpResponse, Failure> {
-    let n = parsed.choices;
+    let n = parsed.choices as usize;
+    let prompts = 1 + parsed.more_prompts.len();
+    let parts = prompts * n;
     let limit = first.state.admission.limit();
-    if n as usize > limit {
-        // It could never be taken whole: each choice holds a place of its own.
+    if parts > limit {
+        // It could never be taken whole: each part holds a place of its own.
+        let (param, what) = if prompts > 1 {
+            (
+                "prompt",
+                format!("{prompts} prompts with n = {n} make {parts} answers, "),
+            )
+        } else {
+            ("n", format!("{n} choices are "))
+        };
         return Err(ApiError::invalid(
-            "n",
-            format!("{n} choices are more than the {limit} requests this gateway takes at once"),
+            param,
+            format!("{what}more than the {limit} requests this gateway takes at once"),
         )
         .into());
     }
+    let merged = Merged {
+        id: format!("{}{}", first.route.shape().id_prefix(), first.request_id),
+        choices: n,
+        native: parsed.native.is_some(),
+    };
     let stream = parsed.stream;
-    let others: Vec<Sibling> = (1..n)
+    let others: Vec<Sibling> = (1..parts)
         .map(|index| Sibling {
             route: first.route,
             state: first.pending.state.clone(),
             caller: first.charged.caller.cloned(),
             client_id: first.request_id.to_owned(),
             index,
-            parsed: choice(&parsed, index, first.request_id),
+            parsed: part(&parsed, index, n, first.request_id),
             headers: req.headers().clone(),
             t_recv: first.pending.t_recv,
             split: first.pending.split.clone(),
         })
         .collect();
-    let (app, id) = (
-        first.state,
-        format!("{}{}", first.route.shape().id_prefix(), first.request_id),
-    );
+    let app = first.state;
     let deadline = first.deadline.clone();
     let own = async move {
         let mut first = first;
@@ -89,11 +109,13 @@ pub(super) async fn answer(
             futures_util::future::try_join_all(others.into_iter().map(Sibling::answer)),
         )
         .await?;
-        return merge_bodies(std::iter::once(own).chain(others).collect()).await;
+        return merged
+            .bodies(std::iter::once(own).chain(others).collect())
+            .await;
     }
-    // A request the gateway refuses outright is an HTTP error; the other choices start
-    // as the answer streams, so no started choice waits on another's start (its frames
-    // would fill its channel and time out).
+    // A request the gateway refuses outright is an HTTP error; the other parts start as
+    // the answer streams, so no started part waits on another's start (its frames would
+    // fill its channel and time out).
     let own = own.await?;
     let others = others
         .into_iter()
@@ -101,7 +123,7 @@ pub(super) async fn answer(
             stream::once(sibling.answer())
                 .flat_map(|answered| match answered {
                     Ok(response) => frames(response.into_body()).boxed_local(),
-                    // Streamed, a choice that cannot start ends with an error frame.
+                    // Streamed, a part that cannot start ends with an error frame.
                     Err(Failure::Refused(error) | Failure::Recorded(error)) => stream::iter([
                         sse_json(&error.body()),
                         Bytes::from_static(crate::stream::chunks::DONE_FRAME),
@@ -111,30 +133,42 @@ pub(super) async fn answer(
                 .boxed_local()
         })
         .collect();
-    Ok(merge_streams(own, others, id))
+    Ok(merged.streams(own, others))
 }
 
-/// Choice `index` of `parsed`: its own request id and, when seeded, the seed `seed +
-/// index` (its input hash with it).
-fn choice(parsed: &ValidatedRequest, index: u32, request_id: &str) -> ValidatedRequest {
-    let mut choice = parsed.clone();
-    let generation = &mut choice.generation;
+/// Part `index` of `parsed` (`n` choices per prompt): its prompt, its own request id and,
+/// when seeded, the seed `seed + c` for choice `c` (its input hash with them).
+fn part(parsed: &ValidatedRequest, index: usize, n: usize, request_id: &str) -> ValidatedRequest {
+    let mut part = parsed.clone();
+    let (prompt, choice) = (index / n, index % n);
+    let more = std::mem::take(&mut part.more_prompts);
+    if let Some(other) = prompt.checked_sub(1).and_then(|p| more.into_iter().nth(p)) {
+        part.generation.prompt = other;
+        if let Some(native) = part.native.as_mut() {
+            native.prompt = native
+                .more_prompts
+                .get(prompt - 1)
+                .cloned()
+                .unwrap_or_default();
+        }
+    }
+    let generation = &mut part.generation;
     generation.request_id = format!("{request_id}-{index}");
     if let Some(seed) = generation.sampling.seed.as_mut() {
-        *seed = seed.wrapping_add(u64::from(index));
+        *seed = seed.wrapping_add(choice as u64);
     }
-    choice.input_hash = input_hash(&choice.model, &choice.generation);
-    choice
+    part.input_hash = input_hash(&part.model, &part.generation);
+    part
 }
 
-/// One choice after the first: it goes along the client's request's path under its own
+/// One part after the first: it goes along the client's request's path under its own
 /// request id and record, charged to the same key. Owned, so that a stream can start it.
 struct Sibling {
     route: GenerationRoute,
     state: web::Data<AppState>,
     caller: Option<Caller>,
     client_id: String,
-    index: u32,
+    index: usize,
     parsed: ValidatedRequest,
     /// The client's headers, whose `traceparent` its span continues.
     headers: HeaderMap,
@@ -172,7 +206,7 @@ impl Sibling {
         pending.model = Some(parsed.model.clone());
         pending.stream = parsed.stream;
         pending.split = split;
-        // The client gets the first choice's rate headers.
+        // The client gets the first part's rate headers.
         let mut rate = RateHeaders::default();
         let handling = Handling {
             route,
@@ -214,76 +248,124 @@ fn answer_with_headers_of(first: &HttpResponse) -> actix_web::HttpResponseBuilde
     builder
 }
 
-/// Whole answers merged: every choice's, its `index` set, the usage summed.
-async fn merge_bodies(responses: Vec<HttpResponse>) -> Result<HttpResponse, Failure> {
-    let mut builder = answer_with_headers_of(&responses[0]);
-    let mut merged: Option<Value> = None;
-    let mut choices = Vec::with_capacity(responses.len());
-    let mut completion_tokens = 0;
-    for (index, response) in responses.into_iter().enumerate() {
-        let bytes = actix_web::body::to_bytes(response.into_body())
-            .await
-            .map_err(|_| Failure::Recorded(ApiError::Internal))?;
-        let mut body: Value =
-            serde_json::from_slice(&bytes).map_err(|_| Failure::Recorded(ApiError::Internal))?;
-        let mut choice = body["choices"][0].take();
-        choice["index"] = json!(index);
-        choices.push(choice);
-        completion_tokens += body["usage"]["completion_tokens"].as_u64().unwrap_or(0);
-        merged.get_or_insert(body);
+/// How the parts' answers are merged into one.
+struct Merged {
+    /// The first part's response id, which every OpenAI chunk carries.
+    id: String,
+    /// Choices per prompt (`n`).
+    choices: usize,
+    /// llama.cpp's shape (`/completion`): a list of answers, not a list of choices.
+    native: bool,
+}
+
+impl Merged {
+    /// Whole answers merged: every part's, its `index` set, the usage summed.
+    async fn bodies(self, responses: Vec<HttpResponse>) -> Result<HttpResponse, Failure> {
+        let mut builder = answer_with_headers_of(&responses[0]);
+        let mut bodies = Vec::with_capacity(responses.len());
+        for (index, response) in responses.into_iter().enumerate() {
+            let bytes = actix_web::body::to_bytes(response.into_body())
+                .await
+                .map_err(|_| Failure::Recorded(ApiError::Internal))?;
+            let mut body: Value = serde_json::from_slice(&bytes)
+                .map_err(|_| Failure::Recorded(ApiError::Internal))?;
+            if self.native {
+                body["index"] = json!(index);
+            }
+            bodies.push(body);
+        }
+        let merged = if self.native {
+            Value::Array(bodies)
+        } else {
+            let usage = self.usage(bodies.iter().map(|b| &b["usage"]).enumerate());
+            let mut choices = Vec::with_capacity(bodies.len());
+            for (index, body) in bodies.iter_mut().enumerate() {
+                let mut choice = body["choices"][0].take();
+                choice["index"] = json!(index);
+                choices.push(choice);
+            }
+            let mut merged = bodies.swap_remove(0);
+            merged["choices"] = Value::Array(choices);
+            merged["usage"] = usage;
+            merged
+        };
+        let body =
+            serde_json::to_vec(&merged).map_err(|_| Failure::Recorded(ApiError::Internal))?;
+        Ok(builder.body(body))
     }
-    let mut merged = merged.ok_or(Failure::Recorded(ApiError::Internal))?;
-    merged["choices"] = Value::Array(choices);
-    sum_usage(&mut merged["usage"], completion_tokens);
-    let body = serde_json::to_vec(&merged).map_err(|_| Failure::Recorded(ApiError::Internal))?;
-    Ok(builder.body(body))
+
+    /// The parts' `usage` as one, the first part's with the sums: each prompt's tokens
+    /// (and those read from the cache) counted once, by its first choice, and every
+    /// part's completion.
+    fn usage<'u>(&self, parts: impl Iterator<Item = (usize, &'u Value)> + Clone) -> Value {
+        let count = |usage: &Value, pointer: &str| {
+            usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+        };
+        let firsts = parts.clone().filter(|(index, _)| index % self.choices == 0);
+        let prompt: u64 = firsts
+            .clone()
+            .map(|(_, u)| count(u, "/prompt_tokens"))
+            .sum();
+        let cached: u64 = firsts
+            .map(|(_, u)| count(u, "/prompt_tokens_details/cached_tokens"))
+            .sum();
+        let completion: u64 = parts
+            .clone()
+            .map(|(_, u)| count(u, "/completion_tokens"))
+            .sum();
+        let mut usage = parts
+            .min_by_key(|(index, _)| *index)
+            .map(|(_, u)| u.clone())
+            .unwrap_or(Value::Null);
+        if usage.is_object() {
+            usage["prompt_tokens"] = json!(prompt);
+            usage["completion_tokens"] = json!(completion);
+            usage["total_tokens"] = json!(prompt + completion);
+            if usage["prompt_tokens_details"].is_object() {
+                usage["prompt_tokens_details"]["cached_tokens"] = json!(cached);
+            }
+        }
+        usage
+    }
+
+    /// Streams merged: each part's frames as they come, re-indexed; in OpenAI's shape one
+    /// usage chunk and one `[DONE]` at the end. `others`: the frames of parts 1 and on.
+    fn streams(
+        self,
+        first: HttpResponse,
+        others: Vec<LocalBoxStream<'static, Bytes>>,
+    ) -> HttpResponse {
+        let mut builder = answer_with_headers_of(&first);
+        let merge = Rc::new(RefCell::new(Merge {
+            left: 1 + others.len(),
+            merged: self,
+            created: None,
+            usage: Vec::new(),
+        }));
+        let streams = std::iter::once(frames(first.into_body()).boxed_local())
+            .chain(others)
+            .enumerate()
+            .map(|(index, frames)| frames.map(move |f| (index, f)).boxed_local());
+        let merged = stream::select_all(streams).flat_map(move |(index, frame)| {
+            stream::iter(merge.borrow_mut().frame(index, frame)).map(Ok::<_, Infallible>)
+        });
+        builder.streaming(merged)
+    }
 }
 
-/// `usage` with the choices' completions: the prompt is counted once.
-fn sum_usage(usage: &mut Value, completion_tokens: u64) {
-    let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
-    usage["completion_tokens"] = json!(completion_tokens);
-    usage["total_tokens"] = json!(prompt + completion_tokens);
-}
-
-/// Streams merged: each choice's frames as they come, re-indexed, one usage chunk and
-/// one `[DONE]` at the end. `others`: the frames of choices 1 and on.
-fn merge_streams(
-    first: HttpResponse,
-    others: Vec<LocalBoxStream<'static, Bytes>>,
-    id: String,
-) -> HttpResponse {
-    let mut builder = answer_with_headers_of(&first);
-    let merge = Rc::new(RefCell::new(Merge {
-        id,
-        created: None,
-        left: 1 + others.len(),
-        usage: Vec::new(),
-    }));
-    let streams = std::iter::once(frames(first.into_body()).boxed_local())
-        .chain(others)
-        .enumerate()
-        .map(|(index, frames)| frames.map(move |f| (index, f)).boxed_local());
-    let merged = stream::select_all(streams).flat_map(move |(index, frame)| {
-        stream::iter(merge.borrow_mut().frame(index, frame)).map(Ok::<_, Infallible>)
-    });
-    builder.streaming(merged)
-}
-
-/// The merge of streamed choices, frame by frame.
+/// The merge of streamed parts, frame by frame.
 struct Merge {
-    /// The first choice's response id, which every chunk carries.
-    id: String,
-    /// The `created` every chunk carries: the first chunk's.
+    merged: Merged,
+    /// The `created` every OpenAI chunk carries: the first chunk's.
     created: Option<Value>,
-    /// Choices whose `[DONE]` has not come yet.
+    /// Parts whose `[DONE]` has not come yet.
     left: usize,
-    /// The usage chunks held back, each with its choice's index.
+    /// The usage chunks held back, each with its part's index.
     usage: Vec<(usize, Value)>,
 }
 
 impl Merge {
-    /// What to send for choice `index`'s `frame`.
+    /// What to send for part `index`'s `frame`.
     fn frame(&mut self, index: usize, frame: Bytes) -> Vec<Bytes> {
         let Some(data) = frame.strip_prefix(b"data: ") else {
             // A keep-alive comment.
@@ -291,7 +373,7 @@ impl Merge {
         };
         if data.starts_with(b"[DONE]") {
             self.left = self.left.saturating_sub(1);
-            return if self.left == 0 {
+            return if self.left == 0 && !self.merged.native {
                 self.end()
             } else {
                 Vec::new()
@@ -303,8 +385,13 @@ impl Merge {
         if chunk.get("error").is_some() {
             return vec![frame];
         }
-        chunk["id"] = json!(self.id);
-        // Each choice stamped its own second: the stream keeps the first it saw.
+        if self.merged.native {
+            // llama.cpp's frames: each names its answer, and the stream has no `[DONE]`.
+            chunk["index"] = json!(index);
+            return vec![sse_json(&chunk)];
+        }
+        chunk["id"] = json!(self.merged.id);
+        // Each part stamped its own second: the stream keeps the first it saw.
         let created = self.created.get_or_insert_with(|| chunk["created"].clone());
         chunk["created"] = created.clone();
         match chunk["choices"].as_array_mut() {
@@ -322,18 +409,18 @@ impl Merge {
         vec![sse_json(&chunk)]
     }
 
-    /// The usage chunk (the first choice's, with its timings, the usage summed) and
+    /// The usage chunk (the first part's, with its timings, the usage summed) and
     /// `[DONE]`.
     fn end(&mut self) -> Vec<Bytes> {
         let mut frames = Vec::with_capacity(2);
-        let completion_tokens = self
-            .usage
-            .iter()
-            .map(|(_, c)| c["usage"]["completion_tokens"].as_u64().unwrap_or(0))
-            .sum();
+        let usage = self.merged.usage(
+            self.usage
+                .iter()
+                .map(|(index, chunk)| (*index, &chunk["usage"])),
+        );
         let first = self.usage.iter().min_by_key(|(index, _)| *index);
         if let Some(mut last) = first.map(|(_, chunk)| chunk.clone()) {
-            sum_usage(&mut last["usage"], completion_tokens);
+            last["usage"] = usage;
             frames.push(sse_json(&last));
         }
         frames.push(Bytes::from_static(crate::stream::chunks::DONE_FRAME));

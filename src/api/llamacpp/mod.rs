@@ -36,7 +36,7 @@ pub async fn read_completion(body: &[u8], state: &AppState) -> Result<Read, ApiE
     for (target, bias) in translated.bias {
         let ids = match target {
             BiasTarget::Id(id) => vec![id],
-            BiasTarget::Text(text) => text_ids(state, &out, text).await?,
+            BiasTarget::Text(text) => text_ids(state, &out, text, "logit_bias").await?,
         };
         for id in ids {
             biases.insert(id.to_string(), json!(bias));
@@ -53,16 +53,12 @@ pub async fn read_completion(body: &[u8], state: &AppState) -> Result<Read, ApiE
         out.insert("logit_bias".into(), Value::Object(biases));
     }
     let mut meta = translated.meta;
-    if let Some(ids) = token_prompt(&out["prompt"]) {
-        // llama.cpp's answer repeats the prompt as text; ids that are not the model's
-        // are refused later, naming `prompt`.
-        let served = served_for(state, &out);
-        meta.prompt = served
-            .engine
-            .detokenize(ids, false)
-            .await
-            .unwrap_or_default();
-    }
+    let prompt = out.remove("prompt").unwrap_or_default();
+    let (prompt, texts) = read_prompts(state, &out, prompt).await?;
+    out.insert("prompt".into(), prompt);
+    let mut texts = texts.into_iter();
+    meta.prompt = texts.next().unwrap_or_default();
+    meta.more_prompts = texts.collect();
     Ok(Read {
         body: serde_json::to_vec(&out).map_err(|_| ApiError::Internal)?,
         meta,
@@ -91,20 +87,72 @@ fn served_for<'a>(
         .unwrap_or_else(|| state.models.default_model())
 }
 
-/// A prompt of token ids (bare, or a list of one).
-fn token_prompt(prompt: &Value) -> Option<Vec<u32>> {
-    let items = match prompt.as_array()?.as_slice() {
-        [Value::Array(inner)] => inner.as_slice(),
-        items => items,
-    };
-    crate::api::request::token_ids(items).filter(|ids| !ids.is_empty())
+/// The translated `prompt` as `/v1/completions` reads it (a text, token ids, or a list
+/// of them: a batch), each mixed sequence of ids and texts made ids, and each prompt's
+/// text (llama.cpp's answer repeats it; ids that are not the model's are refused later,
+/// naming `prompt`).
+async fn read_prompts(
+    state: &AppState,
+    body: &Map<String, Value>,
+    prompt: Value,
+) -> Result<(Value, Vec<String>), ApiError> {
+    match prompt {
+        Value::Array(items) if !request::is_sequence(&items) => {
+            let mut prompts = Vec::with_capacity(items.len());
+            let mut texts = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                let (prompt, text) =
+                    read_prompt(state, body, item, &format!("prompt[{i}]")).await?;
+                prompts.push(prompt);
+                texts.push(text);
+            }
+            Ok((Value::Array(prompts), texts))
+        }
+        one => {
+            let (prompt, text) = read_prompt(state, body, one, "prompt").await?;
+            Ok((prompt, vec![text]))
+        }
+    }
 }
 
-/// The ids of a bias's text, in the vocabulary of the model the request names.
+/// One prompt and its text: a text as it is; ids (texts among them tokenized, without
+/// special tokens, in their place) and the text they make.
+async fn read_prompt(
+    state: &AppState,
+    body: &Map<String, Value>,
+    prompt: Value,
+    param: &str,
+) -> Result<(Value, String), ApiError> {
+    let Value::Array(items) = prompt else {
+        let text = prompt.as_str().unwrap_or_default().to_owned();
+        return Ok((prompt, text));
+    };
+    let mut ids = Vec::with_capacity(items.len());
+    for item in &items {
+        match item {
+            Value::String(text) => ids.extend(text_ids(state, body, text.clone(), param).await?),
+            id => ids.push(
+                crate::api::request::token_ids(std::slice::from_ref(id)).ok_or_else(|| {
+                    ApiError::invalid(param, "token ids are whole numbers from 0")
+                })?[0],
+            ),
+        }
+    }
+    let text = served_for(state, body)
+        .engine
+        .detokenize(ids.clone(), false)
+        .await
+        .unwrap_or_default();
+    Ok((json!(ids), text))
+}
+
+/// The ids of a text (a bias's, or a piece of a mixed prompt: `param`), in the
+/// vocabulary of the model the request names.
 async fn text_ids(
     state: &AppState,
     body: &Map<String, Value>,
     text: String,
+    param: &str,
 ) -> Result<Vec<u32>, ApiError> {
     let served = served_for(state, body);
     served.engine.model_info().ok_or(ApiError::NotReady)?;
@@ -115,9 +163,9 @@ async fn text_ids(
     };
     let tokenized = served.engine.tokenize(request).await.map_err(|e| {
         ApiError::unsupported(
-            "logit_bias",
+            param,
             format!(
-                "a text bias needs the model's tokenizer: {}",
+                "a text here needs the model's tokenizer: {}",
                 ApiError::from(e)
             ),
         )

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::request::{MAX_LOGIT_BIAS, MAX_STOP_CHARS};
+use crate::api::request::{MAX_LOGIT_BIAS, MAX_PROMPTS, MAX_STOP_CHARS};
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 
@@ -160,8 +160,8 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
         Some(value) => logit_bias(value)?,
         None => Vec::new(),
     };
+    // The prompt's text is read_completion's to find (token ids are detokenized).
     let meta = NativeMeta {
-        prompt: out["prompt"].as_str().unwrap_or_default().to_owned(),
         return_tokens: flag(get("return_tokens"), "return_tokens")?,
         random_seed,
         response_fields: response_fields(get("response_fields"))?,
@@ -194,40 +194,69 @@ fn neutral(object: &Map<String, Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// One text prompt: a string, a list of one, or llama.cpp's `{"prompt_string": ...}`
-/// without media.
+/// The prompt, as llama.cpp's server reads it: one prompt (a string, token ids, or ids
+/// and texts mixed into one sequence, or `{"prompt_string": ...}` without media), or a
+/// list of them: a batch, answered with a list. A mixed sequence stays a list with text
+/// in it, for [`super::read_completion`] to tokenize.
 fn prompt(value: Option<&Value>) -> Result<Value, ApiError> {
+    let value = value.ok_or_else(|| ApiError::invalid("prompt", "this parameter is required"))?;
     match value {
-        None => Err(ApiError::invalid("prompt", "this parameter is required")),
-        Some(Value::String(text)) => Ok(Value::String(text.clone())),
-        // A text, token ids, or a list of one of them: `/v1/completions` reads these.
-        Some(Value::Array(items)) => match items.as_slice() {
-            [Value::String(text)] => Ok(Value::String(text.clone())),
-            [Value::String(_) | Value::Array(_), _, ..] => Err(ApiError::unsupported(
-                "prompt",
-                "one prompt per request (send a string or a list of token ids, or a list of \
-                 one); a token list mixed with text is not served",
-            )),
-            _ => Ok(Value::Array(items.clone())),
-        },
-        Some(Value::Object(parts)) => {
+        Value::Array(items) if items.is_empty() => {
+            Err(ApiError::invalid("prompt", "must not be empty"))
+        }
+        Value::Array(items) if !is_sequence(items) => {
+            if items.len() > MAX_PROMPTS {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!(
+                        "{} prompts are more than the {MAX_PROMPTS} one request may batch",
+                        items.len()
+                    ),
+                ));
+            }
+            let batch = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| one_prompt(item, &format!("prompt[{i}]")))
+                .collect::<Result<_, _>>()?;
+            Ok(Value::Array(batch))
+        }
+        one => one_prompt(one, "prompt"),
+    }
+}
+
+/// A list that is one prompt: token ids, with texts among them or not.
+pub(super) fn is_sequence(items: &[Value]) -> bool {
+    items.iter().any(Value::is_number)
+        && items
+            .iter()
+            .all(|item| item.is_number() || item.is_string())
+}
+
+/// One prompt of a batch, or the request's only one; `param` names it in errors.
+fn one_prompt(value: &Value, param: &str) -> Result<Value, ApiError> {
+    match value {
+        Value::String(text) => Ok(Value::String(text.clone())),
+        Value::Array(items) if is_sequence(items) => Ok(value.clone()),
+        Value::Object(parts) => {
             if parts.get("multimodal_data").is_some() {
                 return Err(ApiError::unsupported(
-                    "prompt.multimodal_data",
+                    format!("{param}.multimodal_data"),
                     "the served model reads text only",
                 ));
             }
             match parts.get("prompt_string") {
                 Some(Value::String(text)) => Ok(Value::String(text.clone())),
                 _ => Err(ApiError::invalid(
-                    "prompt.prompt_string",
+                    format!("{param}.prompt_string"),
                     "must be the prompt's text",
                 )),
             }
         }
-        Some(_) => Err(ApiError::invalid(
-            "prompt",
-            "must be a string, a list of token ids, or a list of one",
+        _ => Err(ApiError::invalid(
+            param,
+            "must be a string, a list of token ids (texts may be mixed in), \
+             {\"prompt_string\": ...}, or a list of these (a batch)",
         )),
     }
 }
@@ -386,8 +415,18 @@ mod tests {
             "random even where a default seed is set"
         );
         assert_eq!(endless.body["prompt"], "Hi");
-        let listed = body(json!({"prompt": ["Hi"]})).expect("valid");
-        assert_eq!(listed.meta.prompt, "Hi", "a list of one text is that text");
+        // One prompt, or a batch: /v1/completions reads both.
+        for prompt in [
+            json!(["Hi"]),
+            json!([1, 2]),
+            json!([1, "Hi", 2]),
+            json!(["Hi", [1, "Hi"], [3]]),
+        ] {
+            let read = body(json!({"prompt": prompt})).expect("valid");
+            assert_eq!(read.body["prompt"], prompt, "{prompt}");
+        }
+        let batch = body(json!({"prompt": [{"prompt_string": "a"}, "b"]})).expect("valid");
+        assert_eq!(batch.body["prompt"], json!(["a", "b"]));
         assert!(endless.renamed.contains(&("max_tokens", "n_predict")));
         let seeded = body(json!({"prompt": "a", "seed": 7})).expect("valid");
         assert_eq!(seeded.body["seed"], 7);
@@ -420,8 +459,14 @@ mod tests {
     fn what_is_not_served_is_refused_by_name() {
         for (value, param) in [
             (json!({}), "prompt"),
-            (json!({"prompt": [[1, 2], [3]]}), "prompt"),
-            (json!({"prompt": ["a", 1]}), "prompt"),
+            (json!({"prompt": []}), "prompt"),
+            (json!({"prompt": [[1, 2], true]}), "prompt[1]"),
+            (json!({"prompt": ["a", [[1]]]}), "prompt[1]"),
+            (json!({"prompt": vec!["a"; MAX_PROMPTS + 1]}), "prompt"),
+            (
+                json!({"prompt": ["a", {"prompt_string": 1}]}),
+                "prompt[1].prompt_string",
+            ),
             (json!({"prompt": "a", "id_slot": 1}), "id_slot"),
             (json!({"prompt": "a", "mirostat": 2}), "mirostat"),
             (json!({"prompt": "a", "n_predict": 0}), "n_predict"),

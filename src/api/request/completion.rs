@@ -1,5 +1,5 @@
-//! The `POST /v1/completions` body (legacy text completions): one prompt and the few
-//! parameters only this route has.
+//! The `POST /v1/completions` body (legacy text completions): a prompt (or a batch of
+//! them) and the few parameters only this route has.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::chat::MAX_TOP_LOGPROBS;
 use super::{
     n_predict, object_of, read, refuse_unsupported, require, validate, RequestLimits,
-    ValidatedRequest, WireCommon, COMMON,
+    ValidatedRequest, WireCommon, COMMON, MAX_PROMPTS,
 };
 use crate::engine::Prompt;
 use crate::error::ApiError;
@@ -39,7 +39,7 @@ enum WirePrompt {
 }
 
 /// `prompt`'s schema, written out: the derive cannot bound the strings inside an
-/// untagged enum's variants. One non-empty text or token-id list, or a list of one.
+/// untagged enum's variants. One non-empty text or token-id list, or a list of them.
 fn prompt_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
     let text = || {
@@ -57,53 +57,67 @@ fn prompt_schema() -> utoipa::openapi::schema::Schema {
             )
             .min_items(Some(1))
     };
-    let one_of = |item: utoipa::openapi::schema::Schema| {
-        ArrayBuilder::new()
-            .items(utoipa::openapi::RefOr::T(item))
-            .min_items(Some(1))
-            .max_items(Some(1))
-    };
+    let batch = ArrayBuilder::new()
+        .items(utoipa::openapi::RefOr::T(
+            OneOfBuilder::new().item(text()).item(ids()).build().into(),
+        ))
+        .min_items(Some(1))
+        .max_items(Some(MAX_PROMPTS));
     OneOfBuilder::new()
         .item(text())
         .item(ids())
-        .item(one_of(text().into()))
-        .item(one_of(ids().into()))
+        .item(batch)
         .description(Some(
             "The prompt: one text or one list of token ids (read as they are: no BOS is \
-             added), or a list of one (one prompt per request).",
+             added), or a list of them: a batch, each prompt answered with its own `n` \
+             choices (choice `index` = prompt's place × n + choice).",
         ))
         .build()
         .into()
 }
 
-/// The prompt a `prompt` field names: one text or one list of token ids, bare or in a
-/// list of one. Anything else is refused naming `prompt`.
-fn prompt_of(wire: WirePrompt) -> Result<Prompt, ApiError> {
-    let ids = token_ids;
-    let prompt = match wire {
-        WirePrompt::One(text) => Prompt::Text(text),
-        WirePrompt::Many(items) => match items.as_slice() {
-            [Value::String(text)] => Prompt::Text(text.clone()),
-            [Value::Array(inner)] => Prompt::Tokens(ids(inner).ok_or_else(not_ids)?),
-            [] => return Err(ApiError::invalid("prompt", "must not be empty")),
-            [Value::String(_) | Value::Array(_), _, ..] => {
-                return Err(ApiError::unsupported(
+/// The prompts a `prompt` field names: one text or one list of token ids, or a list of
+/// them (a batch, each answered with its own choices). Anything else is refused naming
+/// `prompt`.
+fn prompts_of(wire: WirePrompt) -> Result<Vec<Prompt>, ApiError> {
+    let prompts = match wire {
+        WirePrompt::One(text) => vec![Prompt::Text(text)],
+        WirePrompt::Many(items) if items.iter().all(Value::is_number) => {
+            vec![Prompt::Tokens(token_ids(&items).ok_or_else(not_ids)?)]
+        }
+        WirePrompt::Many(items) => {
+            if items.len() > MAX_PROMPTS {
+                return Err(ApiError::invalid(
                     "prompt",
-                    "one prompt per request (send a string or a list of token ids, or a list \
-                     of one)",
-                ))
+                    format!(
+                        "{} prompts are more than the {MAX_PROMPTS} one request may batch",
+                        items.len()
+                    ),
+                ));
             }
-            items => Prompt::Tokens(ids(items).ok_or_else(not_ids)?),
-        },
+            items
+                .iter()
+                .map(|item| match item {
+                    Value::String(text) => Ok(Prompt::Text(text.clone())),
+                    Value::Array(ids) => Ok(Prompt::Tokens(token_ids(ids).ok_or_else(not_ids)?)),
+                    _ => Err(not_ids()),
+                })
+                .collect::<Result<_, _>>()?
+        }
     };
-    match &prompt {
-        Prompt::Text(text) if text.is_empty() => {
-            Err(ApiError::invalid("prompt", "must not be empty"))
-        }
-        Prompt::Tokens(ids) if ids.is_empty() => {
-            Err(ApiError::invalid("prompt", "must not be empty"))
-        }
-        _ => Ok(prompt),
+    let empty = |prompt: &Prompt| match prompt {
+        Prompt::Text(text) => text.is_empty(),
+        Prompt::Tokens(ids) => ids.is_empty(),
+        Prompt::Chat(_) => false,
+    };
+    match prompts.iter().position(empty) {
+        _ if prompts.is_empty() => Err(ApiError::invalid("prompt", "must not be empty")),
+        Some(0) if prompts.len() == 1 => Err(ApiError::invalid("prompt", "must not be empty")),
+        Some(i) => Err(ApiError::invalid(
+            format!("prompt[{i}]"),
+            "must not be empty",
+        )),
+        None => Ok(prompts),
     }
 }
 
@@ -118,7 +132,8 @@ pub(crate) fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
 fn not_ids() -> ApiError {
     ApiError::invalid(
         "prompt",
-        "must be a string, a list of token ids (whole numbers from 0), or a list of one",
+        "must be a string, a list of token ids (whole numbers from 0), or a list of strings \
+         and token-id lists (a batch)",
     )
 }
 
@@ -151,9 +166,15 @@ pub fn parse_completion_request(
         .map(top_logprobs)
         .transpose()?;
     limits.model(&common.model)?;
-    let prompt = prompt_of(completion.prompt)?;
+    let mut prompts = prompts_of(completion.prompt)?.into_iter();
+    let prompt = prompts.next().ok_or(ApiError::Internal)?;
+    let more_prompts: Vec<Prompt> = prompts.collect();
     let echo = completion.echo.unwrap_or(false);
-    if echo && matches!(prompt, Prompt::Tokens(_)) {
+    if echo
+        && std::iter::once(&prompt)
+            .chain(&more_prompts)
+            .any(|p| matches!(p, Prompt::Tokens(_)))
+    {
         return Err(ApiError::unsupported(
             "echo",
             "echo sends the prompt's text back; send the prompt as text",
@@ -171,6 +192,13 @@ pub fn parse_completion_request(
     // Neither is in the input hash: they do not change the answer.
     request.generation.top_logprobs = top_logprobs;
     request.echo = echo;
+    if !more_prompts.is_empty() && request.continuous_usage {
+        return Err(ApiError::invalid(
+            "stream_options.continuous_usage_stats",
+            "is served with one prompt only (each prompt counts its own tokens)",
+        ));
+    }
+    request.more_prompts = more_prompts;
     Ok(request)
 }
 
@@ -228,6 +256,14 @@ mod tests {
         let listed_ids =
             parse(json!({"model": "m", "prompt": [[1, 2, 3]]})).expect("a list of one");
         assert_eq!(listed_ids.input_hash, ids.input_hash);
+        assert!(ids.more_prompts.is_empty() && listed_ids.more_prompts.is_empty());
+        // A batch: texts and token-id lists, each a prompt of its own.
+        let batch = parse(json!({"model": "m", "prompt": ["a", [1, 2], "b"]})).expect("batch");
+        assert_eq!(batch.generation.prompt, Prompt::Text("a".into()));
+        assert_eq!(
+            batch.more_prompts,
+            [Prompt::Tokens(vec![1, 2]), Prompt::Text("b".into())]
+        );
         let digits = parse(json!({"model": "m", "prompt": "1,2,3"})).expect("text");
         assert_ne!(ids.input_hash, digits.input_hash, "ids are not text");
         let echoed = parse(json!({"model": "m", "prompt": "x", "echo": true})).expect("echo alone");
@@ -255,14 +291,30 @@ mod tests {
                 "prompt",
             ),
             (
-                json!({"model": "m", "prompt": ["a", "b"]}),
-                "unsupported_parameter",
+                json!({"model": "m", "prompt": ["a", ""]}),
+                "invalid_value",
+                "prompt[1]",
+            ),
+            (
+                json!({"model": "m", "prompt": ["a", 1]}),
+                "invalid_value",
                 "prompt",
             ),
             (
-                json!({"model": "m", "prompt": [[1, 2], [3]]}),
-                "unsupported_parameter",
+                json!({"model": "m", "prompt": vec!["a"; MAX_PROMPTS + 1]}),
+                "invalid_value",
                 "prompt",
+            ),
+            (
+                json!({"model": "m", "prompt": ["a", [1]], "echo": true}),
+                "unsupported_parameter",
+                "echo",
+            ),
+            (
+                json!({"model": "m", "prompt": ["a", "b"], "stream": true,
+                       "stream_options": {"include_usage": true, "continuous_usage_stats": true}}),
+                "invalid_value",
+                "stream_options.continuous_usage_stats",
             ),
             (
                 json!({"model": "m", "prompt": []}),

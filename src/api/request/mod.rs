@@ -52,6 +52,8 @@ pub const MAX_STOP_TOKEN_IDS: usize = 64;
 pub const MAX_LOGIT_BIAS: usize = 300;
 /// Most choices (`n`) one request may ask for: each is a sequence of its own.
 pub const MAX_CHOICES: u64 = 8;
+/// The most prompts one `/v1/completions` request may batch.
+pub const MAX_PROMPTS: usize = 32;
 
 /// A validated generation request, from either route.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +75,9 @@ pub struct ValidatedRequest {
     pub timings_per_token: bool,
     /// OpenAI's `n`: how many choices to answer with (1 to [`MAX_CHOICES`]).
     pub choices: u32,
+    /// `/v1/completions`' batch: the prompts after the first (`generation.prompt`), each
+    /// answered with its own `n` choices.
+    pub more_prompts: Vec<Prompt>,
     /// Answer in llama.cpp's server's shape (`POST /completion`).
     pub native: Option<Box<crate::stream::chunks::native::NativeMeta>>,
     /// (the name errors carry, the client's) for a parameter the client sent under
@@ -517,6 +522,7 @@ pub(super) fn validate(
         echo: false,
         timings_per_token: wire.timings_per_token.unwrap_or(false),
         choices,
+        more_prompts: Vec::new(),
         native: None,
         renamed,
     })

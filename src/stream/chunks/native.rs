@@ -27,6 +27,8 @@ pub struct NativeMeta {
     pub generation_settings: Value,
     /// The prompt as given.
     pub prompt: String,
+    /// A batch's other prompts, as given: each is answered as a request of its own.
+    pub more_prompts: Vec<String>,
     /// The request asked for a random seed (`seed` -1): the model's default seed does
     /// not apply.
     pub random_seed: bool,
