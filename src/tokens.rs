@@ -40,9 +40,23 @@ impl TokenText {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
     pub token: TokenText,
+    /// Under the model (temperature 1): what the confidence figures read.
     pub logprob: f32,
-    /// The `top_logprobs` most likely tokens, most likely first.
+    /// The `top_logprobs` most likely tokens, most likely first (with `sampled`, in the
+    /// distribution the token was drawn from).
     pub top: Vec<(TokenText, f32)>,
+    /// llama.cpp's `post_sampling_probs`: the token's log-probability in the
+    /// distribution it was drawn from (after the temperature and the top_k, top_p and
+    /// min_p filters), which the client is shown instead of `logprob`.
+    pub sampled: Option<f32>,
+}
+
+impl TokenLogprob {
+    /// The log-probability the client is shown: the drawn distribution's where it was
+    /// asked for, the model's otherwise.
+    pub fn shown(&self) -> f32 {
+        self.sampled.unwrap_or(self.logprob)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

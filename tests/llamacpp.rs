@@ -369,6 +369,67 @@ async fn logit_bias_steers_the_real_models_picks() {
     assert_eq!(steered["usage"]["completion_tokens"], 3);
 }
 
+/// llama.cpp's `post_sampling_probs`, on the real model: `/completion` answers with
+/// `prob` and `top_probs` in the distribution each token was drawn from (top_k 3: at most
+/// three alternatives, their probabilities summing to 1); the same seeded answer as
+/// without it; on the OpenAI routes the log-probabilities are the drawn distribution's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_sampling_probabilities_are_those_of_the_draw() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let body = |post: bool| {
+        json!({"prompt": "Today was the day. Today I would finally become a", "n_probs": 10,
+               "temperature": 1.0, "top_k": 3, "n_predict": 5, "seed": 4,
+               "post_sampling_probs": post})
+    };
+    let drawn = post_json(&server, "/completion", &body(true)).await;
+    let plain = post_json(&server, "/completion", &body(false)).await;
+    assert_eq!(drawn["content"], plain["content"], "the same answer");
+    let probabilities = drawn["completion_probabilities"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{drawn}"));
+    assert_eq!(probabilities.len(), 5, "{drawn}");
+    for token in probabilities {
+        let prob = token["prob"].as_f64().unwrap_or_else(|| panic!("{token}"));
+        assert!(prob > 0.0 && prob <= 1.0, "{token}");
+        assert!(
+            token.get("logprob").is_none() && token["bytes"].is_array(),
+            "{token}"
+        );
+        let top = token["top_probs"].as_array().expect("top_probs");
+        assert!((1..=3).contains(&top.len()), "top_k 3: {token}");
+        let sum: f64 = top.iter().map(|t| t["prob"].as_f64().expect("prob")).sum();
+        assert!((sum - 1.0).abs() < 1e-4, "{token}");
+        assert!(top.iter().any(|t| t["id"] == token["id"]), "{token}");
+    }
+    let model = plain["completion_probabilities"][0]["logprob"]
+        .as_f64()
+        .expect("logprob");
+    assert!(model < probabilities[0]["prob"].as_f64().expect("prob").ln());
+
+    let chat = post_json(
+        &server,
+        CHAT,
+        &chat_body(
+            "Name a fruit.",
+            json!({"temperature": 1.0, "top_k": 2, "max_tokens": 4, "logprobs": true,
+                   "top_logprobs": 5, "post_sampling_probs": true}),
+        ),
+    )
+    .await;
+    for token in chat["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{chat}"))
+    {
+        let top = token["top_logprobs"].as_array().expect("top");
+        assert!((1..=2).contains(&top.len()), "top_k 2: {token}");
+        let sum: f64 = top
+            .iter()
+            .map(|t| t["logprob"].as_f64().expect("lp").exp())
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-4, "{token}");
+    }
+}
+
 /// llama.cpp's spellings of structured output, on the real model: a GBNF `grammar` (chat,
 /// legacy completions and `/completion`) and a top-level `json_schema`, each holding the
 /// answer; a grammar that is not GBNF, or a schema the compiler cannot use, is a 400

@@ -1,7 +1,8 @@
 //! What clients of llama.cpp's server send, through the upstream engine to a scripted
 //! OpenAI-compatible server: a token-id prompt goes as the ids (with no context length
-//! configured, as by default), a GBNF `grammar` as it came, and `n` > 1 as one request
-//! per choice, each seeded `seed + i`.
+//! configured, as by default), a GBNF `grammar` as it came, `n` > 1 as one request per
+//! choice, each seeded `seed + i`, and a batch as one request per prompt;
+//! `post_sampling_probs` is refused.
 
 mod common;
 
@@ -46,4 +47,35 @@ async fn token_prompts_grammars_and_choices_reach_the_upstream() {
     seeds.sort_by_key(|s| s.as_u64());
     assert_eq!(seeds, [&json!(7), &json!(8)], "one request per choice");
     assert!(sent[2..].iter().all(|s| s.body.get("n").is_none()));
+
+    // A batch of prompts: one request per prompt.
+    let batch: Value = post_json(
+        &server,
+        COMPLETIONS,
+        &json!({"model": MODEL, "prompt": ["a", [791]], "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(
+        batch["choices"].as_array().map(Vec::len),
+        Some(2),
+        "{batch}"
+    );
+    let sent = upstream.received();
+    let mut prompts: Vec<String> = sent[4..]
+        .iter()
+        .map(|s| s.body["prompt"].to_string())
+        .collect();
+    prompts.sort();
+    assert_eq!(prompts, ["\"a\"", "[791]"]);
+
+    // The upstream's log-probabilities are its model's: post-sampling ones are refused.
+    let response = post(
+        &server,
+        CHAT,
+        &chat_body("hi", json!({"logprobs": true, "post_sampling_probs": true})),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["param"], "post_sampling_probs", "{error}");
 }

@@ -184,6 +184,16 @@ impl Front {
         }
         let grammar = match &model.decoding {
             Decoding::Picked { .. } => picked::check(&request, &model.decoding).await?,
+            // An engine that picks its own tokens (an upstream) reports its model's
+            // log-probabilities; the gateway cannot tell what it drew from.
+            Decoding::Own if request.sampling.post_sampling_probs => {
+                return Err(EngineError::Unsupported {
+                    param: "post_sampling_probs".into(),
+                    reason: "this model picks its own tokens (an upstream) and reports its \
+                             model's log-probabilities; ask without post_sampling_probs"
+                        .into(),
+                })
+            }
             Decoding::Own => None,
         };
         Ok(Prepared {

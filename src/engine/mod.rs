@@ -190,6 +190,10 @@ pub struct Sampling {
     /// OpenAI's `logit_bias`: added to these tokens' logits before each pick, in id
     /// order.
     pub logit_bias: Vec<(u32, f32)>,
+    /// llama.cpp's `post_sampling_probs`: each token's log-probability and alternatives
+    /// are reported in the distribution it was drawn from (after the temperature and
+    /// top_k, top_p, min_p), not the model's. The confidence figures keep the model's.
+    pub post_sampling_probs: bool,
 }
 
 /// What the engine reports while it generates, in order: any number of `Token`s, then

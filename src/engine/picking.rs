@@ -17,8 +17,14 @@ use super::Sampling;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pick {
     pub id: u32,
+    /// Its log-probability under the model (temperature 1): the confidence figures'.
     pub logprob: f32,
+    /// The alternatives, under the model; with `post_sampling_probs`, in the
+    /// distribution the token was drawn from.
     pub top: Vec<(u32, f32)>,
+    /// With `post_sampling_probs`: its log-probability in the distribution it was drawn
+    /// from (after the temperature and top_k, top_p, min_p; 0 when greedy).
+    pub sampled: Option<f32>,
     /// When it was picked: the token's production, on mistral.rs's engine thread, before
     /// the gateway's runtime gets to it (which a starved machine can delay by a whole
     /// answer).
@@ -100,6 +106,9 @@ pub struct TokenPicker {
     grammar: Option<Grammar>,
     /// How many alternatives to report with each pick.
     top_logprobs: usize,
+    /// llama.cpp's `post_sampling_probs`: report probabilities in the distribution each
+    /// token is drawn from, not the model's.
+    post_sampling: bool,
     pub ends: EndRules,
 }
 
@@ -126,6 +135,7 @@ impl TokenPicker {
             bias: sampling.logit_bias.clone(),
             grammar,
             top_logprobs: usize::from(top_logprobs.unwrap_or(0)),
+            post_sampling: sampling.post_sampling_probs,
             ends,
         }
     }
@@ -151,7 +161,19 @@ impl TokenPicker {
         if let (Some(grammar), false) = (&self.grammar, self.is_stop(id)) {
             grammar.consume(id)?;
         }
-        Ok(log_probabilities(values, id, self.top_logprobs))
+        // The alternatives come from one distribution: the model's, or the drawn one.
+        let model_top = if self.post_sampling {
+            0
+        } else {
+            self.top_logprobs
+        };
+        let mut pick = log_probabilities(values, id, model_top);
+        if self.post_sampling {
+            let (p, top) = self.sampler.probabilities(values, id, self.top_logprobs);
+            pick.sampled = Some(p.ln() as f32);
+            pick.top = top.into_iter().map(|(id, p)| (id, p.ln() as f32)).collect();
+        }
+        Ok(pick)
     }
 
     /// Whether `id` is one of the request's `stop_token_ids`.
@@ -219,6 +241,7 @@ pub fn log_probabilities(logits: &[f32], id: u32, top: usize) -> Pick {
             .get(id as usize)
             .map_or(f32::NEG_INFINITY, |&l| lp(l)),
         top: best,
+        sampled: None,
         at: std::time::Instant::now(),
     }
 }

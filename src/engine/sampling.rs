@@ -64,6 +64,67 @@ impl SeededSampler {
             .unwrap_or_else(|| argmax(logits))
     }
 
+    /// The distribution a token is drawn from at these logits (after the temperature and
+    /// min_p, top_k and top_p, as [`Self::pick`] draws): the probability of `picked` in
+    /// it, and its `top` likeliest tokens' (ties by lower index), none at 0. Greedy: the
+    /// argmax alone, at 1. llama.cpp's `post_sampling_probs`.
+    pub fn probabilities(&self, logits: &[f32], picked: u32, top: usize) -> (f64, Vec<(u32, f64)>) {
+        if logits.is_empty() || self.is_greedy() {
+            let best = argmax(logits);
+            let listed = if top > 0 {
+                vec![(best, 1.0)]
+            } else {
+                Vec::new()
+            };
+            return (if picked == best { 1.0 } else { 0.0 }, listed);
+        }
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let inv_t = 1.0 / self.temperature;
+        let weights: Vec<f64> = logits
+            .iter()
+            .map(|&l| (((l - max) as f64) * inv_t).exp())
+            .collect();
+        let (kept, total) = if self.top_k.is_some() || self.min_p.is_some() {
+            let kept = self.filtered(&weights);
+            let total = mass(&kept, &weights);
+            (kept, total)
+        } else if self.top_p < 1.0 {
+            let kept = self.nucleus(&weights, weights.iter().sum());
+            let total = mass(&kept, &weights);
+            (kept, total)
+        } else {
+            // Every token may be drawn: only the top ones are sorted.
+            let by_weight =
+                |a: &usize, b: &usize| weights[*b].total_cmp(&weights[*a]).then(a.cmp(b));
+            let mut best: Vec<usize> = (0..weights.len()).filter(|&i| weights[i] > 0.0).collect();
+            if top < best.len() {
+                best.select_nth_unstable_by(top, by_weight);
+                best.truncate(top);
+            }
+            best.sort_unstable_by(by_weight);
+            (best, weights.iter().sum())
+        };
+        let in_draw = |i: usize| {
+            let drawn = if self.top_k.is_some() || self.min_p.is_some() || self.top_p < 1.0 {
+                kept.contains(&i)
+            } else {
+                true
+            };
+            if drawn && total > 0.0 {
+                weights.get(i).map_or(0.0, |w| w / total)
+            } else {
+                0.0
+            }
+        };
+        let listed = kept
+            .iter()
+            .take(top)
+            .map(|&i| (i as u32, weights[i] / total))
+            .filter(|&(_, p)| p > 0.0)
+            .collect();
+        (in_draw(picked as usize), listed)
+    }
+
     /// Indices of the top-p nucleus, most probable first (ties by lower index). A token
     /// whose probability is under `(1 - top_p) / vocab` cannot be in the nucleus, so
     /// only the others are sorted.
@@ -192,6 +253,43 @@ mod tests {
         let a: Vec<u32> = (0..50).map(|p| top_2.pick(&logits, p)).collect();
         let b: Vec<u32> = (0..50).map(|p| top_2.pick(&logits, p)).collect();
         assert_eq!(a, b, "seeded");
+    }
+
+    #[test]
+    fn post_sampling_probabilities_are_those_the_draw_uses() {
+        let logits = [3.0f32, 2.0, 2.0, 1.0, f32::NEG_INFINITY];
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // Unfiltered at temperature 1: the softmax, none of the masked token.
+        let (p, top) = sampler(1, 1.0, 1.0).probabilities(&logits, 1, 9);
+        let e = |l: f64| l.exp();
+        let total = e(3.0) + 2.0 * e(2.0) + e(1.0);
+        assert!(close(p, e(2.0) / total), "{p}");
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert!(close(top.iter().map(|t| t.1).sum(), 1.0));
+        // top_k 2: the two kept share everything; a token cut off has 0.
+        let top_2 = SeededSampler {
+            top_k: Some(2),
+            ..sampler(1, 1.0, 1.0)
+        };
+        let (p, top) = top_2.probabilities(&logits, 0, 5);
+        assert!(close(p, e(3.0) / (e(3.0) + e(2.0))), "{p}");
+        assert_eq!(top.len(), 2);
+        assert_eq!(top_2.probabilities(&logits, 3, 5).0, 0.0);
+        // A cooler temperature sharpens it; greedy is the argmax at 1.
+        let (cool, _) = sampler(1, 0.5, 1.0).probabilities(&logits, 0, 0);
+        assert!(cool > e(3.0) / total);
+        assert_eq!(
+            sampler(1, 0.0, 1.0).probabilities(&logits, 0, 3),
+            (1.0, vec![(0, 1.0)])
+        );
+        // top_p keeps the nucleus: 0.47 + 0.17 reach 0.6.
+        let (p, top) = sampler(1, 1.0, 0.6).probabilities(&logits, 3, 5);
+        assert_eq!((p, top.len()), (0.0, 2));
+        // Every token the draw takes is among those it reports.
+        for position in 0..200 {
+            let picked = top_2.pick(&logits, position);
+            assert!(top_2.probabilities(&logits, picked, 0).0 > 0.0);
+        }
     }
 
     #[test]

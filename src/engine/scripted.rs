@@ -285,6 +285,7 @@ pub fn scripted_logprob(text: &str, top: Option<u8>) -> TokenLogprob {
     }));
     alternatives.truncate(n);
     TokenLogprob {
+        sampled: None,
         token,
         logprob,
         top: alternatives,

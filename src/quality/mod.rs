@@ -317,6 +317,7 @@ mod tests {
     #[test]
     fn confidence_is_the_mean_minimum_and_low_share_of_token_logprobs() {
         let lp = |p: f32| TokenLogprob {
+            sampled: None,
             token: crate::tokens::TokenText::from_bytes(b"x".to_vec()),
             logprob: p.ln(),
             top: Vec::new(),

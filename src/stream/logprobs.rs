@@ -51,7 +51,7 @@ impl Serialize for ChatLogprobs<'_> {
             .iter()
             .map(|t| ChatEntry {
                 token: &t.token.text,
-                logprob: t.logprob,
+                logprob: t.shown(),
                 bytes: &t.token.bytes,
                 top_logprobs: t
                     .top
@@ -194,7 +194,7 @@ impl Serialize for TextLogprobs<'_> {
                 .iter()
                 .map(|t| legacy_spelling(&t.token))
                 .collect(),
-            token_logprobs: self.tokens.iter().map(|t| t.logprob).collect(),
+            token_logprobs: self.tokens.iter().map(TokenLogprob::shown).collect(),
             top_logprobs: self.tokens.iter().map(TopMap).collect(),
             text_offset: self.offsets().collect(),
         }
@@ -224,7 +224,7 @@ struct TopMap<'a>(&'a TokenLogprob);
 impl Serialize for TopMap<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let t = self.0;
-        let picked = (&t.token, t.logprob);
+        let picked = (&t.token, t.shown());
         let listed = t.top.iter().map(|(token, logprob)| (token, *logprob));
         // A map has one value per key: two tokens that spell alike (a byte-fallback
         // `<0x41>` and `A`) keep the likelier, which comes first.
@@ -247,6 +247,7 @@ mod tests {
 
     fn token(text: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
         TokenLogprob {
+            sampled: None,
             token: TokenText::from_bytes(text.as_bytes().to_vec()),
             logprob,
             top: top
@@ -279,6 +280,7 @@ mod tests {
     #[test]
     fn a_character_split_across_tokens_is_spelled_in_bytes_and_offset_once() {
         let byte_token = |bytes: &[u8]| TokenLogprob {
+            sampled: None,
             token: TokenText::from_bytes(bytes.to_vec()),
             logprob: -1.0,
             top: Vec::new(),

@@ -62,10 +62,6 @@ EXCEPTIONS = {
     "test_completion.py::test_completion_unified":
         f"{LLAMA_ONLY}: --kv-unified (one cache shared by all slots); each llmgate sequence "
         "has its own context, and a request that cannot fit is refused",
-    "test_completion.py::test_n_probs_post_sampling":
-        f"{NOT_BUILT}: post_sampling_probs",
-    "test_completion.py::test_n_probs_post_backend_sampling":
-        f"{LLAMA_ONLY}: backend_sampling (llama.cpp's GPU sampler switch)",
     # test_ctx_shift.py
     "test_ctx_shift.py::test_ctx_shift_disabled_stream":
         f"{LLAMA_ONLY}: a budget past what the context leaves (n_predict 256 in a 256-token "

@@ -26,6 +26,7 @@ const SAME: &[&str] = &[
     "grammar",
     "json_schema",
     "timings_per_token",
+    "post_sampling_probs",
 ];
 
 /// Read here and not passed on.
@@ -37,6 +38,7 @@ const OWN: &[&str] = &[
     "repeat_penalty",
     "logit_bias",
     "cache_prompt",
+    "backend_sampling",
     "id_slot",
     "return_tokens",
     "response_fields",
@@ -150,11 +152,15 @@ pub fn translate(body: &[u8]) -> Result<Translated, ApiError> {
             "the gateway places each request itself (only -1 is served)",
         ));
     }
-    if let Some(cache) = get("cache_prompt") {
-        // The prefix cache never changes an answer here: both values are served alike.
-        cache
-            .as_bool()
-            .ok_or_else(|| ApiError::invalid("cache_prompt", "must be true or false"))?;
+    // Neither changes an answer here, so both values of each are served alike: the
+    // prefix cache, and where llama.cpp samples (its GPU backend or the CPU; the gateway's
+    // own picker samples here).
+    for switch in ["cache_prompt", "backend_sampling"] {
+        if let Some(value) = get(switch) {
+            value
+                .as_bool()
+                .ok_or_else(|| ApiError::invalid(switch, "must be true or false"))?;
+        }
     }
     let bias = match get("logit_bias") {
         Some(value) => logit_bias(value)?,
@@ -382,7 +388,7 @@ mod tests {
     fn llama_cpp_names_become_openai_ones() {
         let t = body(json!({
             "prompt": "Hi", "n_predict": 8, "n_probs": 3, "repeat_penalty": 1.1,
-            "temperature": 0.0, "cache_prompt": false, "id_slot": -1,
+            "temperature": 0.0, "cache_prompt": false, "backend_sampling": true, "id_slot": -1,
             "json_schema": {"type": "string"}, "return_tokens": true,
             "response_fields": ["content"],
         }))

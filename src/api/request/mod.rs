@@ -44,6 +44,7 @@ pub(super) const EXTENSIONS: &[&str] = &[
     "grammar",
     "json_schema",
     "timings_per_token",
+    "post_sampling_probs",
 ];
 
 /// Most `stop_token_ids` a request may list: each is looked up per picked token.
@@ -272,6 +273,11 @@ pub(super) struct WireCommon {
     /// and the last (or the answer) llama.cpp's figures beside the gateway's.
     #[serde(default)]
     timings_per_token: Option<bool>,
+    /// llama.cpp's extension: log-probabilities (and alternatives) in the distribution
+    /// each token is drawn from, after the temperature and top_k, top_p, min_p, not the
+    /// model's.
+    #[serde(default)]
+    post_sampling_probs: Option<bool>,
     /// vLLM's extension: generate until the budget, past the end-of-sequence token.
     #[serde(default)]
     ignore_eos: Option<bool>,
@@ -591,6 +597,7 @@ fn sampling(
         min_tokens,
         stop_token_ids,
         logit_bias,
+        post_sampling_probs: wire.post_sampling_probs.unwrap_or(false),
     })
 }
 

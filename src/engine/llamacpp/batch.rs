@@ -326,6 +326,7 @@ impl Tokens<'_> {
 
     fn logprob(&self, pick: &Pick) -> TokenLogprob {
         TokenLogprob {
+            sampled: pick.sampled,
             token: self.text(pick.id),
             logprob: pick.logprob,
             top: pick

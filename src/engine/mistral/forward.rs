@@ -191,6 +191,7 @@ impl Picked {
         let logprobs = picks
             .into_iter()
             .map(|p| TokenLogprob {
+                sampled: p.sampled,
                 token: text(p.id),
                 logprob: p.logprob,
                 top: p.top.into_iter().map(|(id, lp)| (text(id), lp)).collect(),
@@ -350,6 +351,7 @@ mod tests {
             texts
                 .iter()
                 .map(|t| TokenLogprob {
+                    sampled: None,
                     token: TokenText::from_bytes(t.as_bytes().to_vec()),
                     logprob: -0.1,
                     top: Vec::new(),
@@ -438,6 +440,7 @@ mod tests {
         let at = Instant::now();
         let picked = Picked::new(
             vec![Pick {
+                sampled: None,
                 id: 7,
                 logprob: -0.5,
                 top: Vec::new(),
@@ -453,6 +456,7 @@ mod tests {
                     text: String::new(),
                     ids: vec![7],
                     logprobs: vec![TokenLogprob {
+                        sampled: None,
                         token: TokenText::from_bytes(Vec::new()).with_id(7),
                         logprob: -0.5,
                         top: Vec::new(),

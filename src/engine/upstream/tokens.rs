@@ -207,6 +207,7 @@ mod tests {
     #[test]
     fn logprob_tokens_are_ids_by_spelling() {
         let lp = |t: &str| TokenLogprob {
+            sampled: None,
             token: TokenText::from_bytes(t.as_bytes().to_vec()),
             logprob: -0.1,
             top: Vec::new(),

@@ -324,6 +324,7 @@ fn logprobs_of(value: &Value) -> Vec<TokenLogprob> {
                 .unwrap_or_default();
             top.sort_by(|a, b| b.1.total_cmp(&a.1));
             Some(TokenLogprob {
+                sampled: None,
                 token: spelled(text, None),
                 logprob: logprob.as_f64().unwrap_or(f64::NEG_INFINITY) as f32,
                 top,
@@ -352,6 +353,7 @@ fn chat_logprob(entry: &Value) -> Option<TokenLogprob> {
         })
         .unwrap_or_default();
     Some(TokenLogprob {
+        sampled: None,
         token: spelled(token, entry.get("bytes")),
         logprob,
         top,

@@ -227,33 +227,56 @@ impl LlamaTimings {
 
 /// One entry of `completion_probabilities`: a token (its id where the engine picked it
 /// here; an upstream's come as text) with its log-probability and bytes, and its
-/// alternatives, each the same less its own alternatives.
+/// alternatives, each the same less its own alternatives. With `post_sampling_probs`,
+/// llama.cpp's other shape: `prob` and `top_probs`, in the distribution the token was
+/// drawn from.
 #[derive(Serialize)]
 pub struct Probability<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<u32>,
     token: &'a str,
-    logprob: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprob: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prob: Option<f32>,
     bytes: &'a [u8],
     #[serde(skip_serializing_if = "Option::is_none")]
     top_logprobs: Option<Vec<Probability<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_probs: Option<Vec<Probability<'a>>>,
 }
 
 fn probabilities(tokens: &[TokenLogprob]) -> Vec<Probability<'_>> {
-    fn entry(token: &TokenText, logprob: f32) -> Probability<'_> {
+    fn entry(token: &TokenText, logprob: f32, post_sampling: bool) -> Probability<'_> {
         Probability {
             id: token.id,
             token: &token.text,
-            logprob,
+            logprob: (!post_sampling).then_some(logprob),
+            prob: post_sampling.then(|| logprob.exp()),
             bytes: &token.bytes,
             top_logprobs: None,
+            top_probs: None,
         }
     }
     tokens
         .iter()
-        .map(|t| Probability {
-            top_logprobs: Some(t.top.iter().map(|(alt, lp)| entry(alt, *lp)).collect()),
-            ..entry(&t.token, t.logprob)
+        .map(|t| {
+            let post = t.sampled.is_some();
+            let top = t
+                .top
+                .iter()
+                .map(|(alt, lp)| entry(alt, *lp, post))
+                .collect();
+            let (top_logprobs, top_probs) = if post {
+                (None, Some(top))
+            } else {
+                (Some(top), None)
+            };
+            Probability {
+                top_logprobs,
+                top_probs,
+                ..entry(&t.token, t.shown(), post)
+            }
         })
         .collect()
 }

@@ -114,6 +114,7 @@ fn logprobs_ride_on_content_chunks_as_openai_shapes_them() {
     let mut a = ChunkAssembler::new(meta(), false).with_logprobs(true);
     let token = |t: &str| crate::tokens::TokenText::from_bytes(t.as_bytes().to_vec());
     let tokens = [TokenLogprob {
+        sampled: None,
         token: token("Hi"),
         logprob: -0.5,
         top: vec![(token("Hi"), -0.5), (token("Yo"), -1.25)],
@@ -221,6 +222,7 @@ fn text_completions_echo_the_prompt_first() {
 #[test]
 fn legacy_offsets_run_on_across_frames_and_wait_for_held_text() {
     let lp = |text: &str| TokenLogprob {
+        sampled: None,
         token: crate::tokens::TokenText::from_bytes(text.as_bytes().to_vec()),
         logprob: -1.0,
         top: Vec::new(),

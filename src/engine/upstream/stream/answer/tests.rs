@@ -6,6 +6,7 @@ use super::*;
 #[test]
 fn a_piece_past_the_budget_keeps_the_tokens_within_it_and_their_text() {
     let token = |t: &str| crate::tokens::TokenLogprob {
+        sampled: None,
         token: crate::tokens::TokenText::from_bytes(t.as_bytes().to_vec()),
         logprob: -0.5,
         top: Vec::new(),
