@@ -102,6 +102,16 @@ pub fn serve(
     listener: TcpListener,
     workers: usize,
 ) -> std::io::Result<Server> {
+    serve_on(state, vec![listener], workers)
+}
+
+/// [`serve`] on several listeners at once (`server.listen` with several addresses): the
+/// same app, workers and limits on each.
+pub fn serve_on(
+    state: web::Data<AppState>,
+    listeners: Vec<TcpListener>,
+    workers: usize,
+) -> std::io::Result<Server> {
     let send_buffer = state.send_buffer_bytes;
     let mut server = HttpServer::new(move || {
         let metrics = state.metrics_on_api;
@@ -139,8 +149,10 @@ pub fn serve(
     // The caller owns SIGTERM and SIGINT and drains first ([`lifecycle`]); by the time
     // it stops the server, nothing is left to wait for.
     .disable_signals()
-    .shutdown_timeout(5)
-    .listen(listener)?;
+    .shutdown_timeout(5);
+    for listener in listeners {
+        server = server.listen(listener)?;
+    }
     if workers > 0 {
         server = server.workers(workers);
     }

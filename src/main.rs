@@ -381,9 +381,13 @@ fn run_serve(args: &ServeArgs) -> Result<ExitCode, ExitCode> {
     if args.check_config {
         let config = cannot_run("llmgate", Config::load(args))?;
         let ids: Vec<&str> = config.models.iter().map(|m| m.id.as_str()).collect();
+        let listen: Vec<String> = std::iter::once(&config.server.listen)
+            .chain(&config.server.also_listen)
+            .map(ToString::to_string)
+            .collect();
         println!(
             "llmgate: the configuration is valid; listen: {}; models: {}",
-            config.server.listen,
+            listen.join(", "),
             ids.join(", ")
         );
         return Ok(ExitCode::SUCCESS);
@@ -571,12 +575,13 @@ fn llamacpp_engine(
 }
 
 async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(config.server.listen).map_err(|e| {
-        anyhow::anyhow!(
-            "could not listen on {} (server.listen): {e}",
-            config.server.listen
-        )
-    })?;
+    let listeners = std::iter::once(&config.server.listen)
+        .chain(&config.server.also_listen)
+        .map(|address| {
+            TcpListener::bind(address)
+                .map_err(|e| anyhow::anyhow!("could not listen on {address} (server.listen): {e}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let clock: SharedClock = Arc::new(MonotonicClock::new());
     let metrics = Arc::new(metrics_of(&config));
     let shared = shared_state(&config, &metrics)?;
@@ -603,10 +608,12 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     state.shared_state = shared;
     state.semlog = semlog.status();
     log_served_models(&config);
-    tracing::info!(address = %listener.local_addr()?, "Listening.");
+    for listener in &listeners {
+        tracing::info!(address = %listener.local_addr()?, "Listening.");
+    }
     let state = web::Data::new(state);
     let metrics_server = serve_metrics_apart(&config, &state)?;
-    let server = llmgate::serve(state.clone(), listener, config.server.workers)?;
+    let server = llmgate::serve_on(state.clone(), listeners, config.server.workers)?;
     let handle = server.handle();
     let mut running = tokio::spawn(server);
     tokio::select! {

@@ -63,6 +63,9 @@ pub struct QualityConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
+    /// More addresses the API answers on, as `server.listen` lists them after the first
+    /// (`127.0.0.1:8080,[::1]:8080`: IPv4 and IPv6 loopback at once).
+    pub also_listen: Vec<SocketAddr>,
     /// Largest accepted request body; larger ones get a 413 before they are parsed.
     pub max_body_bytes: usize,
     /// Admission limit: requests running or waiting in the engine. Beyond it, 429.
@@ -198,7 +201,13 @@ impl Config {
         let engine = merged("engine", &args.engine, &file.engine)?;
         let logging = merged("logging", &args.logging, &file.logging)?;
         let listen_text = server.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-        let listen = address("server.listen", &listen_text)?;
+        let mut listening = listen_text
+            .split(',')
+            .map(|text| address("server.listen", text.trim()));
+        let listen = listening
+            .next()
+            .unwrap_or_else(|| address("server.listen", ""))?;
+        let also_listen = listening.collect::<Result<Vec<_>, _>>()?;
         let metrics_listen = server
             .metrics_listen
             .as_deref()
@@ -215,6 +224,7 @@ impl Config {
             splits: Vec::new(),
             server: ServerConfig {
                 listen,
+                also_listen,
                 max_body_bytes: server.max_body_bytes.unwrap_or(1 << 20),
                 max_in_flight: server.max_in_flight.unwrap_or(64),
                 keepalive: Duration::from_secs(server.keepalive_secs.unwrap_or(15)),
@@ -425,7 +435,7 @@ fn address(setting: &'static str, text: &str) -> Result<SocketAddr, ConfigError>
     text.parse::<SocketAddr>().map_err(|_| {
         ConfigError::invalid(
             setting,
-            format!("'{text}' is not an address like 127.0.0.1:8080"),
+            format!("'{text}' is not an address like 127.0.0.1:8080 (or [::1]:8080)"),
         )
     })
 }

@@ -75,7 +75,8 @@ pub(super) struct FileConfig {
 #[serde(deny_unknown_fields)]
 #[command(next_help_heading = "Server")]
 pub struct ServerTable {
-    /// Address to listen on [default: 127.0.0.1:8080].
+    /// Address to listen on [default: 127.0.0.1:8080]; several, comma-separated, to
+    /// answer on each (`127.0.0.1:8080,[::1]:8080`).
     #[arg(long, env = "LLMGATE_LISTEN")]
     pub listen: Option<String>,
     /// Largest request body in bytes [default: 1048576].

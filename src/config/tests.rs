@@ -31,6 +31,33 @@ fn flags_win_over_file() {
     let config = Config::from_toml(&args, toml).expect("config");
     assert_eq!(config.server.max_in_flight, 3);
     assert_eq!(config.server.listen.port(), 9000);
+    assert!(config.server.also_listen.is_empty());
+}
+
+#[test]
+fn listen_takes_several_addresses() {
+    let toml = "[server]\nlisten = \"127.0.0.1:9000, [::1]:9000\"\n";
+    let config = Config::from_toml(&ServeArgs::default(), toml).expect("config");
+    assert_eq!(
+        config.server.listen,
+        "127.0.0.1:9000".parse().expect("address")
+    );
+    assert_eq!(
+        config.server.also_listen,
+        ["[::1]:9000".parse().expect("address")]
+    );
+    for (listen, named) in [
+        ("127.0.0.1:9000,::1", "'::1'"),
+        ("127.0.0.1:9000,127.0.0.1:9000", "twice"),
+        ("127.0.0.1:9000,", "''"),
+    ] {
+        let toml = format!("[server]\nlisten = \"{listen}\"\n");
+        let text = error_text(&ServeArgs::default(), &toml);
+        assert!(
+            text.contains("server.listen") && text.contains(named),
+            "{text}"
+        );
+    }
 }
 
 #[test]

@@ -83,9 +83,19 @@ fn server(s: &ServerConfig) -> Result<(), ConfigError> {
         "quotas are per API key: set server.api_keys_file too",
     )?;
     require(
-        s.metrics_listen != Some(s.listen),
+        s.metrics_listen
+            .is_none_or(|m| m != s.listen && !s.also_listen.contains(&m)),
         "server.metrics_listen",
         "must differ from server.listen (leave it unset to serve /metrics there)",
+    )?;
+    let mut addresses: Vec<_> = std::iter::once(s.listen)
+        .chain(s.also_listen.iter().copied())
+        .collect();
+    addresses.sort_unstable();
+    require(
+        addresses.windows(2).all(|w| w[0] != w[1]),
+        "server.listen",
+        "lists an address twice",
     )?;
     require(
         s.max_body_bytes >= 1024,

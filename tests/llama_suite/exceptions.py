@@ -16,8 +16,6 @@ EXCEPTIONS = {
     # test_basic.py
     "test_basic.py::test_server_model_aliases_and_tags":
         f"{LLAMA_ONLY}: model tags, and an id picked as the alphabetically first alias",
-    "test_basic.py::test_server_multiple_addresses":
-        f"{NOT_BUILT}: one --listen address; the test listens on 127.0.0.1 and ::1 at once",
     "test_basic.py::test_server_props":
         f"{LLAMA_ONLY}: /props shows no model_path: the gateway does not show clients its "
         "file system (build_info, the system fingerprint, names the file by its sha256)",

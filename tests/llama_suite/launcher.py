@@ -48,9 +48,12 @@ def pytest_configure(config):
 
 def llmgate_args(server, data_dir: Path) -> list[str]:
     """The llmgate flags that mean what the suite's llama-server options mean."""
-    host = server.server_host.split(",")[0].strip()
+    # llama-server's --host lists its addresses; --listen takes them with the port each.
+    hosts = [h.strip() for h in server.server_host.split(",")]
+    listen = ",".join(f"[{h}]:{server.server_port}" if ":" in h else f"{h}:{server.server_port}"
+                      for h in hosts)
     args = [
-        "serve", "--listen", f"{host}:{server.server_port}", "--data-dir", str(data_dir),
+        "serve", "--listen", listen, "--data-dir", str(data_dir),
         "--engine", "llamacpp", "--serve-any-model", "true", "--workers", "2",
         "--default-temperature", str(server.temperature),
     ]
