@@ -430,6 +430,75 @@ async fn post_sampling_probabilities_are_those_of_the_draw() {
     }
 }
 
+/// llama.cpp's `return_progress`, on the real model: before any text, a stream carries
+/// `prompt_progress` chunks, the first as reading begins (`processed` = `cache`), then
+/// one per chunk read, `processed` counting up to `total` (the prompt's tokens); a prompt
+/// the prefix cache holds starts from its cached part. `/completion`'s frames carry it
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn return_progress_reports_the_prompt_as_it_is_read() {
+    let server = TestServer::builder(engine(true)).start().await;
+    let body = chat_body(
+        &"This is a test. ".repeat(20),
+        json!({"max_tokens": 2, "stream": true, "return_progress": true,
+               "stream_options": {"include_usage": true}}),
+    );
+    let progress_of = |chunks: &[Value]| -> Vec<(u64, u64, u64)> {
+        let first_text = chunks
+            .iter()
+            .position(|c| {
+                c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .is_some_and(|t| !t.is_empty())
+            })
+            .unwrap_or(chunks.len());
+        let reports: Vec<(usize, (u64, u64, u64))> = chunks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let p = c.get("prompt_progress")?;
+                let n = |k: &str| p[k].as_u64().expect("a count");
+                Some((i, (n("total"), n("cache"), n("processed"))))
+            })
+            .collect();
+        assert!(
+            reports.iter().all(|(i, _)| *i < first_text),
+            "before any text"
+        );
+        reports.into_iter().map(|(_, p)| p).collect()
+    };
+    let chunks = chunks_of(&post_text(&server, CHAT, &body).await);
+    let prompt = chunks.last().expect("usage")["usage"]["prompt_tokens"]
+        .as_u64()
+        .expect("usage");
+    let first = progress_of(&chunks);
+    assert_eq!(first.first(), Some(&(prompt, 0, 0)), "{first:?}");
+    assert_eq!(first.last(), Some(&(prompt, 0, prompt)), "{first:?}");
+    assert!(first.windows(2).all(|w| w[0].2 < w[1].2), "{first:?}");
+    // Again: the prefix cache holds the prompt, all but what gives the first logits.
+    let again = progress_of(&chunks_of(&post_text(&server, CHAT, &body).await));
+    let (total, cache, processed) = again[0];
+    assert!(
+        cache > 0 && cache == processed && total == prompt,
+        "{again:?}"
+    );
+    assert_eq!(again.last().map(|p| p.2), Some(prompt), "{again:?}");
+
+    let native = post_text(
+        &server,
+        "/completion",
+        &json!({"prompt": "Once upon a time", "n_predict": 2, "stream": true,
+                "return_progress": true}),
+    )
+    .await;
+    let frames = chunks_of(&native);
+    assert!(
+        frames[0]["prompt_progress"]["total"].as_u64() > Some(0),
+        "{native}"
+    );
+    assert_eq!(frames[0]["content"], "", "{native}");
+}
+
 /// llama.cpp's spellings of structured output, on the real model: a GBNF `grammar` (chat,
 /// legacy completions and `/completion`) and a top-level `json_schema`, each holding the
 /// answer; a grammar that is not GBNF, or a schema the compiler cannot use, is a 400

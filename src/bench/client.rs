@@ -256,6 +256,7 @@ pub async fn in_process(engine: &Front, messages: &Value, settings: Settings) ->
                 (first, last, last_token, tokens) = (None, None, None, 0);
                 sample.itl.clear();
             }
+            EngineEvent::Progress { .. } => {}
         }
     }
     sample.e2e = started.elapsed();

@@ -72,6 +72,9 @@ pub struct GenerationRequest {
     /// The client gets the answer in one body (`stream: false`): until it ends nothing
     /// has reached the client, so an upstream may start it over at another replica.
     pub whole: bool,
+    /// llama.cpp's `return_progress` (streamed answers): the engine reports how much of
+    /// the prompt it has read ([`EngineEvent::Progress`]) as it reads it.
+    pub return_progress: bool,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template),
@@ -215,6 +218,17 @@ pub enum EngineEvent {
     Finished {
         reason: FinishReason,
         usage: Usage,
+    },
+    /// How much of the prompt the engine has read, for a request with `return_progress`:
+    /// once as it starts (`processed` = `cached`, the prefix a cache held) and after each
+    /// chunk of the prompt it reads. Before any `Token`; an engine may send none.
+    Progress {
+        /// The prompt's tokens.
+        total: u32,
+        /// Those a cache held, not read again.
+        cached: u32,
+        /// Those in the cache now, `cached` included.
+        processed: u32,
     },
     Failed(EngineError),
     /// Forget the answer so far: it starts over. Only for a request the client gets in

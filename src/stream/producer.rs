@@ -223,6 +223,16 @@ async fn drive(
                 send_text(run, assembler, wire, &rest, &mut unsent).await?;
                 Ending::Finished { reason, usage }
             }
+            Some(EngineEvent::Progress {
+                total,
+                cached,
+                processed,
+            }) => {
+                let progress = assembler.progress_frame(total, cached, processed);
+                wire.send(run, progress).await?;
+                last_frame = tokio::time::Instant::now();
+                continue;
+            }
             Some(EngineEvent::Failed(error)) => return fail(run, assembler, wire, error).await,
             // Sent only for an answer given in one body; a stream's client has its text.
             Some(EngineEvent::Restarted) => {
@@ -368,6 +378,8 @@ pub async fn collect_json(
                 answer_ids.clear();
                 engine_chars = 0;
             }
+            // A whole answer has no frames to carry it.
+            Some(EngineEvent::Progress { .. }) => {}
             None => {
                 return Err(failed(
                     run,

@@ -64,9 +64,8 @@ def main(peer_report: str, ours_report: str) -> int:
     unexplained = [n for n in behind if not excepted(n)]
     # Listed for nothing: it names no test llama-server passes (a typo, a test renamed
     # or gone). One llmgate passed this time is only reported: the suite samples at
-    # temperature 0.8 without a seed, and llmgate has no server-wide seed to give it
-    # (llama-server's --seed), so a listed test may pass by chance (an answer that did
-    # not end early).
+    # temperature 0.8, and where its answers depend on the draw a listed test may pass by
+    # chance (an answer that did not end early).
     peer_passes = [n for n, o in peer.items() if o == "passed"]
     stale = sorted(key for key in EXCEPTIONS if not any(matches(key, n) for n in peer_passes))
     passing = sorted(key for key in EXCEPTIONS if key not in stale

@@ -49,7 +49,12 @@ EXCEPTIONS = {
     "test_chat_completion.py::test_logprobs_stream":
         f"{LLAMA_ONLY}: the first chunk carries content \"\" with the role, as OpenAI's "
         "does; the test asserts llama-server's null",
-    "test_chat_completion.py::test_return_progress": f"{NOT_BUILT}: return_progress",
+    "test_chat_completion.py::test_return_progress":
+        f"{LLAMA_ONLY}: return_progress is served, but the suite seeds every request (its "
+        "--seed 42, llmgate's --default-seed 42), and a seeded request reads its whole "
+        "prompt itself, reusing no prefix another request left, so that a replay gives the "
+        "same text: the second request's first report has cache 0, not the reuse the test "
+        "wants (tests/llamacpp.rs shows the reuse for unseeded requests)",
     "test_chat_completion.py::test_verbose_debug":
         f"{LLAMA_ONLY}: verbose (llama.cpp's debug dump of the prompt and tokens)",
     # test_completion.py

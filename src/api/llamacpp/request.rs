@@ -27,6 +27,7 @@ const SAME: &[&str] = &[
     "json_schema",
     "timings_per_token",
     "post_sampling_probs",
+    "return_progress",
 ];
 
 /// Read here and not passed on.

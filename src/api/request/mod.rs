@@ -45,6 +45,7 @@ pub(super) const EXTENSIONS: &[&str] = &[
     "json_schema",
     "timings_per_token",
     "post_sampling_probs",
+    "return_progress",
 ];
 
 /// Most `stop_token_ids` a request may list: each is looked up per picked token.
@@ -278,6 +279,10 @@ pub(super) struct WireCommon {
     /// model's.
     #[serde(default)]
     post_sampling_probs: Option<bool>,
+    /// llama.cpp's extension: a streamed answer carries `prompt_progress` chunks while
+    /// the engine reads the prompt (`total`, `cache`, `processed`, `time_ms`).
+    #[serde(default)]
+    return_progress: Option<bool>,
     /// vLLM's extension: generate until the budget, past the end-of-sequence token.
     #[serde(default)]
     ignore_eos: Option<bool>,
@@ -515,6 +520,7 @@ pub(super) fn validate(
         traceparent: None,
         deadline: None,
         whole: !stream,
+        return_progress: stream && wire.return_progress.unwrap_or(false),
     };
     Ok(ValidatedRequest {
         // Under the id it serves as, whatever name the request used.

@@ -256,6 +256,7 @@ fn admit(
     }
     let mut job = job;
     job.claim.holds(keep);
+    report_progress(&job, keep, keep);
     slot.running = Some(Running {
         job,
         reused: keep,
@@ -383,12 +384,28 @@ fn step(
         };
         running.next = None;
         running.job.claim.holds(slot.cached.len());
+        if running.answer.is_empty() {
+            report_progress(&running.job, running.reused, slot.cached.len());
+        }
         if let Some(at) = entry.logits {
             let mut values = ctx.get_logits_ith(at).to_vec();
             if let Some(ending) = pick_next(tokens, running, &mut values) {
                 finish(slot, ending);
             }
         }
+    }
+}
+
+/// With `return_progress`: `processed` of the job's prompt read, `cached` of them from a
+/// cache.
+fn report_progress(job: &NewSequence, cached: usize, processed: usize) {
+    if job.request.return_progress {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let _ = job.events.send(EngineEvent::Progress {
+            total: count(job.prompt.len()),
+            cached: count(cached),
+            processed: count(processed),
+        });
     }
 }
 

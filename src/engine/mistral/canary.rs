@@ -139,6 +139,7 @@ async fn answer(mut generation: Generation) -> anyhow::Result<String> {
             EngineEvent::Finished { .. } => return Ok(text),
             EngineEvent::Failed(error) => return Err(error.into()),
             EngineEvent::Restarted => text.clear(),
+            EngineEvent::Progress { .. } => {}
         }
     }
     anyhow::bail!("the engine closed the stream without finishing")

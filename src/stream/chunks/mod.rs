@@ -103,6 +103,8 @@ pub struct ChunkAssembler {
     /// llama.cpp's `timings_per_token`: content frames carry llama.cpp's timings so far
     /// (the last given to [`ChunkAssembler::timed`]); `None` when off.
     per_token: Option<Option<native::LlamaTimings>>,
+    /// When the first `return_progress` report came: the engine began reading the prompt.
+    reading_since: Option<std::time::Instant>,
 }
 
 /// One `data:` frame of a stream (`chat.completion.chunk` or `text_completion`).
@@ -127,6 +129,10 @@ pub(crate) struct Chunk<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<ResponseTimings>, required = false)]
     timings: Option<ChunkTimings<'a>>,
+    /// llama.cpp's `return_progress`: how much of the prompt the engine has read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<native::PromptProgress>, required = false)]
+    prompt_progress: Option<native::PromptProgress>,
 }
 
 /// What a chunk's or an answer's `timings` holds.
@@ -220,6 +226,7 @@ impl ChunkAssembler {
             engine_chars: 0,
             new_line: false,
             per_token: None,
+            reading_since: None,
         }
     }
 
@@ -354,6 +361,35 @@ impl ChunkAssembler {
         Some(frame)
     }
 
+    /// llama.cpp's `return_progress` frame: `processed` of the prompt's `total` tokens
+    /// read, `cached` of them from a cache, `time_ms` since the engine began reading it.
+    /// In OpenAI's shapes, a chunk whose choice carries nothing, as llama-server sends.
+    pub fn progress_frame(&mut self, total: u32, cached: u32, processed: u32) -> Bytes {
+        let began = *self
+            .reading_since
+            .get_or_insert_with(std::time::Instant::now);
+        let progress = native::PromptProgress {
+            total,
+            cache: cached,
+            processed,
+            time_ms: began.elapsed().as_secs_f64() * 1e3,
+        };
+        if let Some(native) = &self.meta.native {
+            return sse_json(&native::progress_frame(native, progress));
+        }
+        sse_json(&Chunk {
+            id: &self.meta.id,
+            object: self.meta.shape.object(true),
+            created: self.meta.created,
+            model: &self.meta.model,
+            system_fingerprint: &self.meta.system_fingerprint,
+            choices: &[self.choice(None, None, None, &[])],
+            usage: self.null_usage(),
+            timings: None,
+            prompt_progress: Some(progress),
+        })
+    }
+
     /// Drops the tokens a stop sequence cut off: those that begin after the `answer`
     /// (the whole answer text, as it ends) and so are not part of it.
     pub fn drop_cut_tokens(&mut self, tokens: &mut Vec<TokenLogprob>, answer: &str) {
@@ -449,6 +485,7 @@ impl ChunkAssembler {
             choices,
             usage,
             timings,
+            prompt_progress: None,
         })
     }
 

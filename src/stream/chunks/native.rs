@@ -58,6 +58,27 @@ pub struct TokenFrame<'a> {
     /// With `timings_per_token`: llama.cpp's timings so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     timings: Option<LlamaTimings>,
+    /// With `return_progress`, in a frame of its own: how much of the prompt is read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_progress: Option<PromptProgress>,
+}
+
+/// llama.cpp's `prompt_progress`: `processed` of the prompt's `total` tokens read so
+/// far, `cache` of them from a cache (not read again), `time_ms` since reading began.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PromptProgress {
+    pub total: u32,
+    pub cache: u32,
+    pub processed: u32,
+    pub time_ms: f64,
+}
+
+/// A `return_progress` frame in llama.cpp's shape: no text, the prompt's progress.
+pub fn progress_frame(meta: &NativeMeta, progress: PromptProgress) -> TokenFrame<'static> {
+    TokenFrame {
+        prompt_progress: Some(progress),
+        ..token_frame(meta, "", &[], 0, None, None)
+    }
 }
 
 pub fn token_frame<'a>(
@@ -77,6 +98,7 @@ pub fn token_frame<'a>(
         tokens_evaluated: meta.prompt_tokens,
         completion_probabilities: logprobs.map(probabilities),
         timings,
+        prompt_progress: None,
     }
 }
 
