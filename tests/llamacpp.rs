@@ -499,6 +499,43 @@ async fn return_progress_reports_the_prompt_as_it_is_read() {
     assert_eq!(frames[0]["content"], "", "{native}");
 }
 
+/// `engine.chat_template`, as llama-server's `--chat-template`: a template llama.cpp
+/// knows by name renders conversations in place of the file's; a name it does not know
+/// stops the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_template_named_renders_in_place_of_the_files() {
+    let settings = |name: &str| LlamaCppSettings {
+        sequences: 1,
+        context_length: Some(512),
+        chat_template: Some(name.into()),
+        ..LlamaCppSettings::new(model_path(), MODEL)
+    };
+    let engine: Front = LlamaCppEngine::load_now(settings("command-r"))
+        .expect("a template llama.cpp knows")
+        .into();
+    let server = TestServer::builder(engine).start().await;
+    let rendered = post_json(
+        &server,
+        "/apply-template",
+        &json!({"messages": [{"role": "system", "content": "You are a test."},
+                             {"role": "user", "content": "Hi there"}]}),
+    )
+    .await;
+    assert_eq!(
+        rendered["prompt"],
+        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>\
+         <|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>\
+         <|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+        "{rendered}"
+    );
+    let error =
+        LlamaCppEngine::load_now(settings("no-such-template")).expect_err("an unknown name");
+    assert!(
+        error.to_string().contains("engine.chat_template"),
+        "{error}"
+    );
+}
+
 /// llama.cpp's spellings of structured output, on the real model: a GBNF `grammar` (chat,
 /// legacy completions and `/completion`) and a top-level `json_schema`, each holding the
 /// answer; a grammar that is not GBNF, or a schema the compiler cannot use, is a 400

@@ -279,6 +279,7 @@ impl Config {
                 replicas: engine.replicas.unwrap_or(1),
                 context_length: engine.context_length,
                 prompt_stash_mb: engine.prompt_stash_mb,
+                chat_template: engine.chat_template,
             },
             quality: QualityConfig {
                 settings: quality_settings(quality)?,
@@ -299,6 +300,21 @@ impl Config {
         config.validate()?;
         let host = crate::engine::config::Host::detect(config.engine.force_cpu);
         config.models = models::resolve(model_tables, &engine_table, guard, host)?;
+        let llamacpp_only = config.engine.chat_template.is_some();
+        if let Some(model) = config
+            .models
+            .iter()
+            .find(|m| llamacpp_only && !matches!(m.engine, ModelEngine::Llamacpp { .. }))
+        {
+            return Err(ConfigError::invalid(
+                "engine.chat_template",
+                format!(
+                    "is read by the llama.cpp engine only, and model '{}' runs on {}",
+                    model.id,
+                    model.engine.name()
+                ),
+            ));
+        }
         if config.server.serve_any_model && config.models.len() != 1 {
             return Err(ConfigError::invalid(
                 "server.serve_any_model",

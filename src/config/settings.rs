@@ -231,6 +231,11 @@ pub struct EngineTable {
     /// back for a prompt that shares them; 0 for none [default: 1024].
     #[arg(long, env = "LLMGATE_PROMPT_STASH_MB")]
     pub prompt_stash_mb: Option<usize>,
+    /// llamacpp: a chat template llama.cpp knows by name (chatml, llama3, mistral-v7,
+    /// gemma, command-r, ...), as llama-server's --chat-template, in place of the one
+    /// the model's file carries [default: the file's].
+    #[arg(long, env = "LLMGATE_CHAT_TEMPLATE")]
+    pub chat_template: Option<String>,
     /// Compute threads, 0 for one per core [default: 0].
     #[arg(long, env = "LLMGATE_THREADS")]
     pub threads: Option<usize>,

@@ -350,6 +350,18 @@ fn without_a_models_list_engine_names_the_one_model() {
         }
     );
     assert_eq!(config.models[0].auto_reason, None);
+    // A chat template by name is llama.cpp's to render.
+    let named = "[engine]\nengine = \"llamacpp\"\nchat_template = \"chatml\"\n";
+    let config = Config::from_toml(&ServeArgs::default(), named).expect("llama.cpp's");
+    assert_eq!(config.engine.chat_template.as_deref(), Some("chatml"));
+    let text = error_text(
+        &ServeArgs::default(),
+        "[engine]\nengine = \"mistral\"\nchat_template = \"chatml\"\n",
+    );
+    assert!(
+        text.contains("engine.chat_template") && text.contains("mistral"),
+        "{text}"
+    );
     let args = ServeArgs {
         engine: EngineTable {
             model_id: Some("vllm-llama".into()),

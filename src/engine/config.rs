@@ -45,6 +45,8 @@ pub struct EngineConfig {
     /// llama.cpp: MiB of host memory for prompt caches cut from their sequence; `None`:
     /// 1024.
     pub prompt_stash_mb: Option<usize>,
+    /// llamacpp: the chat template llama.cpp knows by this name, in place of the file's.
+    pub chat_template: Option<String>,
 }
 
 /// How the model's quantized weights are held in memory on CPU; the engine passes it to

@@ -23,9 +23,6 @@ EXCEPTIONS = {
         f"{LLAMA_ONLY}: /slots is always served (read-only, behind the key); llama-server "
         "answers 501 unless started with --slots",
     # test_chat_completion.py
-    "test_chat_completion.py::test_apply_chat_template":
-        f"{NOT_BUILT}: a chat template chosen by name (--chat-template command-r); "
-        "POST /apply-template renders the model's own template",
     "test_chat_completion.py::test_chat_completion_with_timings_per_token":
         f"{LLAMA_ONLY}: the first chunk carries content \"\" with the role, as OpenAI's "
         "does; the test asserts llama-server's null (timings_per_token itself is served)",

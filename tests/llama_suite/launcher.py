@@ -76,6 +76,8 @@ def llmgate_args(server, data_dir: Path) -> list[str]:
         # cut to it there and refused here.
         args += ["--default-max-tokens", str(server.n_predict),
                  "--max-tokens-cap", str(server.n_predict)]
+    if server.chat_template:
+        args += ["--chat-template", server.chat_template]
     if server.cors_origins:
         args += ["--cors-origin", server.cors_origins]
     if server.no_ui:

@@ -12,7 +12,7 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 
 use super::batch::{self, BatchShape};
@@ -25,6 +25,23 @@ const BATCH_TOKENS: u32 = 512;
 /// Tokens of one sequence's prompt prefilled in a step while other sequences decode: a
 /// long prompt then costs each of them one such step at a time, not its whole prefill.
 const PREFILL_CHUNK: u32 = 128;
+
+/// The chat template llama.cpp knows as `name` (`engine.chat_template`), checked by
+/// rendering a conversation with it: a name llama.cpp does not know is a start-up error.
+fn named_template(model: &LlamaModel, name: &str) -> anyhow::Result<LlamaChatTemplate> {
+    let template = LlamaChatTemplate::new(name)
+        .map_err(|_| anyhow::anyhow!("engine.chat_template must not contain a NUL character"))?;
+    let hi = LlamaChatMessage::new("user".into(), "Hi".into())?;
+    model
+        .apply_chat_template(&template, &[hi], true)
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "engine.chat_template '{name}' is not a chat template llama.cpp knows (names \
+                 such as chatml, llama3, mistral-v7, gemma, command-r: docs/llama-cpp.md)"
+            )
+        })?;
+    Ok(template)
+}
 
 /// llama.cpp's backend, initialised once per process however many models it serves.
 fn backend() -> anyhow::Result<&'static LlamaBackend> {
@@ -73,7 +90,10 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         .context_length
         .unwrap_or(trained.min(DEFAULT_CONTEXT_CAP))
         .max(16);
-    let template = model.chat_template(None).ok();
+    let template = match &settings.chat_template {
+        Some(name) => Some(named_template(&model, name)?),
+        None => model.chat_template(None).ok(),
+    };
     if template.is_none() {
         tracing::warn!(path = %path.display(), "The model's file has no chat template: only /v1/completions can be served.");
     }

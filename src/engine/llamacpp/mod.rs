@@ -92,6 +92,9 @@ pub struct LlamaCppSettings {
     pub stash_bytes: usize,
     /// Run on CPU even in a CUDA build.
     pub force_cpu: bool,
+    /// A chat template llama.cpp knows by name, in place of the file's; `None`: the
+    /// file's.
+    pub chat_template: Option<String>,
 }
 
 impl LlamaCppSettings {
@@ -105,6 +108,7 @@ impl LlamaCppSettings {
             prefix_cache: true,
             stash_bytes: DEFAULT_STASH_MB << 20,
             force_cpu: false,
+            chat_template: None,
         }
     }
 
@@ -122,6 +126,7 @@ impl LlamaCppSettings {
             prefix_cache: engine.prefix_cache.unwrap_or(true),
             stash_bytes: engine.prompt_stash_mb.unwrap_or(DEFAULT_STASH_MB) << 20,
             force_cpu: engine.force_cpu,
+            chat_template: engine.chat_template.clone(),
         }
     }
 
