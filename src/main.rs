@@ -1,7 +1,7 @@
 //! The `llmgate` command: `llmgate serve` runs the gateway; `llmgate replay` checks that
 //! logged answers are reproduced.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -574,11 +574,31 @@ fn llamacpp_engine(
     )
 }
 
+/// A listener on `address`, as `TcpListener::bind` makes one (address reuse, the
+/// system's backlog), an IPv6 one taking IPv6 alone when `v6_only`.
+fn bind(address: SocketAddr, v6_only: bool) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+    if address.is_ipv6() {
+        socket.set_only_v6(v6_only)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
 async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
-    let listeners = std::iter::once(&config.server.listen)
-        .chain(&config.server.also_listen)
-        .map(|address| {
-            TcpListener::bind(address)
+    let addresses: Vec<SocketAddr> = std::iter::once(config.server.listen)
+        .chain(config.server.also_listen.iter().copied())
+        .collect();
+    // Listed beside an IPv4 address, an IPv6 one takes IPv6 only: Linux's default would
+    // have `[::]:8080` take IPv4's port too, and `0.0.0.0:8080,[::]:8080` fail to start.
+    let v6_only = addresses.iter().any(SocketAddr::is_ipv4);
+    let listeners = addresses
+        .iter()
+        .map(|&address| {
+            bind(address, v6_only)
                 .map_err(|e| anyhow::anyhow!("could not listen on {address} (server.listen): {e}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

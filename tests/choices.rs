@@ -196,6 +196,31 @@ async fn a_streamed_choice_that_cannot_start_ends_in_an_error_frame() {
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
 }
 
+#[tokio::test]
+async fn a_native_batch_stream_names_the_answer_that_could_not_start() {
+    let (server, _busy) = two_places_left().await;
+    let text = post_text(
+        &server,
+        "/completion",
+        &json!({"prompt": ["hi", "hi", "hi"], "stream": true}),
+    )
+    .await;
+    let frames = chunks_of(&text);
+    let failed: Vec<&Value> = frames.iter().filter(|f| f.get("error").is_some()).collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    let index = failed[0]["index"]
+        .as_u64()
+        .expect("the failed answer's index");
+    assert!(index == 1 || index == 2, "{text}");
+    let content: String = frames
+        .iter()
+        .filter(|f| f["index"] == 3 - index)
+        .filter_map(|f| f["content"].as_str())
+        .collect();
+    assert_eq!(content, "ab", "the other answer: {text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+}
+
 /// The scripted engine answering "one" with "A", "B" and "two" with "C".
 fn by_prompt() -> Arc<llmgate::engine::scripted::ScriptedEngine> {
     Arc::new(
@@ -252,6 +277,37 @@ async fn a_batch_of_prompts_has_each_prompts_choices_in_order() {
         "each prompt once: {batch}"
     );
     assert_eq!(batch["usage"]["completion_tokens"], 6, "{batch}");
+    // Streamed, one usage chunk with the same sums.
+    let mut streamed = body(json!(["one", "two"]));
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let text = post_text(&server, COMPLETIONS, &streamed).await;
+    let chunks = chunks_of(&text);
+    let usage: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c.get("usage"))
+        .filter(|u| !u.is_null())
+        .collect();
+    assert_eq!(usage.len(), 1, "{text}");
+    assert_eq!(
+        usage[0]["prompt_tokens"], batch["usage"]["prompt_tokens"],
+        "{text}"
+    );
+    assert_eq!(usage[0]["completion_tokens"], 6, "{text}");
+    let mut by_index: Vec<(u64, String)> = Vec::new();
+    for choice in chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().into_iter().flatten())
+    {
+        let index = choice["index"].as_u64().expect("index");
+        match by_index.iter_mut().find(|(i, _)| *i == index) {
+            Some((_, text)) => text.push_str(choice["text"].as_str().unwrap_or("")),
+            None => by_index.push((index, choice["text"].as_str().unwrap_or("").to_owned())),
+        }
+    }
+    by_index.sort();
+    let texts: Vec<(u64, &str)> = by_index.iter().map(|(i, t)| (*i, t.as_str())).collect();
+    assert_eq!(texts, [(0, "AB"), (1, "AB"), (2, "C"), (3, "C")], "{text}");
 }
 
 #[tokio::test]

@@ -186,7 +186,9 @@ impl Front {
             Decoding::Picked { .. } => picked::check(&request, &model.decoding).await?,
             // An engine that picks its own tokens (an upstream) reports its model's
             // log-probabilities; the gateway cannot tell what it drew from.
-            Decoding::Own if request.sampling.post_sampling_probs => {
+            Decoding::Own
+                if request.sampling.post_sampling_probs && request.top_logprobs.is_some() =>
+            {
                 return Err(EngineError::Unsupported {
                     param: "post_sampling_probs".into(),
                     reason: "this model picks its own tokens (an upstream) and reports its \

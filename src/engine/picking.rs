@@ -135,7 +135,8 @@ impl TokenPicker {
             bias: sampling.logit_bias.clone(),
             grammar,
             top_logprobs: usize::from(top_logprobs.unwrap_or(0)),
-            post_sampling: sampling.post_sampling_probs,
+            // Only shown with the log-probabilities: not computed for nothing.
+            post_sampling: sampling.post_sampling_probs && top_logprobs.is_some(),
             ends,
         }
     }

@@ -282,7 +282,7 @@ mod tests {
             sampler(1, 0.0, 1.0).probabilities(&logits, 0, 3),
             (1.0, vec![(0, 1.0)])
         );
-        // top_p keeps the nucleus: 0.47 + 0.17 reach 0.6.
+        // top_p keeps the nucleus: 0.53 + 0.20 reach 0.6.
         let (p, top) = sampler(1, 1.0, 0.6).probabilities(&logits, 3, 5);
         assert_eq!((p, top.len()), (0.0, 2));
         // Every token the draw takes is among those it reports.

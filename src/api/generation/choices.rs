@@ -42,6 +42,7 @@ use crate::api::request::{input_hash, ValidatedRequest};
 use crate::api::AppState;
 use crate::auth::limits::RateHeaders;
 use crate::auth::Caller;
+use crate::engine::Prompt;
 use crate::error::ApiError;
 use crate::record::SplitLink;
 use crate::stream::chunks::sse_json;
@@ -61,7 +62,7 @@ pub(super) async fn answer(
     let limit = first.state.admission.limit();
     if parts > limit {
         // It could never be taken whole: each part holds a place of its own.
-        let (param, what) = if prompts > 1 {
+        let (param, what) = if prompts > 1 && n <= limit {
             (
                 "prompt",
                 format!("{prompts} prompts with n = {n} make {parts} answers, "),
@@ -81,6 +82,14 @@ pub(super) async fn answer(
         native: parsed.native.is_some(),
     };
     let stream = parsed.stream;
+    // Each part clones the request: the batch's other prompts go with none of them.
+    let mut parsed = parsed;
+    let more_prompts = std::mem::take(&mut parsed.more_prompts);
+    let more_texts = parsed
+        .native
+        .as_mut()
+        .map(|native| std::mem::take(&mut native.more_prompts))
+        .unwrap_or_default();
     let others: Vec<Sibling> = (1..parts)
         .map(|index| Sibling {
             route: first.route,
@@ -88,7 +97,13 @@ pub(super) async fn answer(
             caller: first.charged.caller.cloned(),
             client_id: first.request_id.to_owned(),
             index,
-            parsed: part(&parsed, index, n, first.request_id),
+            parsed: part(
+                &parsed,
+                (&more_prompts, &more_texts),
+                index,
+                n,
+                first.request_id,
+            ),
             headers: req.headers().clone(),
             t_recv: first.pending.t_recv,
             split: first.pending.split.clone(),
@@ -136,20 +151,22 @@ pub(super) async fn answer(
     Ok(merged.streams(own, others))
 }
 
-/// Part `index` of `parsed` (`n` choices per prompt): its prompt, its own request id and,
-/// when seeded, the seed `seed + c` for choice `c` (its input hash with them).
-fn part(parsed: &ValidatedRequest, index: usize, n: usize, request_id: &str) -> ValidatedRequest {
+/// Part `index` of `parsed` (`n` choices per prompt; `more`: the batch's prompts after
+/// the first, and their texts for llama.cpp's answer): its prompt, its own request id
+/// and, when seeded, the seed `seed + c` for choice `c` (its input hash with them).
+fn part(
+    parsed: &ValidatedRequest,
+    more: (&[Prompt], &[String]),
+    index: usize,
+    n: usize,
+    request_id: &str,
+) -> ValidatedRequest {
     let mut part = parsed.clone();
     let (prompt, choice) = (index / n, index % n);
-    let more = std::mem::take(&mut part.more_prompts);
-    if let Some(other) = prompt.checked_sub(1).and_then(|p| more.into_iter().nth(p)) {
-        part.generation.prompt = other;
+    if let Some(other) = prompt.checked_sub(1) {
+        part.generation.prompt = more.0.get(other).cloned().unwrap_or_default();
         if let Some(native) = part.native.as_mut() {
-            native.prompt = native
-                .more_prompts
-                .get(prompt - 1)
-                .cloned()
-                .unwrap_or_default();
+            native.prompt = more.1.get(other).cloned().unwrap_or_default();
         }
     }
     let generation = &mut part.generation;
@@ -295,34 +312,34 @@ impl Merged {
     }
 
     /// The parts' `usage` as one, the first part's with the sums: each prompt's tokens
-    /// (and those read from the cache) counted once, by its first choice, and every
-    /// part's completion.
-    fn usage<'u>(&self, parts: impl Iterator<Item = (usize, &'u Value)> + Clone) -> Value {
-        let count = |usage: &Value, pointer: &str| {
-            usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
-        };
-        let firsts = parts.clone().filter(|(index, _)| index % self.choices == 0);
-        let prompt: u64 = firsts
-            .clone()
-            .map(|(_, u)| count(u, "/prompt_tokens"))
-            .sum();
-        let cached: u64 = firsts
-            .map(|(_, u)| count(u, "/prompt_tokens_details/cached_tokens"))
-            .sum();
-        let completion: u64 = parts
-            .clone()
-            .map(|(_, u)| count(u, "/completion_tokens"))
-            .sum();
+    /// (and those read from the cache) counted once, by the first of its choices that
+    /// reported usage, and every part's completion.
+    fn usage<'u>(&self, parts: impl Iterator<Item = (usize, &'u Value)>) -> Value {
+        let count = |usage: &Value, pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
+        let mut parts: Vec<(usize, &Value)> = parts.collect();
+        parts.sort_by_key(|(index, _)| *index);
+        let (mut prompt, mut cached, mut completion) = (0, None::<u64>, 0);
+        let mut counted_prompt = None;
+        for &(index, usage) in &parts {
+            completion += count(usage, "/completion_tokens").unwrap_or(0);
+            if counted_prompt != Some(index / self.choices) {
+                counted_prompt = Some(index / self.choices);
+                prompt += count(usage, "/prompt_tokens").unwrap_or(0);
+                if let Some(tokens) = count(usage, "/prompt_tokens_details/cached_tokens") {
+                    *cached.get_or_insert(0) += tokens;
+                }
+            }
+        }
         let mut usage = parts
-            .min_by_key(|(index, _)| *index)
-            .map(|(_, u)| u.clone())
+            .first()
+            .map(|(_, u)| (*u).clone())
             .unwrap_or(Value::Null);
         if usage.is_object() {
             usage["prompt_tokens"] = json!(prompt);
             usage["completion_tokens"] = json!(completion);
             usage["total_tokens"] = json!(prompt + completion);
-            if usage["prompt_tokens_details"].is_object() {
-                usage["prompt_tokens_details"]["cached_tokens"] = json!(cached);
+            if let Some(cached) = cached {
+                usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
             }
         }
         usage
@@ -383,6 +400,11 @@ impl Merge {
             return vec![frame];
         };
         if chunk.get("error").is_some() {
+            if self.merged.native {
+                // Which answer of the batch failed.
+                chunk["index"] = json!(index);
+                return vec![sse_json(&chunk)];
+            }
             return vec![frame];
         }
         if self.merged.native {

@@ -115,6 +115,9 @@ async fn read_prompts(
     }
 }
 
+/// The most texts one prompt may mix among its token ids: each is tokenized on its own.
+const MAX_PROMPT_TEXTS: usize = 64;
+
 /// One prompt and its text: a text as it is; ids (texts among them tokenized, without
 /// special tokens, in their place) and the text they make.
 async fn read_prompt(
@@ -127,6 +130,13 @@ async fn read_prompt(
         let text = prompt.as_str().unwrap_or_default().to_owned();
         return Ok((prompt, text));
     };
+    let texts = items.iter().filter(|item| item.is_string()).count();
+    if texts > MAX_PROMPT_TEXTS {
+        return Err(ApiError::invalid(
+            param,
+            format!("{texts} texts among its ids are more than {MAX_PROMPT_TEXTS}"),
+        ));
+    }
     let mut ids = Vec::with_capacity(items.len());
     for item in &items {
         match item {

@@ -95,12 +95,21 @@ fn prompts_of(wire: WirePrompt) -> Result<Vec<Prompt>, ApiError> {
                     ),
                 ));
             }
+            let not_a_prompt = |i: usize| {
+                ApiError::invalid(
+                    format!("prompt[{i}]"),
+                    "must be a string or a list of token ids (whole numbers from 0)",
+                )
+            };
             items
                 .iter()
-                .map(|item| match item {
+                .enumerate()
+                .map(|(i, item)| match item {
                     Value::String(text) => Ok(Prompt::Text(text.clone())),
-                    Value::Array(ids) => Ok(Prompt::Tokens(token_ids(ids).ok_or_else(not_ids)?)),
-                    _ => Err(not_ids()),
+                    Value::Array(ids) => token_ids(ids)
+                        .map(Prompt::Tokens)
+                        .ok_or_else(|| not_a_prompt(i)),
+                    _ => Err(not_a_prompt(i)),
                 })
                 .collect::<Result<_, _>>()?
         }
@@ -298,7 +307,12 @@ mod tests {
             (
                 json!({"model": "m", "prompt": ["a", 1]}),
                 "invalid_value",
-                "prompt",
+                "prompt[1]",
+            ),
+            (
+                json!({"model": "m", "prompt": [[1], [-1]]}),
+                "invalid_value",
+                "prompt[1]",
             ),
             (
                 json!({"model": "m", "prompt": vec!["a"; MAX_PROMPTS + 1]}),
@@ -344,7 +358,7 @@ mod tests {
             (
                 json!({"model": "m", "prompt": [1, "a"]}),
                 "invalid_value",
-                "prompt",
+                "prompt[0]",
             ),
             (
                 json!({"model": "m", "prompt": [1, 2], "echo": true}),
