@@ -87,6 +87,8 @@ fn comparable(events: &[EngineEvent]) -> Vec<String> {
             EngineEvent::Failed(error) => ends.push(format!("failed {error}")),
             // Sent by the attempts, never by the one stream read here.
             EngineEvent::Restarted => ends.push("restarted".to_owned()),
+            // An upstream reports no prompt progress; the llama.cpp engine alone does.
+            EngineEvent::Progress { .. } => ends.push("progress".to_owned()),
         }
     }
     let mut all = vec![format!("tokens {text:?} {ids:?} {logprobs:?}")];
