@@ -536,6 +536,40 @@ async fn a_chat_template_named_renders_in_place_of_the_files() {
     );
 }
 
+/// `n` choices read their prompt once: one reads it, the others wait and take its cache
+/// (each choice's record counts those tokens as cached), and at temperature 0 every
+/// choice is the answer the prompt alone gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_read_their_shared_prompt_once() {
+    let server = TestServer::builder(engine(true)).start().await;
+    let body = |n: u32| {
+        chat_body(
+            &"Tell me about the sea. ".repeat(12),
+            json!({"temperature": 0, "max_tokens": 6, "n": n}),
+        )
+    };
+    let three = ask(&server, &body(3)).await;
+    let mut cached: Vec<(u32, u32)> = server
+        .observer
+        .records()
+        .iter()
+        .map(|r| (r.usage.cached_tokens.unwrap_or(0), r.usage.prompt_tokens))
+        .collect();
+    cached.sort_unstable();
+    let prompt = cached[0].1;
+    assert!(prompt > 60, "{cached:?}");
+    assert_eq!(
+        cached,
+        [(0, prompt), (prompt - 1, prompt), (prompt - 1, prompt)],
+        "one reads the prompt, two take it (all but its last token)"
+    );
+    let alone = ask(&server, &body(1)).await;
+    let text = content(&alone);
+    for choice in three["choices"].as_array().expect("choices") {
+        assert_eq!(choice["message"]["content"], text, "{three}");
+    }
+}
+
 /// llama.cpp's spellings of structured output, on the real model: a GBNF `grammar` (chat,
 /// legacy completions and `/completion`) and a top-level `json_schema`, each holding the
 /// answer; a grammar that is not GBNF, or a schema the compiler cannot use, is a 400

@@ -16,6 +16,8 @@
 //!   half of what the slot holds) and reads only the rest; otherwise
 //!   a free slot beside the running ones (see [`runs_with`]), the one taken longest ago
 //!   among those, so the prefixes of other recent requests stay;
+//! - sequences running at once with one prefix (a request's `n` choices, a batch's
+//!   prompts) read it once: the others wait and take the first's cache ([`siblings`]);
 //! - each token is picked by the gateway's picker on the sequence's logits (penalties
 //!   first), stamped as it is picked, and sent on at once (the engine never waits for a
 //!   client: see `super::forward`);
@@ -29,6 +31,8 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
+
+mod siblings;
 
 use super::stash::{a_tenth_of, shared_prefix, Stash, WORTH_STASHING};
 use super::text::Pieces;
@@ -351,6 +355,9 @@ fn step(
     solo: bool,
 ) {
     batch.clear();
+    if !solo && shape.reuse_prefixes {
+        siblings::take_from_leaders(ctx, slots, group);
+    }
     let entries = fill(batch, slots, group, shape, solo);
     if entries.is_empty() {
         return;
@@ -445,6 +452,10 @@ fn fill(
                     logits: Some(at),
                 });
             }
+            continue;
+        }
+        if !solo && shape.reuse_prefixes && siblings::waits(slots, group, i) {
+            // A sibling reads the prefix they share; it takes that cache next step.
             continue;
         }
         let chunk = if solo || answering > 0 {
