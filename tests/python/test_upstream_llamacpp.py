@@ -3,8 +3,9 @@ llama.cpp's own C++ server (`llama-server`, built by scripts/peers from the llam
 of the pinned llama-cpp-python sdist) on the default model file, with the official OpenAI
 client on the outside.
 
-One gateway serves three models from a [[models]] config: the upstream with the right
-key, the same upstream with a wrong key, and the default GGUF in this process. What is
+One gateway serves four models from a [[models]] config: the upstream with the right
+key, the same upstream with a wrong key, and the default GGUF in this process on each
+engine (mistral.rs, and llama.cpp, whose greedy answers match llama-server's). What is
 checked: streamed and non-streamed answers, usage (llama-server's own), timings with
 the upstream's share, log-probabilities, the repetition basis, the semantic log, /ready and /metrics, and an upstream refusing the gateway's key.
 """
@@ -84,6 +85,10 @@ api_key_env = "LLMGATE_TEST_WRONG_KEY"
 [[models]]
 id = "local"
 engine = "mistral"
+
+[[models]]
+id = "local-llamacpp"
+engine = "llamacpp"
 """)
     os.environ["LLMGATE_TEST_PEER_KEY"] = PEER_KEY
     os.environ["LLMGATE_TEST_WRONG_KEY"] = "sk-not-the-key"
@@ -93,7 +98,8 @@ engine = "mistral"
     while True:
         with urllib.request.urlopen(f"{gateway.base}/ready", timeout=5) as r:
             states = {m["id"]: m["status"] for m in json.loads(r.read())["models"]}
-        if states["local"] == "ready" and states["wrong-key"] == "unreachable":
+        if (states["local"] == states["local-llamacpp"] == "ready"
+                and states["wrong-key"] == "unreachable"):
             break
         assert time.monotonic() < deadline, f"not all models came up: {states}"
         time.sleep(0.3)
@@ -155,6 +161,27 @@ def test_non_streamed_logprobs_and_legacy_completions(client):
     assert legacy.usage.completion_tokens == 6
 
 
+def test_greedy_answers_match_llama_servers_token_for_token(client):
+    """The same file in llama-server and in the gateway's llama.cpp engine: at temperature
+    0 the chat answers (the model's Jinja template rendered alike, its default system
+    prompt included) and the raw completions are the same tokens."""
+    def tokens(model, **body):
+        if "messages" in body:
+            answer = client.chat.completions.create(model=model, max_tokens=48, temperature=0,
+                                                    logprobs=True, **body)
+            return [t.token for t in answer.choices[0].logprobs.content]
+        answer = client.completions.create(model=model, max_tokens=48, temperature=0,
+                                           logprobs=0, **body)
+        return answer.choices[0].logprobs.tokens
+
+    for question in ["What is LLM?", "Write a haiku about the sea."]:
+        chat = dict(messages=[{"role": "user", "content": question}])
+        theirs, ours = tokens("via-llamacpp", **chat), tokens("local-llamacpp", **chat)
+        assert len(ours) > 20 and ours == theirs, (question, theirs, ours)
+    raw = dict(prompt="What is LLM?")
+    assert tokens("local-llamacpp", **raw) == tokens("via-llamacpp", **raw)
+
+
 def test_an_upstream_refusing_the_key_is_a_502_without_its_words(client):
     with pytest.raises(openai.InternalServerError) as refused:
         client.chat.completions.create(model="wrong-key", messages=ASK, max_tokens=4)
@@ -169,7 +196,7 @@ def test_one_gateway_serves_the_upstream_and_the_in_process_model(client, fronte
     assert local.choices[0].message.content
     assert local.model_extra["timings"].get("upstream_ttft_ms") is None
     listed = client.models.list().data
-    assert [m.id for m in listed] == ["via-llamacpp", "wrong-key", "local"]
+    assert [m.id for m in listed] == ["via-llamacpp", "wrong-key", "local", "local-llamacpp"]
     assert all(m.created > 0 for m in listed), [m.created for m in listed]
     with urllib.request.urlopen(f"{fronted.base}/ready", timeout=5) as r:
         ready = json.loads(r.read())

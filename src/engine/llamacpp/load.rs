@@ -16,6 +16,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 
 use super::batch::{self, BatchShape};
+use super::template::ChatTemplate;
 use super::{LlamaCppSettings, Loaded, DEFAULT_CONTEXT_CAP, ENGINE_NAME};
 use crate::engine::gguf::{GgufFacts, InProcessModel, ModelFile};
 
@@ -91,8 +92,8 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         .unwrap_or(trained.min(DEFAULT_CONTEXT_CAP))
         .max(16);
     let template = match &settings.chat_template {
-        Some(name) => Some(named_template(&model, name)?),
-        None => model.chat_template(None).ok(),
+        Some(name) => Some(ChatTemplate::Llama(named_template(&model, name)?)),
+        None => ChatTemplate::of(&model, path),
     };
     if template.is_none() {
         tracing::warn!(path = %path.display(), "The model's file has no chat template: only /v1/completions can be served.");

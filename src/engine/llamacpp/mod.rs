@@ -20,6 +20,7 @@
 mod batch;
 mod load;
 mod stash;
+mod template;
 mod text;
 
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -144,8 +145,9 @@ impl LlamaCppSettings {
 /// The loaded model, as the request path uses it (the decode loop has its own handle).
 struct Loaded {
     model: Arc<LlamaModel>,
-    /// The chat template from the file; `None`: only text prompts can be served.
-    template: Option<LlamaChatTemplate>,
+    /// The chat template (the file's, or one llama.cpp knows by name); `None`: only text
+    /// prompts can be served.
+    template: Option<template::ChatTemplate>,
     /// Its facts, vocabulary and end tokens, as the front sees them.
     served: InProcessModel,
     /// Where requests go to the decode loop.
@@ -234,41 +236,23 @@ fn tokenize_prompt(
     add_special: bool,
     generation_prompt: bool,
 ) -> Result<Vec<u32>, EngineError> {
-    let (text, parse_special) =
-        match prompt {
-            Prompt::Chat(messages) => {
-                let template = loaded.template.as_ref().ok_or_else(|| {
-                    EngineError::Unsupported {
+    let (text, parse_special) = match prompt {
+        Prompt::Chat(messages) => {
+            let template = loaded
+                .template
+                .as_ref()
+                .ok_or_else(|| EngineError::Unsupported {
                     param: "messages".into(),
                     reason:
                         "this model's file has no chat template; send a prompt to /v1/completions"
                             .into(),
-                }
                 })?;
-                let chat = messages
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| {
-                        LlamaChatMessage::new(m.role.as_str().to_owned(), m.content.clone())
-                            .map_err(|_| EngineError::InvalidParameter {
-                                param: format!("messages[{i}].content"),
-                                message: "contains a NUL character".into(),
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let rendered = loaded
-                    .model
-                    .apply_chat_template(template, &chat, generation_prompt)
-                    .map_err(|e| {
-                        EngineError::Internal(format!(
-                            "llama.cpp could not apply the chat template: {e}"
-                        ))
-                    })?;
-                (rendered, true)
-            }
-            Prompt::Text(text) => (text.clone(), false),
-            Prompt::Tokens(ids) => return Ok(ids.clone()),
-        };
+            let rendered = template.render(&loaded.model, messages, generation_prompt)?;
+            (rendered, true)
+        }
+        Prompt::Text(text) => (text.clone(), false),
+        Prompt::Tokens(ids) => return Ok(ids.clone()),
+    };
     let vocab = loaded.model.vocab();
     let ids = vocab.tokenize(text.as_bytes(), add_special, parse_special);
     Ok(ids
