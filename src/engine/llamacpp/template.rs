@@ -151,3 +151,46 @@ impl ChatTemplate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Role;
+
+    fn turn(role: Role, content: &str) -> ChatMessage {
+        ChatMessage {
+            role,
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn hugging_face_templates_render_with_their_python_habits() {
+        let source = "{{ bos_token }}{% for m in messages %}\
+            {% if loop.first and m.role == 'assistant' %}{{ raise_exception('start with a user turn') }}{% endif %}\
+            [{{ m.role }}]{{ m.content.strip() }}{% if m.content.startswith(' ') %}~{% endif %}{{ eos_token }}\
+            {% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}";
+        let jinja = Jinja::new(source.into(), "<s>".into(), "</s>".into(), false).expect("renders");
+        let rendered = jinja
+            .render(
+                &[turn(Role::User, " hi "), turn(Role::Assistant, "yo")],
+                true,
+            )
+            .expect("a conversation");
+        assert_eq!(rendered, "<s>[user]hi~</s>[assistant]yo</s>[assistant]");
+        let error = jinja
+            .render(&[turn(Role::Assistant, "yo")], false)
+            .expect_err("the template's own refusal");
+        assert!(
+            error.to_string().contains("start with a user turn"),
+            "{error}"
+        );
+        // A tokenizer that adds BOS itself gets none from the template too.
+        let adds = Jinja::new(source.into(), "<s>".into(), "</s>".into(), true).expect("renders");
+        let once = adds
+            .render(&[turn(Role::User, "hi")], false)
+            .expect("renders");
+        assert_eq!(once, "[user]hi</s>");
+        assert!(Jinja::new("{% for %}".into(), String::new(), String::new(), false).is_err());
+    }
+}
