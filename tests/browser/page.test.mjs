@@ -299,7 +299,7 @@ test("Stop ends an answer quietly, and the record says cancelled once", () => wi
 }));
 
 test("without log-probabilities a mark is a chunk; a long answer scrolls in its box", () => withKeyedPage(async ({ page, seen }) => {
-  await ask(page, { prompt: "Write a long story about a dragon.", "max-tokens": 400, temperature: 0, logprobs: false });
+  await ask(page, { prompt: "Write a long essay about the history of Rome.", "max-tokens": 400, temperature: 0, logprobs: false });
   await answered(page);
   assert.equal(await page.locator("#answer-error").isHidden(), true, await page.locator("#answer-error").textContent());
   const marks = await page.locator("#timeline .mark").count();
