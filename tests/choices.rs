@@ -235,17 +235,7 @@ async fn a_batch_of_prompts_has_each_prompts_choices_in_order() {
     let server = TestServer::builder(by_prompt()).start().await;
     let body = |prompt: Value| json!({"model": MODEL, "prompt": prompt, "n": 2, "seed": 5});
     let batch = post_json(&server, COMPLETIONS, &body(json!(["one", "two"]))).await;
-    let texts: Vec<(u64, &str)> = batch["choices"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{batch}"))
-        .iter()
-        .map(|c| {
-            (
-                c["index"].as_u64().expect("index"),
-                c["text"].as_str().expect("text"),
-            )
-        })
-        .collect();
+    let texts = indexed_texts(&batch);
     assert_eq!(
         texts,
         [(0, "AB"), (1, "AB"), (2, "C"), (3, "C")],

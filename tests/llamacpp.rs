@@ -771,17 +771,7 @@ async fn a_prompt_of_token_ids_reads_as_its_text() {
         &json!({"model": MODEL, "prompt": [text, ids.clone()], "max_tokens": 8, "temperature": 0}),
     )
     .await;
-    let texts: Vec<(u64, &str)> = batch["choices"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{batch}"))
-        .iter()
-        .map(|c| {
-            (
-                c["index"].as_u64().expect("index"),
-                c["text"].as_str().expect("text"),
-            )
-        })
-        .collect();
+    let texts = indexed_texts(&batch);
     assert_eq!(
         texts,
         [(0, by_text.as_str()), (1, by_text.as_str())],

@@ -30,6 +30,16 @@ impl SeededSampler {
         self.temperature <= GREEDY_BELOW
     }
 
+    /// Each token's weight at the temperature, relative to the likeliest (which has 1).
+    fn weights(&self, logits: &[f32]) -> Vec<f64> {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let inv_t = 1.0 / self.temperature;
+        logits
+            .iter()
+            .map(|&l| (((l - max) as f64) * inv_t).exp())
+            .collect()
+    }
+
     /// The token to emit at `position` (prompt length + tokens generated so far).
     pub fn pick(&self, logits: &[f32], position: u64) -> u32 {
         if logits.is_empty() {
@@ -38,12 +48,7 @@ impl SeededSampler {
         if self.is_greedy() {
             return argmax(logits);
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let inv_t = 1.0 / self.temperature;
-        let weights: Vec<f64> = logits
-            .iter()
-            .map(|&l| (((l - max) as f64) * inv_t).exp())
-            .collect();
+        let weights = self.weights(logits);
         let draw = self.uniform(position);
         if self.top_k.is_some() || self.min_p.is_some() {
             let kept = self.filtered(&weights);
@@ -78,43 +83,40 @@ impl SeededSampler {
             };
             return (if picked == best { 1.0 } else { 0.0 }, listed);
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let inv_t = 1.0 / self.temperature;
-        let weights: Vec<f64> = logits
-            .iter()
-            .map(|&l| (((l - max) as f64) * inv_t).exp())
-            .collect();
-        let (kept, total) = if self.top_k.is_some() || self.min_p.is_some() {
-            let kept = self.filtered(&weights);
-            let total = mass(&kept, &weights);
-            (kept, total)
+        let weights = self.weights(logits);
+        // The tokens the draw takes from (`None`: all of them), most probable first.
+        let drawn = if self.top_k.is_some() || self.min_p.is_some() {
+            Some(self.filtered(&weights))
         } else if self.top_p < 1.0 {
-            let kept = self.nucleus(&weights, weights.iter().sum());
-            let total = mass(&kept, &weights);
-            (kept, total)
+            Some(self.nucleus(&weights, weights.iter().sum()))
         } else {
-            // Every token may be drawn: only the top ones are sorted.
-            let by_weight =
-                |a: &usize, b: &usize| weights[*b].total_cmp(&weights[*a]).then(a.cmp(b));
-            let mut best: Vec<usize> = (0..weights.len()).filter(|&i| weights[i] > 0.0).collect();
-            if top < best.len() {
-                best.select_nth_unstable_by(top, by_weight);
-                best.truncate(top);
-            }
-            best.sort_unstable_by(by_weight);
-            (best, weights.iter().sum())
+            None
         };
-        let in_draw = |i: usize| {
-            let drawn = if self.top_k.is_some() || self.min_p.is_some() || self.top_p < 1.0 {
-                kept.contains(&i)
-            } else {
-                true
-            };
-            if drawn && total > 0.0 {
-                weights.get(i).map_or(0.0, |w| w / total)
-            } else {
-                0.0
+        let filtered = drawn.is_some();
+        let (kept, total) = match drawn {
+            Some(kept) => {
+                let total = mass(&kept, &weights);
+                (kept, total)
             }
+            None => {
+                // Every token may be drawn: only the top ones are sorted.
+                let by_weight =
+                    |a: &usize, b: &usize| weights[*b].total_cmp(&weights[*a]).then(a.cmp(b));
+                let mut best: Vec<usize> =
+                    (0..weights.len()).filter(|&i| weights[i] > 0.0).collect();
+                if top < best.len() {
+                    best.select_nth_unstable_by(top, by_weight);
+                    best.truncate(top);
+                }
+                best.sort_unstable_by(by_weight);
+                (best, weights.iter().sum())
+            }
+        };
+        let picked = picked as usize;
+        let p = if total > 0.0 && (!filtered || kept.contains(&picked)) {
+            weights.get(picked).map_or(0.0, |w| w / total)
+        } else {
+            0.0
         };
         let listed = kept
             .iter()
@@ -122,7 +124,7 @@ impl SeededSampler {
             .map(|&i| (i as u32, weights[i] / total))
             .filter(|&(_, p)| p > 0.0)
             .collect();
-        (in_draw(picked as usize), listed)
+        (p, listed)
     }
 
     /// Indices of the top-p nucleus, most probable first (ties by lower index). A token

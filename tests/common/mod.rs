@@ -196,3 +196,18 @@ pub async fn eventually(seconds: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// A `/v1/completions` answer's choices as (index, text), in the order they came.
+pub fn indexed_texts(answer: &Value) -> Vec<(u64, &str)> {
+    answer["choices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|c| {
+            (
+                c["index"].as_u64().expect("index"),
+                c["text"].as_str().expect("text"),
+            )
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::request::{MAX_LOGIT_BIAS, MAX_PROMPTS, MAX_STOP_CHARS};
+use crate::api::request::{batch_fits, MAX_LOGIT_BIAS, MAX_STOP_CHARS};
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 
@@ -212,15 +212,7 @@ fn prompt(value: Option<&Value>) -> Result<Value, ApiError> {
             Err(ApiError::invalid("prompt", "must not be empty"))
         }
         Value::Array(items) if !is_sequence(items) => {
-            if items.len() > MAX_PROMPTS {
-                return Err(ApiError::invalid(
-                    "prompt",
-                    format!(
-                        "{} prompts are more than the {MAX_PROMPTS} one request may batch",
-                        items.len()
-                    ),
-                ));
-            }
+            batch_fits(items.len())?;
             let batch = items
                 .iter()
                 .enumerate()
@@ -380,6 +372,7 @@ fn response_fields(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::request::MAX_PROMPTS;
 
     fn body(value: Value) -> Result<Translated, ApiError> {
         translate(value.to_string().as_bytes())

@@ -86,15 +86,7 @@ fn prompts_of(wire: WirePrompt) -> Result<Vec<Prompt>, ApiError> {
             vec![Prompt::Tokens(token_ids(&items).ok_or_else(not_ids)?)]
         }
         WirePrompt::Many(items) => {
-            if items.len() > MAX_PROMPTS {
-                return Err(ApiError::invalid(
-                    "prompt",
-                    format!(
-                        "{} prompts are more than the {MAX_PROMPTS} one request may batch",
-                        items.len()
-                    ),
-                ));
-            }
+            super::batch_fits(items.len())?;
             let not_a_prompt = |i: usize| {
                 ApiError::invalid(
                     format!("prompt[{i}]"),

@@ -57,6 +57,17 @@ pub const MAX_CHOICES: u64 = 8;
 /// The most prompts one `/v1/completions` request may batch.
 pub const MAX_PROMPTS: usize = 32;
 
+/// Refuses a batch of more than [`MAX_PROMPTS`] prompts, naming `prompt`.
+pub fn batch_fits(prompts: usize) -> Result<(), ApiError> {
+    if prompts > MAX_PROMPTS {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!("{prompts} prompts are more than the {MAX_PROMPTS} one request may batch"),
+        ));
+    }
+    Ok(())
+}
+
 /// A validated generation request, from either route.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedRequest {

@@ -377,17 +377,12 @@ impl ChunkAssembler {
         if let Some(native) = &self.meta.native {
             return sse_json(&native::progress_frame(native, progress));
         }
-        sse_json(&Chunk {
-            id: &self.meta.id,
-            object: self.meta.shape.object(true),
-            created: self.meta.created,
-            model: &self.meta.model,
-            system_fingerprint: &self.meta.system_fingerprint,
-            choices: &[self.choice(None, None, None, &[])],
-            usage: self.null_usage(),
-            timings: None,
-            prompt_progress: Some(progress),
-        })
+        self.chunk(
+            &[self.choice(None, None, None, &[])],
+            self.null_usage(),
+            None,
+            Some(progress),
+        )
     }
 
     /// Drops the tokens a stop sequence cut off: those that begin after the `answer`
@@ -476,6 +471,16 @@ impl ChunkAssembler {
         usage: Option<Option<UsageBody>>,
         timings: Option<ChunkTimings<'_>>,
     ) -> Bytes {
+        self.chunk(choices, usage, timings, None)
+    }
+
+    fn chunk(
+        &self,
+        choices: &[ChunkChoice<'_>],
+        usage: Option<Option<UsageBody>>,
+        timings: Option<ChunkTimings<'_>>,
+        prompt_progress: Option<native::PromptProgress>,
+    ) -> Bytes {
         sse_json(&Chunk {
             id: &self.meta.id,
             object: self.meta.shape.object(true),
@@ -485,7 +490,7 @@ impl ChunkAssembler {
             choices,
             usage,
             timings,
-            prompt_progress: None,
+            prompt_progress,
         })
     }
 
