@@ -20,7 +20,7 @@ pub(super) fn upstream(
     invalid: Invalid,
 ) -> Result<UpstreamConfig, ConfigError> {
     let urls = base_urls(t, invalid)?;
-    let fleet = fleet(t, invalid)?;
+    let mut fleet = fleet(t, invalid)?;
     let api_key = api_key(t, invalid)?;
     let connect_ms = t.connect_timeout_ms.unwrap_or(5000);
     if !(1..=600_000).contains(&connect_ms) {
@@ -35,6 +35,8 @@ pub(super) fn upstream(
         return Err(invalid("upstream_model", "must not be empty".into()));
     }
     let timeout = |value, default, key| seconds(value, default, key, invalid);
+    let first_byte_timeout = timeout(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?;
+    fleet.failure_takes = first_byte_timeout;
     Ok(UpstreamConfig {
         urls,
         model,
@@ -42,7 +44,7 @@ pub(super) fn upstream(
         tokenizer: t.tokenizer.clone(),
         logprobs: t.logprobs.unwrap_or(true),
         connect_timeout: Duration::from_millis(connect_ms),
-        first_byte_timeout: timeout(t.first_byte_timeout_secs, 60, "first_byte_timeout_secs")?,
+        first_byte_timeout,
         idle_timeout: timeout(t.idle_timeout_secs, 60, "idle_timeout_secs")?,
         probe_interval: timeout(t.probe_interval_secs, 10, "probe_interval_secs")?,
         context_length: t.context_length.unwrap_or(0),
@@ -224,6 +226,8 @@ fn fleet(t: &ModelTable, invalid: Invalid) -> Result<FleetConfig, ConfigError> {
         )?,
         cool_down: secs(t.eject_secs, d.cool_down, 1..=3600, "eject_secs")?,
         readmit: secs(t.readmit_secs, d.readmit, 0..=3600, "readmit_secs")?,
+        // The upstream's first-byte timeout, set beside it.
+        failure_takes: d.failure_takes,
         prefix_chars: within(
             prefix_chars,
             default_chars,

@@ -277,17 +277,20 @@ impl Endpoint {
     }
 
     /// Whether it is failing at `now`: unreachable, out after failures, or with as many
-    /// failures in a row as eject it, the last within a cool-down (an endpoint the fleet
-    /// may not take out, because half the fleet is out already, still fails). Without
-    /// new failures that long it is given the benefit of the doubt again, so that a
-    /// fleet nobody sends work to does not stay failed for ever.
+    /// failures in a row as eject it, the last within a cool-down plus the time one
+    /// attempt may take to fail (an endpoint the fleet may not take out, because half
+    /// the fleet is out already, still fails; one that hangs fails only once per
+    /// first-byte timeout). Without new failures that long it is given the benefit of
+    /// the doubt again, so that a fleet nobody sends work to does not stay failed for
+    /// ever.
     pub fn failing(&self, now: Instant, config: &FleetConfig) -> bool {
         let h = self.health();
+        let window = config.cool_down + config.failure_takes;
         h.unreachable.is_some()
             || h.ejected_until.is_some_and(|until| until > now)
             || (h.failures >= config.eject_after
                 && h.failed_at
-                    .is_some_and(|at| now.saturating_duration_since(at) < config.cool_down))
+                    .is_some_and(|at| now.saturating_duration_since(at) < window))
     }
 
     /// The kind of the last fault heard from it.

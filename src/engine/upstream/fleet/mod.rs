@@ -56,6 +56,9 @@ pub struct FleetConfig {
     pub cool_down: Duration,
     /// How long a re-admitted endpoint takes to get its full share.
     pub readmit: Duration,
+    /// The longest one attempt may take to fail (the upstream's first-byte timeout): a
+    /// replica that hangs reports a failure only that often.
+    pub failure_takes: Duration,
     /// Characters of the prompt's leading part `prefix_affinity` hashes.
     pub prefix_chars: usize,
     /// How far over an even share `prefix_affinity` loads one endpoint.
@@ -79,6 +82,7 @@ impl Default for FleetConfig {
             eject_after: 3,
             cool_down: Duration::from_secs(10),
             readmit: Duration::from_secs(30),
+            failure_takes: Duration::from_secs(60),
             prefix_chars: 1024,
             load_factor: 1.25,
             metrics_path: "/metrics".into(),
@@ -511,8 +515,12 @@ mod tests {
         f.attempted(&c, AttemptHealth::Answered, None, now);
         assert_eq!(f.all_failing(now), None, "one answered");
         f.attempted(&c, AttemptHealth::Failed, Some(&error), now);
-        let later = now + f.config.cool_down * 3;
-        assert_eq!(f.all_failing(later), None, "no failure for a while");
+        // Replicas that hang fail once per first-byte timeout: the fleet stays down
+        // between their failures, past the cool-downs of the ejected ones.
+        let window = f.config.cool_down + f.config.failure_takes;
+        let hung = now + window - Duration::from_secs(1);
+        assert!(f.all_failing(hung).is_some(), "down between hung attempts");
+        assert_eq!(f.all_failing(now + window), None, "no failure for a while");
     }
 
     #[test]
