@@ -10,7 +10,9 @@
 //! (`fail_closed`). Never a hung request. Each thread has its own connection, a redis-rs
 //! `ConnectionManager`, which reconnects by itself; a watcher pings Redis every second so
 //! that `/ready` and `llmgate_state_up` tell the truth when no request is calling, and
-//! loads the scripts whenever Redis comes (back) up.
+//! loads the scripts whenever Redis comes (back) up. While its pings go unanswered no
+//! call is tried (a request meets `on_failure` at once, and no thread reconnects per
+//! request), and every thread connects afresh once one is answered.
 
 mod budget;
 pub mod config;
@@ -37,6 +39,11 @@ use crate::telemetry::metrics::Metrics;
 /// How often the watcher pings Redis.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
+/// The least a thread's first call on a new connection may take: it connects (and
+/// authenticates, and over TLS shakes hands) as part of it, which a deadline of a few
+/// milliseconds may not leave room for. Once per thread after Redis comes back.
+const CONNECT_ALLOWANCE: Duration = Duration::from_millis(250);
+
 /// Why a call to Redis gave no answer: the `reason` label of
 /// `llmgate_state_failures_total` (the caller only learns that it had none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +52,19 @@ enum Failure {
     Timeout,
     /// Redis refused or the connection is down.
     Error,
+    /// Not tried: the watcher's last ping went unanswered, so no call waits for a Redis
+    /// that is gone, and no thread reconnects on every request.
+    Down,
 }
 
 impl Failure {
-    pub const ALL: [Failure; 2] = [Failure::Timeout, Failure::Error];
+    pub const ALL: [Failure; 3] = [Failure::Timeout, Failure::Error, Failure::Down];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Failure::Timeout => "timeout",
             Failure::Error => "error",
+            Failure::Down => "down",
         }
     }
 }
@@ -82,6 +93,9 @@ pub struct SharedState {
     /// The watcher's last ping was answered: what `/ready` says (one late request does
     /// not make a gateway unready).
     answering: AtomicBool,
+    /// The watcher's last ping went unanswered (false before its first): calls are not
+    /// tried until one is answered ([`Failure::Down`]).
+    down: AtomicBool,
     /// Counts the times the watcher saw Redis come (back) up: a thread's connection made
     /// before the last one is made again (Redis restarted under it).
     epoch: AtomicU64,
@@ -125,6 +139,7 @@ impl SharedState {
             address,
             up: AtomicBool::new(false),
             answering: AtomicBool::new(false),
+            down: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             metrics,
         });
@@ -149,7 +164,8 @@ impl SharedState {
     }
 
     /// Runs one call within the deadline `timeout`; a failure is counted and logged
-    /// when it is news (the first after a success).
+    /// when it is news (the first after a success). While the watcher finds Redis
+    /// gone, the call is not tried.
     pub(crate) async fn call<T, F>(
         &self,
         timeout: Duration,
@@ -158,33 +174,69 @@ impl SharedState {
     where
         F: Future<Output = redis::RedisResult<T>>,
     {
+        let outcome = if self.down.load(Ordering::Relaxed) {
+            Err((
+                Failure::Down,
+                "the watcher's last ping went unanswered".into(),
+            ))
+        } else {
+            self.try_call(timeout, call).await
+        };
+        outcome.map_err(|(failure, detail)| {
+            self.metrics.state_failure(failure.as_str());
+            self.went_down(&detail);
+            Unanswered
+        })
+    }
+
+    /// One call within `timeout` (longer for a connection's first, see
+    /// [`CONNECT_ALLOWANCE`]), or why it got no answer.
+    async fn try_call<T, F>(
+        &self,
+        timeout: Duration,
+        call: impl Fn(Connection) -> F,
+    ) -> Result<T, (Failure, String)>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
         // Never sent twice: a command that reached Redis before its connection broke may
         // have run (a request charged twice). A connection that broke is made afresh by
         // the next call, and every thread's after the watcher sees Redis come back.
         let outcome = match self.connection() {
-            Ok(connection) => tokio::time::timeout(timeout, call(connection)).await,
+            Ok((connection, fresh)) => {
+                let timeout = if fresh {
+                    timeout.max(CONNECT_ALLOWANCE)
+                } else {
+                    timeout
+                };
+                tokio::time::timeout(timeout, call(connection))
+                    .await
+                    .map_err(|_| timeout)
+            }
             Err(error) => Ok(Err(error)),
         };
-        let (failure, detail) = match outcome {
+        match outcome {
             Ok(Ok(value)) => {
                 self.went_up();
-                return Ok(value);
+                Ok(value)
             }
             Ok(Err(error)) => {
                 // Made afresh by the next call, which then connects as part of it: a kept
                 // one would first hand that call the failed reconnection's error.
                 self.forget_connection();
-                (
+                Err((
                     Failure::Error,
                     crate::secret::scrub_held(&error.to_string()),
-                )
+                ))
             }
-            Err(_) => (
+            Err(timeout) => Err((
                 Failure::Timeout,
                 format!("no answer within {} ms", timeout.as_millis()),
-            ),
-        };
-        self.metrics.state_failure(failure.as_str());
+            )),
+        }
+    }
+
+    fn went_down(&self, detail: &str) {
         let was_up = self.up.swap(false, Ordering::Relaxed);
         self.metrics.state_up(false);
         if was_up {
@@ -195,14 +247,14 @@ impl SharedState {
                 "Shared state: Redis did not answer; requests meet state.on_failure until it does."
             );
         }
-        Err(Unanswered)
     }
 
     /// This thread's connection, made (lazily: it connects on its first call) the first
     /// time the thread calls, and again after a call failed; a Cluster's one connection.
-    fn connection(&self) -> redis::RedisResult<Connection> {
+    /// True with one made now.
+    fn connection(&self) -> redis::RedisResult<(Connection, bool)> {
         if let Some(cluster) = self.reach.cluster_connection() {
-            return cluster;
+            return cluster.map(|c| (c, false));
         }
         let epoch = self.epoch.load(Ordering::Relaxed);
         CONNECTIONS.with(|connections| {
@@ -210,7 +262,7 @@ impl SharedState {
             if let Some((_, made, connection)) = connections.iter().find(|(id, ..)| *id == self.id)
             {
                 if *made == epoch {
-                    return Ok(Connection::Server(connection.clone()));
+                    return Ok((Connection::Server(connection.clone()), false));
                 }
             }
             connections.retain(|(id, ..)| *id != self.id);
@@ -220,7 +272,7 @@ impl SharedState {
             let connection =
                 ConnectionManager::new_lazy_with_config(client, self.manager_config.clone())?;
             connections.push((self.id, epoch, connection.clone()));
-            Ok(Connection::Server(connection))
+            Ok((Connection::Server(connection), true))
         })
     }
 
@@ -282,8 +334,18 @@ async fn watch(state: std::sync::Weak<SharedState>) {
                 ))),
             }
         };
-        // A ping has a second: it reports health, it does not hold a request up.
-        let answered = state.call(Duration::from_secs(1), ping).await.is_ok();
+        // A ping has a second: it reports health, it does not hold a request up. It is
+        // tried whatever the last one found, and is not counted among the requests' calls.
+        let ping = state.try_call(Duration::from_secs(1), ping).await;
+        if let Err((_, detail)) = &ping {
+            state.went_down(detail);
+            // A connection whose peer vanished without a reset (a node lost, a pod
+            // replaced behind its Service) only times out: every thread, the watcher's
+            // next ping first, connects afresh.
+            state.epoch.fetch_add(1, Ordering::Relaxed);
+        }
+        let answered = ping.is_ok();
+        state.down.store(!answered, Ordering::Relaxed);
         let was = state.answering.swap(answered, Ordering::Relaxed);
         if answered && !was {
             // Back (or there for the first time): every thread connects afresh, and the
@@ -294,7 +356,7 @@ async fn watch(state: std::sync::Weak<SharedState>) {
                 budget::spend_script().load_async(&mut connection).await?;
                 fleet::script().load_async(&mut connection).await
             };
-            let _ = state.call(Duration::from_secs(1), load).await;
+            let _ = state.try_call(Duration::from_secs(1), load).await;
         }
     }
 }
