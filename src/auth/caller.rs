@@ -30,6 +30,15 @@ pub struct QuotaCheck<'a> {
     pub hold_for: Duration,
 }
 
+/// What the shared store answered a charge.
+#[derive(Debug)]
+pub struct Charged {
+    pub outcome: Result<RateHeaders, Refusal>,
+    /// What it counts as used of each quota it checked: where a gateway that falls back
+    /// to its own count starts from.
+    pub used: Vec<(Period, u64)>,
+}
+
 #[async_trait::async_trait]
 pub trait SharedBudget: Send + Sync + std::fmt::Debug {
     /// Checks the key's quotas (none when it has none) and charges one request of
@@ -40,16 +49,16 @@ pub trait SharedBudget: Send + Sync + std::fmt::Debug {
         limits: Limits,
         quotas: Option<QuotaCheck<'_>>,
         tokens: u32,
-    ) -> Result<Result<RateHeaders, Refusal>, Unanswered>;
+    ) -> Result<Charged, Unanswered>;
 
-    /// Adds an answer's tokens (0 for none) to the key's quota counters and releases the
-    /// hold `hold_id` of `held` tokens, in one step.
+    /// Adds an answer's tokens (`[day, month]`, 0 for none) to the key's quota
+    /// counters and releases the hold `hold_id` of `held` tokens, in one step.
     async fn spend(
         &self,
         key_id: &str,
         quotas: &Quotas,
         calendar: &Calendar,
-        tokens: u64,
+        tokens: [u64; 2],
         hold: (&str, u32),
     ) -> Result<(), Unanswered>;
 
@@ -138,7 +147,13 @@ impl Caller {
                 hold_id,
                 hold_for,
             });
-        match shared.charge(&self.key_id, limits, check, tokens).await {
+        let charged = shared.charge(&self.key_id, limits, check, tokens).await;
+        if let (Ok(charged), Some(calendar)) = (&charged, &calendar) {
+            for &(period, used) in &charged.used {
+                self.quota.saw(period, calendar, used);
+            }
+        }
+        match charged.map(|c| c.outcome) {
             Ok(Ok(headers)) => Ok(headers),
             Ok(Err(refusal)) => {
                 // Refused in the script, which then holds nothing.
@@ -207,12 +222,20 @@ impl Caller {
         let (key_id, quota) = (self.key_id.clone(), Arc::clone(&self.quota));
         runtime.spawn(async move {
             let (hold_id, held) = shared_hold.unwrap_or_default();
+            // What was counted here while Redis did not take it goes with this answer.
+            let backlog = quota.take_backlog(&calendar);
+            let counted = backlog.map(|b| b.saturating_add(tokens));
             let spent = shared
-                .spend(&key_id, &quota.quotas, &calendar, tokens, (&hold_id, held))
+                .spend(&key_id, &quota.quotas, &calendar, counted, (&hold_id, held))
                 .await;
-            if spent.is_err() && tokens > 0 {
+            if spent.is_ok() {
+                quota.saw_spent(tokens, &calendar);
+            } else {
                 // Counted here; the hold in Redis ends by itself (`hold_for`).
-                quota.spend(tokens, 0, &calendar);
+                quota.give_back(backlog, &calendar);
+                if tokens > 0 {
+                    quota.spend(tokens, 0, &calendar);
+                }
             }
         });
     }

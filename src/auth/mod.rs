@@ -19,7 +19,9 @@ mod caller;
 pub mod limits;
 pub mod quota;
 
-pub use caller::{Caller, QuotaCalendar, QuotaCheck, QuotaCounter, SharedBudget, Unanswered};
+pub use caller::{
+    Caller, Charged, QuotaCalendar, QuotaCheck, QuotaCounter, SharedBudget, Unanswered,
+};
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -204,20 +204,47 @@ pub struct KeyQuota {
 
 #[derive(Debug, Default)]
 struct Counted {
-    /// The day and the month counted, and the tokens in each.
+    /// The day and the month counted, and the tokens in each: all of them for one
+    /// gateway; with shared quotas, those counted here while Redis did not take them,
+    /// and not yet handed to it ([`KeyQuota::take_backlog`]).
     used: [(String, u64); 2],
+    /// With shared quotas, what Redis last said the key had used of the day and the
+    /// month: a gateway that falls back to its own count (`fail_open`) starts from it,
+    /// not from nothing.
+    seen: [(String, u64); 2],
     /// Tokens held by the key's requests in flight here.
     held: u64,
 }
 
+/// The tokens in `counts`' slot for `period`, if it counts the period `calendar` is in.
+fn in_period(counts: &[(String, u64); 2], period: Period, calendar: &Calendar) -> u64 {
+    let (name, tokens) = &counts[KeyQuota::slot(period)];
+    if name == calendar.name(period) {
+        *tokens
+    } else {
+        0
+    }
+}
+
+/// Adds `tokens` to `counts`' slot for `period`, starting it afresh in a new period.
+fn add_in_period(
+    counts: &mut [(String, u64); 2],
+    period: Period,
+    calendar: &Calendar,
+    tokens: u64,
+) {
+    let (name, used) = &mut counts[KeyQuota::slot(period)];
+    if name != calendar.name(period) {
+        *name = calendar.name(period).to_owned();
+        *used = 0;
+    }
+    *used = used.saturating_add(tokens);
+}
+
 impl Counted {
     fn used(&self, period: Period, calendar: &Calendar) -> u64 {
-        let (name, tokens) = &self.used[KeyQuota::slot(period)];
-        if name == calendar.name(period) {
-            *tokens
-        } else {
-            0
-        }
+        in_period(&self.seen, period, calendar)
+            .saturating_add(in_period(&self.used, period, calendar))
     }
 }
 
@@ -281,12 +308,52 @@ impl KeyQuota {
             return;
         }
         for period in [Period::Day, Period::Month] {
-            let (name, used) = &mut counted.used[Self::slot(period)];
-            if name != calendar.name(period) {
-                *name = calendar.name(period).to_owned();
-                *used = 0;
+            add_in_period(&mut counted.used, period, calendar, tokens);
+        }
+    }
+
+    /// Notes what Redis said the key has used of `period` (shared quotas).
+    pub fn saw(&self, period: Period, calendar: &Calendar, used: u64) {
+        let mut counted = self.counted();
+        let slot = &mut counted.seen[Self::slot(period)];
+        *slot = (calendar.name(period).to_owned(), used);
+    }
+
+    /// Adds an answer's tokens Redis took to what was seen there, so that a fallback
+    /// between this answer and the next charge counts them.
+    pub fn saw_spent(&self, tokens: u64, calendar: &Calendar) {
+        let mut counted = self.counted();
+        for period in [Period::Day, Period::Month] {
+            add_in_period(&mut counted.seen, period, calendar, tokens);
+        }
+    }
+
+    /// Takes the tokens counted here (while Redis did not take them) in the day and the
+    /// month `calendar` is in, to hand to Redis; `[day, month]`. They count as seen
+    /// meanwhile; [`KeyQuota::give_back`] puts them back should Redis not take them.
+    pub fn take_backlog(&self, calendar: &Calendar) -> [u64; 2] {
+        let mut counted = self.counted();
+        let counted = &mut *counted;
+        [Period::Day, Period::Month].map(|period| {
+            let tokens = in_period(&counted.used, period, calendar);
+            counted.used[Self::slot(period)].1 =
+                counted.used[Self::slot(period)].1.saturating_sub(tokens);
+            add_in_period(&mut counted.seen, period, calendar, tokens);
+            tokens
+        })
+    }
+
+    /// Puts back a backlog Redis did not take.
+    pub fn give_back(&self, backlog: [u64; 2], calendar: &Calendar) {
+        let mut counted = self.counted();
+        for (period, tokens) in [Period::Day, Period::Month].into_iter().zip(backlog) {
+            if tokens > 0 {
+                let seen = &mut counted.seen[Self::slot(period)];
+                if seen.0 == calendar.name(period) {
+                    seen.1 = seen.1.saturating_sub(tokens);
+                }
+                add_in_period(&mut counted.used, period, calendar, tokens);
             }
-            *used = used.saturating_add(tokens);
         }
     }
 }
@@ -356,6 +423,36 @@ mod tests {
         let uses = uses(&quota.quotas, &tuesday, |p| quota.used(p, &tuesday), 0);
         assert_eq!(uses[0].used, 400);
         assert_eq!(uses[1].current, "2026-12");
+    }
+
+    #[test]
+    fn a_fallback_starts_from_what_redis_said_and_hands_back_what_it_counted() {
+        let quota = KeyQuota::new(Quotas {
+            tokens_per_day: NonZeroU64::new(1000),
+            tokens_per_month: None,
+        });
+        let monday = Calendar::at(at("2026-12-07T10:00:00Z"), chrono_tz::UTC);
+        // Redis said 900 were used, then took an answer of 60.
+        quota.saw(Period::Day, &monday, 900);
+        quota.saw_spent(60, &monday);
+        assert_eq!(quota.used(Period::Day, &monday), 960);
+        // Redis gone: this gateway counts an answer of 50 itself, and is spent.
+        quota.spend(50, 0, &monday);
+        let spent = quota
+            .hold(1, &monday)
+            .expect_err("spent, counting what Redis said");
+        assert_eq!(spent.used, 1010);
+        // Back: the 50 go to Redis with the next answer; not taken, they stay here.
+        assert_eq!(quota.take_backlog(&monday), [50, 50]);
+        assert_eq!(quota.take_backlog(&monday), [0, 0], "taken once");
+        assert_eq!(quota.used(Period::Day, &monday), 1010, "seen meanwhile");
+        quota.give_back([50, 50], &monday);
+        assert_eq!(quota.used(Period::Day, &monday), 1010);
+        assert_eq!(quota.take_backlog(&monday), [50, 50], "given back");
+        // A new day starts from nothing, whatever was seen the day before.
+        let tuesday = Calendar::at(at("2026-12-08T10:00:00Z"), chrono_tz::UTC);
+        assert_eq!(quota.used(Period::Day, &tuesday), 0);
+        assert_eq!(quota.take_backlog(&tuesday), [0, 0]);
     }
 
     #[test]

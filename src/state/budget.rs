@@ -15,7 +15,7 @@ use super::limits::{outcome, Line, QUOTA_SPENT, SCRIPT};
 use super::{OnFailure, SharedState};
 use crate::auth::limits::{Limits, RateHeaders, Refusal};
 use crate::auth::quota::{Calendar, Period, Quotas, Spent};
-use crate::auth::{QuotaCheck, SharedBudget, Unanswered};
+use crate::auth::{Charged, QuotaCheck, SharedBudget, Unanswered};
 use crate::error::RateUnit;
 
 static SPEND: LazyLock<redis::Script> =
@@ -53,7 +53,7 @@ impl SharedBudget for SharedState {
         limits: Limits,
         quotas: Option<QuotaCheck<'_>>,
         tokens: u32,
-    ) -> Result<Result<RateHeaders, Refusal>, Unanswered> {
+    ) -> Result<Charged, Unanswered> {
         let meters: Vec<(RateUnit, NonZeroU32, u32)> = [
             (RateUnit::Requests, limits.requests_per_minute, 1),
             // Every request costs at least one token, as in one gateway.
@@ -72,7 +72,10 @@ impl SharedBudget for SharedState {
             })
             .unwrap_or_default();
         if meters.is_empty() && counted.is_empty() {
-            return Ok(Ok(RateHeaders::default()));
+            return Ok(Charged {
+                outcome: Ok(RateHeaders::default()),
+                used: Vec::new(),
+            });
         }
         let mut invocation = SCRIPT.prepare_invoke();
         invocation.arg(meters.len()).arg(counted.len());
@@ -114,13 +117,17 @@ impl SharedBudget for SharedState {
                     .ok()
                     .and_then(|j| counted.get(j).copied())
                     .unwrap_or((Period::Day, 0));
-                return Ok(Err(Refusal::QuotaSpent(Spent {
-                    period,
-                    limit,
-                    used: u64::try_from(used).unwrap_or(0),
-                    held: u64::try_from(held).unwrap_or(0),
-                    resets_in: check.calendar.ends_in(period),
-                })));
+                let used = u64::try_from(used).unwrap_or(0);
+                return Ok(Charged {
+                    outcome: Err(Refusal::QuotaSpent(Spent {
+                        period,
+                        limit,
+                        used,
+                        held: u64::try_from(held).unwrap_or(0),
+                        resets_in: check.calendar.ends_in(period),
+                    })),
+                    used: vec![(period, used)],
+                });
             }
         }
         let lines: Vec<Line> = lines
@@ -130,7 +137,16 @@ impl SharedBudget for SharedState {
                 _ => (0, 0, 0),
             })
             .collect();
-        Ok(outcome(&meters, &lines))
+        // After the limits' lines, each quota's: {3, used, 0}.
+        let used = counted
+            .iter()
+            .zip(lines.get(meters.len()..).unwrap_or_default())
+            .map(|(&(period, _), &(_, used, _))| (period, u64::try_from(used).unwrap_or(0)))
+            .collect();
+        Ok(Charged {
+            outcome: outcome(&meters, &lines),
+            used,
+        })
     }
 
     async fn spend(
@@ -138,7 +154,7 @@ impl SharedBudget for SharedState {
         key_id: &str,
         quotas: &Quotas,
         calendar: &Calendar,
-        tokens: u64,
+        tokens: [u64; 2],
         (hold_id, held): (&str, u32),
     ) -> Result<(), Unanswered> {
         // One script: no other gateway sees the tokens both counted and held, or neither
@@ -149,6 +165,10 @@ impl SharedBudget for SharedState {
             .arg(format!("{hold_id}:{held}"));
         for (period, _) in quotas.each() {
             let keep = calendar.ends_in(period) + Duration::from_secs(86_400);
+            let tokens = match period {
+                Period::Day => tokens[0],
+                Period::Month => tokens[1],
+            };
             invocation
                 .key(self.quota_key(key_id, period, calendar))
                 .arg(tokens)

@@ -298,3 +298,64 @@ pub(crate) fn script() -> UpstreamScript {
         ..UpstreamScript::default()
     }
 }
+
+/// A TCP relay in front of Redis whose connections can be black-holed: they stay open
+/// and forward nothing more, as when Redis's node is lost or its pod replaced behind a
+/// Service without a reset. Connections made after that pass again.
+pub(crate) struct Relay {
+    pub(crate) port: u16,
+    /// Connections made before this generation forward nothing.
+    cut: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Backend for Relay {
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Relay {
+    pub(crate) async fn start(to: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let generation = std::sync::Arc::clone(&cut);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
+                    continue;
+                };
+                let born = generation.load(Ordering::Relaxed);
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                for (from, into) in [(client_read, server_write), (server_read, client_write)] {
+                    let generation = std::sync::Arc::clone(&generation);
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let (mut from, mut into) = (from, into);
+                        let mut buffer = vec![0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from.read(&mut buffer).await {
+                            if generation.load(Ordering::Relaxed) > born {
+                                continue;
+                            }
+                            if into.write_all(&buffer[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                        // Held open, silent, once black-holed.
+                        std::future::pending::<()>().await;
+                    });
+                }
+            }
+        });
+        Self { port, cut }
+    }
+
+    /// Every connection made so far forwards nothing more, and is never closed.
+    pub(crate) fn black_hole(&self) {
+        self.cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}

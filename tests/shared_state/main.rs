@@ -2,8 +2,11 @@
 //! test` installs it) and gateway processes (the `llmgate` binary) on one keys file, in
 //! front of scripted upstreams. A limit and a quota hold across gateways; Redis gone or
 //! hung neither hangs a request nor stops `fail_open` gateways, `fail_closed` ones refuse
-//! with 503, and both recover when Redis returns; a replica one gateway ejects is out
-//! for all, and one conversation stays on one replica whichever gateway takes a turn.
+//! with 503, and both recover when Redis returns (or vanishes without a reset and is
+//! reached afresh); `fail_open` holds a key to the gateway's own limits and to the quota
+//! Redis last counted, and hands Redis what it counted meanwhile; a replica one gateway
+//! ejects is out for all, and one conversation stays on one replica whichever gateway
+//! takes a turn.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::upstream::{start_upstream, UPSTREAM_MODEL};
-use harness::{keys_dir, script, Gateway, Redis, KEY};
+use harness::{keys_dir, script, Gateway, Redis, Relay, KEY};
 use llmgate::bench::upstream::{ScriptedFault, UpstreamScript};
 use serde_json::json;
 
@@ -384,5 +387,170 @@ async fn limits_are_shared_over_tls_with_the_servers_ca_and_refused_without_it()
         untrusting.chat().await.0,
         200,
         "its own limits: a fresh budget"
+    );
+}
+
+/// The tokens an answer used, from its `usage`.
+fn used_by(body: &serde_json::Value) -> u64 {
+    let usage = &body["usage"];
+    usage["prompt_tokens"].as_u64().unwrap_or(0) + usage["completion_tokens"].as_u64().unwrap_or(0)
+}
+
+/// A gateway's count of calls to Redis not tried because its watcher found it gone.
+async fn calls_not_tried(gateway: &Gateway) -> u64 {
+    let metrics = reqwest::get(format!("{}/metrics", gateway.base))
+        .await
+        .expect("/metrics")
+        .text()
+        .await
+        .expect("text");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("llmgate_state_failures_total{reason=\"down\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("the down reason is counted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_starts_from_what_redis_counted_and_hands_its_own_count_back() {
+    let upstream = start_upstream(script()).await;
+    let deadline = ["--state-timeout-ms", "200"];
+
+    // A quota spent through another gateway while Redis answered stays spent when it
+    // hangs: a gateway falls back to its own count, which starts from what Redis said,
+    // not from nothing.
+    let redis = Redis::start();
+    let dir = keys_dir("daily_tokens=100");
+    let spender = Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await;
+    let gateway = Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await;
+    let mut answered = 0;
+    loop {
+        let (status, body, _) = spender.chat().await;
+        match status {
+            200 => answered += 1,
+            429 if body["error"]["code"] == "insufficient_quota" => break,
+            _ => panic!("{status}: {body}"),
+        }
+        assert!(answered < 50, "the quota never stopped the key");
+    }
+    let (status, body, _) = gateway.chat().await;
+    assert_eq!(status, 429, "spent, through the other gateway: {body}");
+    redis.signal("-STOP");
+    assert!(gateway.until_state(false).await, "the watcher sees it hang");
+    let (status, body, _) = gateway.chat().await;
+    assert_eq!(status, 429, "spent, as Redis said: {body}");
+    assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+    assert!(
+        calls_not_tried(&gateway).await > 0,
+        "a Redis found gone is not called"
+    );
+    redis.signal("-CONT");
+
+    // What a gateway counted while Redis hung goes there once it is back.
+    let redis = Redis::start();
+    let dir = keys_dir("daily_tokens=100000");
+    let open = Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await;
+    let other = Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await;
+    let mut used = 0;
+    let ask = async |phase: &str| {
+        let (status, body, _) = open.chat().await;
+        assert_eq!(status, 200, "{phase}: {body}");
+        used_by(&body)
+    };
+    for _ in 0..2 {
+        used += ask("Redis up").await;
+    }
+    redis.signal("-STOP");
+    assert!(open.until_state(false).await, "the watcher sees it hang");
+    for _ in 0..3 {
+        used += ask("Redis hung, fail_open").await;
+    }
+    redis.signal("-CONT");
+    assert!(open.until_state_up().await, "the watcher sees it back");
+    used += ask("Redis back").await;
+    let counted_in_redis = async || other.stats().await["quotas"][0]["used"].as_u64();
+    let mut seen = None;
+    for _ in 0..50 {
+        seen = counted_in_redis().await;
+        if seen == Some(used) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen,
+        Some(used),
+        "Redis counts every answer, those counted while it hung too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_to_a_redis_that_vanished_without_a_reset_are_made_again() {
+    let redis = Redis::start();
+    let relay = Relay::start(redis.port).await;
+    let upstream = start_upstream(script()).await;
+    let dir = keys_dir("rpm=100000");
+    let args = [
+        "--state-timeout-ms",
+        "200",
+        "--state-on-failure",
+        "fail_closed",
+    ];
+    let gateway = Gateway::start(dir.path(), Some(&upstream.url), &relay, &args).await;
+    assert!(gateway.until_state_up().await);
+    // Requests on every worker thread, so each holds a connection.
+    let warm = (0..16).map(|_| gateway.chat());
+    for (status, body, _) in futures_util::future::join_all(warm).await {
+        assert_eq!(status, 200, "{body}");
+    }
+    // Every connection the gateway holds goes silent; a new one would reach Redis.
+    relay.black_hole();
+    let mut in_a_row = 0;
+    for _ in 0..150 {
+        let (status, body, took) = gateway.chat().await;
+        assert!(
+            took < Duration::from_secs(3),
+            "never a hung request: {took:?}"
+        );
+        match status {
+            200 => in_a_row += 1,
+            503 => {
+                assert_eq!(body["error"]["code"], "state_unavailable", "{body}");
+                in_a_row = 0;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("{other}: {body}"),
+        }
+        if in_a_row == 20 {
+            break;
+        }
+    }
+    assert_eq!(in_a_row, 20, "every thread connected afresh");
+    assert!(gateway.until_ready(200).await, "ready again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_holds_a_key_to_its_limits_in_the_gateway_while_redis_is_gone() {
+    let mut redis = Redis::start();
+    let upstream = start_upstream(script()).await;
+    let dir = keys_dir("rpm=3");
+    let deadline = ["--state-timeout-ms", "200"];
+    let gateway = Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await;
+    assert!(gateway.until_state_up().await);
+    redis.stop();
+    assert!(gateway.until_state(false).await, "the watcher sees it gone");
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let (status, body, _) = gateway.chat().await;
+        if status == 429 {
+            assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+        }
+        statuses.push(status);
+    }
+    // The bucket starts full: 3 at once, then one a minute apart.
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429, 429],
+        "the gateway's own limit"
     );
 }
