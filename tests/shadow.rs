@@ -262,8 +262,25 @@ async fn a_fifth_of_the_requests_are_compared_and_the_slower_looping_candidate_i
     for doc in &compared {
         let c = &doc["llm"]["comparison"];
         for side in ["primary", "candidate"] {
-            assert!(c[side]["ttft_ms"].is_f64(), "{side}: {c}");
-            assert!(c[side]["repetition_rate"].is_f64(), "{side}: {c}");
+            let figures = &c[side];
+            for figure in [
+                "ttft_ms",
+                "tpot_ms",
+                "itl_p95_ms",
+                "e2e_ms",
+                "repetition_rate",
+                "mean_logprob",
+            ] {
+                assert!(figures[figure].is_f64(), "{side} {figure}: {c}");
+            }
+            assert!(
+                figures["completion_tokens"].as_u64() > Some(0),
+                "{side}: {c}"
+            );
+            assert!(figures["refusal"].is_boolean(), "{side}: {c}");
+            assert!(figures["language"].is_string(), "{side}: {c}");
+            assert_eq!(figures["finish_reason"], "stop", "{side}: {c}");
+            assert_eq!(figures["status"], "ok", "{side}: {c}");
         }
         assert_eq!(c["primary"]["model"], "current");
         assert_eq!(c["candidate"]["model"], "next");
@@ -306,6 +323,58 @@ async fn copies_beyond_the_shadow_cap_are_dropped_and_counted() {
         8,
         "each picked request compared or dropped: {view}"
     );
+}
+
+/// The sum of the `/metrics` samples whose line starts with `prefix`.
+fn metric_sum(metrics: &str, prefix: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_copy_makes_way_for_clients_and_is_compared_with_nothing() {
+    // Clients' answers take 400 ms; copies wait 3 s for their first byte.
+    let primary = start_upstream(UpstreamScript {
+        interval: Duration::from_millis(100),
+        ..scripted(4)
+    })
+    .await;
+    let candidate = start_upstream(UpstreamScript {
+        first_delay: Duration::from_secs(3),
+        ..scripted(4)
+    })
+    .await;
+    let first = "shadow = { model = \"next\", share = 1.0 }\n";
+    let gateway = gateway_of(&primary, &candidate, first, "", &["--max-in-flight", "4"]).await;
+    // One client alone: its copy is sent and still runs after the answer.
+    ask(&gateway, false).await;
+    // Three clients at once fill over half of the gateway's 4: copies give way.
+    futures_util::future::join_all((0..3).map(|_| ask(&gateway, false))).await;
+    let metrics = get(&gateway, "/metrics").await;
+    let shed = metric_sum(
+        &metrics,
+        "llmgate_shadow_dropped_total{primary=\"current\",candidate=\"next\",reason=\"shed\"}",
+    );
+    assert!(shed >= 1, "the running copy was stopped: {shed}");
+    let dropped = metric_sum(&metrics, "llmgate_shadow_dropped_total{");
+    // Each of the 4 picked requests is dropped, stopped or compared, never compared
+    // against a copy that was stopped (it would count as the candidate failing).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let metrics = get(&gateway, "/metrics").await;
+    let compared = metric_sum(&metrics, "llmgate_shadow_compared_total{");
+    let failed = metric_sum(
+        &metrics,
+        "llmgate_shadow_compared_total{primary=\"current\",candidate=\"next\",outcome=\"failed\"}",
+    );
+    assert_eq!(
+        dropped + compared,
+        4,
+        "{dropped} dropped, {compared} compared"
+    );
+    assert_eq!(failed, 0, "a stopped copy is not a failed candidate");
 }
 
 /// A request to the split `chat` as `user`, with `key`: the variant header and the body.

@@ -33,8 +33,9 @@ pub const WINDOW: usize = 1_000;
 /// A side whose other never ended is forgotten after this.
 const FORGET_AFTER: Duration = Duration::from_secs(15 * 60);
 
-/// Why a shadow request was not sent: the `reason` of `llmgate_shadow_dropped_total`.
-pub const DROP_REASONS: [&str; 2] = ["busy", "load"];
+/// Why a shadow request was not sent, or was stopped: the `reason` of
+/// `llmgate_shadow_dropped_total`. `shed`: stopped while it ran, to make way for clients.
+pub const DROP_REASONS: [&str; 3] = ["busy", "load", "shed"];
 
 /// A served model's shadow as the config sets it (`shadow = { model, share,
 /// max_in_flight }` on a `[[models]]` entry), checked.
@@ -65,14 +66,21 @@ impl Shadow {
         ((n + 1.0) * self.share).floor() > (n * self.share).floor()
     }
 
-    /// A place for one copy, or why there is none: the clients' requests in flight
-    /// (`clients`, this one among them) fill half the gateway's `limit` (`load`), or
-    /// `shadow.max_in_flight` copies are in flight (`busy`).
-    pub fn try_start(&self, clients: usize, limit: usize) -> Result<Permit, &'static str> {
-        if clients * 2 > limit {
+    /// A place for one copy, or why there is none: the gateway is crowded (`load`, see
+    /// [`Shadow::crowded`]), or `shadow.max_in_flight` copies are in flight (`busy`).
+    pub fn try_start(&self, crowded: bool) -> Result<Permit, &'static str> {
+        if crowded {
             return Err("load");
         }
         self.copies.try_admit().ok_or("busy")
+    }
+
+    /// Whether copies must make way for clients: the clients' requests in flight
+    /// (`clients`) fill over half the gateway's `limit`, or the candidate's engine has
+    /// more requests waiting for a slot (`candidate_waiting`) than there are copies in
+    /// flight, so that a client waits behind them.
+    pub fn crowded(&self, clients: usize, limit: usize, candidate_waiting: usize) -> bool {
+        clients * 2 > limit || candidate_waiting > self.copies.in_flight()
     }
 
     /// The links of a new pair: the client's request and its copy, under an id of
@@ -174,10 +182,17 @@ struct PairWindow {
 /// bootstraps take tens of milliseconds, and the page asks every two seconds.
 const VIEWS_KEPT: Duration = Duration::from_secs(5);
 
+/// What a pair's first record to end left for its other.
+enum Waiting {
+    Side(ShadowSide, Box<SideFigures>),
+    /// The copy was stopped to make way for clients: neither side is compared.
+    Shed,
+}
+
 /// The sides waiting for their other, and each pair's window.
 #[derive(Default)]
 pub struct Pairs {
-    waiting: Mutex<HashMap<String, (Instant, ShadowSide, SideFigures)>>,
+    waiting: Mutex<HashMap<String, (Instant, Waiting)>>,
     windows: Mutex<HashMap<PairKey, PairWindow>>,
     views: Mutex<Option<(Instant, Vec<PairView>)>>,
 }
@@ -196,11 +211,19 @@ impl Pairs {
         let other = {
             let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             match waiting.remove(&link.pair_id) {
-                Some((_, other_side, other)) if other_side != link.side => other,
+                Some((_, Waiting::Side(other_side, other))) if other_side != link.side => *other,
+                Some(shed @ (_, Waiting::Shed)) => {
+                    // Kept for the other side's record, until forgotten.
+                    waiting.insert(link.pair_id.clone(), shed);
+                    return None;
+                }
                 _ => {
                     let now = Instant::now();
-                    waiting.retain(|_, (at, ..)| now.duration_since(*at) < FORGET_AFTER);
-                    waiting.insert(link.pair_id.clone(), (now, link.side, side));
+                    waiting.retain(|_, (at, _)| now.duration_since(*at) < FORGET_AFTER);
+                    waiting.insert(
+                        link.pair_id.clone(),
+                        (now, Waiting::Side(link.side, Box::new(side))),
+                    );
                     return None;
                 }
             }
@@ -223,6 +246,12 @@ impl Pairs {
         }
         window.comparisons.push_back(Arc::clone(&comparison));
         Some(comparison)
+    }
+
+    /// The copy of pair `pair_id` was stopped: neither side's record is compared.
+    pub fn shed(&self, pair_id: &str) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.insert(pair_id.to_owned(), (Instant::now(), Waiting::Shed));
     }
 
     /// Every pair's window with its verdicts, as computed at most [`VIEWS_KEPT`] ago.
@@ -289,5 +318,30 @@ fn view(primary: String, candidate: String, comparisons: &[Arc<Comparison>]) -> 
             .then(|| distances.iter().sum::<f64>() / distances.len() as f64),
         figures,
         last: comparisons.last().map(|c| (**c).clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_give_way_when_clients_fill_half_or_wait_behind_them() {
+        let policy = ShadowPolicy {
+            candidate: "b".into(),
+            share: 1.0,
+            max_in_flight: 2,
+        };
+        let shadows = Shadows::new([("a", &policy)]);
+        let shadow = shadows.of("a").expect("a's shadow");
+        assert!(!shadow.crowded(2, 4, 0), "half full");
+        assert!(shadow.crowded(3, 4, 0), "over half full");
+        assert!(shadow.crowded(0, 4, 1), "a client waits, no copy runs");
+        let _copy = shadow.try_start(false).expect("a place");
+        assert!(!shadow.crowded(1, 4, 1), "the one waiting may be the copy");
+        assert!(shadow.crowded(1, 4, 2), "a client waits behind it");
+        assert_eq!(shadow.try_start(true).map(drop), Err("load"));
+        let _second = shadow.try_start(false).expect("a second place");
+        assert_eq!(shadow.try_start(false).map(drop), Err("busy"));
     }
 }

@@ -1,12 +1,15 @@
 //! Shadowing on the request path: a copy of a picked request goes to its model's
 //! candidate in the background (`crate::shadow`), along the same path as a client's
 //! request (admitted, started, answered, recorded), with its answer read to the end and
-//! dropped. The client's request waits for nothing of it.
+//! dropped. The client's request waits for nothing of it, and a copy gives way to
+//! clients: it is not sent while the gateway is crowded, and is stopped when it becomes
+//! so ([`Shadow::crowded`], looked at every [`SHED_CHECK`]).
 
 use actix_web::http::header::HeaderMap;
 use actix_web::web;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Charged, GenerationRoute, Handling, Unanswered};
 use crate::admission::Permit;
@@ -17,6 +20,19 @@ use crate::record::ShadowLink;
 use crate::shadow::Shadow;
 use crate::stream::producer::Deadline;
 use crate::timing::RequestTimer;
+
+/// How often a running copy looks whether it must make way for clients.
+const SHED_CHECK: Duration = Duration::from_millis(20);
+
+/// Whether `shadow`'s copies must make way for clients now.
+fn crowded(state: &AppState, shadow: &Shadow) -> bool {
+    let admission = &state.admission;
+    let waiting = state
+        .models
+        .get(&shadow.candidate)
+        .map_or(0, |served| served.engine.load().waiting);
+    shadow.crowded(admission.in_flight(), admission.limit(), waiting)
+}
 
 /// A request picked for a copy: its model is shadowed and it is one of the share.
 pub(super) struct Picked {
@@ -52,22 +68,17 @@ pub(super) fn pick(state: &web::Data<AppState>, parsed: &ValidatedRequest) -> Op
 
 impl Picked {
     /// Takes the copy's place, once the client's request is admitted: under the
-    /// shadow's own cap, and only while the clients fill under half the gateway and it
-    /// is not draining; otherwise the copy is dropped and counted. The client's request
-    /// (`pending`) then names the pair.
+    /// shadow's own cap, and only while the gateway is not crowded
+    /// ([`Shadow::crowded`]) nor draining; otherwise the copy is dropped and counted.
+    /// The client's request (`pending`) then names the pair.
     pub(super) fn reserve(
         self,
         route: GenerationRoute,
         pending: &mut Unanswered,
     ) -> Option<Reserved> {
         let state = &self.state;
-        let admission = &state.admission;
-        let started = if state.lifecycle.is_draining() {
-            Err("load")
-        } else {
-            self.shadow
-                .try_start(admission.in_flight(), admission.limit())
-        };
+        let crowded = state.lifecycle.is_draining() || crowded(state, &self.shadow);
+        let started = self.shadow.try_start(crowded);
         let permit = match started {
             Ok(permit) => permit,
             Err(reason) => {
@@ -94,13 +105,34 @@ impl Reserved {
     /// Sends the copy, on this worker's own thread as the request itself: an answer
     /// (`HttpResponse`) does not move between threads.
     pub(super) fn launch(self) {
-        actix_web::rt::spawn(run(
-            self.route,
-            self.picked.state,
-            self.picked.copy,
-            self.link,
-            self.permit,
-        ));
+        let Picked {
+            shadow,
+            copy,
+            state,
+        } = self.picked;
+        actix_web::rt::spawn(async move {
+            let pair_id = self.link.pair_id.clone();
+            let copy = run(self.route, state.clone(), copy, self.link, self.permit);
+            tokio::pin!(copy);
+            let mut every = tokio::time::interval(SHED_CHECK);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = &mut copy => return,
+                    _ = every.tick() => {
+                        if crowded(&state, &shadow) {
+                            // Marked first: the copy's record, made as it is dropped,
+                            // and the client's are then compared with nothing.
+                            state.telemetry.shadow_pairs.shed(&pair_id);
+                            let metrics = &state.telemetry.metrics;
+                            metrics.shadow_dropped(&shadow.primary, &shadow.candidate, "shed");
+                            return;
+                        }
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -108,12 +140,15 @@ impl Reserved {
 async fn run(
     route: GenerationRoute,
     state: web::Data<AppState>,
-    parsed: ValidatedRequest,
+    mut parsed: ValidatedRequest,
     link: ShadowLink,
     permit: Permit,
 ) {
     let t_recv = state.clock.now();
     let request_id = format!("{}-shadow", link.pair_id);
+    // The candidate's `x-request-id` is the pair's id (a UUID), not the client's: one
+    // server serving both models must not see one id twice.
+    parsed.generation.request_id = link.pair_id.clone();
     let deadline = Deadline::from_now(state.timeouts.request, state.lifecycle.cut_off());
     let trace = state
         .telemetry

@@ -80,7 +80,7 @@ declare_families! {
             "Shadowed requests whose two sides both ended, by how the answers compare: identical, different, or failed (one side gave none)";
         shadow_dropped: Family<PairReasonLabels, Counter> = Family::default(),
             names::SHADOW_DROPPED,
-            "Requests picked for shadowing whose copy was not sent: busy (shadow.max_in_flight copies in flight) or load (the gateway over half full)";
+            "Requests picked for shadowing whose copy was not sent: busy (shadow.max_in_flight copies in flight) or load (the gateway crowded: over half full, or a client waiting behind copies in the candidate's engine); or stopped while it ran, to make way for clients (shed)";
         shadow_ttft_delta: PairHistograms = pair_family(DELTA_BUCKETS),
             names::SHADOW_TTFT_DELTA,
             "Shadowed requests: the candidate's TTFT minus the primary's";
