@@ -231,6 +231,7 @@ async fn canary(shared: Weak<Shared>) {
             &config.prompts,
             &round,
             crate::clock::unix_seconds(std::time::SystemTime::now()),
+            &this.fleet.canaries,
         );
         for (label, view) in views.iter().filter(|(_, v)| v.drifting) {
             tracing::warn!(

@@ -61,11 +61,14 @@ impl Canaries {
 
 /// The round's verdict per replica: for each prompt, the answer most replicas gave, when
 /// more than half of those that answered gave it; a replica that answered otherwise is
-/// drifting. Without a majority (two replicas that disagree) nobody is flagged.
+/// drifting. Without a majority (two replicas that disagree) nobody is flagged. A
+/// prompt a replica did not answer this round keeps what the `last` round found of it,
+/// so a drifting replica that misses a round is not cleared by its silence.
 pub fn judge(
     prompts: &[String],
     round: &[(String, Answers)],
     checked_at: u64,
+    last: &Canaries,
 ) -> Vec<(String, CanaryView)> {
     let majorities: Vec<Option<&str>> = (0..prompts.len())
         .map(|p| {
@@ -88,8 +91,16 @@ pub fn judge(
         .map(|(label, answers)| {
             let mut hash = Sha256::new();
             let mut differing = Vec::new();
+            let last = last.of(label);
             for (p, answer) in answers.iter().enumerate() {
-                let Some(answer) = answer else { continue };
+                let Some(answer) = answer else {
+                    let kept = last
+                        .iter()
+                        .flat_map(|view| &view.differing)
+                        .find(|d| d.prompt == prompts[p]);
+                    differing.extend(kept.cloned());
+                    continue;
+                };
                 hash.update(answer.text.as_bytes());
                 hash.update([0]);
                 if let Some(majority) = majorities[p].filter(|m| *m != answer.text) {
@@ -135,19 +146,39 @@ mod tests {
             ("b".to_owned(), vec![said("Paris"), said("1, 2")]),
             ("c".to_owned(), vec![said("Lyon"), None]),
         ];
-        let views = judge(&prompts, &round, 7);
+        let last = Canaries::default();
+        let views = judge(&prompts, &round, 7, &last);
         let c = &views[2].1;
         assert!(c.drifting && !views[0].1.drifting && !views[1].1.drifting);
         assert_eq!(c.differing[0].answer, "Lyon");
         assert_eq!(c.differing[0].majority, "Paris");
         assert_eq!(c.unanswered, 1);
         assert_eq!(views[0].1.output_hash, views[1].1.output_hash);
+        // A round it misses keeps it flagged; one it answers alike clears it.
+        last.set(views);
+        let silent = vec![
+            ("a".to_owned(), vec![said("Paris"), said("1, 2")]),
+            ("b".to_owned(), vec![said("Paris"), said("1, 2")]),
+            ("c".to_owned(), vec![None, None]),
+        ];
+        let views = judge(&prompts, &silent, 8, &last);
+        assert!(views[2].1.drifting, "silence clears nothing");
+        assert_eq!(views[2].1.differing[0].answer, "Lyon");
+        last.set(views);
+        let agrees = vec![
+            ("c".to_owned(), vec![said("Paris"), said("1, 2")]),
+            silent[0].clone(),
+            silent[1].clone(),
+        ];
+        assert!(judge(&prompts, &agrees, 9, &last)
+            .iter()
+            .all(|(_, v)| !v.drifting));
         // Two that disagree: no majority, nobody flagged.
         let two = vec![
             ("a".to_owned(), vec![said("x")]),
             ("b".to_owned(), vec![said("y")]),
         ];
-        assert!(judge(&prompts[..1], &two, 0)
+        assert!(judge(&prompts[..1], &two, 0, &Canaries::default())
             .iter()
             .all(|(_, v)| !v.drifting));
     }
