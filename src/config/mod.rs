@@ -334,6 +334,16 @@ impl Config {
             .map(|(i, split)| split.resolve(&served, i))
             .collect::<Result<_, _>>()?;
         for (i, split) in config.splits.iter().enumerate() {
+            if split.sticky == shadow::Sticky::ApiKey && config.server.api_keys_file.is_none() {
+                // Without keys every caller would get a variant per request: no split.
+                return Err(ConfigError::invalid(
+                    "splits.sticky",
+                    format!(
+                        "split '{}' keeps each API key on its variant (sticky = \"api_key\", the default), but no API keys are configured (server.api_keys_file); set sticky = \"user\" or \"header:<name>\"",
+                        split.id
+                    ),
+                ));
+            }
             if config.splits[..i].iter().any(|s| s.id == split.id) {
                 return Err(ConfigError::invalid(
                     "splits.id",

@@ -577,6 +577,10 @@ fn shadows_and_splits_name_served_models() {
             format!("{two}[[splits]]\nid = \"chat\"\nsticky = \"cookie\"\nvariants = [{{ model = \"a\" }}]\n"),
             "splits.sticky",
         ),
+        (
+            format!("{two}[[splits]]\nid = \"chat\"\nvariants = [{{ model = \"a\" }}]\n"),
+            "no API keys are configured",
+        ),
     ] {
         let text = refused(toml);
         assert!(text.contains(expected), "{expected}: {text}");
