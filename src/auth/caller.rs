@@ -13,7 +13,11 @@ use crate::record::QuotaHold;
 
 /// The shared store did not answer in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unanswered;
+pub struct Unanswered {
+    /// The call may have reached the store, and may yet run there (it timed out, or its
+    /// connection broke after it was written); `false`: it was never sent.
+    pub maybe_ran: bool,
+}
 
 /// Where keys' limits and quotas are kept when gateways share them: Redis, through the
 /// `state` module's `SharedState`. A trait, so that keys know what they ask of it and not
@@ -161,8 +165,8 @@ impl Caller {
                 Err(refusal)
             }
             // The hold stays to be released: the call may have run.
-            Err(Unanswered) if shared.fails_closed() => Err(Refusal::Unavailable),
-            Err(Unanswered) => self.charge_here(tokens, calendar.as_ref(), hold),
+            Err(Unanswered { .. }) if shared.fails_closed() => Err(Refusal::Unavailable),
+            Err(Unanswered { .. }) => self.charge_here(tokens, calendar.as_ref(), hold),
         }
     }
 
@@ -228,13 +232,19 @@ impl Caller {
             let spent = shared
                 .spend(&key_id, &quota.quotas, &calendar, counted, (&hold_id, held))
                 .await;
-            if spent.is_ok() {
-                quota.saw_spent(tokens, &calendar);
-            } else {
-                // Counted here; the hold in Redis ends by itself (`hold_for`).
-                quota.give_back(backlog, &calendar);
-                if tokens > 0 {
-                    quota.spend(tokens, 0, &calendar);
+            match spent {
+                // A call that may have run is taken as run: sent again, it could count
+                // the tokens twice (at most once, rather than at least once).
+                Ok(()) | Err(Unanswered { maybe_ran: true }) => {
+                    quota.saw_spent(tokens, &calendar);
+                }
+                Err(Unanswered { maybe_ran: false }) => {
+                    // Counted here, for Redis later; the hold there ends by itself
+                    // (`hold_for`).
+                    quota.give_back(backlog, &calendar);
+                    if tokens > 0 {
+                        quota.spend(tokens, 0, &calendar);
+                    }
                 }
             }
         });

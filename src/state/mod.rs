@@ -50,8 +50,10 @@ const CONNECT_ALLOWANCE: Duration = Duration::from_millis(250);
 enum Failure {
     /// No answer within the deadline.
     Timeout,
-    /// Redis refused or the connection is down.
+    /// Redis refused, or the connection broke after the call was written.
     Error,
+    /// No connection could be made: the call was not sent.
+    Unreachable,
     /// Not tried: the watcher's last ping went unanswered, so no call waits for a Redis
     /// that is gone, and no thread reconnects on every request.
     Down,
@@ -63,9 +65,14 @@ impl Failure {
     pub fn as_str(self) -> &'static str {
         match self {
             Failure::Timeout => "timeout",
-            Failure::Error => "error",
+            Failure::Error | Failure::Unreachable => "error",
             Failure::Down => "down",
         }
+    }
+
+    /// Whether the call may have run in Redis all the same.
+    fn maybe_ran(self) -> bool {
+        matches!(self, Failure::Timeout | Failure::Error)
     }
 }
 
@@ -185,7 +192,9 @@ impl SharedState {
         outcome.map_err(|(failure, detail)| {
             self.metrics.state_failure(failure.as_str());
             self.went_down(&detail);
-            Unanswered
+            Unanswered {
+                maybe_ran: failure.maybe_ran(),
+            }
         })
     }
 
@@ -213,7 +222,12 @@ impl SharedState {
                     .await
                     .map_err(|_| timeout)
             }
-            Err(error) => Ok(Err(error)),
+            Err(error) => {
+                return Err((
+                    Failure::Unreachable,
+                    crate::secret::scrub_held(&error.to_string()),
+                ))
+            }
         };
         match outcome {
             Ok(Ok(value)) => {
@@ -224,10 +238,14 @@ impl SharedState {
                 // Made afresh by the next call, which then connects as part of it: a kept
                 // one would first hand that call the failed reconnection's error.
                 self.forget_connection();
-                Err((
-                    Failure::Error,
-                    crate::secret::scrub_held(&error.to_string()),
-                ))
+                // A refused connection (a lazy connection connects within its first
+                // call) sent nothing.
+                let failure = if error.is_connection_refusal() {
+                    Failure::Unreachable
+                } else {
+                    Failure::Error
+                };
+                Err((failure, crate::secret::scrub_held(&error.to_string())))
             }
             Err(timeout) => Err((
                 Failure::Timeout,
