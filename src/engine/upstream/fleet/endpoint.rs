@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::policy::ReplicaLoad;
 use super::FleetConfig;
+use crate::engine::upstream::fault::FaultKind;
 use crate::engine::upstream::Fault;
 
 /// How much a new measurement moves an endpoint's average (the rest is its past).
@@ -277,15 +278,16 @@ impl Endpoint {
     }
 
     /// Whether it is failing at `now`: unreachable, out after failures, or with as many
-    /// failures in a row as eject it, the last within a cool-down plus the time one
-    /// attempt may take to fail (an endpoint the fleet may not take out, because half
-    /// the fleet is out already, still fails; one that hangs fails only once per
-    /// first-byte timeout). Without new failures that long it is given the benefit of
-    /// the doubt again, so that a fleet nobody sends work to does not stay failed for
-    /// ever.
+    /// failures in a row as eject it, the last within a cool-down (an endpoint the fleet
+    /// may not take out, because half the fleet is out already, still fails), or, when
+    /// the last was a timeout, within a cool-down plus the time one attempt may take to
+    /// fail (one that hangs fails only once per first-byte timeout). Without new
+    /// failures that long it is given the benefit of the doubt again, so that a fleet
+    /// nobody sends work to does not stay failed for ever.
     pub fn failing(&self, now: Instant, config: &FleetConfig) -> bool {
         let h = self.health();
-        let window = config.cool_down + config.failure_takes;
+        let hung = h.last_fault == Some(FaultKind::Timeout.as_str());
+        let window = config.cool_down + if hung { config.failure_takes } else { Duration::ZERO };
         h.unreachable.is_some()
             || h.ejected_until.is_some_and(|until| until > now)
             || (h.failures >= config.eject_after

@@ -515,12 +515,21 @@ mod tests {
         f.attempted(&c, AttemptHealth::Answered, None, now);
         assert_eq!(f.all_failing(now), None, "one answered");
         f.attempted(&c, AttemptHealth::Failed, Some(&error), now);
+        let cool_down = f.config.cool_down;
+        assert_eq!(f.all_failing(now + cool_down), None, "no failure for a while");
         // Replicas that hang fail once per first-byte timeout: the fleet stays down
-        // between their failures, past the cool-downs of the ejected ones.
-        let window = f.config.cool_down + f.config.failure_takes;
-        let hung = now + window - Duration::from_secs(1);
-        assert!(f.all_failing(hung).is_some(), "down between hung attempts");
-        assert_eq!(f.all_failing(now + window), None, "no failure for a while");
+        // between their failures, past the cool-downs.
+        let hang = Fault::Timeout {
+            waited: f.config.failure_takes,
+            first_byte: true,
+        };
+        for e in [&a, &b, &c] {
+            f.attempted(e, AttemptHealth::Failed, Some(&hang), now);
+        }
+        let window = cool_down + f.config.failure_takes;
+        let between = now + window - Duration::from_secs(1);
+        assert!(f.all_failing(between).is_some(), "down between hung attempts");
+        assert_eq!(f.all_failing(now + window), None, "no hang for a while");
     }
 
     #[test]
