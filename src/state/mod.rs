@@ -41,8 +41,13 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// The least a thread's first call on a new connection may take: it connects (and
 /// authenticates, and over TLS shakes hands) as part of it, which a deadline of a few
-/// milliseconds may not leave room for. Once per thread after Redis comes back.
+/// milliseconds may not leave room for. Once per thread per connection: at its first
+/// call, after its connection broke, and after Redis comes back.
 const CONNECT_ALLOWANCE: Duration = Duration::from_millis(250);
+
+/// Pings unanswered in a row before calls stop being tried ([`Failure::Down`]): one late
+/// ping (a pause of the process, a fork in Redis) does not turn every request away.
+const DOWN_AFTER: u32 = 2;
 
 /// Why a call to Redis gave no answer: the `reason` label of
 /// `llmgate_state_failures_total` (the caller only learns that it had none).
@@ -100,11 +105,14 @@ pub struct SharedState {
     /// The watcher's last ping was answered: what `/ready` says (one late request does
     /// not make a gateway unready).
     answering: AtomicBool,
-    /// The watcher's last ping went unanswered (false before its first): calls are not
-    /// tried until one is answered ([`Failure::Down`]).
+    /// The watcher's last [`DOWN_AFTER`] pings went unanswered (false before its first;
+    /// never for a Cluster, whose ping asks every master): calls are not tried until
+    /// one is answered ([`Failure::Down`]).
     down: AtomicBool,
-    /// Counts the times the watcher saw Redis come (back) up: a thread's connection made
-    /// before the last one is made again (Redis restarted under it).
+    /// Counts the times every thread must connect afresh: the watcher saw Redis come
+    /// (back) up, or a ping went unanswered (its connection may be silently dead), or
+    /// the sentinels named another master. A thread's connection made before the last
+    /// count is made again.
     epoch: AtomicU64,
     metrics: Arc<Metrics>,
 }
@@ -135,7 +143,9 @@ impl SharedState {
             .set_connection_timeout(Some(Duration::from_secs(1)))
             // The request path has its own, shorter deadline; this one ends calls that
             // nobody waits for any more (the watcher's).
-            .set_response_timeout(Some(Duration::from_secs(1)))
+            // Longer than the watcher's ping's own second, so that the ping's deadline,
+            // not redis-rs's, tells a connection gone silent.
+            .set_response_timeout(Some(Duration::from_secs(2)))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
         let state = Arc::new(Self {
@@ -235,9 +245,17 @@ impl SharedState {
                 Ok(value)
             }
             Ok(Err(error)) => {
-                // Made afresh by the next call, which then connects as part of it: a kept
-                // one would first hand that call the failed reconnection's error.
-                self.forget_connection();
+                // A broken connection is made afresh by the next call, which then
+                // connects as part of it: a kept one would first hand that call the
+                // failed reconnection's error. Redis's own error replies (OOM, a script's
+                // error) leave the connection as it is.
+                if error.is_io_error()
+                    || error.is_connection_dropped()
+                    || error.is_connection_refusal()
+                    || error.is_timeout()
+                {
+                    self.forget_connection();
+                }
                 // A refused connection (a lazy connection connects within its first
                 // call) sent nothing.
                 let failure = if error.is_connection_refusal() {
@@ -326,6 +344,7 @@ impl SharedState {
 async fn watch(state: std::sync::Weak<SharedState>) {
     let mut every = tokio::time::interval(WATCH_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut unanswered = 0u32;
     loop {
         every.tick().await;
         let Some(state) = state.upgrade() else { return };
@@ -363,7 +382,17 @@ async fn watch(state: std::sync::Weak<SharedState>) {
             state.epoch.fetch_add(1, Ordering::Relaxed);
         }
         let answered = ping.is_ok();
-        state.down.store(!answered, Ordering::Relaxed);
+        unanswered = if answered {
+            0
+        } else {
+            unanswered.saturating_add(1)
+        };
+        // A Cluster's PING asks every master: one node down would stop every call,
+        // though redis-rs routes each to its slot's node and follows failovers itself.
+        let is_cluster = state.reach.cluster_connection().is_some();
+        state
+            .down
+            .store(unanswered >= DOWN_AFTER && !is_cluster, Ordering::Relaxed);
         let was = state.answering.swap(answered, Ordering::Relaxed);
         if answered && !was {
             // Back (or there for the first time): every thread connects afresh, and the

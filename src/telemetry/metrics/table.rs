@@ -71,7 +71,7 @@ declare_families! {
             "1 while the shared state's backend answers (a request's call or the watcher's ping each second), 0 when it does not; absent without one";
         state_failures: Family<ReasonLabel, Counter> = Family::default(),
             names::STATE_FAILURES,
-            "Calls for requests and answers to the shared state's backend that gave no answer within the deadline (timeout), failed (error), or were not tried because the watcher found it gone (down); each request among them met state.on_failure";
+            "Calls to the shared state's backend (for requests, answers' counts, fleets' routing state and /stats; not the watcher's pings) that gave no answer within the deadline (timeout), failed (error), or were not tried because the watcher's pings went unanswered (down); each request among them met state.on_failure";
         quota_tokens: Family<KeyLabel, Counter> = Family::default(),
             names::QUOTA_TOKENS,
             "Tokens counted against API keys' quotas by this gateway (prompt and completion of each answer), by key id; summed over gateways, what the keys used";
