@@ -76,11 +76,11 @@ impl Shadow {
     }
 
     /// Whether copies must make way for clients: the clients' requests in flight
-    /// (`clients`) fill over half the gateway's `limit`, or the candidate's engine has
-    /// more requests waiting for a slot (`candidate_waiting`) than there are copies in
-    /// flight, so that a client waits behind them.
+    /// (`clients`) fill over half the gateway's `limit`, or any request waits for a slot
+    /// in the candidate's engine (`candidate_waiting`): a client behind a copy, or a
+    /// copy behind clients. Copies run on idle capacity only.
     pub fn crowded(&self, clients: usize, limit: usize, candidate_waiting: usize) -> bool {
-        clients * 2 > limit || candidate_waiting > self.copies.in_flight()
+        clients * 2 > limit || candidate_waiting > 0
     }
 
     /// The links of a new pair: the client's request and its copy, under an id of
@@ -182,17 +182,19 @@ struct PairWindow {
 /// bootstraps take tens of milliseconds, and the page asks every two seconds.
 const VIEWS_KEPT: Duration = Duration::from_secs(5);
 
-/// What a pair's first record to end left for its other.
-enum Waiting {
-    Side(ShadowSide, Box<SideFigures>),
+/// A pair whose two records are not both in yet.
+struct Open {
+    since: Instant,
+    primary: Option<Box<SideFigures>>,
+    candidate: Option<Box<SideFigures>>,
     /// The copy was stopped to make way for clients: neither side is compared.
-    Shed,
+    shed: bool,
 }
 
-/// The sides waiting for their other, and each pair's window.
+/// The pairs not both ended, and each pair's window.
 #[derive(Default)]
 pub struct Pairs {
-    waiting: Mutex<HashMap<String, (Instant, Waiting)>>,
+    open: Mutex<HashMap<String, Open>>,
     windows: Mutex<HashMap<PairKey, PairWindow>>,
     views: Mutex<Option<(Instant, Vec<PairView>)>>,
 }
@@ -204,33 +206,41 @@ impl std::fmt::Debug for Pairs {
 }
 
 impl Pairs {
+    /// A new pair, before either side can end; pairs open longer than
+    /// [`FORGET_AFTER`] (a side that never ended) are forgotten.
+    pub fn open(&self, pair_id: &str) {
+        let now = Instant::now();
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|_, pair| now.duration_since(pair.since) < FORGET_AFTER);
+        let pair = Open {
+            since: now,
+            primary: None,
+            candidate: None,
+            shed: false,
+        };
+        open.insert(pair_id.to_owned(), pair);
+    }
+
     /// Takes a record of a shadowed request; the comparison once both sides have ended.
     pub fn observe(&self, record: &RequestRecord) -> Option<Arc<Comparison>> {
         let link = record.shadow.as_ref()?;
-        let side = SideFigures::of(record);
-        let other = {
-            let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-            match waiting.remove(&link.pair_id) {
-                Some((_, Waiting::Side(other_side, other))) if other_side != link.side => *other,
-                Some(shed @ (_, Waiting::Shed)) => {
-                    // Kept for the other side's record, until forgotten.
-                    waiting.insert(link.pair_id.clone(), shed);
-                    return None;
-                }
-                _ => {
-                    let now = Instant::now();
-                    waiting.retain(|_, (at, _)| now.duration_since(*at) < FORGET_AFTER);
-                    waiting.insert(
-                        link.pair_id.clone(),
-                        (now, Waiting::Side(link.side, Box::new(side))),
-                    );
-                    return None;
-                }
+        let side = Box::new(SideFigures::of(record));
+        let (primary, candidate) = {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            // A pair not opened here, or forgotten: nothing to pair it with.
+            let pair = open.get_mut(&link.pair_id)?;
+            match link.side {
+                ShadowSide::Primary => pair.primary = Some(side),
+                ShadowSide::Candidate => pair.candidate = Some(side),
             }
-        };
-        let (primary, candidate) = match link.side {
-            ShadowSide::Primary => (side, other),
-            ShadowSide::Candidate => (other, side),
+            if pair.primary.is_none() || pair.candidate.is_none() {
+                return None;
+            }
+            let pair = open.remove(&link.pair_id)?;
+            if pair.shed {
+                return None;
+            }
+            (*pair.primary?, *pair.candidate?)
         };
         let mut comparison = Comparison::of(link.pair_id.clone(), primary, candidate);
         // Compared: the texts would only weigh on the window.
@@ -248,10 +258,17 @@ impl Pairs {
         Some(comparison)
     }
 
-    /// The copy of pair `pair_id` was stopped: neither side's record is compared.
-    pub fn shed(&self, pair_id: &str) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.insert(pair_id.to_owned(), (Instant::now(), Waiting::Shed));
+    /// Marks pair `pair_id`'s copy as stopped, so that neither side is compared; false
+    /// when its record is in already (it ended: there is nothing to stop).
+    pub fn shed(&self, pair_id: &str) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        match open.get_mut(pair_id) {
+            Some(pair) if pair.candidate.is_none() && !pair.shed => {
+                pair.shed = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Every pair's window with its verdicts, as computed at most [`VIEWS_KEPT`] ago.
@@ -326,7 +343,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copies_give_way_when_clients_fill_half_or_wait_behind_them() {
+    fn copies_give_way_when_clients_fill_half_or_anything_waits() {
         let policy = ShadowPolicy {
             candidate: "b".into(),
             share: 1.0,
@@ -336,10 +353,11 @@ mod tests {
         let shadow = shadows.of("a").expect("a's shadow");
         assert!(!shadow.crowded(2, 4, 0), "half full");
         assert!(shadow.crowded(3, 4, 0), "over half full");
-        assert!(shadow.crowded(0, 4, 1), "a client waits, no copy runs");
         let _copy = shadow.try_start(false).expect("a place");
-        assert!(!shadow.crowded(1, 4, 1), "the one waiting may be the copy");
-        assert!(shadow.crowded(1, 4, 2), "a client waits behind it");
+        assert!(
+            shadow.crowded(1, 4, 1),
+            "a client behind the copy, or it behind one"
+        );
         assert_eq!(shadow.try_start(true).map(drop), Err("load"));
         let _second = shadow.try_start(false).expect("a second place");
         assert_eq!(shadow.try_start(false).map(drop), Err("busy"));

@@ -91,6 +91,7 @@ impl Picked {
             }
         };
         let (primary, candidate) = self.shadow.links();
+        state.telemetry.shadow_pairs.open(&primary.pair_id);
         pending.shadow = Some(primary);
         Some(Reserved {
             picked: self,
@@ -121,10 +122,11 @@ impl Reserved {
                     biased;
                     () = &mut copy => return,
                     _ = every.tick() => {
-                        if crowded(&state, &shadow) {
-                            // Marked first: the copy's record, made as it is dropped,
-                            // and the client's are then compared with nothing.
-                            state.telemetry.shadow_pairs.shed(&pair_id);
+                        // Marked first: the copy's record, made as it is dropped, and
+                        // the client's are then compared with nothing. A copy whose
+                        // record is in already has ended: it is read to its end.
+                        let pairs = &state.telemetry.shadow_pairs;
+                        if crowded(&state, &shadow) && pairs.shed(&pair_id) {
                             let metrics = &state.telemetry.metrics;
                             metrics.shadow_dropped(&shadow.primary, &shadow.candidate, "shed");
                             return;
