@@ -246,6 +246,16 @@ impl Gateway {
         gateways
     }
 
+    /// Its `/metrics` text.
+    pub(crate) async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .expect("/metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+
     /// Its `/stats`, asked with the key.
     pub(crate) async fn stats(&self) -> Value {
         reqwest::Client::new()

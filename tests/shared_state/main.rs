@@ -135,12 +135,7 @@ async fn redis_gone_or_hung_never_hangs_a_request_and_both_policies_recover() {
             "Redis back after {how}: fail_open sees it"
         );
     }
-    let metrics = reqwest::get(format!("{}/metrics", closed.base))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = closed.metrics().await;
     assert!(
         metrics.contains("llmgate_state_up{backend=\"redis\"} 1"),
         "{metrics}"
@@ -218,12 +213,7 @@ async fn a_daily_quota_holds_across_three_gateways() {
     // Each gateway counts what it answered; together, what the key used.
     let mut counted = 0;
     for gateway in &gateways {
-        let metrics = reqwest::get(format!("{}/metrics", gateway.base))
-            .await
-            .expect("/metrics")
-            .text()
-            .await
-            .expect("text");
+        let metrics = gateway.metrics().await;
         counted += metrics
             .lines()
             .find_map(|l| l.strip_prefix("llmgate_quota_tokens_total{api_key_id=\"alice\"} "))
@@ -398,12 +388,7 @@ fn used_by(body: &serde_json::Value) -> u64 {
 
 /// A gateway's count of calls to Redis not tried because its watcher found it gone.
 async fn calls_not_tried(gateway: &Gateway) -> u64 {
-    let metrics = reqwest::get(format!("{}/metrics", gateway.base))
-        .await
-        .expect("/metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = gateway.metrics().await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix("llmgate_state_failures_total{reason=\"down\"} "))
