@@ -287,7 +287,12 @@ impl Endpoint {
     pub fn failing(&self, now: Instant, config: &FleetConfig) -> bool {
         let h = self.health();
         let hung = h.last_fault == Some(FaultKind::Timeout.as_str());
-        let window = config.cool_down + if hung { config.failure_takes } else { Duration::ZERO };
+        let window = config.cool_down
+            + if hung {
+                config.failure_takes
+            } else {
+                Duration::ZERO
+            };
         h.unreachable.is_some()
             || h.ejected_until.is_some_and(|until| until > now)
             || (h.failures >= config.eject_after

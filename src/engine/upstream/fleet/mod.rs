@@ -516,7 +516,11 @@ mod tests {
         assert_eq!(f.all_failing(now), None, "one answered");
         f.attempted(&c, AttemptHealth::Failed, Some(&error), now);
         let cool_down = f.config.cool_down;
-        assert_eq!(f.all_failing(now + cool_down), None, "no failure for a while");
+        assert_eq!(
+            f.all_failing(now + cool_down),
+            None,
+            "no failure for a while"
+        );
         // Replicas that hang fail once per first-byte timeout: the fleet stays down
         // between their failures, past the cool-downs.
         let hang = Fault::Timeout {
@@ -528,7 +532,10 @@ mod tests {
         }
         let window = cool_down + f.config.failure_takes;
         let between = now + window - Duration::from_secs(1);
-        assert!(f.all_failing(between).is_some(), "down between hung attempts");
+        assert!(
+            f.all_failing(between).is_some(),
+            "down between hung attempts"
+        );
         assert_eq!(f.all_failing(now + window), None, "no hang for a while");
     }
 
