@@ -336,9 +336,10 @@ impl KeyQuota {
         let counted = &mut *counted;
         [Period::Day, Period::Month].map(|period| {
             let tokens = in_period(&counted.used, period, calendar);
-            counted.used[Self::slot(period)].1 =
-                counted.used[Self::slot(period)].1.saturating_sub(tokens);
-            add_in_period(&mut counted.seen, period, calendar, tokens);
+            if tokens > 0 {
+                counted.used[Self::slot(period)].1 = 0;
+                add_in_period(&mut counted.seen, period, calendar, tokens);
+            }
             tokens
         })
     }

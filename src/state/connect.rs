@@ -212,6 +212,10 @@ impl Reach {
     pub(super) fn checks_role(&self) -> bool {
         matches!(self, Reach::Sentinel { .. })
     }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Reach::Cluster { .. })
+    }
 }
 
 fn not_yet(what: &'static str) -> redis::RedisError {

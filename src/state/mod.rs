@@ -194,7 +194,7 @@ impl SharedState {
         let outcome = if self.down.load(Ordering::Relaxed) {
             Err((
                 Failure::Down,
-                "the watcher's last ping went unanswered".into(),
+                "the watcher's last pings went unanswered".into(),
             ))
         } else {
             self.try_call(timeout, call).await
@@ -389,10 +389,8 @@ async fn watch(state: std::sync::Weak<SharedState>) {
         };
         // A Cluster's PING asks every master: one node down would stop every call,
         // though redis-rs routes each to its slot's node and follows failovers itself.
-        let is_cluster = state.reach.cluster_connection().is_some();
-        state
-            .down
-            .store(unanswered >= DOWN_AFTER && !is_cluster, Ordering::Relaxed);
+        let down = unanswered >= DOWN_AFTER && !state.reach.is_cluster();
+        state.down.store(down, Ordering::Relaxed);
         let was = state.answering.swap(answered, Ordering::Relaxed);
         if answered && !was {
             // Back (or there for the first time): every thread connects afresh, and the

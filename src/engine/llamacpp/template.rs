@@ -88,8 +88,9 @@ impl Jinja {
 }
 
 impl ChatTemplate {
-    /// The template a model renders with: `named` (one of llama.cpp's), else the file's
-    /// as Jinja, else the file's as llama.cpp reads it; `None` when the file has none.
+    /// The file's template: as Jinja, else (minijinja cannot render it) as llama.cpp reads
+    /// it; `None` when the file has none. A template chosen by name
+    /// (`engine.chat_template`) is made where it is chosen, at load.
     pub(super) fn of(model: &LlamaModel, path: &std::path::Path) -> Option<Self> {
         let file = model.chat_template(None).ok()?;
         let source = file.to_string().ok()?;
