@@ -7,7 +7,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::*;
 use llmgate::engine::llamacpp::{LlamaCppEngine, LlamaCppSettings};
@@ -128,18 +127,23 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
     assert!(!content(&stopped).contains("aris"), "{stopped}");
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
 
-    // Structured output: the answer is JSON of the schema.
+    // Structured output: the answer is JSON of the schema. The string is bounded, so
+    // the whole object fits the budget however the model spells the city.
     let schema = json!({"type": "json_schema", "json_schema": {"name": "city", "schema": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
-        "additionalProperties": false}}});
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+        "required": ["city"], "additionalProperties": false}}});
     let structured = ask(
         &server,
         &chat_body(
             FRANCE,
-            json!({"temperature": 0, "max_tokens": 40, "response_format": schema}),
+            json!({"temperature": 0, "max_tokens": 64, "response_format": schema}),
         ),
     )
     .await;
+    assert_eq!(
+        structured["choices"][0]["finish_reason"], "stop",
+        "{structured}"
+    );
     let parsed: Value = serde_json::from_str(content(&structured)).expect("JSON");
     assert!(parsed["city"].is_string(), "{parsed}");
 
@@ -166,20 +170,25 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
         json!({"temperature": 0.9, "seed": 42, "max_tokens": 32}),
     );
     let alone = content(&ask(&server, &seeded).await).to_owned();
-    // The same seeded request with three others running.
+    // The same seeded request with three others running: long enough (no end before
+    // max_tokens) to be running together on a fast machine, and waited for on a slow one.
     let mut handles = Vec::new();
     for i in 0..3 {
         let server = Arc::clone(&server);
         handles.push(tokio::spawn(async move {
             let body = chat_body(
                 &format!("Tell me a story about a dragon number {i}."),
-                json!({"temperature": 0.7, "max_tokens": 48}),
+                json!({"temperature": 0.7, "max_tokens": 160, "ignore_eos": true}),
             );
             ask(&server, &body).await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let peak = engine.load().running;
+    let mut peak = 0;
+    eventually(30, || {
+        peak = peak.max(engine.load().running);
+        peak >= 2
+    })
+    .await;
     let beside = content(&ask(&server, &seeded).await).to_owned();
     for handle in handles {
         let answer = handle.await.expect("joined");
@@ -665,8 +674,9 @@ async fn timings_per_token_count_up_in_every_chunk() {
     let server = TestServer::builder(engine(false)).start().await;
     let body = chat_body(
         FRANCE,
-        json!({"temperature": 0, "max_tokens": 8, "timings_per_token": true, "stream": true,
-               "stream_options": {"include_usage": true}}),
+        // ignore_eos: eight tokens on any CPU, wherever the greedy answer would end.
+        json!({"temperature": 0, "max_tokens": 8, "ignore_eos": true, "timings_per_token": true,
+               "stream": true, "stream_options": {"include_usage": true}}),
     );
     let chunks = chunks_of(&post_text(&server, CHAT, &body).await);
     let counted: Vec<u64> = chunks
@@ -818,4 +828,108 @@ async fn a_prompt_of_token_ids_reads_as_its_text() {
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["param"], "prompt[2]", "{error}");
+}
+
+/// The end token is counted once and is no part of the content (docs/api.md, "The end
+/// token"): not in the text, the log-probabilities or llama.cpp's `tokens`. Where the
+/// answer ends is set by the request, not left to the model (a greedy answer's length
+/// moves with the CPU's floating point): a `stop_token_ids` entry taken from the
+/// answer's own tokens, and a bias that makes the end token the first pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_token_is_counted_and_not_listed() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let with = |mut body: Value, extra: Value| {
+        body.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        body
+    };
+    let legacy = |extra: Value| {
+        let body = with(
+            json!({"model": MODEL, "prompt": "The sea is", "max_tokens": 8, "temperature": 0,
+                   "logprobs": 0}),
+            extra,
+        );
+        let server = &server;
+        async move { post_json(server, COMPLETIONS, &body).await }
+    };
+    let tokens = |answer: &Value| -> Vec<Value> {
+        answer["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .clone()
+    };
+    let whole = legacy(json!({"ignore_eos": true})).await;
+    let spelled = tokens(&whole);
+    assert_eq!(spelled.len(), 8, "{whole}");
+    let ids: Value = post_json(
+        &server,
+        "/tokenize",
+        &json!({"model": MODEL, "prompt": "The sea is", "add_special_tokens": true}),
+    )
+    .await;
+    let prompt = ids["tokens"].as_array().expect("ids").len();
+    let native = |extra: Value| {
+        let body = with(
+            json!({"model": MODEL, "prompt": "The sea is", "n_predict": 8, "temperature": 0,
+                   "return_tokens": true, "n_probs": 1}),
+            extra,
+        );
+        let server = &server;
+        async move { post_json(server, "/completion", &body).await }
+    };
+    let answer_ids = native(json!({"ignore_eos": true})).await["tokens"]
+        .as_array()
+        .expect("tokens")
+        .clone();
+    assert_eq!(
+        answer_ids.len(),
+        8,
+        "the same 8 tokens, by id ({prompt} in the prompt)"
+    );
+
+    // Ended on a token of its own (the first one past the start not seen before it),
+    // as a stop token: the tokens before it listed, one more counted.
+    let at = (1..answer_ids.len())
+        .find(|&i| !answer_ids[..i].contains(&answer_ids[i]))
+        .expect("a token not seen before it");
+    let stopped = legacy(json!({"stop_token_ids": [answer_ids[at]]})).await;
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop", "{stopped}");
+    assert_eq!(tokens(&stopped), spelled[..at], "{stopped}");
+    assert_eq!(stopped["usage"]["completion_tokens"], at + 1, "{stopped}");
+
+    // The end token (SmolLM2's <|im_end|>, id 2) made the first pick: nothing to list,
+    // one token counted, in llama.cpp's shape and OpenAI's, streamed and not.
+    let forced = native(json!({"logit_bias": [[2, 100]]})).await;
+    assert_eq!(
+        (
+            &forced["stop_type"],
+            &forced["tokens"],
+            &forced["tokens_predicted"]
+        ),
+        (&json!("eos"), &json!([]), &json!(1)),
+        "{forced}"
+    );
+    assert_eq!(forced["content"], "", "{forced}");
+    let ended = |stream: bool| {
+        chat_body(
+            "The sea is",
+            json!({"temperature": 0, "max_tokens": 8, "logprobs": true,
+                   "logit_bias": {"2": 100}, "stream": stream}),
+        )
+    };
+    let whole = ask(&server, &ended(false)).await;
+    assert_eq!(whole["choices"][0]["finish_reason"], "stop", "{whole}");
+    assert_eq!(content(&whole), "");
+    assert_eq!(whole["usage"]["completion_tokens"], 1, "{whole}");
+    assert_eq!(
+        whole["choices"][0]["logprobs"]["content"],
+        json!([]),
+        "{whole}"
+    );
+    let (text, last) = stream(&server, ended(true)).await;
+    assert_eq!(
+        (text.as_str(), &last["usage"]["completion_tokens"]),
+        ("", &json!(1))
+    );
 }

@@ -29,6 +29,9 @@ pub struct Pick {
     /// the gateway's runtime gets to it (which a starved machine can delay by a whole
     /// answer).
     pub at: std::time::Instant,
+    /// It ends the answer (an end-of-sequence or stop token): counted as generated, but
+    /// no part of the content, so not in the answer's ids or log-probabilities.
+    pub ends: bool,
 }
 
 /// When the answer may end, from vLLM's `ignore_eos`, `min_tokens` and `stop_token_ids`.
@@ -169,6 +172,7 @@ impl TokenPicker {
             self.top_logprobs
         };
         let mut pick = log_probabilities(values, id, model_top);
+        pick.ends = self.is_stop(id) || self.ends.eos.contains(&id);
         if self.post_sampling {
             let (p, top) = self.sampler.probabilities(values, id, self.top_logprobs);
             pick.sampled = Some(p.ln() as f32);
@@ -244,6 +248,7 @@ pub fn log_probabilities(logits: &[f32], id: u32, top: usize) -> Pick {
         top: best,
         sampled: None,
         at: std::time::Instant::now(),
+        ends: false,
     }
 }
 

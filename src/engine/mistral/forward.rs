@@ -173,11 +173,16 @@ fn restore_leading_space(text: &mut String, tokens: &[TokenLogprob]) {
     }
 }
 
-/// The tokens picked since the last response: their ids and log-probabilities.
+/// The tokens picked since the last response: their ids and log-probabilities. The
+/// token that ends the answer is counted (the forwarder's usage), not listed: it is no
+/// part of the content (docs/api.md, "The end token").
 #[derive(Debug, Default)]
 struct Picked {
     ids: Vec<u32>,
     logprobs: Vec<TokenLogprob>,
+    /// Tokens picked, the end token included: a step that picked only the end still
+    /// gives an event, which marks when it was picked (where TPOT's span ends).
+    count: usize,
 }
 
 impl Picked {
@@ -187,21 +192,26 @@ impl Picked {
                 .map_or_else(|| TokenText::from_bytes(Vec::new()), |v| v.token_text(id))
                 .with_id(id)
         };
-        let ids = picks.iter().map(|p| p.id).collect();
-        let logprobs = picks
-            .into_iter()
+        let count = picks.len();
+        let content = || picks.iter().filter(|p| !p.ends);
+        let ids = content().map(|p| p.id).collect();
+        let logprobs = content()
             .map(|p| TokenLogprob {
                 sampled: p.sampled,
                 token: text(p.id),
                 logprob: p.logprob,
-                top: p.top.into_iter().map(|(id, lp)| (text(id), lp)).collect(),
+                top: p.top.iter().map(|&(id, lp)| (text(id), lp)).collect(),
             })
             .collect();
-        Self { ids, logprobs }
+        Self {
+            ids,
+            logprobs,
+            count,
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.count == 0
     }
 }
 
@@ -394,6 +404,60 @@ mod tests {
     }
 
     #[test]
+    fn the_end_token_is_counted_and_timed_but_not_listed() {
+        let at = Instant::now();
+        let pick = |id: u32, ends: bool| Pick {
+            sampled: None,
+            id,
+            logprob: -0.5,
+            top: Vec::new(),
+            at,
+            ends,
+        };
+        let usage = Usage {
+            prompt_tokens: 5,
+            completion_tokens: 3,
+            cached_tokens: None,
+        };
+        // The last step picked ".", then the end token: "." is listed, the end is not.
+        let last = piece(
+            ".".into(),
+            Some("stop".into()),
+            Picked::new(vec![pick(13, false), pick(2, true)], None),
+            usage,
+            at,
+        );
+        assert!(
+            matches!(&last[0], EngineEvent::Token { ids, logprobs, .. } if *ids == [13] && logprobs.len() == 1),
+            "{last:?}"
+        );
+        assert_eq!(
+            last[1],
+            EngineEvent::Finished {
+                reason: FinishReason::Stop,
+                usage
+            }
+        );
+        // A step that picked only the end still marks when (TPOT's span ends there).
+        let alone = piece(
+            String::new(),
+            Some("stop".into()),
+            Picked::new(vec![pick(2, true)], None),
+            usage,
+            at,
+        );
+        assert_eq!(
+            alone[0],
+            EngineEvent::Token {
+                text: String::new(),
+                ids: Vec::new(),
+                logprobs: Vec::new(),
+                at
+            }
+        );
+    }
+
+    #[test]
     fn pieces_are_stamped_when_their_tokens_were_picked() {
         let t0 = Instant::now();
         let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
@@ -445,6 +509,7 @@ mod tests {
                 logprob: -0.5,
                 top: Vec::new(),
                 at,
+                ends: false,
             }],
             None,
         );

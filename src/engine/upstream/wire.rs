@@ -279,7 +279,7 @@ impl<'a> WireChunk<'a> {
             .and_then(|d| d.content)
             .or(choice.text)
             .unwrap_or_default();
-        Piece {
+        let mut piece = Piece {
             text,
             logprobs: choice
                 .logprobs
@@ -289,6 +289,32 @@ impl<'a> WireChunk<'a> {
             finish_reason: choice.finish_reason.map(Cow::into_owned),
             usage,
             error,
+        };
+        piece.drop_end_token();
+        piece
+    }
+}
+
+impl Piece {
+    /// The end token is no part of the content (docs/api.md, "The end token"), but an
+    /// upstream may list its log-probability (vLLM lists the token its answer stopped
+    /// on; llama.cpp's server and OpenAI do not). In the chunk that says the answer
+    /// stopped, the last entry is the end token when the entries before it spell the
+    /// chunk's text and it adds none of its own: no bytes at all (decoded without
+    /// special tokens), or text the content does not have (`<|im_end|>`).
+    fn drop_end_token(&mut self) {
+        if self.finish_reason.as_deref() != Some("stop") {
+            return;
+        }
+        let Some((last, before)) = self.logprobs.split_last() else {
+            return;
+        };
+        let spelled = before
+            .iter()
+            .map(|t| t.token.text.as_str())
+            .collect::<String>();
+        if spelled == self.text && (last.token.bytes.is_empty() || !last.token.text.is_empty()) {
+            self.logprobs.pop();
         }
     }
 }
@@ -528,5 +554,36 @@ mod tests {
             (Some(400), Some("stop_token_ids"))
         );
         assert!(WireChunk::parse("not json").is_err());
+    }
+
+    #[test]
+    fn the_end_token_an_upstream_lists_is_not_content() {
+        let tokens = |piece: &Piece| -> Vec<String> {
+            piece
+                .logprobs
+                .iter()
+                .map(|t| t.token.text.clone())
+                .collect()
+        };
+        // vLLM's last chunk: the end token, spelled, with no text of its own.
+        let spelled = WireChunk::parse(r#"{"choices":[{"index":0,"delta":{"content":""},"logprobs":{"content":[{"token":"<|im_end|>","logprob":-0.01,"bytes":[60,124,105,109,95,101,110,100,124,62],"top_logprobs":[]}]},"finish_reason":"stop"}]}"#)
+            .expect("chunk")
+            .piece();
+        assert!(spelled.logprobs.is_empty(), "{:?}", tokens(&spelled));
+        // The same in a chunk that also ends the text, and decoded to nothing.
+        let after_text = WireChunk::parse(r#"{"choices":[{"index":0,"delta":{"content":" sea."},"logprobs":{"content":[{"token":" sea","logprob":-0.1,"bytes":[32,115,101,97]},{"token":".","logprob":-0.2,"bytes":[46]},{"token":"","logprob":-0.01,"bytes":[]}]},"finish_reason":"stop"}]}"#)
+            .expect("chunk")
+            .piece();
+        assert_eq!(tokens(&after_text), [" sea", "."]);
+        // The last token of the text is content, stopped or not; so is every token of
+        // an answer cut at its length.
+        let last_word = WireChunk::parse(r#"{"choices":[{"index":0,"delta":{"content":"."},"logprobs":{"content":[{"token":".","logprob":-0.2,"bytes":[46]}]},"finish_reason":"stop"}]}"#)
+            .expect("chunk")
+            .piece();
+        assert_eq!(tokens(&last_word), ["."]);
+        let cut = WireChunk::parse(r#"{"choices":[{"index":0,"delta":{"content":""},"logprobs":{"content":[{"token":"<|im_end|>","logprob":-0.01,"bytes":[60]}]},"finish_reason":"length"}]}"#)
+            .expect("chunk")
+            .piece();
+        assert_eq!(cut.logprobs.len(), 1, "only a stop has an end token");
     }
 }

@@ -532,22 +532,24 @@ fn pick_next(
     };
     let id = pick.id;
     running.answer.push(id);
-    // An end-of-sequence or stop token counts as generated, its text is not the answer's.
-    let ends = job.picker.is_stop(id) || tokens.ends(id);
-    let text = if ends {
-        running.text.finish()
-    } else {
-        running.text.push(&tokens.bytes(id))
-    };
+    if pick.ends || tokens.ends(id) {
+        // The end token is counted as generated (usage), and is no part of the content:
+        // not its text, not its id, not its log-probability (docs/api.md, "The end
+        // token"). The event still marks when it was picked, where TPOT's span ends.
+        let _ = job.events.send(EngineEvent::Token {
+            text: running.text.finish(),
+            ids: Vec::new(),
+            logprobs: Vec::new(),
+            at: pick.at,
+        });
+        return Some(SequenceEnd::Finished(FinishReason::Stop));
+    }
     let _ = job.events.send(EngineEvent::Token {
-        text,
+        text: running.text.push(&tokens.bytes(id)),
         ids: vec![id],
         logprobs: vec![tokens.logprob(&pick)],
         at: pick.at,
     });
-    if ends {
-        return Some(SequenceEnd::Finished(FinishReason::Stop));
-    }
     if running.answer.len() >= job.request.budget.tokens() as usize {
         let rest = running.text.finish();
         if !rest.is_empty() {
