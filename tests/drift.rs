@@ -117,7 +117,8 @@ async fn replicas_that_agree_are_never_flagged_over_a_hundred_rounds() {
     let mut hashes = std::collections::BTreeSet::new();
     // Until each replica has answered 100 rounds of two prompts.
     while replicas.iter().any(|r| r.received().len() < 200) {
-        assert!(started.elapsed() < ROUND * 300, "under 100 rounds");
+        // A guard against a hang, not a speed test: a loaded machine runs rounds late.
+        assert!(started.elapsed() < ROUND * 1200, "under 100 rounds");
         for view in endpoints(&server).await {
             if view["canary"].is_null() {
                 continue;

@@ -387,7 +387,9 @@ async fn a_client_that_half_closes_its_connection_has_left() {
 
 #[tokio::test]
 async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest() {
-    let short = Script::tokens(&["s"; 10], Duration::from_millis(50));
+    // The short stream ends 0.2 s into a 4 s drain, with room for a busy machine; the
+    // long one (400 tokens, 8 s) outlasts it.
+    let short = Script::tokens(&["s"; 10], Duration::from_millis(20));
     let long = Script::tokens(&vec!["l"; 400], Duration::from_millis(20));
     let engine = scripted_long(hello())
         .with_script("short", short)
@@ -416,7 +418,7 @@ async fn a_drain_lets_running_requests_finish_refuses_new_ones_and_ends_the_rest
         tokio::spawn(async move {
             state
                 .lifecycle
-                .drain(&state.admission, Duration::from_secs(1))
+                .drain(&state.admission, Duration::from_secs(4))
                 .await;
         })
     };

@@ -127,6 +127,17 @@ async function ask(page, fields) {
   await page.click("#send");
 }
 
+/** Makes the page's chat requests run to their max-tokens (vLLM's `ignore_eos`, which the
+ * gateway honours): where the model's end token, or the degeneration guard, would end a
+ * greedy answer moves with the CPU's floating point, and a test that needs a long answer
+ * (one still running when it is stopped, one that outgrows its box) must get one. */
+async function toMaxTokens(page) {
+  await page.route("**/v1/chat/completions", (route) => {
+    const body = JSON.parse(route.request().postData() || "{}");
+    return route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
+  });
+}
+
 async function answered(page) {
   await page.locator("#answer[data-done=true]").waitFor({ timeout: 120_000 });
 }
@@ -282,6 +293,7 @@ test("a figure the server leaves out shows as – and the table keeps its rows",
 }));
 
 test("Stop ends an answer quietly, and the record says cancelled once", () => withKeyedPage(async ({ page, seen }) => {
+  await toMaxTokens(page);
   await ask(page, { prompt: "Write a long story about a lighthouse keeper.", "max-tokens": 400 });
   await page.locator("#answer .tok").nth(4).waitFor({ timeout: 120_000 });
   assert.equal(await page.locator("#send").isDisabled(), true, "no second send while one runs");
@@ -299,6 +311,7 @@ test("Stop ends an answer quietly, and the record says cancelled once", () => wi
 }));
 
 test("without log-probabilities a mark is a chunk; a long answer scrolls in its box", () => withKeyedPage(async ({ page, seen }) => {
+  await toMaxTokens(page);
   await ask(page, { prompt: "Write a long essay about the history of Rome.", "max-tokens": 400, temperature: 0, logprobs: false });
   await answered(page);
   assert.equal(await page.locator("#answer-error").isHidden(), true, await page.locator("#answer-error").textContent());
@@ -392,6 +405,7 @@ test("a gateway that goes away mid-answer is shown unreachable, asked less often
     // Keys are off: no key form, and it takes no room on a phone.
     assert.equal(await page.locator("#key-form").isVisible(), false);
     assert.equal(await page.evaluate(() => getComputedStyle(document.getElementById("key-form")).display), "none");
+    await toMaxTokens(page);
     await ask(page, { prompt: "Write a long story about a lighthouse keeper.", "max-tokens": 400 });
     await page.locator("#answer .tok").nth(2).waitFor({ timeout: 120_000 });
     await stopGateway(proc, "SIGKILL");

@@ -27,6 +27,9 @@ PLACE = {
     "additionalProperties": False,
 }
 ASK_PLACE = [{"role": "user", "content": "Describe Paris as JSON: city, country, population in millions."}]
+# Room for PLACE's longest object (two 40-character strings, a token each at worst, and
+# the rest), so a sampled answer ends with its object on any CPU.
+PLACE_BUDGET = 160
 
 
 @pytest.fixture()
@@ -56,13 +59,13 @@ def schema_format(schema: dict) -> dict:
 def test_json_schema_answers_validate_streamed_and_not(client):
     for seed in (1, 2):
         answer = client.chat.completions.create(
-            model=MODEL_ID, messages=ASK_PLACE, max_tokens=80, seed=seed,
+            model=MODEL_ID, messages=ASK_PLACE, max_tokens=PLACE_BUDGET, seed=seed,
             response_format=schema_format(PLACE),
         )
         assert answer.choices[0].finish_reason == "stop"
         jsonschema.validate(json.loads(answer.choices[0].message.content), PLACE)
     stream = client.chat.completions.create(
-        model=MODEL_ID, messages=ASK_PLACE, max_tokens=80, seed=3, stream=True,
+        model=MODEL_ID, messages=ASK_PLACE, max_tokens=PLACE_BUDGET, seed=3, stream=True,
         response_format=schema_format(PLACE),
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
@@ -72,7 +75,7 @@ def test_json_schema_answers_validate_streamed_and_not(client):
 def test_json_object_answers_parse_and_seeds_reproduce_them(client):
     def ask(**sampling):
         return client.chat.completions.create(
-            model=MODEL_ID, max_tokens=120,
+            model=MODEL_ID, max_tokens=240,
             messages=[{"role": "user", "content": "Describe a cat as a JSON object with a name and an age."}],
             response_format={"type": "json_object"}, **sampling,
         ).choices[0]
@@ -112,7 +115,7 @@ def test_llama_cpp_grammars_schemas_and_token_prompts_through_the_openai_client(
         assert set(rest[:-1]) <= set("abcdefghijklmnopqrstuvwxyz "), text
     # llama.cpp's top-level json_schema.
     placed = client.chat.completions.create(
-        model=MODEL_ID, messages=ASK_PLACE, max_tokens=80, seed=1, extra_body={"json_schema": PLACE},
+        model=MODEL_ID, messages=ASK_PLACE, max_tokens=PLACE_BUDGET, seed=1, extra_body={"json_schema": PLACE},
     )
     jsonschema.validate(json.loads(placed.choices[0].message.content), PLACE)
     with pytest.raises(openai.BadRequestError) as refused:
@@ -134,7 +137,8 @@ def test_n_choices_through_the_openai_client(client):
     def ask(**extra):
         return client.chat.completions.create(
             model=MODEL_ID, messages=[{"role": "user", "content": "Name a color."}],
-            max_tokens=8, seed=5, n=3, **extra,
+            # ignore_eos: every choice runs its 8 tokens, on any CPU.
+            max_tokens=8, seed=5, n=3, extra_body={"ignore_eos": True}, **extra,
         )
 
     whole = ask()
@@ -142,7 +146,7 @@ def test_n_choices_through_the_openai_client(client):
     assert [c.index for c in whole.choices] == [0, 1, 2]
     assert len(set(texts)) > 1, f"seeded seed + i, the choices differ: {texts}"
     assert [c.message.content for c in ask().choices] == texts, "the same request, the same choices"
-    assert 8 < whole.usage.completion_tokens <= 24, "three choices' tokens, each at most 8"
+    assert whole.usage.completion_tokens == 24, "three choices' tokens, 8 each"
     streamed = {}
     usage = None
     for chunk in ask(stream=True, stream_options={"include_usage": True}):
@@ -173,8 +177,10 @@ def test_a_batch_of_prompts_through_the_openai_client(client):
 
 
 def test_legacy_completions_streamed_and_not_with_timings(client):
+    # ignore_eos: six tokens on any CPU, wherever the greedy continuation would end.
     answer = client.completions.create(
         model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,
+        extra_body={"ignore_eos": True},
     )
     assert answer.object == "text_completion" and answer.id.startswith("cmpl-")
     assert answer.choices[0].text and answer.choices[0].finish_reason == "length"
@@ -182,7 +188,7 @@ def test_legacy_completions_streamed_and_not_with_timings(client):
     assert answer.model_extra["timings"]["ttft_ms"] > 0
     pieces = list(client.completions.create(
         model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,
-        stream=True, stream_options={"include_usage": True},
+        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
     ))
     streamed = "".join(p.choices[0].text for p in pieces if p.choices)
     assert streamed == answer.choices[0].text, "greedy: the same text either way"
@@ -264,7 +270,9 @@ def test_logprobs_as_openai_shapes_them_without_changing_the_answer(client):
     probed = client.chat.completions.create(**ask, logprobs=True, top_logprobs=5)
     assert probed.choices[0].message.content == plain.choices[0].message.content
     tokens = probed.choices[0].logprobs.content
-    assert len(tokens) == probed.usage.completion_tokens
+    # An answer that stopped on the end token counts it, and does not list it.
+    stopped = probed.choices[0].finish_reason == "stop"
+    assert len(tokens) + stopped == probed.usage.completion_tokens
     assert "".join(t.token for t in tokens) == probed.choices[0].message.content
     for t in tokens:
         assert t.logprob <= 0 and len(t.top_logprobs) == 5
@@ -291,7 +299,7 @@ def test_legacy_completions_echo_and_logprobs_in_the_legacy_shape(client):
     assert text == plain.choices[0].text, "asking for logprobs does not change the answer"
     lp = scored.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
-    assert len(lp.tokens) == scored.usage.completion_tokens
+    assert len(lp.tokens) + (scored.choices[0].finish_reason == "stop") == scored.usage.completion_tokens
     assert "".join(lp.tokens) == text
     assert lp.text_offset[0] == 0
     for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
@@ -322,11 +330,14 @@ def test_stop_sequences_cut_the_answer_where_they_begin(client):
     pieces = list(client.chat.completions.create(**ask, stop=[stop], stream=True))
     streamed = "".join(p.choices[0].delta.content or "" for p in pieces if p.choices)
     assert streamed == cut.choices[0].message.content
+    # ignore_eos: the continuation runs its 8 tokens, past the first sentence's end.
     legacy = client.completions.create(
-        model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0,
+        extra_body={"ignore_eos": True},
     ).choices[0].text
     stopped = client.completions.create(
-        model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0, stop=["."]
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0, stop=["."],
+        extra_body={"ignore_eos": True},
     ).choices[0]
     assert "." in legacy and stopped.text == legacy[: legacy.index(".")] and stopped.finish_reason == "stop"
 
