@@ -102,6 +102,10 @@ pub const MODEL_INFO: &str = "model_info";
 pub const MODEL_NONE: &str = "none";
 /// `finish_reason` / `error_type` label of requests that have none.
 pub const LABEL_NONE: &str = "none";
+/// `traffic` label of `requests_total`: a client's request, or a shadow copy of one that
+/// no client waited for.
+pub const TRAFFIC_CLIENT: &str = "client";
+pub const TRAFFIC_SHADOW: &str = "shadow";
 /// `error_type` of a request the client abandoned.
 pub const CANCELLED: &str = "cancelled";
 /// `error_type` of a failed request whose record names no kind: the engine failed (the

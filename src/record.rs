@@ -126,6 +126,16 @@ pub enum ShadowSide {
     Candidate,
 }
 
+impl RequestRecord {
+    /// A shadow copy: the candidate's side of a shadowed request, which no client waits
+    /// for (its errors are no client's; metrics and `/stats` count it apart).
+    pub fn is_shadow_copy(&self) -> bool {
+        self.shadow
+            .as_ref()
+            .is_some_and(|link| link.side == ShadowSide::Candidate)
+    }
+}
+
 impl ShadowSide {
     pub fn as_str(self) -> &'static str {
         match self {

@@ -116,7 +116,7 @@ async fn metrics_count_every_outcome_and_pass_promtool() {
         value(
             &text,
             &format!(
-                "llmgate_requests_total{{model=\"{MODEL}\",status=\"{status}\",finish_reason=\"{finish}\",error_type=\"{error}\"}}"
+                "llmgate_requests_total{{model=\"{MODEL}\",status=\"{status}\",finish_reason=\"{finish}\",error_type=\"{error}\",traffic=\"client\"}}"
             ),
         )
     };
@@ -138,7 +138,7 @@ async fn metrics_count_every_outcome_and_pass_promtool() {
     assert_eq!(
         value(
             &text,
-            "llmgate_requests_total{model=\"none\",status=\"error\",finish_reason=\"none\",error_type=\"model_not_found\"}"
+            "llmgate_requests_total{model=\"none\",status=\"error\",finish_reason=\"none\",error_type=\"model_not_found\",traffic=\"client\"}"
         ),
         1.0,
         "{text}"

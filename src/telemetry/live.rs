@@ -39,6 +39,9 @@ struct Sample {
     served_tpot_ms: Option<f64>,
     /// The replicas it was tried at first, where the attempt failed (failover).
     failed_at: Vec<Arc<str>>,
+    /// A shadow copy (the candidate's side of a shadowed request): no client waited for
+    /// it, so it is counted apart from the client figures.
+    copy: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,9 +82,28 @@ pub struct RecentFigures {
     /// `cancelled` for those the client left and `client_stalled` for those the gateway
     /// cut.
     pub errors: BTreeMap<String, usize>,
-    /// Upstream models' replicas, by base URL: what each served in the window.
+    /// Upstream models' replicas, by base URL: what each served in the window, shadow
+    /// copies included.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub endpoints: BTreeMap<String, EndpointFigures>,
+    /// Shadow copies that ended in the window (every figure above is clients' only): a
+    /// candidate that fails shows here, not as errors a client saw.
+    #[serde(skip_serializing_if = "ShadowFigures::is_empty")]
+    pub shadow: ShadowFigures,
+}
+
+/// The shadow copies of the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct ShadowFigures {
+    pub requests: usize,
+    /// Failed copies by the error's kind.
+    pub errors: BTreeMap<String, usize>,
+}
+
+impl ShadowFigures {
+    fn is_empty(&self) -> bool {
+        self.requests == 0
+    }
 }
 
 /// What one replica of an upstream model served in the window; its TTFT and TPOT are
@@ -123,6 +145,7 @@ impl Recent {
                 .filter(|a| a.error_type.is_some())
                 .map(|a| Arc::from(a.endpoint.as_str()))
                 .collect(),
+            copy: record.is_shadow_copy(),
         };
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         samples.push_back(sample);
@@ -135,11 +158,13 @@ impl Recent {
     /// The figures as of `now`.
     pub fn figures(&self, now: Duration) -> RecentFigures {
         // Copied out, so that requests ending now do not wait for the sorting below.
-        let samples: Vec<Sample> = {
+        let all: Vec<Sample> = {
             let mut held = self.samples.lock().unwrap_or_else(|e| e.into_inner());
             forget_before(&mut held, now.saturating_sub(WINDOW));
             held.iter().cloned().collect()
         };
+        let endpoints = by_endpoint(&all);
+        let (copies, samples): (Vec<Sample>, Vec<Sample>) = all.into_iter().partition(|s| s.copy);
         let rate_from = now.saturating_sub(RATE_WINDOW);
         let recent_tokens: u64 = samples
             .iter()
@@ -148,23 +173,31 @@ impl Recent {
             .sum();
         // Until the gateway has run a minute, the rate is over the time it has run.
         let rate_secs = RATE_WINDOW.min(now).as_secs_f64().max(1.0);
-        let mut errors = BTreeMap::new();
-        for sample in samples.iter() {
-            let EndedAs::Failed(kind) = sample.outcome else {
-                continue;
-            };
-            *errors.entry(kind.to_owned()).or_insert(0) += 1;
-        }
         RecentFigures {
             window_secs: WINDOW.as_secs(),
             requests: samples.len(),
             ttft_ms: percentiles(samples.iter().filter_map(|s| s.ttft_ms)),
             tpot_ms: percentiles(samples.iter().filter_map(|s| s.tpot_ms)),
             tokens_per_second: round(recent_tokens as f64 / rate_secs),
-            errors,
-            endpoints: by_endpoint(&samples),
+            errors: errors_of(&samples),
+            endpoints,
+            shadow: ShadowFigures {
+                requests: copies.len(),
+                errors: errors_of(&copies),
+            },
         }
     }
+}
+
+/// Failed requests by the error's kind.
+fn errors_of(samples: &[Sample]) -> BTreeMap<String, usize> {
+    let mut errors = BTreeMap::new();
+    for sample in samples {
+        if let EndedAs::Failed(kind) = sample.outcome {
+            *errors.entry(kind.to_owned()).or_insert(0) += 1;
+        }
+    }
+    errors
 }
 
 /// Each replica's share of the samples: what it served, and the attempts it failed.
@@ -262,6 +295,7 @@ mod tests {
         assert_eq!(now.tokens_per_second, 2.05, "123 tokens in the last 60 s");
         assert_eq!(now.errors.get("engine_error"), Some(&1));
         assert_eq!(now.errors.get("cancelled"), Some(&1));
+        assert_eq!(now.shadow, ShadowFigures::default(), "no copies");
 
         let later = recent.figures(at(110) + WINDOW + at(1));
         assert_eq!(
@@ -327,5 +361,25 @@ mod tests {
             recent.figures(Duration::from_secs(4)).tokens_per_second,
             5.0
         );
+    }
+
+    #[test]
+    fn shadow_copies_are_counted_apart_from_what_clients_saw() {
+        let recent = Recent::default();
+        let at = Duration::from_secs(100);
+        recent.observe(&record(Status::Ok, Some(50.0), 4), at);
+        let mut copy = record(Status::Error, None, 0);
+        copy.shadow = Some(crate::record::ShadowLink {
+            pair_id: "pair-1".into(),
+            primary: "current".into(),
+            candidate: "next".into(),
+            side: crate::record::ShadowSide::Candidate,
+        });
+        recent.observe(&copy, at);
+        let now = recent.figures(at);
+        assert_eq!(now.requests, 1);
+        assert!(now.errors.is_empty(), "a failed copy is no client's error");
+        assert_eq!(now.shadow.requests, 1);
+        assert_eq!(now.shadow.errors.get("engine_error"), Some(&1));
     }
 }

@@ -141,7 +141,7 @@ async fn redis_gone_or_hung_never_hangs_a_request_and_both_policies_recover() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("llmgate_requests_total{model=\"shared\",status=\"error\",finish_reason=\"none\",error_type=\"state_unavailable\"}"),
+        metrics.contains("llmgate_requests_total{model=\"shared\",status=\"error\",finish_reason=\"none\",error_type=\"state_unavailable\",traffic=\"client\"}"),
         "{metrics}"
     );
 }

@@ -109,6 +109,8 @@ label_sets! {
         status: &'static str,
         finish_reason: &'static str,
         error_type: &'static str,
+        /// `client`, or `shadow` for a shadow copy no client waited for.
+        traffic: &'static str,
     }
     BasisLabels { model: String, basis: &'static str }
     StepLabel { step: &'static str }

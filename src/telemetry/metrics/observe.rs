@@ -119,6 +119,11 @@ impl Metrics {
                     .finish_reason
                     .map_or(names::LABEL_NONE, |reason| reason.as_str()),
                 error_type: error_type(r).unwrap_or(names::LABEL_NONE),
+                traffic: if r.is_shadow_copy() {
+                    names::TRAFFIC_SHADOW
+                } else {
+                    names::TRAFFIC_CLIENT
+                },
             })
             .inc();
         f.prompt_tokens
