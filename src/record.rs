@@ -155,7 +155,9 @@ pub struct QuotaHold {
     /// when the request ends, even if the call that took it went unanswered (it may
     /// have run all the same) or the request ended while it waited.
     pub shared: Option<String>,
-    /// Held in this process (one gateway, or Redis did not answer and `fail_open`).
+    /// Held in this process (one gateway, or Redis did not answer and `fail_open`), or
+    /// granted by Redis and mirrored here so that a fallback counts it: released here
+    /// when the request ends.
     pub local: bool,
 }
 

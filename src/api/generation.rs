@@ -278,13 +278,27 @@ impl Charged<'_> {
             }
             Err(refusal) => {
                 *self.headers = refusal.headers();
-                if matches!(refusal, Refusal::Unavailable) {
-                    tracing::warn!("Refused: the shared rate limits could not be checked (state.on_failure = fail_closed).");
-                } else {
-                    tracing::info!(
-                        tokens = prepared.token_budget(),
-                        "Refused: the key's rate limit is reached."
-                    );
+                let tokens = prepared.token_budget();
+                match &refusal {
+                    Refusal::Unavailable => tracing::warn!("Refused: the shared rate limits could not be checked (state.on_failure = fail_closed)."),
+                    Refusal::QuotaSpent(spent) if spent.is_used_up() => tracing::info!(
+                        tokens,
+                        period = spent.period.as_str(),
+                        limit = spent.limit,
+                        used = spent.used,
+                        "Refused: the key's token quota is used up."
+                    ),
+                    Refusal::QuotaSpent(spent) => tracing::info!(
+                        tokens,
+                        period = spent.period.as_str(),
+                        limit = spent.limit,
+                        used = spent.used,
+                        held = spent.held,
+                        "Refused: the key's token quota is held by its requests in flight."
+                    ),
+                    Refusal::Exhausted { .. } | Refusal::TooLarge { .. } => {
+                        tracing::info!(tokens, "Refused: the key's rate limit is reached.")
+                    }
                 }
                 Err(refusal.into())
             }

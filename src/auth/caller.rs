@@ -158,7 +158,17 @@ impl Caller {
             }
         }
         match charged.map(|c| c.outcome) {
-            Ok(Ok(headers)) => Ok(headers),
+            Ok(Ok(headers)) => {
+                // Redis holds it; this gateway's own count mirrors the hold until the
+                // request ends, so that a fallback meanwhile (`fail_open`, Redis silent)
+                // counts what its own requests hold (issue 61: a 500-token quota went to
+                // 1,984 when it did not).
+                if let Some(held) = hold.as_mut() {
+                    self.quota.mirror(tokens);
+                    held.local = true;
+                }
+                Ok(headers)
+            }
             Ok(Err(refusal)) => {
                 // Refused in the script, which then holds nothing.
                 *hold = None;

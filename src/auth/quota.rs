@@ -293,6 +293,13 @@ impl KeyQuota {
         Ok(())
     }
 
+    /// Counts here a hold the shared state granted (see [`crate::auth::caller`]):
+    /// released by [`Self::release`] like one taken here.
+    pub fn mirror(&self, tokens: u32) {
+        let mut counted = self.counted();
+        counted.held = counted.held.saturating_add(u64::from(tokens));
+    }
+
     /// Releases what a request held here.
     pub fn release(&self, held: u32) {
         let mut counted = self.counted();

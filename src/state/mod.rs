@@ -105,6 +105,12 @@ pub struct SharedState {
     /// The watcher's last ping was answered: what `/ready` says (one late request does
     /// not make a gateway unready).
     answering: AtomicBool,
+    /// The watcher's last ping went unanswered (false before its first): a thread's
+    /// fresh connection then gets the request's own deadline, not the
+    /// [`CONNECT_ALLOWANCE`]: to a Redis that stopped answering a connection is made at
+    /// once and then hangs, and the allowance held one request per thread 250 ms
+    /// (issue 61), past the deadline the docs promise.
+    silent: AtomicBool,
     /// The watcher's last [`DOWN_AFTER`] pings went unanswered (false before its first;
     /// never for a Cluster, whose ping asks every master): calls are not tried until
     /// one is answered ([`Failure::Down`]).
@@ -156,6 +162,7 @@ impl SharedState {
             address,
             up: AtomicBool::new(false),
             answering: AtomicBool::new(false),
+            silent: AtomicBool::new(false),
             down: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             metrics,
@@ -223,7 +230,7 @@ impl SharedState {
         // the next call, and every thread's after the watcher sees Redis come back.
         let outcome = match self.connection() {
             Ok((connection, fresh)) => {
-                let timeout = if fresh {
+                let timeout = if fresh && !self.silent.load(Ordering::Relaxed) {
                     timeout.max(CONNECT_ALLOWANCE)
                 } else {
                     timeout
@@ -374,6 +381,8 @@ async fn watch(state: std::sync::Weak<SharedState>) {
         // A ping has a second: it reports health, it does not hold a request up. It is
         // tried whatever the last one found, and is not counted among the requests' calls.
         let ping = state.try_call(Duration::from_secs(1), ping).await;
+        // Before the connections are dropped below: their fresh ones get no allowance.
+        state.silent.store(ping.is_err(), Ordering::Relaxed);
         if let Err((_, detail)) = &ping {
             state.went_down(detail);
             // A connection whose peer vanished without a reset (a node lost, a pod

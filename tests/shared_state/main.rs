@@ -386,6 +386,51 @@ fn used_by(body: &serde_json::Value) -> u64 {
     usage["prompt_tokens"].as_u64().unwrap_or(0) + usage["completion_tokens"].as_u64().unwrap_or(0)
 }
 
+/// Issue 61: under `fail_open`, requests admitted by the gateway's own count while
+/// Redis did not answer passed the quota, because that count did not know the tokens
+/// the gateway's own requests still held in Redis. Each hold Redis grants is now
+/// mirrored in the gateway's count until its request ends, so the fallback counts it:
+/// in flight together, the key passes its quota by less than one request's hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_counts_the_holds_its_gateway_took_in_redis() {
+    // Each answer holds about 560 tokens of a 1,000-token day for its 4 s.
+    let upstream = start_upstream(UpstreamScript {
+        tokens: 8,
+        first_delay: Duration::from_secs(4),
+        ..script()
+    })
+    .await;
+    let redis = Redis::start();
+    let dir = keys_dir("daily_tokens=1000");
+    let deadline = ["--state-timeout-ms", "200"];
+    let gateway = Gateway::start(dir.path(), Some(&upstream.url), &redis, &deadline).await;
+    let after = |ms: u64| {
+        let gateway = &gateway;
+        async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let (status, body, _) = gateway.chat_with(550).await;
+            (status, body)
+        }
+    };
+    let stop = async {
+        // Redis stops answering once the first request is admitted and held there.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        redis.signal("-STOP");
+    };
+    // The first held in Redis; the second by the fallback (560 held < 1,000); the third
+    // finds 1,120 held, 560 of them by the first, which the fallback did not see before.
+    let (first, second, third, ()) = tokio::join!(after(0), after(800), after(1600), stop);
+    redis.signal("-CONT");
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(second.0, 200, "{}", second.1);
+    assert_eq!(
+        third.0, 429,
+        "the fallback let a third hold pass the quota: {}",
+        third.1
+    );
+    assert_eq!(third.1["error"]["code"], "quota_held", "{}", third.1);
+}
+
 /// A gateway's count of calls to Redis not tried because its watcher found it gone.
 async fn calls_not_tried(gateway: &Gateway) -> u64 {
     let metrics = gateway.metrics().await;
