@@ -17,8 +17,32 @@ static HELD: RwLock<Vec<String>> = RwLock::new(Vec::new());
 /// would say more about the password than leaving it.
 const SHORTEST_HELD: usize = 6;
 
-/// Remembers `value` as a secret the gateway holds (a password found in a URL).
+/// Remembers `value` as a secret the gateway holds, with the forms it travels in and
+/// an upstream may quote back: percent-encoded (in a URL) and base64 (in a header).
 pub fn hold(value: &str) {
+    use base64::Engine as _;
+    // A short value is not held (see SHORTEST_HELD), nor are its longer encodings.
+    if value.len() < SHORTEST_HELD {
+        return;
+    }
+    hold_as_is(value);
+    let encoded = percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC)
+        .to_string();
+    hold_as_is(&encoded);
+    hold_as_is(&base64::engine::general_purpose::STANDARD.encode(value));
+    hold_as_is(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value));
+}
+
+/// Remembers the user and password of a URL's userinfo (as typed, not percent-encoded):
+/// the password, and `user:password`, which the HTTP client sends as `Authorization:
+/// Basic base64(user:password)` where no API key replaces it, and an upstream may quote
+/// (issue 61 found `Basic c3Zj…` in an answer and five log lines).
+pub fn hold_credentials(user: &str, password: &str) {
+    hold(password);
+    hold(&format!("{user}:{password}"));
+}
+
+fn hold_as_is(value: &str) {
     if value.len() < SHORTEST_HELD {
         return;
     }
@@ -112,6 +136,23 @@ mod tests {
         assert!(clean.starts_with("bad request (key <SECRET>)"), "{clean}");
         hold("short");
         assert_eq!(scrub("a short answer"), "a short answer");
+    }
+
+    #[test]
+    fn the_forms_a_secret_travels_in_are_scrubbed_too() {
+        use base64::Engine as _;
+        hold_credentials("svcuser", "Pa55w0rd/x");
+        let basic = base64::engine::general_purpose::STANDARD.encode("svcuser:Pa55w0rd/x");
+        let echoed =
+            format!("echo: Authorization: Basic {basic}; password=Pa55w0rd%2Fx; raw Pa55w0rd/x");
+        let clean = scrub_held(&echoed);
+        assert_eq!(
+            clean,
+            "echo: Authorization: Basic <SECRET>; password=<SECRET>; raw <SECRET>"
+        );
+        let key = Secret::new("opaque-upstream-token-9f8e7d");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(key.expose());
+        assert_eq!(scrub_held(&format!("x {b64} y")), "x <SECRET> y");
     }
 
     #[test]

@@ -265,12 +265,17 @@ fn base_url(text: &str) -> Result<String, String> {
         ));
     }
     if let Some(password) = parsed.password() {
-        // An upstream's error text that quotes it is scrubbed.
+        // An upstream's error text (or answer) that quotes it, or the Basic header the
+        // HTTP client makes of it, is scrubbed: held as typed, before the URL's
+        // percent-encoding, and as it is in the URL.
+        let decode = |text: &str| {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8()
+                .map(|d| d.into_owned())
+                .unwrap_or_else(|_| text.to_owned())
+        };
         crate::secret::hold(password);
-        // As typed, before the URL's percent-encoding.
-        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
-            crate::secret::hold(&decoded);
-        }
+        crate::secret::hold_credentials(&decode(parsed.username()), &decode(password));
     }
     Ok(trimmed.to_owned())
 }

@@ -168,10 +168,14 @@ impl EsAuth {
         match (username, password, api_key) {
             (None, None, None) => Ok(EsAuth::None),
             (None, None, Some(key)) => Ok(EsAuth::ApiKey(Secret::new(key))),
-            (Some(username), Some(password), None) => Ok(EsAuth::Basic {
-                username,
-                password: Secret::new(password),
-            }),
+            (Some(username), Some(password), None) => {
+                // The Basic header made of them, should a proxy's error quote it.
+                crate::secret::hold_credentials(&username, &password);
+                Ok(EsAuth::Basic {
+                    username,
+                    password: Secret::new(password),
+                })
+            }
             (Some(_), None, _) | (None, Some(_), _) => Err((
                 "semlog.es_username",
                 "basic authentication needs both es_username and es_password".into(),

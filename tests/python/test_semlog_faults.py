@@ -8,8 +8,10 @@ request id that is a card number, and an upstream replica that quotes the gatewa
 in its errors (found in no stored field, log line or answer).
 """
 
+import base64
 import http.server
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -204,11 +206,14 @@ def test_personal_data_in_english_and_chinese_and_a_card_as_request_id_are_store
 
 
 UPSTREAM_KEY = "upstream-key-Zq81vX0pLmN3bVc7"
+URL_PASSWORD = "Pa55w0rd-in-url"
 
 
 class CarelessReplica(http.server.BaseHTTPRequestHandler):
     """An upstream replica that quotes the key it was sent, and a user's card, in its
-    errors: a 400, a 500, and an error event inside a stream."""
+    errors: a 400, a 500, and an error event inside a stream; and, asked to echo, every
+    credential it was sent (its key, and the Basic header made of a URL's user and
+    password) in an answer."""
 
     def log_message(self, *args):
         pass
@@ -226,6 +231,11 @@ class CarelessReplica(http.server.BaseHTTPRequestHandler):
                         json.dumps({"error": {"message": said, "type": "invalid_request_error"}}))
         elif prompt == "fault:500":
             self.answer(500, "text/plain", f"panic: {said}")
+        elif prompt == "echo":
+            text = f"You sent {self.headers.get('authorization')} and {key}, base64 {base64.b64encode(key.encode()).decode()}"
+            chunk = {"id": "x", "object": "chat.completion.chunk", "model": body["model"],
+                     "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
+            self.answer(200, "text/event-stream", f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n")
         else:
             chunk = {"id": "x", "object": "chat.completion.chunk", "model": body["model"],
                      "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}
@@ -245,16 +255,22 @@ def test_an_upstreams_error_text_carries_no_key_into_the_node_the_log_or_the_ans
     replica = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CarelessReplica)
     threading.Thread(target=replica.serve_forever, daemon=True).start()
     monkeypatch.setenv("CARELESS_KEY", UPSTREAM_KEY)
-    gw = launch_with_semlog(node.url, tmp_path / "gw",
-                            "--upstream-url", f"http://127.0.0.1:{replica.server_address[1]}/v1",
+    upstream = f"127.0.0.1:{replica.server_address[1]}/v1"
+    gw = launch_with_semlog(node.url, tmp_path / "gw", "--upstream-url", f"http://{upstream}",
                             "--upstream-api-key-env", "CARELESS_KEY")
+    # Without an API key, a user and password in the URL go as a Basic header, which
+    # the replica echoes in an answer.
+    basic_gw = launch_with_semlog(node.url, tmp_path / "basic-gw",
+                                  "--upstream-url", f"http://svcuser:{URL_PASSWORD}@{upstream}")
     answers = []
     try:
         eventually(lambda: ready_semlog(gw).get("set_up") is True)
-        for prompt, stream in (("fault:400", False), ("fault:500", False), ("fault:event", True)):
+        eventually(lambda: ready_semlog(basic_gw).get("set_up") is True)
+        for base, prompt, stream in ((gw.base, "fault:400", False), (gw.base, "fault:500", False),
+                                     (gw.base, "fault:event", True), (basic_gw.base, "echo", False)):
             body = {"model": "smollm2-135m-instruct", "max_tokens": 8, "stream": stream,
                     "messages": [{"role": "user", "content": prompt}]}
-            request = urllib.request.Request(f"{gw.base}/v1/chat/completions",
+            request = urllib.request.Request(f"{base}/v1/chat/completions",
                                              data=json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"})
             try:
@@ -262,13 +278,24 @@ def test_an_upstreams_error_text_carries_no_key_into_the_node_the_log_or_the_ans
                     answers.append(answer.read().decode())
             except urllib.error.HTTPError as error:
                 answers.append(error.read().decode())
-        eventually(lambda: node.count({"match_all": {}}) == 3)
+        eventually(lambda: node.count({"match_all": {}}) == 4)
     finally:
         stop_gateway(gw)
+        stop_gateway(basic_gw)
         replica.shutdown()
     assert "rejected for key <SECRET>" in answers[0], answers[0]
     stored = json.dumps(node.sources())
-    for place, text in (("stored", stored), ("log", gw.log_text()), ("answers", "".join(answers))):
-        for planted in (UPSTREAM_KEY, "4111 1111 1111 1111"):
-            assert planted not in text, f"{planted} in {place}"
+    basic = base64.b64encode(f"svcuser:{URL_PASSWORD}".encode()).decode()
+    key_b64 = base64.b64encode(UPSTREAM_KEY.encode()).decode()
+    # The echo reached the replica's answer (so there was something to scrub)...
+    assert "You sent" in answers[3] and "Basic" in answers[3], answers[3]
+    # ...and no form of a credential is stored or logged; errors reach no client with one.
+    # (An answer's own text goes to the client as the upstream wrote it.)
+    logs = gw.log_text() + basic_gw.log_text()
+    for place, text, planted in (("stored", stored, (UPSTREAM_KEY, key_b64, basic, URL_PASSWORD)),
+                                 ("log", logs, (UPSTREAM_KEY, key_b64, basic, URL_PASSWORD)),
+                                 ("errors", "".join(answers[:3]), (UPSTREAM_KEY, basic, URL_PASSWORD))):
+        for secret in (*planted, "4111 1111 1111 1111"):
+            assert secret not in text, f"{secret} in {place}"
+    assert "<SECRET>" in json.dumps([s["llm"].get("response_excerpt") for s in node.sources()])
     assert node.count({"query_string": {"query": f'"{UPSTREAM_KEY}"', "default_field": "*"}}) == 0

@@ -438,21 +438,29 @@ impl Excerpts {
         // megabyte prompt must not cost the request path a megabyte of regex work. The
         // window is wide enough that a value cut by it lies wholly beyond the excerpt.
         let window = settings.excerpt_chars.saturating_mul(4).max(4096);
-        fn head(t: &str, window: usize) -> &str {
-            t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i])
+        // Any secret the gateway holds (an upstream's key, a URL's password, the Basic
+        // header made of it) is taken out first: an upstream may quote one back in its
+        // answer, in a form no pattern of the redactor knows (an opaque token).
+        fn head(t: &str, window: usize) -> String {
+            crate::secret::scrub_held(t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i]))
         }
         // What the prompt gave away is kept out of both excerpts wherever it recurs: a
         // name its cue marked once, then repeated (or echoed by the answer) without it.
         let (prompt, known) = match r.prompt.as_deref() {
             Some(t) => {
                 let (excerpt, known) =
-                    redactor.prompt_excerpt(head(t, window), settings.excerpt_chars, &mut counts);
+                    redactor.prompt_excerpt(&head(t, window), settings.excerpt_chars, &mut counts);
                 (Some(excerpt), known)
             }
             None => (None, Vec::new()),
         };
         let response = r.response.as_deref().map(|t| {
-            redactor.excerpt_knowing(head(t, window), &known, settings.excerpt_chars, &mut counts)
+            redactor.excerpt_knowing(
+                &head(t, window),
+                &known,
+                settings.excerpt_chars,
+                &mut counts,
+            )
         });
         let keep = !settings.stats_only;
         Self {
