@@ -137,6 +137,10 @@ struct ReplayArgs {
     /// Replay files: {"request": {...}, "system_fingerprint": "...", "output_hash": "..."}.
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// The key the logged `output_hash` is keyed with: the gateway's
+    /// `<data_dir>/hash-key`, or the file of its `semlog.redaction_key` where it has one.
+    #[arg(long, default_value = "data/hash-key")]
+    hash_key_file: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -334,6 +338,11 @@ fn run_semlog_replay(args: &ServeArgs, files: &[PathBuf]) -> Result<ExitCode, Ex
 /// Exit status 0 when every answer matches, 1 when one differs, 2 when one could not be
 /// checked.
 fn run_replay(args: &ReplayArgs) -> Result<ExitCode, ExitCode> {
+    let key = cannot_run(
+        "llmgate replay: the semantic log's hash key (--hash-key-file)",
+        llmgate::secret::read_file(&args.hash_key_file),
+    )?;
+    let key = llmgate::redact::HashKey::new(key.as_bytes());
     let runtime = command_runtime()?;
     let client = reqwest::Client::new();
     let mut status = ExitCode::SUCCESS;
@@ -352,7 +361,7 @@ fn run_replay(args: &ReplayArgs) -> Result<ExitCode, ExitCode> {
                 continue;
             }
         };
-        match runtime.block_on(llmgate::replay::replay(&client, &args.url, &file)) {
+        match runtime.block_on(llmgate::replay::replay(&client, &args.url, &file, &key)) {
             Ok(verdict) => {
                 println!("{}: {}", path.display(), verdict.summary());
                 if !verdict.output_matches {
@@ -610,7 +619,10 @@ async fn serve(config: Config, logging: &Logging) -> anyhow::Result<()> {
     let tracing = otlp_tracing(&trace_settings, &metrics)?;
     let semlog = start_semlog(&config, &metrics)?;
     let guard = guard(&config, Arc::clone(&clock), shared.as_ref())?;
-    let mut records: Vec<Arc<dyn RequestObserver>> = vec![Arc::new(LogObserver), semlog.clone()];
+    let log_lines = LogObserver {
+        hashes: semlog.hash_key(),
+    };
+    let mut records: Vec<Arc<dyn RequestObserver>> = vec![Arc::new(log_lines), semlog.clone()];
     if let Some(keys) = &guard.keys {
         records.push(Arc::new(QuotaCounter(Arc::clone(keys))));
     }

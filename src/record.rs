@@ -386,10 +386,18 @@ pub struct Backlog {
 
 /// Writes one structured log line per request.
 #[derive(Debug, Default)]
-pub struct LogObserver;
+pub struct LogObserver {
+    /// The semantic log's hash key: the line's `input_hash` and `output_hash` are the
+    /// documents' (keyed); without one they are left out, never plain.
+    pub hashes: Option<crate::redact::HashKey>,
+}
 
 impl RequestObserver for LogObserver {
     fn observe(&self, r: &RequestRecord) {
+        let keyed = |digest: Option<&String>| {
+            let key = self.hashes.as_ref()?;
+            digest.map(|d| key.hash(d))
+        };
         let t = &r.timings;
         // request_id, trace_id and span_id come from the enclosing `request` span.
         tracing::info!(
@@ -411,8 +419,8 @@ impl RequestObserver for LogObserver {
             refusal = r.quality.as_ref().map(|q| q.refusal),
             intent = r.quality.as_ref().map(|q| q.intent.as_str()),
             seed = r.seed,
-            input_hash = r.input_hash.as_deref(),
-            output_hash = r.output_hash.as_deref(),
+            input_hash = keyed(r.input_hash.as_ref()),
+            output_hash = keyed(r.output_hash.as_ref()),
             system_fingerprint = r.system_fingerprint(),
             "Request finished."
         );

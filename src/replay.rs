@@ -10,7 +10,9 @@
 //!
 //! The answer is reproducible when the request (same `input_hash`), the seed and the
 //! `system_fingerprint` are the same; a fingerprint mismatch is reported separately, since
-//! a different model file, engine or device is expected to answer differently.
+//! a different model file, engine or device is expected to answer differently. The
+//! logged hashes are keyed (the semantic log's hash key), so the answer's is made with
+//! the same key.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -60,6 +62,7 @@ pub async fn replay(
     client: &reqwest::Client,
     base_url: &str,
     file: &ReplayFile,
+    key: &crate::redact::HashKey,
 ) -> Result<Verdict, ReplayError> {
     let mut body = file.request.clone();
     let object = body.as_object_mut().ok_or(ReplayError::NotAnObject)?;
@@ -79,7 +82,7 @@ pub async fn replay(
     let content = answer["choices"][0]["message"]["content"]
         .as_str()
         .ok_or_else(|| ReplayError::Shape(answer.to_string()))?;
-    let output_hash = crate::record::output_hash(content);
+    let output_hash = key.hash(&crate::record::output_hash(content));
     let system_fingerprint = answer["system_fingerprint"]
         .as_str()
         .unwrap_or_default()

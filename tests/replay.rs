@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use llmgate::engine::scripted::Script;
+use llmgate::redact::HashKey;
 use llmgate::replay::{replay, ReplayFile};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -25,28 +26,46 @@ async fn replay_reports_match_and_mismatch() {
     let engine = scripted(Script::tokens(&["Hel", "lo!"], Duration::ZERO));
     let server = TestServer::builder(Arc::new(engine)).start().await;
     let client = reqwest::Client::new();
-    let right = hex::encode(Sha256::digest(b"Hello!"));
+    // The logged hash is keyed: the semantic log's hash key over the answer's digest.
+    let key = HashKey::new(b"the gateway's hash key");
+    let right = key.hash(&hex::encode(Sha256::digest(b"Hello!")));
+    let plain = hex::encode(Sha256::digest(b"Hello!"));
 
-    let same = replay(&client, &server.base, &file(right.clone(), "fp_test"))
+    let same = replay(&client, &server.base, &file(right.clone(), "fp_test"), &key)
         .await
         .expect("replay");
     assert!(same.output_matches && same.fingerprint_matches);
     assert_eq!(same.summary(), "match");
 
-    let wrong = replay(&client, &server.base, &file("0".repeat(64), "fp_test"))
+    let unkeyed = replay(&client, &server.base, &file(plain, "fp_test"), &key)
         .await
         .expect("replay");
+    assert!(
+        !unkeyed.output_matches,
+        "a plain digest is never what is logged"
+    );
+
+    let wrong = replay(
+        &client,
+        &server.base,
+        &file("0".repeat(64), "fp_test"),
+        &key,
+    )
+    .await
+    .expect("replay");
     assert!(!wrong.output_matches);
     assert_eq!(wrong.output_hash, right);
 
-    let moved = replay(&client, &server.base, &file(right, "fp_other"))
+    let moved = replay(&client, &server.base, &file(right, "fp_other"), &key)
         .await
         .expect("replay");
     assert!(moved.output_matches && !moved.fingerprint_matches);
 
     let mut bad = file(String::new(), "fp_test");
     bad.request["model"] = json!("nope");
-    let error = replay(&client, &server.base, &bad).await.expect_err("404");
+    let error = replay(&client, &server.base, &bad, &key)
+        .await
+        .expect_err("404");
     assert!(error.to_string().contains("404"), "{error}");
 }
 

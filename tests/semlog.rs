@@ -230,6 +230,47 @@ async fn an_outage_under_traffic_loses_nothing_and_indexes_each_document_once() 
     server.shut_down().await;
 }
 
+/// Issue 61: a batch the cluster took but whose answer was lost (a proxy's 503) is
+/// looked up before it is sent again, and what the stream holds is not sent twice
+/// (after a rollover the write index would not know it: this fake has one index, so
+/// what shows it is that the re-send leaves those documents out). A healthy batch is
+/// sent without a look-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_whose_answer_was_lost_are_looked_up_not_sent_again() {
+    let es = FakeEs::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(Some(&es), dir.path(), "");
+    let server = gateway(&config).await;
+    ask(&server, "healthy", "hello").await;
+    assert!(eventually(10, || es.doc_count() == 1).await);
+    assert!(es.searches().is_empty(), "nothing to look up");
+    es.script_requests(&[common::es::TOOK_IT]);
+    ask(&server, "answer-lost", "hello").await;
+    assert!(
+        eventually(10, || es.searches().iter().flatten().count() == 1).await,
+        "looked up: {:?}",
+        es.searches()
+    );
+    let mut found = 0.0;
+    for _ in 0..100 {
+        found = metric(&server, "llmgate_semlog_duplicates_total").await;
+        if found > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(found, 1.0, "found in the stream, counted as already there");
+    let sent: Vec<Vec<String>> = es.bulks().into_iter().map(|b| b.ids).collect();
+    let lost = es.searches()[0][0].clone();
+    assert_eq!(
+        sent.iter().flatten().filter(|id| **id == lost).count(),
+        1,
+        "sent once, found, not sent again: {sent:?}"
+    );
+    assert_eq!(es.doc_count(), 2);
+    server.shut_down().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_replays_the_spool_left_by_the_previous_run() {
     let es = FakeEs::not_yet();

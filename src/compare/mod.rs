@@ -91,7 +91,8 @@ pub struct CompareArgs {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SideAnswer {
     pub text: Option<String>,
-    /// sha256 of the text (the semantic log's `llm.output_hash`).
+    /// A digest of the text: sha256 for a live answer, the semantic log's keyed
+    /// `llm.output_hash` in an export (one gateway's key: its documents compare).
     pub output_hash: Option<String>,
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,

@@ -235,6 +235,35 @@ pub struct Redactor {
     /// Already keyed HMAC state in keyed-hash mode, cloned per match: keying costs two
     /// SHA-256 blocks that need not be redone for every value. `None`: placeholders.
     mac: Option<HmacSha256>,
+    /// The key for whole values a document identifies without holding them (the
+    /// request's and the answer's hashes, the client's `user`): without a key, a hash of
+    /// an unredacted prompt is reversed by guessing what the redacted excerpt leaves out
+    /// ([`Redactor::with_hash_key`]). `None`: no such value is stored.
+    hashes: Option<HashKey>,
+}
+
+/// A secret key for hashes of whole values (HMAC-SHA256, hex), keyed once and cloned
+/// per value. Its `Debug` shows nothing of it.
+#[derive(Clone)]
+pub struct HashKey(HmacSha256);
+
+impl HashKey {
+    pub fn new(key: &[u8]) -> Self {
+        Self(HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length"))
+    }
+
+    /// HMAC-SHA256 of `value` under the key, hex.
+    pub fn hash(&self, value: &str) -> String {
+        let mut mac = self.0.clone();
+        mac.update(value.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+}
+
+impl fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HashKey(<redacted>)")
+    }
 }
 
 impl Redactor {
@@ -261,17 +290,34 @@ impl Redactor {
                 Some(HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length"))
             }
         };
-        Redactor { regex, groups, mac }
+        Redactor {
+            regex,
+            groups,
+            hashes: mac.clone().map(HashKey),
+            mac,
+        }
     }
 
-    /// The keyed hash (HMAC-SHA256, hex) of a whole value, such as the client's `user`
-    /// field, so documents can be grouped by it without holding it; `None` without a key
-    /// (a plain hash of an e-mail address is reversed by trying addresses). Its first 12
-    /// digits are the token the same value gets inside redacted text.
+    /// The same redactor, hashing whole values with `key` ([`Redactor::keyed_hash`]):
+    /// the semantic log's hash key (docs/semantic-logs.md, "Hashes").
+    pub fn with_hash_key(mut self, key: &[u8]) -> Self {
+        self.hashes = Some(HashKey::new(key));
+        self
+    }
+
+    /// The key whole values are hashed with, for another part of the process that
+    /// writes the same hashes (the request's log line).
+    pub fn hash_key(&self) -> Option<HashKey> {
+        self.hashes.clone()
+    }
+
+    /// The keyed hash (HMAC-SHA256, hex) of a whole value (the client's `user`, a
+    /// request's or an answer's digest), so documents can be grouped by it without
+    /// holding it; `None` without a hash key (a plain hash of an e-mail address is
+    /// reversed by trying addresses). With the redaction key as the hash key, its first
+    /// 12 digits are the token the same value gets inside redacted text.
     pub fn keyed_hash(&self, value: &str) -> Option<String> {
-        let mut mac = self.mac.clone()?;
-        mac.update(value.as_bytes());
-        Some(hex::encode(mac.finalize().into_bytes()))
+        self.hashes.as_ref().map(|key| key.hash(value))
     }
 
     /// Redacts all of `text`; adds what it replaced to `counts`.

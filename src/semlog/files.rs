@@ -27,6 +27,60 @@ pub fn private_file() -> OpenOptions {
     options
 }
 
+/// Where the gateway keeps its own key for the semantic log's hashes, in the data
+/// directory (see [`own_hash_key`]).
+pub fn hash_key_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("hash-key")
+}
+
+/// The gateway's own key for the semantic log's hashes, where no redaction key is set:
+/// 32 random bytes as 64 hex digits (the digits' bytes are the key, as a configured
+/// key's are), made on the first start and kept in `<data_dir>/hash-key` (mode 0600), so
+/// one gateway's hashes agree across restarts. Made in a file of its own and linked into
+/// place: two gateways starting on one folder both read the one that got there first.
+pub fn own_hash_key(data_dir: &Path) -> io::Result<String> {
+    let path = hash_key_path(data_dir);
+    match fs::read_to_string(&path) {
+        Ok(text) => return key_text(&path, &text),
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        Err(_) => {}
+    }
+    private_dir(data_dir)?;
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| io::Error::other(e.to_string()))?;
+    let text = hex::encode(key);
+    // A name of its own (two containers on one volume may both be PID 1), made new.
+    let made = data_dir.join(format!("hash-key.{}.new", &text[..16]));
+    let mut options = private_file();
+    options.write(true).create_new(true);
+    let mut file = options.open(&made)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    let linked = fs::hard_link(&made, &path);
+    let _ = fs::remove_file(&made);
+    match linked {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
+    // What is in place now, this one's or the one that got there first.
+    key_text(&path, &fs::read_to_string(&path)?)
+}
+
+fn key_text(path: &Path, text: &str) -> io::Result<String> {
+    let key = text.trim();
+    if key.len() < 32 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} holds no key (delete it and a new one is made; documents indexed before keep hashes made with the old one)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(key.to_owned())
+}
+
 /// Appends to `<prefix>-<seq>.ndjson` files, starting a new one past `max_bytes`, and
 /// deletes the oldest when all of them together would pass `total_max_bytes`.
 #[derive(Debug)]
@@ -214,5 +268,34 @@ mod tests {
         for name in names(&dir) {
             assert_eq!(mode(&dir.join(&name)), 0o600, "{name}");
         }
+    }
+
+    #[test]
+    fn the_own_hash_key_is_made_once_kept_private_and_read_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        let key = own_hash_key(&data).expect("made");
+        assert_eq!(key.len(), 64);
+        assert_eq!(
+            own_hash_key(&data).expect("read"),
+            key,
+            "the same after a restart"
+        );
+        let mode = fs::metadata(hash_key_path(&data))
+            .expect("file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let other = tempfile::tempdir().expect("tempdir");
+        assert_ne!(
+            own_hash_key(other.path()).expect("made"),
+            key,
+            "each gateway its own"
+        );
+        fs::write(hash_key_path(&data), "\n").expect("emptied");
+        assert!(
+            own_hash_key(&data).is_err(),
+            "an emptied key is an error, not a weak key"
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Metrics, SemlogEvent};
 
 /// Log lines about the same trouble are at least this far apart.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -38,6 +38,9 @@ pub enum Trouble {
     SetUp,
     /// The spool is full: new documents are dropped.
     SpoolFull,
+    /// The cluster takes requests but refuses the documents themselves (a mapping or
+    /// parsing conflict): they go to the dead-letter file, none is indexed.
+    Rejected,
 }
 
 impl Trouble {
@@ -53,6 +56,7 @@ impl Trouble {
             Trouble::Refused => "the cluster refuses the gateway's credentials or privileges, or the index is missing",
             Trouble::SetUp => "the cluster has not been set up yet (it does not answer or asks to wait)",
             Trouble::SpoolFull => "the spool is full (semlog.spool_max_bytes): new documents are dropped",
+            Trouble::Rejected => "the cluster refuses the documents themselves (a mapping or parsing conflict): they go to the dead-letter file, for llmgate semlog replay once it is fixed",
         }
     }
 
@@ -66,6 +70,7 @@ impl Trouble {
             Trouble::Refused => "refused",
             Trouble::SetUp => "set_up",
             Trouble::SpoolFull => "spool_full",
+            Trouble::Rejected => "rejected",
         }
     }
 }
@@ -113,8 +118,12 @@ impl SinkHealth {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `documents` could not go out for `trouble` (`reason`: the cluster's words, short).
+    /// `documents` could not go out for `trouble` (`reason`: the cluster's words, short)
+    /// and are retried: counted here for `/ready` and in `llmgate_semlog_retried_total`,
+    /// one count for both.
     pub fn trouble(&self, trouble: Trouble, reason: &str, documents: usize) {
+        self.metrics
+            .semlog_count(SemlogEvent::Retried, documents as u64);
         let mut inner = self.lock();
         inner.retried += documents as u64;
         inner.unlogged.retried += documents as u64;
@@ -139,8 +148,42 @@ impl SinkHealth {
         }
     }
 
-    /// A batch went through (every document indexed, already there, or dead-lettered):
-    /// the trouble is over.
+    /// A batch whose every document the cluster refused went to the dead-letter file:
+    /// degraded until documents are indexed again (the dead letters are logged as they
+    /// come, [`SinkHealth::dead_lettered`]).
+    pub fn rejecting(&self) {
+        let mut inner = self.lock();
+        // The cluster answers now: what it does is refuse, whatever the spell began as.
+        let since = inner.trouble.map_or_else(Instant::now, |(_, since)| since);
+        inner.trouble = Some((Trouble::Rejected, since));
+        self.metrics.semlog_ready(false);
+    }
+
+    /// A line for the counts no line has said yet, when one is due: called every
+    /// [`LOG_EVERY`], so a dead letter or a drop after the last line is logged within
+    /// that window, not at the next event, however long that takes.
+    pub fn log_due(&self) {
+        let mut inner = self.lock();
+        let pending = inner.unlogged;
+        if pending.dead_letters + pending.dropped + pending.retried == 0 {
+            return;
+        }
+        let Some(counts) = inner.take_line(false) else {
+            return;
+        };
+        let trouble = inner.trouble.map(|(t, _)| t.as_str());
+        drop(inner);
+        tracing::warn!(
+            trouble,
+            retried = counts.retried,
+            dead_lettered = counts.dead_letters,
+            dropped = counts.dropped,
+            "Semantic-log documents were retried, dead-lettered or dropped since the last line."
+        );
+    }
+
+    /// A batch went through with documents indexed (or already there): the trouble is
+    /// over.
     pub fn delivered(&self) {
         let mut inner = self.lock();
         let Some((trouble, since)) = inner.trouble.take() else {

@@ -35,6 +35,7 @@ use super::document::Encoded;
 use super::elasticsearch::{BulkResult, Cluster, Item};
 use super::files::{refusal_line, RotatingFile};
 use super::health::{SinkHealth, Trouble};
+use super::held::{self, Lookup, Unsure};
 use super::setup;
 use super::spool::Spool;
 use super::target::IndexLifecycle;
@@ -80,6 +81,21 @@ pub struct Indexer {
     /// Where the set-up's report goes, for `/ready`.
     pub status: super::SemlogStatus,
     pub health: Arc<SinkHealth>,
+    /// Documents that may already be in the stream: looked up before they are sent
+    /// again (see [`held`]).
+    pub unsure: Unsure,
+    /// What became of the batch being delivered.
+    pub tally: Tally,
+    /// Documents refused in a row, in batches of which none was taken.
+    pub refused_in_a_row: u64,
+}
+
+/// What became of one batch's documents: taken (indexed, or already in the stream) or
+/// refused for good (dead-lettered). A batch all refused leaves the sink degraded.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    taken: u64,
+    refused: u64,
 }
 
 /// How a delivery attempt ended.
@@ -170,8 +186,20 @@ impl Indexer {
         match self.deliver(batch.docs, rng).await {
             Delivery::Done => {
                 self.ack(batch.end, read);
-                // The batch is through (to the cluster or to files): any trouble is over.
-                self.health.delivered();
+                // The batch is through (to the cluster or to files): any trouble is over,
+                // unless the cluster refused every document of it.
+                if self.tally.refused > 0 && self.tally.taken == 0 {
+                    // Every document of the batch refused: degraded once that is more
+                    // than one document alone (a poison document is a dead letter, not
+                    // a sink that takes none).
+                    self.refused_in_a_row += self.tally.refused;
+                    if self.refused_in_a_row > 1 {
+                        self.health.rejecting();
+                    }
+                } else {
+                    self.refused_in_a_row = 0;
+                    self.health.delivered();
+                }
                 Sent::All
             }
             Delivery::Unavailable(rest) => {
@@ -194,10 +222,11 @@ impl Indexer {
             .oldest(docs.first().and_then(Encoded::created_ms));
     }
 
-    fn ack(&self, end: super::spool::Position, docs: usize) {
+    fn ack(&mut self, end: super::spool::Position, docs: usize) {
         if let Err(error) = self.spool.ack(end, docs) {
             tracing::error!(error = %error, "Could not advance the spool cursor.");
         }
+        self.unsure.acknowledged(docs as u64);
         if self.spool.is_empty() {
             self.health.oldest(None);
         }
@@ -299,6 +328,7 @@ impl Indexer {
 
     /// Delivers one batch, retrying what is worth retrying.
     async fn deliver(&mut self, docs: Vec<Encoded>, rng: &mut rand_chacha::ChaCha8Rng) -> Delivery {
+        self.tally = Tally::default();
         let cluster = match &mut self.destination {
             Destination::Files(files) => return write_files(files, &self.metrics, docs),
             Destination::Elasticsearch(cluster) => Arc::clone(cluster),
@@ -332,14 +362,24 @@ impl Indexer {
     ) -> Vec<Encoded> {
         let mut attempt = 0;
         loop {
-            let result = self.bulk(cluster, &pending).await;
-            let retry_after = match self.settle(pending, result, queue) {
-                Settled::Done => return Vec::new(),
-                Settled::Retry { docs, retry_after } => {
-                    pending = docs;
-                    retry_after
+            // Documents that may already be in the stream wait while it cannot say.
+            let (send, mut left) = self.without_held(cluster, pending).await;
+            let mut retry_after = None;
+            if !send.is_empty() {
+                let result = self.bulk(cluster, &send).await;
+                if let Settled::Retry {
+                    docs,
+                    retry_after: after,
+                } = self.settle(send, result, queue)
+                {
+                    left.extend(docs);
+                    retry_after = after;
                 }
-            };
+            }
+            if left.is_empty() {
+                return Vec::new();
+            }
+            pending = left;
             attempt += 1;
             if attempt >= self.pacing.attempts || self.shutdown.is_cancelled() {
                 return pending;
@@ -350,6 +390,87 @@ impl Indexer {
                 () = self.shutdown.cancelled() => {}
             }
         }
+    }
+
+    /// `pending` split into what to send now and what waits: the documents that may
+    /// already be in the stream ([`Unsure`]) are looked up first, and those it holds
+    /// are counted as already indexed and not sent; while it cannot say, they wait
+    /// (the trouble told to [`SinkHealth`]), the others go on. After
+    /// [`held::LOOKUP_TRIES`] failed look-ups in a row they are sent unchecked.
+    async fn without_held(
+        &mut self,
+        cluster: &Cluster,
+        pending: Vec<Encoded>,
+    ) -> (Vec<Encoded>, Vec<Encoded>) {
+        let (mut look, mut send) = self.unsure.split(pending);
+        if look.is_empty() {
+            return (send, Vec::new());
+        }
+        let refresh = self.unsure.refresh_due();
+        let lookup = held::held(cluster, &look, refresh);
+        // Bounded like a bulk request: the drain at shutdown does not wait on it.
+        let answer = if self.shutdown.is_cancelled() {
+            tokio::time::timeout(DRAIN_BULK_TIMEOUT, lookup)
+                .await
+                .unwrap_or_else(|_| {
+                    Err((
+                        Trouble::Unreachable,
+                        "no answer while the gateway stops".into(),
+                    ))
+                })
+        } else {
+            tokio::select! {
+                answer = lookup => answer,
+                () = self.shutdown.cancelled() => Err((Trouble::Unreachable, "the gateway is stopping".into())),
+            }
+        };
+        match answer {
+            Ok(Lookup::NotSearchable(reason)) => {
+                self.unsure.settled(&look);
+                if self.unsure.not_searchable() {
+                    tracing::warn!(
+                        reason,
+                        "The gateway cannot search the data stream (grant its user read on logs-llmgate.requests-*): documents sent before without an answer are sent again unchecked, and one indexed before a rollover may be stored twice."
+                    );
+                }
+                send.append(&mut look);
+            }
+            Ok(Lookup::Held(found)) => {
+                self.unsure.lookup_answered();
+                self.unsure.settled(&look);
+                let before = look.len();
+                look.retain(|doc| !found.contains(&doc.id));
+                let already = before - look.len();
+                self.tally.taken += already as u64;
+                if already > 0 {
+                    tracing::info!(
+                        already,
+                        "Documents sent before without an answer were already in the data stream; not sent again."
+                    );
+                    self.metrics
+                        .semlog_count(SemlogEvent::Duplicate, already as u64);
+                }
+                send.append(&mut look);
+            }
+            Err((trouble, reason)) if self.unsure.lookup_failed() => {
+                tracing::warn!(
+                    trouble = trouble.as_str(),
+                    reason,
+                    documents = look.len(),
+                    "The data stream has not said which documents it holds, {} times in a row; they are sent unchecked (one indexed before a rollover may be stored twice).",
+                    held::LOOKUP_TRIES
+                );
+                self.unsure.settled(&look);
+                send.append(&mut look);
+            }
+            Err((trouble, reason)) => {
+                if !self.shutdown.is_cancelled() {
+                    self.health.trouble(trouble, &reason, look.len());
+                }
+                return (send, look);
+            }
+        }
+        (send, Vec::new())
     }
 
     /// One `_bulk` of `docs`, timed; while the gateway stops, one bounded try.
@@ -388,7 +509,10 @@ impl Indexer {
         queue: &mut Vec<Vec<Encoded>>,
     ) -> Settled {
         match result {
-            BulkResult::Items(items) => self.settle_items(pending, items),
+            BulkResult::Items(items) => {
+                self.unsure.write_answered();
+                self.settle_items(pending, items)
+            }
             BulkResult::RetryAll {
                 trouble,
                 reason,
@@ -397,6 +521,8 @@ impl Indexer {
                 if !self.shutdown.is_cancelled() {
                     self.health.trouble(trouble, &reason, pending.len());
                 }
+                // No answer per document: the cluster may have taken some or all.
+                self.unsure.unanswered(&pending);
                 Settled::Retry {
                     docs: pending,
                     retry_after,
@@ -432,8 +558,14 @@ impl Indexer {
         let mut why = None;
         for (doc, item) in pending.into_iter().zip(items) {
             match item {
-                Item::Indexed => self.metrics.semlog_count(SemlogEvent::Indexed, 1),
-                Item::Duplicate => self.metrics.semlog_count(SemlogEvent::Duplicate, 1),
+                Item::Indexed => {
+                    self.tally.taken += 1;
+                    self.metrics.semlog_count(SemlogEvent::Indexed, 1);
+                }
+                Item::Duplicate => {
+                    self.tally.taken += 1;
+                    self.metrics.semlog_count(SemlogEvent::Duplicate, 1);
+                }
                 Item::Retry { trouble, reason } => {
                     why.get_or_insert((trouble, reason));
                     retry.push(doc);
@@ -448,8 +580,6 @@ impl Indexer {
         let Some((trouble, reason)) = why else {
             return Settled::Done;
         };
-        self.metrics
-            .semlog_count(SemlogEvent::Retried, retry.len() as u64);
         self.health.trouble(trouble, &reason, retry.len());
         Settled::Retry {
             docs: retry,
@@ -461,6 +591,7 @@ impl Indexer {
     /// as (so `llmgate semlog replay`, or `curl --data-binary @file .../_bulk`, can send
     /// it again once the mapping is fixed) and the cluster's reason to the refusals file.
     fn dead_letter(&mut self, doc: &Encoded, status: u16, error_type: &str, reason: &str) {
+        self.tally.refused += 1;
         self.health
             .dead_lettered(&doc.id, status, error_type, reason);
         self.metrics.semlog_count(SemlogEvent::DeadLettered, 1);

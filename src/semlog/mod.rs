@@ -19,7 +19,9 @@
 //!   and what it accepts; [`setup`]: the set-up that fits it (retention, mappings, the
 //!   data stream); [`elasticsearch`]: the client, `_bulk`, and bulk answers as data.
 //! - [`indexer`]: batching, retries, dead letters; [`health`]: the sink's state for
-//!   `/ready`, the gauge and the log; [`replay`]: `llmgate semlog replay`.
+//!   `/ready`, the gauge and the log; [`replay`]: `llmgate semlog replay`; [`held`]:
+//!   documents that may already be in the stream, looked up before they are sent again,
+//!   so that none is stored twice across a rollover.
 //! - [`spool`], [`files`]: the on-disk parts.
 //! - [`config`]: the `[semlog]` settings.
 //!
@@ -31,6 +33,7 @@ pub mod document;
 pub mod elasticsearch;
 pub mod files;
 pub mod health;
+pub mod held;
 pub mod indexer;
 /// Redaction is the crate's (`crate::redact`): the gateway's other ways out use it too.
 pub use crate::redact;
@@ -166,6 +169,12 @@ impl Semlog {
         retry: Pacing,
     ) -> Result<Self, String> {
         metrics.semlog_zero_series(&redact::Kind::ALL.map(redact::Kind::as_str), &setup::STEPS);
+        // First what can fail, then the tasks.
+        let redactor = Redactor::new(match &config.redaction_key {
+            Some(key) => Mode::KeyedHash(key.expose().as_bytes().to_vec()),
+            None => Mode::Placeholder,
+        })
+        .with_hash_key(hash_key(config)?.expose().as_bytes());
         let spool = Arc::new(open_spool(config)?);
         let settings = DocumentSettings {
             namespace: config.namespace.clone(),
@@ -205,6 +214,9 @@ impl Semlog {
                 .map_or(30, |es| es.retention_days),
             status: status.clone(),
             health: Arc::clone(&health),
+            unsure: held::Unsure::at_start(spool.pending_docs()),
+            tally: indexer::Tally::default(),
+            refused_in_a_row: 0,
         };
         let task = tokio::spawn(indexer.run());
         if !config.fsync.is_zero() {
@@ -214,10 +226,7 @@ impl Semlog {
                 shutdown.clone(),
             ));
         }
-        let redactor = Redactor::new(match &config.redaction_key {
-            Some(key) => Mode::KeyedHash(key.expose().as_bytes().to_vec()),
-            None => Mode::Placeholder,
-        });
+        tokio::spawn(log_every(Arc::clone(&health), shutdown.clone()));
         Ok(Self {
             spool,
             arrived,
@@ -230,6 +239,11 @@ impl Semlog {
             health,
             recent: Mutex::default(),
         })
+    }
+
+    /// The key the documents' hashes are made with, for the request's log line.
+    pub fn hash_key(&self) -> Option<redact::HashKey> {
+        self.redactor.hash_key()
     }
 
     /// Where documents go and what the set-up found, for `/ready`.
@@ -250,6 +264,24 @@ impl Semlog {
             }
         }
     }
+}
+
+/// The key of the semantic log's hashes (`llm.input_hash`, `llm.output_hash`,
+/// `user.hash`): the redaction key where one is set (so gateways that share it share
+/// their hashes), else the gateway's own in `<data_dir>/hash-key` ([`files::own_hash_key`]).
+/// Held as a secret: scrubbed from any text from outside.
+pub fn hash_key(config: &SemlogConfig) -> Result<crate::secret::Secret, String> {
+    if let Some(key) = &config.redaction_key {
+        return Ok(key.clone());
+    }
+    files::own_hash_key(&config.data_dir)
+        .map(crate::secret::Secret::new)
+        .map_err(|e| {
+            format!(
+                "the semantic log's hash key ({}): {e}",
+                files::hash_key_path(&config.data_dir).display()
+            )
+        })
 }
 
 /// The spool under `data_dir`, sized and synced as configured.
@@ -369,6 +401,24 @@ impl RequestObserver for Semlog {
         Backlog {
             queued: usize::try_from(self.spool.pending_docs()).unwrap_or(usize::MAX),
             spooled_bytes: self.spool.pending_bytes(),
+        }
+    }
+}
+
+/// Logs the sink's counts no line has said yet (dead letters, drops, retries) once a
+/// line is due ([`health::LOG_EVERY`] after the last), whatever the indexer is doing
+/// (waiting for documents, backing off, setting up): each is in the log within that
+/// window and a second. Looking costs a lock, once a second.
+async fn log_every(health: Arc<health::SinkHealth>, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => health.log_due(),
+            () = shutdown.cancelled() => {
+                health.log_due();
+                return;
+            }
         }
     }
 }

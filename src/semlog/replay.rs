@@ -2,9 +2,12 @@
 //! kept as the `_bulk` pairs they were sent as) to the cluster again, once the mapping
 //! or template that refused them is fixed, and says how many went in.
 //!
-//! Idempotent by event id: each pair is a `create` with the document's own `_id`, so a
-//! document already indexed (by an earlier replay, or by `curl --data-binary`) is
-//! answered 409 and counted as already there, never indexed twice. The files are left
+//! Idempotent by event id: the data stream is first asked which of a batch's ids it
+//! holds, in any backing index ([`held`](super::held): an earlier replay may have
+//! indexed them into a backing index the stream has since rolled over), and only the
+//! others are sent, each a `create` with the document's own `_id` (a 409 for one that
+//! arrived in between). Those it holds are counted as already there, never indexed
+//! twice. The files are left
 //! where they are (the gateway may be appending to the newest), so running it again is
 //! safe and says the same; `semlog.files_max_bytes` bounds them.
 
@@ -13,6 +16,7 @@ use std::path::{Path, PathBuf};
 use super::config::SemlogConfig;
 use super::document::Encoded;
 use super::elasticsearch::{BulkResult, Cluster, Item};
+use super::held;
 use super::indexer::dead_letter_dir;
 
 /// Documents per `_bulk` request.
@@ -31,6 +35,8 @@ pub struct ReplaySummary {
     pub refused: Vec<(String, u16, String, String)>,
     /// Lines that are not a `create` pair (a torn tail).
     pub unreadable: usize,
+    /// The stream could not be searched: documents were sent without the look-up.
+    pub unchecked: bool,
 }
 
 impl std::fmt::Display for ReplaySummary {
@@ -153,7 +159,35 @@ pub async fn replay(
         report.documents += docs.len();
         report.unreadable += unreadable;
         for batch in docs.chunks(BATCH) {
-            if let Err(why) = send(&cluster, batch, &mut report).await {
+            let found = match held::held(&cluster, batch, true).await {
+                Ok(held::Lookup::Held(found)) => found,
+                // Sent as before; a document that is already there in the write index
+                // is still answered 409.
+                Ok(held::Lookup::NotSearchable(reason)) => {
+                    if !report.unchecked {
+                        eprintln!("llmgate semlog replay: the data stream cannot be searched ({reason}): documents are sent without asking which it holds, and one indexed before a rollover may be stored twice; grant the user read on logs-llmgate.requests-*");
+                    }
+                    report.unchecked = true;
+                    Default::default()
+                }
+                Err((trouble, reason)) => {
+                    let why = format!(
+                        "the cluster is not answering ({}): {reason}",
+                        trouble.as_str()
+                    );
+                    return Err((report, why));
+                }
+            };
+            let rest: Vec<Encoded> = batch
+                .iter()
+                .filter(|doc| !found.contains(&doc.id))
+                .cloned()
+                .collect();
+            report.already += batch.len() - rest.len();
+            if rest.is_empty() {
+                continue;
+            }
+            if let Err(why) = send(&cluster, &rest, &mut report).await {
                 return Err((report, why));
             }
         }

@@ -82,9 +82,17 @@ pub struct EsState {
     pub bulks: Vec<SeenBulk>,
     /// Statuses for the next items, in order (then 201).
     pub item_script: VecDeque<u16>,
-    /// Statuses for the next whole bulk requests (then normal handling).
+    /// Statuses for the next whole bulk requests (then normal handling). [`TOOK_IT`]:
+    /// the documents are taken, and the answer is a 503 (a proxy's, after the cluster
+    /// took the request).
     pub request_script: VecDeque<u16>,
+    /// Every `ids` search: the ids asked for.
+    pub searches: Vec<Vec<String>>,
 }
+
+/// A scripted whole-request status: take the documents, answer 503 (see
+/// [`EsState::request_script`]).
+pub const TOOK_IT: u16 = 599;
 
 #[derive(Debug, Clone)]
 pub struct SeenBulk {
@@ -167,6 +175,8 @@ impl FakeEs {
                 .route("/_index_template/{name}", web::put().to(setup))
                 .route("/_data_stream/{name}", web::put().to(create_data_stream))
                 .route("/{target}/_bulk", web::post().to(bulk))
+                .route("/{target}/_search", web::post().to(search))
+                .route("/{target}/_refresh", web::post().to(refresh))
         })
         .workers(1)
         .disable_signals()
@@ -225,6 +235,39 @@ impl FakeEs {
     pub fn bulks(&self) -> Vec<SeenBulk> {
         self.state.lock().expect("lock").bulks.clone()
     }
+
+    /// The ids each `ids` search asked for, in order.
+    pub fn searches(&self) -> Vec<Vec<String>> {
+        self.state.lock().expect("lock").searches.clone()
+    }
+}
+
+/// `_search` with an `ids` query, as the gateway asks which documents a data stream
+/// holds: the hits among the documents kept, without their source.
+async fn search(body: web::Bytes, state: web::Data<Mutex<EsState>>) -> HttpResponse {
+    let mut s = state.lock().expect("lock");
+    let query: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let ids: Vec<String> = query["query"]["ids"]["values"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|i| i.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let hits: Vec<Value> = ids
+        .iter()
+        .filter(|id| s.docs.contains_key(*id))
+        .map(|id| json!({"_index": ".ds-logs-x-000001", "_id": id, "_score": 1.0}))
+        .collect();
+    s.searches.push(ids);
+    HttpResponse::Ok().json(json!({"took": 1, "timed_out": false,
+        "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+        "hits": {"max_score": 1.0, "hits": hits}}))
+}
+
+async fn refresh() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))
 }
 
 async fn root(state: web::Data<Mutex<EsState>>) -> HttpResponse {
@@ -357,7 +400,10 @@ async fn bulk(
         );
         return error(400, "illegal_argument_exception", &reason);
     }
-    if let Some(status) = s.request_script.pop_front() {
+    let took_it = s.request_script.front() == Some(&TOOK_IT);
+    if took_it {
+        s.request_script.pop_front();
+    } else if let Some(status) = s.request_script.pop_front() {
         return match status {
             429 => HttpResponse::TooManyRequests()
                 .insert_header(("Retry-After", "0"))
@@ -416,6 +462,9 @@ async fn bulk(
             }
         };
         items.push(json!({"create": item}));
+    }
+    if took_it {
+        return error(503, "bad_gateway", "the proxy lost the cluster's answer");
     }
     HttpResponse::Ok().json(json!({"took": 3, "errors": errors, "items": items}))
 }

@@ -176,8 +176,12 @@ impl TestServerBuilder {
             Arc::new(semlog.expect("semlog"))
         });
         let observer = Arc::new(CollectingObserver::default());
-        let mut observers: Vec<Arc<dyn RequestObserver>> =
-            vec![observer.clone(), Arc::new(LogObserver)];
+        let mut observers: Vec<Arc<dyn RequestObserver>> = vec![
+            observer.clone(),
+            Arc::new(LogObserver {
+                hashes: semlog.as_ref().and_then(|s| s.hash_key()),
+            }),
+        ];
         if let Some(semlog) = &semlog {
             observers.push(semlog.clone());
         }

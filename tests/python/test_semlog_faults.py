@@ -116,7 +116,16 @@ def test_dead_letters_are_replayed_exactly_once(node, tmp_path):
         for i in range(3):
             assert chat(gw.base, f"conflict {i}") == 200
         eventually(lambda: metric(gw, "llmgate_semlog_dead_lettered_total") == 3)
-        assert ready_semlog(gw)["dead_letters"] == 3
+        # Every document refused: the sink is degraded, not "ok" (issue 61).
+        eventually(lambda: ready_semlog(gw).get("problem", {}).get("kind") == "rejected")
+        state = ready_semlog(gw)
+        assert state["dead_letters"] == 3 and state["state"] == "degraded", state
+        assert metric(gw, "llmgate_semlog_ready") == 0
+        # Each dead letter is in the log within the 10 s window, not at a later event.
+        def logged():
+            lines = [json.loads(line) for line in gw.log_text().splitlines() if "dead_lettered" in line]
+            return sum(line.get("dead_lettered", 0) for line in lines)
+        eventually(lambda: logged() == 3, seconds=15)
     finally:
         stop_gateway(gw)
     assert node.count({"match_all": {}}) == 0
@@ -147,8 +156,84 @@ def test_dead_letters_are_replayed_exactly_once(node, tmp_path):
     again = replay(node, data_dir)
     assert again.returncode == 0, again.stderr
     assert "0 indexed, 3 already indexed" in again.stdout, again.stdout
+    # After a rollover the write index no longer has them, so `create` alone would
+    # index them again (issue 61: 10 documents became 20, then 30): replay asks the
+    # whole stream first.
+    for _ in range(2):
+        status, answer = node.call("POST", f"/{STREAM}/_rollover")
+        assert status == 200, answer
+        after = replay(node, data_dir)
+        assert after.returncode == 0, after.stderr
+        assert "0 indexed, 3 already indexed" in after.stdout, after.stdout
     ids = event_ids(node)
     assert len(ids) == 3 and len(set(ids)) == 3
+
+
+class AnswerDropper:
+    """A TCP relay in front of the node. While `dropping`, each request goes on to the
+    node and the client's connection is closed as soon as the answer starts, the answer
+    kept back: the node indexed what the gateway sent, and the gateway heard nothing (an
+    answer lost, as behind a proxy that times out)."""
+
+    def __init__(self, target_port):
+        self.target = ("127.0.0.1", target_port)
+        self.dropping = False
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            client, _ = self.listener.accept()
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self.pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self.pump, args=(upstream, client, True), daemon=True).start()
+
+    def pump(self, source, sink, answers):
+        try:
+            while data := source.recv(65536):
+                if answers and self.dropping:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            end.close()
+
+
+def test_a_resend_after_a_lost_answer_and_a_rollover_stores_nothing_twice(node, tmp_path):
+    """The spool's re-send across a rollover: documents the node indexed while their
+    answers were lost are sent again after the stream rolled over, where `create` finds
+    no duplicate in the new write index. The gateway looks them up in the whole stream
+    first and sends none twice."""
+    relay = AnswerDropper(node.port)
+    gw = launch_with_semlog(relay.url, tmp_path / "gw")
+    try:
+        eventually(lambda: ready_semlog(gw).get("set_up") is True)
+        assert chat(gw.base, "before") == 200
+        eventually(lambda: node.count({"match_all": {}}) == 1)
+        relay.dropping = True
+        for i in range(5):
+            assert chat(gw.base, f"answer lost {i}") == 200
+        # The node has them; the gateway does not know and keeps them in its spool.
+        eventually(lambda: node.count({"match_all": {}}) == 6)
+        eventually(lambda: ready_semlog(gw).get("state") == "degraded")
+        assert ready_semlog(gw)["queued"] == 5
+        status, answer = node.call("POST", f"/{STREAM}/_rollover")
+        assert status == 200, answer
+        relay.dropping = False
+        eventually(lambda: ready_semlog(gw).get("queued") == 0, seconds=90)
+        eventually(lambda: ready_semlog(gw).get("state") == "ok")
+        time.sleep(2)
+        ids = event_ids(node)
+        assert len(ids) == 6 and len(set(ids)) == 6, sorted(ids)
+        assert metric(gw, "llmgate_semlog_duplicates_total") >= 5
+    finally:
+        stop_gateway(gw)
 
 
 PLANTED = {

@@ -339,7 +339,17 @@ impl RedactedLog {
                 .and_then(|user| redactor.keyed_hash(user))
                 .map(|hash| User { hash }),
             gen_ai: GenAi::of(r),
-            llm: Llm::of(r, Excerpts::redacted(r, redactor, settings)),
+            llm: Llm {
+                // The request's and the answer's digests, keyed (HMAC): a plain SHA-256
+                // of the unredacted text is reversed by guessing what the excerpt leaves
+                // out (a phone number around which the excerpt gives the words).
+                input_hash: r.input_hash.as_deref().and_then(|h| redactor.keyed_hash(h)),
+                output_hash: r
+                    .output_hash
+                    .as_deref()
+                    .and_then(|h| redactor.keyed_hash(h)),
+                ..Llm::of(r, Excerpts::redacted(r, redactor, settings))
+            },
             data_stream: DataStream {
                 kind: "logs",
                 dataset: DATASET,
@@ -507,8 +517,9 @@ impl Llm {
             intent: quality.map(|q| q.intent.clone()),
             language: quality.map(|q| q.language),
             answer_language: quality.map(|q| q.answer_language),
-            input_hash: r.input_hash.clone(),
-            output_hash: r.output_hash.clone(),
+            // Keyed by RedactedLog::build: never the plain digests.
+            input_hash: None,
+            output_hash: None,
             system_fingerprint: r.system_fingerprint().map(str::to_owned),
             model: r.served.as_deref().map(ModelFacts::from),
             upstream: r.upstream.as_ref().map(Upstream::from),

@@ -16,9 +16,14 @@ fn settings(stats_only: bool) -> DocumentSettings {
     }
 }
 
-/// The document of `r` under `id`, stamped with its own arrival, redacted without a key.
+/// The hash key of the documents below (a gateway's own, or its redaction key).
+const HASH_KEY: &[u8] = b"a-test-hash-key";
+
+/// The document of `r` under `id`, stamped with its own arrival, redacted without a
+/// redaction key, its hashes keyed with [`HASH_KEY`].
 fn document(r: &RequestRecord, id: &str, settings: &DocumentSettings) -> RedactedLog {
-    RedactedLog::build(r, id.into(), r.received_at, &Redactor::default(), settings)
+    let redactor = Redactor::default().with_hash_key(HASH_KEY);
+    RedactedLog::build(r, id.into(), r.received_at, &redactor, settings)
 }
 
 #[test]
@@ -33,6 +38,8 @@ fn encodes_a_bulk_pair_byte_for_byte() {
         r#""service":{"name":"llmgate","version":""#,
         env!("CARGO_PKG_VERSION"),
         r#""},"trace":{"id":"4bf92f3577b34da6a3ce929d0e0e4736"},"span":{"id":"00f067aa0ba902b7"},"#,
+        // The client's `user`, keyed like the hashes below.
+        r#""user":{"hash":"462a527eb2314d2ceae6bc9268e831ef1809d0d04afc2d5e1bb7a3183ca831bd"},"#,
         r#""gen_ai":{"operation":{"name":"chat"},"provider":{"name":"llmgate"},"#,
         r#""request":{"model":"smollm2","max_tokens":3,"temperature":0.5,"seed":42},"#,
         r#""response":{"id":"chatcmpl-req-1","model":"smollm2","finish_reasons":["length"]},"#,
@@ -41,7 +48,11 @@ fn encodes_a_bulk_pair_byte_for_byte() {
         r#""tpot_ms":21.0,"e2e_ms":170.5,"overhead_ms":0.0,"queue_ms":1.5,"client_wait_ms":0.25,"itl":{"p50_ms":21.0,"p95_ms":22.0,"max_ms":22.0},"#,
         r#""chunks":3,"delivery":{"p50_ms":0.05,"p95_ms":0.08,"max_ms":0.08},"#,
         r#""tokens_per_second":17.595,"repetition_rate":0.0,"mean_logprob":-0.42,"min_logprob":-2.5,"low_confidence_share":0.0,"degenerated":false,"refusal":false,"#,
-        r#""intent":"general","language":"eng","answer_language":"eng","input_hash":"in","output_hash":"out","system_fingerprint":"fp_1","#,
+        r#""intent":"general","language":"eng","answer_language":"eng","#,
+        // HMAC-SHA256 under HASH_KEY of the record's digests ("in", "out").
+        r#""input_hash":"961486e955cc90e31fa03f7b1c89d61842215f05f978a350bbc365d0505f5a6e","#,
+        r#""output_hash":"77e3c12cbfd4959aa4fb779c8e7eaca4c448d37fc1abbf94ffe86e972af31fed","#,
+        r#""system_fingerprint":"fp_1","#,
         r#""model":{"sha256":"0c1d","quant":"Q8_0","device":"cpu/quantized","context_length":8192},"#,
         r#""build":{"commit":""#,
         env!("LLMGATE_GIT_COMMIT"),
@@ -67,7 +78,10 @@ fn stats_only_keeps_no_excerpt_but_counts_and_hashes() {
     let llm = &json["llm"];
     assert!(llm.get("prompt_excerpt").is_none() && llm.get("response_excerpt").is_none());
     assert_eq!(llm["redactions"]["email"], 1, "still counted");
-    assert_eq!(llm["input_hash"], "in");
+    assert_eq!(
+        llm["input_hash"],
+        crate::redact::HashKey::new(HASH_KEY).hash("in")
+    );
     assert_eq!(llm["repetition_rate"], 0.0);
     let text = String::from_utf8(doc.encode().expect("encode").lines.to_vec()).expect("utf-8");
     assert!(
@@ -84,7 +98,11 @@ fn the_user_field_is_kept_only_as_a_keyed_hash() {
         serde_json::to_value(&doc).expect("json")
     };
     // Without a key, nothing: an unkeyed hash of an address is reversed by guessing.
-    assert!(build(&Redactor::default()).get("user").is_none());
+    let unkeyed = build(&Redactor::default());
+    assert!(unkeyed.get("user").is_none());
+    assert!(
+        unkeyed["llm"].get("input_hash").is_none() && unkeyed["llm"].get("output_hash").is_none()
+    );
     let keyed = Redactor::new(Mode::KeyedHash(b"a-redaction-key-of-16+".to_vec()));
     let value = build(&keyed);
     let hash = value["user"]["hash"].as_str().expect("user.hash");
@@ -175,5 +193,53 @@ fn an_upstream_answer_names_the_upstream_and_what_stood_in_for_its_tokens() {
     let local = serde_json::to_value(document(&record(), "id", &settings(false))).expect("json");
     assert!(
         local["llm"].get("repetition_basis").is_none() && local["llm"].get("upstream").is_none()
+    );
+}
+
+/// Issue 61's attack: the excerpt gives the words around a redacted phone number, and a
+/// plain SHA-256 of the text gave the number back after a few thousand guesses. The
+/// stored hashes are keyed: the same guesses find nothing without the key, and find the
+/// number with it (so the search would have succeeded on a plain hash).
+#[test]
+fn a_redacted_value_cannot_be_recovered_from_the_stored_hashes_without_the_key() {
+    use crate::engine::{ChatMessage, GenerationRequest, Prompt, Role};
+    let said = |number: u64| format!("请回拨{number}");
+    let request = |text: String| GenerationRequest {
+        prompt: Prompt::Chat(vec![ChatMessage {
+            role: Role::User,
+            content: text,
+        }]),
+        ..GenerationRequest::default()
+    };
+    let input_digest = |number| crate::api::request::input_hash("smollm2", &request(said(number)));
+    let secret_number = 13_812_345_678;
+    let mut r = record();
+    r.prompt = Some(said(secret_number));
+    r.input_hash = Some(input_digest(secret_number));
+    r.output_hash = Some(crate::record::output_hash(&said(secret_number)));
+    let doc = serde_json::to_value(document(&r, "x", &settings(false))).expect("json");
+    assert_eq!(
+        doc["llm"]["prompt_excerpt"], "请回拨<PHONE>",
+        "what an attacker reads"
+    );
+    let stored_in = doc["llm"]["input_hash"].as_str().expect("input_hash");
+    let stored_out = doc["llm"]["output_hash"].as_str().expect("output_hash");
+    // Every number around the true one, as the attacker tries them.
+    let guesses = 13_812_340_000..13_812_350_000;
+    let plain_hit = guesses.clone().find(|&n| {
+        input_digest(n) == stored_in || crate::record::output_hash(&said(n)) == stored_out
+    });
+    assert_eq!(
+        plain_hit, None,
+        "found from the stored hashes without the key"
+    );
+    let key = crate::redact::HashKey::new(HASH_KEY);
+    let keyed_hit = guesses
+        .clone()
+        .find(|&n| key.hash(&input_digest(n)) == stored_in);
+    assert_eq!(
+        keyed_hit,
+        Some(secret_number),
+        "with the key, the same search finds it"
     );
 }

@@ -161,9 +161,10 @@ pub enum SemlogEvent {
     Queued,
     /// Accepted by Elasticsearch (or written to the files).
     Indexed,
-    /// Answered 409: already indexed (a retry after a lost answer).
+    /// Already indexed: answered 409, or found in the data stream before a re-send.
     Duplicate,
-    /// Sent again after a 429 or 5xx.
+    /// Could not go out (429, 5xx, a block, no answer) and waits to be sent again:
+    /// counted with `/ready`'s `retried`, by [`crate::semlog::health::SinkHealth`].
     Retried,
     /// Refused for good and written to the dead-letter file.
     DeadLettered,

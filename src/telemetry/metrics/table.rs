@@ -113,10 +113,10 @@ declare_families! {
             "Semantic-log documents accepted by the sink";
         semlog_duplicates: Counter = Counter::default(),
             names::SEMLOG_DUPLICATES,
-            "Semantic-log documents Elasticsearch already had (409)";
+            "Semantic-log documents Elasticsearch already had (409, or found in the data stream before a re-send)";
         semlog_retried: Counter = Counter::default(),
             names::SEMLOG_RETRIED,
-            "Semantic-log documents sent again after a 429 or 5xx";
+            "Semantic-log documents that could not go out and wait to be sent again (429, 5xx, a block, no answer)";
         semlog_dead_lettered: Counter = Counter::default(),
             names::SEMLOG_DEAD_LETTERED,
             "Semantic-log documents refused for good, in the dead-letter file";
