@@ -194,7 +194,7 @@ static COMMON_ENGLISH_SET: LazyLock<HashSet<&'static str, foldhash::fast::FixedS
     LazyLock::new(|| COMMON_ENGLISH.split_ascii_whitespace().collect());
 
 /// Whether `word` is a common English word, whatever its case ("The", "THE").
-fn is_common_english(word: &str, lower: &mut String) -> bool {
+pub(crate) fn is_common_english(word: &str, lower: &mut String) -> bool {
     lower.clear();
     lower.extend(word.chars().map(|c| c.to_ascii_lowercase()));
     COMMON_ENGLISH_SET.contains(lower.as_str())

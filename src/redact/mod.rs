@@ -21,12 +21,16 @@ use regex::{CaptureLocations, Regex};
 use serde::Serialize;
 use sha2::Sha256;
 
+mod chinese;
 mod kinds;
 mod names;
+mod pattern;
+mod people;
 mod validate;
 
 pub use kinds::{Kind, RedactionCounts};
 
+use pattern::PATTERN;
 use validate::judge;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -106,121 +110,6 @@ impl fmt::Debug for Mode {
         }
     }
 }
-
-/// The detection pattern: one alternation, a named group per kind around the part that
-/// is replaced (for bearer tokens and URL passwords the match is wider than the group:
-/// `Bearer ` and `scheme://user:` stay). The regex crate has no look-around, so edges
-/// are ASCII word boundaries (`(?-u:\b)`, which also keeps the lazy DFA on non-ASCII
-/// text, where a Unicode `\b` would push it to the slow engine) and the validators
-/// check what the pattern cannot.
-///
-/// The alternation is leftmost-first: at the same start position an earlier branch wins,
-/// so secrets and the most specific shapes come first, and phones come before cards
-/// (`0044 20 7946 0958` is also 14 grouped digits).
-const PATTERN: &str = concat!(
-    // PEM private key, across lines. A block without its END line (text cut mid-key) is
-    // still key material, so it is redacted up to where the base64 stops.
-    r"(?P<private_key>-----BEGIN[A-Z ]*PRIVATE KEY-----",
-    r"(?:(?s:.*?)-----END[A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\s:,-]*))",
-    // JWT: header and payload are base64url JSON objects, so both start with `eyJ`.
-    r"|(?-u:\b)(?P<jwt>eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*)",
-    // `Bearer <token>`: the word stays, the token goes. The validator tells a token from
-    // the English word ("the bearer of bad news").
-    r"|(?-u:\b)(?i:bearer)[ \t]+(?P<bearer_token>[A-Za-z0-9._~+/-]+=*)",
-    // E-mail addresses, before the API keys: a key-shaped local part (`xoxb-...@host`) is
-    // still an address, and a key branch would take its start and leave the rest behind.
-    r"|(?-u:\b)(?P<email>[A-Za-z0-9_][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*",
-    r"\.[A-Za-z]{2,63})(?-u:\b)",
-    // Provider API keys, by their documented prefixes. Open-ended lengths are greedy,
-    // so they take the whole key; fixed-length ones need a word boundary after.
-    r"|(?-u:\b)(?P<api_key>sk-ant-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}",
-    r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?-u:\b)|gh[pousr]_[A-Za-z0-9]{36,}",
-    r"|github_pat_[A-Za-z0-9_]{22,}|AIza[A-Za-z0-9_-]{35}|xox[abposr]-[A-Za-z0-9-]{10,}",
-    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|glpat-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}",
-    // This gateway's own keys (`auth::KEY_PREFIX` and 32 bytes in base64url).
-    r"|llmgate-[A-Za-z0-9_-]{32,})",
-    // Password in a URL's userinfo. The password may itself hold `@`; the greedy run
-    // stops at the last one before the host.
-    r"|(?-u:\b)[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:(?P<password>[^\s/?#]+)@",
-    // IBAN: country, check digits, then 4-character groups with optional single spaces.
-    r"|(?-u:\b)(?P<iban>[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?)(?-u:\b)",
-    // IPv6 candidate: hex groups and colons (`::` included), optionally ending in a
-    // dotted IPv4 tail. Loose on purpose; `Ipv6Addr::from_str` decides.
-    r"|(?-u:\b)(?P<ipv6>[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){2,8}(?:\.[0-9]{1,3}){0,3})",
-    r"|(?-u:\b)(?P<ipv4>(?:[0-9]{1,3}\.){3}[0-9]{1,3})(?-u:\b)",
-    r"|(?-u:\b)(?P<ssn>[0-9]{3}-[0-9]{2}-[0-9]{4})(?-u:\b)",
-    // Nine digits in one run are an SSN only where the text says so.
-    r"|(?-u:\b)(?:SSN|(?i:social\s+security\s+(?:number|no\.?)))(?:\s+is|\s*[:#])?\s*(?P<ssn__run>[0-9]{9})(?-u:\b)",
-    // Chinese resident identity number: region, birth date, sequence, check character.
-    // Before phones and cards: eighteen digits are also a card's length.
-    r"|(?-u:\b)(?P<resident_id>[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])",
-    r"(?:0[1-9]|[12][0-9]|3[01])[0-9]{3}[0-9Xx])(?-u:\b)",
-    // Phones: `+` country code (not after a word character, so `3+4` is left alone);
-    // `00` + country code with separated groups (a bare digit run is an order number,
-    // not a phone); North-American `(202) 555-0143`, `202-555-0143`, `202.555.0143`.
-    r"|(?P<phone>(?-u:\B)\+[1-9][0-9]{0,3}(?:[ .-]?(?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,6}){1,7}",
-    r"|(?-u:\b)00[1-9][0-9]{0,3}(?:[ .-](?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,6}){2,7}",
-    r"|\([0-9]{3}\) ?[0-9]{3}[-. ][0-9]{4}",
-    r"|(?-u:\b)[0-9]{3}-[0-9]{3}-[0-9]{4}|(?-u:\b)[0-9]{3}\.[0-9]{3}\.[0-9]{4}",
-    // China: mobiles (11 digits from 13 to 19, `86` or `0086` before them or not, in
-    // one run or 3-4-4), and landlines with their area code (`010-62345678`).
-    r"|(?-u:\b)(?:(?:00)?86[ -]?)?1[3-9][0-9](?:[ -]?[0-9]{4}){2}",
-    r"|(?-u:\b)0[1-9][0-9]{1,2}-[0-9]{7,8}",
-    // A national number with its trunk 0 in three groups: 020 7946 0958, 024 123 4567.
-    r"|(?-u:\b)0[1-9][0-9]{1,3}[ -][0-9]{3,4}[ -][0-9]{3,4})(?-u:\b)",
-    // Cards: groups of four (13-19 digits), Amex/Diners 4-6-5 and 4-6-4, or one run.
-    r"|(?-u:\b)(?P<card>[0-9]{4}(?:[ -][0-9]{4}){2}[ -][0-9]{1,4}(?:[ -][0-9]{1,3})?",
-    r"|[0-9]{4}[ -][0-9]{6}[ -][0-9]{4,5}|[0-9]{13,19})(?-u:\b)",
-    // Names and addresses have no checksum: a cue marks them, and the validators take
-    // the cue back off (see `names::name` and `names::address`). Last, so any
-    // structured value starting at the same place wins.
-    // "my name is Jane Doe", "hi Jane", "account holder: Jane Doe", "my roommate Noah":
-    // one to three capitalised words after a cue.
-    r"|(?-u:\b)(?i:my\s+name\s+is|my\s+name's|my\s+name’s|i\s+am\s+called|i'm\s+called",
-    r"|call\s+me|i\s+am|i'm|i’m|it's|it’s|this\s+is|reached|hi|hey|hello|name|signed|regards",
-    r"|sincerely",
-    r"|holder|contact|customer|passenger|patient|policyholder|applicant|employee|recipient",
-    r"|attn|(?:my\s+)?(?:friend|roommate|wife|husband|son|daughter|boss|colleague|coworker",
-    r"|manager|mother|father|mom|dad|brother|sister|partner|boyfriend|girlfriend|neighbou?r",
-    r"|tenant|landlord|client))[ \t]*[:,]?\s+",
-    r"(?P<name__cue>\p{Lu}[\p{Ll}'’-]+(?:[ \t]+\p{Lu}[\p{Ll}'’-]+){0,2})",
-    // "Dear Jane", "Dr. Chen": the title stays.
-    r"|(?-u:\b)(?:[Dd]ear|Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?[ \t]+",
-    r"(?P<name__title>\p{Lu}[\p{Ll}'’-]+(?:[ \t]+\p{Lu}[\p{Ll}'’-]+){0,2})",
-    // 我叫王小明, 姓名：张三, 收件人：李四: the name runs on into the next words (Chinese
-    // has no spaces); the validator keeps a surname and one or two given characters.
-    r"|(?:我叫|我是|我的名字是|我的名字叫|名字叫|名叫|本人|配偶|(?:姓名|联系人|收件人|收货人|寄件人",
-    r"|乘机人|乘车人|患者|申请人|户名为?|持卡人|账户名|客户|学生|员工表?|经办人|家长|业主|收款人",
-    r"|付款人|师傅|负责人|担保人|法人|房东|租客)[:：]?)[ \t]*(?P<name__zh>\p{Han}{2,4})",
-    // 王小明先生, 李老师 is only a surname and stays.
-    r"|(?P<name__honorific>\p{Han}{2,4})(?:先生|女士|小姐|老师|同学|医生|经理|律师|教授|的家长",
-    r"|的妈妈|的爸爸|的家属)",
-    // A number, zero to four capitalised words, a street word, then what may follow:
-    // a flat, a town or two, a state and a ZIP code.
-    r"|(?-u:\b)(?P<address__en>[0-9]{1,6}[A-Za-z]?[ \t]+(?:\p{Lu}\p{Ll}*\.?[ \t]+){0,4}",
-    r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Terrace|Court|Ct|Place",
-    r"|Pl|Way|Parkway|Pkwy|Square|Sq|Circle|Highway|Hwy|Crescent|Close|Row|Alley|Plaza|Trail)",
-    r"(?-u:\b)\.?(?:[ \t]+(?:North|South|East|West|[NSEW]|NE|NW|SE|SW)(?-u:\b))?",
-    r"(?:,?[ \t]+(?:Apt|Apartment|Suite|Ste|Unit|Flat|Floor|\#)\.?[ \t]*[0-9A-Za-z-]+)?",
-    r"(?:,[ \t]+\p{Lu}\p{Ll}+(?:[ \t]+\p{Lu}\p{Ll}+){0,2}){0,2}(?:,?[ \t]+[A-Z]{2,3}(?-u:\b))?",
-    // ZIP, a UK or Canadian postcode, four digits (Australia, much of Europe).
-    r"(?:,?[ \t]+(?:[0-9]{5}(?:-[0-9]{4})?|[A-Z]{1,2}[0-9][A-Z0-9]?[ \t]?[0-9][A-Z]{2}",
-    r"|[A-Z][0-9][A-Z][ \t]?[0-9][A-Z][0-9]|[0-9]{4})(?-u:\b))?",
-    // "12 Rue de Rivoli, 75004 Paris", "8 Via Roma": the street word first.
-    r"|[0-9]{1,5}(?:bis|ter)?,?[ \t]+(?:[Rr]ue|[Aa]venue|[Bb]oulevard|[Pp]lace|[Cc]hemin|[Aa]llée",
-    r"|[Qq]uai|[Vv]ia|[Vv]iale|[Cc]alle|[Rr]ua|[Aa]venida)(?:[ \t]+[\p{L}'’-]+){1,4}",
-    r"(?:,[ \t]+[0-9]{4,5}[ \t]+\p{Lu}\p{Ll}+)?)",
-    // China's chain: province, city, district, road and number (the number, or a city
-    // and district before the road, must be there). The chain runs on backwards into
-    // the words before it; the validator cuts those off (住在, 寄到).
-    r"|(?P<address__zh>(?:\p{Han}{2,3}(?:省|自治区))?(?:\p{Han}{2,4}市)?(?:\p{Han}{1,4}(?:区|县|旗))?",
-    r"(?:\p{Han}{1,6}(?:路|街|大道|巷|弄|胡同)(?:(?:[0-9]{1,3}|[一二三四五六七八九十]{1,3})段)?",
-    r"(?:[0-9]{1,5}|[一二三四五六七八九十百零]{1,5})[号號]",
-    // Then a building and its parts: 软件园5号楼, SOHO现代城C座1806, 大厦23楼.
-    r"(?:[\p{Han}A-Za-z]{0,12}(?:[0-9A-Za-z]{1,5}|[一二三四五六七八九十]{1,3})",
-    r"(?:号楼|栋|幢|座|单元|楼|层|室|号))*[0-9]{0,5}",
-    r"|\p{Han}{2,4}市\p{Han}{1,4}(?:区|县)\p{Han}{1,6}(?:路|街|大道|巷|弄|胡同)))",
-);
 
 /// Finds and replaces personal data and secrets. Compiling the pattern takes a few
 /// milliseconds, so build one at start-up and share it (`Arc<Redactor>`); it is `Send +
@@ -367,7 +256,7 @@ impl Redactor {
     ) -> (Redacted, Vec<(Kind, String)>) {
         let mut found = Vec::new();
         let mut out = String::with_capacity(text.len());
-        let mut replaced = self.replace_into(text, counts, &mut out, Some(&mut found));
+        let mut replaced = self.pass(text, counts, &mut out, Some(&mut found));
         let known = known_values(text, found);
         replaced += self.replace_known(&mut out, &known, counts);
         let out = self.more_passes(out, replaced, counts);
@@ -401,17 +290,21 @@ impl Redactor {
     ) -> usize {
         let mut replaced = 0;
         for (kind, value) in known {
-            let hits = text.matches(value.as_str()).count();
-            if hits == 0 {
+            let hits = people::occurrences(text, value);
+            if hits.is_empty() {
                 continue;
             }
-            let mut placeholder = String::new();
-            self.write_replacement(*kind, value, &mut placeholder);
-            *text = text.replace(value.as_str(), &placeholder);
-            for _ in 0..hits {
+            let mut out = String::with_capacity(text.len());
+            let mut copied = 0;
+            for hit in &hits {
+                out.push_str(&text[copied..hit.start]);
+                self.write_replacement(*kind, value, &mut out);
                 counts.add(*kind);
+                copied = hit.end;
             }
-            replaced += hits;
+            out.push_str(&text[copied..]);
+            *text = out;
+            replaced += hits.len();
         }
         replaced
     }
@@ -429,7 +322,7 @@ impl Redactor {
     /// One pass behind [`redact`](Self::redact) and [`excerpt`](Self::excerpt):
     /// appends the redacted `text` to `out`; returns how many values it replaced.
     fn redact_into(&self, text: &str, counts: &mut RedactionCounts, out: &mut String) -> usize {
-        self.replace_into(text, counts, out, None)
+        self.pass(text, counts, out, None)
     }
 
     /// Where values are in `text` (byte ranges, in order), as one pass of
@@ -438,7 +331,7 @@ impl Redactor {
     pub fn find(&self, text: &str) -> Vec<(Kind, std::ops::Range<usize>)> {
         let mut found = Vec::new();
         let mut out = String::with_capacity(text.len());
-        self.replace_into(
+        self.pass(
             text,
             &mut RedactionCounts::default(),
             &mut out,
@@ -447,14 +340,51 @@ impl Redactor {
         found
     }
 
+    /// One pass: the pattern's values, the names no cue marks ([`people::uncued`]), and
+    /// every other mention of a name found ([`people::mentions`]: "Rebecca Stone …
+    /// Rebecca said"), which takes a second run over the text where there are any.
+    fn pass(
+        &self,
+        text: &str,
+        counts: &mut RedactionCounts,
+        out: &mut String,
+        spans: Option<&mut Vec<(Kind, std::ops::Range<usize>)>>,
+    ) -> usize {
+        let mut names = people::uncued(text);
+        let mut found = Vec::new();
+        let mut first = String::with_capacity(text.len());
+        let mut first_counts = RedactionCounts::default();
+        let replaced = self.replace_into(
+            text,
+            &mut first_counts,
+            &mut first,
+            Some(&mut found),
+            &names,
+        );
+        let mentions = people::mentions(text, &found);
+        if mentions.is_empty() {
+            out.push_str(&first);
+            counts.merge(&first_counts);
+            if let Some(spans) = spans {
+                spans.extend(found);
+            }
+            return replaced;
+        }
+        names.extend(mentions);
+        self.replace_into(text, counts, out, spans, &people::merge(names))
+    }
+
     fn replace_into(
         &self,
         text: &str,
         counts: &mut RedactionCounts,
         out: &mut String,
         mut spans: Option<&mut Vec<(Kind, std::ops::Range<usize>)>>,
+        names: &[std::ops::Range<usize>],
     ) -> usize {
         let mut replaced = 0;
+        // The next of `names` (found apart from the pattern) not yet written.
+        let mut next_name = 0;
         let mut locs: CaptureLocations = self.regex.capture_locations();
         // `copied`: bytes of `text` already in `out`. `at`: where the next search starts.
         let (mut copied, mut at) = (0, 0);
@@ -466,10 +396,36 @@ impl Redactor {
         let mut base = 0;
         // The last look-alike rejected: its kind and where it ends (see [`Verdict`]).
         let mut look_alike: Option<(Kind, usize)> = None;
-        while let Some(m) = self
-            .regex
-            .captures_read_at(&mut locs, &text[base..], at - base)
-        {
+        loop {
+            let next = self
+                .regex
+                .captures_read_at(&mut locs, &text[base..], at - base);
+            // Names that start before the pattern's next match go first; one inside a
+            // value already replaced (a name the cue also marked) is skipped.
+            let before = next.as_ref().map_or(text.len(), |m| base + m.start());
+            let mut wrote_name = false;
+            while let Some(name) = names.get(next_name).filter(|n| n.start < before) {
+                next_name += 1;
+                if name.start < copied {
+                    continue;
+                }
+                out.push_str(&text[copied..name.start]);
+                self.write_replacement(Kind::Name, &text[name.clone()], out);
+                counts.add(Kind::Name);
+                if let Some(spans) = spans.as_deref_mut() {
+                    spans.push((Kind::Name, name.clone()));
+                }
+                replaced += 1;
+                (copied, base) = (name.end, name.end);
+                at = at.max(name.end);
+                wrote_name = true;
+            }
+            if wrote_name {
+                continue;
+            }
+            let Some(m) = next else {
+                break;
+            };
             let (m_start, m_end) = (base + m.start(), base + m.end());
             // Exactly one kind's group takes part in a match.
             let found = self.groups.iter().find_map(|(group, kind, form)| {
@@ -573,7 +529,14 @@ fn cut(mut out: String, max_chars: usize) -> Redacted {
 fn known_values(text: &str, found: Vec<(Kind, std::ops::Range<usize>)>) -> Vec<(Kind, String)> {
     let mut known: Vec<(Kind, String)> = found
         .into_iter()
-        .map(|(kind, range)| (kind, text[range].to_owned()))
+        .flat_map(|(kind, range)| match kind {
+            // "Rebecca Stone" in the prompt, "Hello Rebecca" in the answer.
+            Kind::Name => people::parts(&text[range])
+                .into_iter()
+                .map(|part| (kind, part.to_owned()))
+                .collect(),
+            _ => vec![(kind, text[range].to_owned())],
+        })
         .filter(|(_, value)| worth_knowing(value))
         .collect();
     known.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));

@@ -42,7 +42,7 @@ fn words(value: &str) -> impl Iterator<Item = (usize, &str)> {
 }
 
 /// Capitalised words that follow "I am", "Dear" or "my name is" without being a name.
-const NOT_NAMES: &[&str] = &[
+pub(super) const NOT_NAMES: &[&str] = &[
     "A",
     "An",
     "The",
@@ -84,6 +84,32 @@ const NOT_NAMES: &[&str] = &[
     "Customers",
     "All",
     "Support",
+    "Recruiter",
+    "Service",
+    "Services",
+    "Care",
+    "Success",
+    "Relations",
+    "Dispatch",
+    "Admin",
+    "Sales",
+    "Billing",
+    "Reception",
+    "Folks",
+    "Guys",
+    "There",
+    "Ops",
+    "Security",
+    "Legal",
+    "Finance",
+    "Accounts",
+    "Payroll",
+    "Coach",
+    "Doctor",
+    "Nurse",
+    "Officer",
+    "Agent",
+    "Operator",
     "Hiring",
     "Manager",
     "Colleagues",
@@ -196,7 +222,7 @@ const NOT_NAMES: &[&str] = &[
     "December",
 ];
 
-fn is_han(c: char) -> bool {
+pub(super) fn is_han(c: char) -> bool {
     matches!(c, '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}' | '\u{F900}'..='\u{FAFF}')
 }
 
@@ -247,9 +273,9 @@ fn chinese_name(text: &str, start: usize, end: usize, honorific: bool) -> Verdic
 }
 
 /// The commonest Chinese surnames (more than nine in ten people carry one of them).
-const SURNAMES: &str = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝";
+pub(super) const SURNAMES: &str = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝";
 
-const COMPOUND_SURNAMES: &[&str] = &[
+pub(super) const COMPOUND_SURNAMES: &[&str] = &[
     "欧阳", "司马", "上官", "诸葛", "东方", "慕容", "令狐", "皇甫", "尉迟", "公孙", "司徒", "夏侯",
     "轩辕", "端木", "长孙", "宇文", "西门", "独孤", "南宫",
 ];
@@ -259,7 +285,7 @@ const JOB_ENDINGS: &str = "员师者家工长";
 
 /// Characters that end a name run: words that follow a name in a sentence (今年, 是,
 /// 的, 住在, 电话...), pronouns and particles.
-const NOT_IN_NAMES: &str = "今年是的在了和与跟住电手我你他她您从来去要想说请也都就还很啊呢吧吗嘛及或昨现家公先女老同医经律教身号码";
+pub(super) const NOT_IN_NAMES: &str = "今年是的在了和与跟住电手我你他她您从来去要想说请也都就还很啊呢吧吗嘛及或昨现家公先女老同医经律教身号码";
 
 /// An address candidate: Latin ones are taken as the pattern found them; Chinese ones
 /// lose the words the chain ran back into (我住在, 请寄到, 地址是).
@@ -298,11 +324,13 @@ fn postcode_or_number(text: &str, start: usize, end: usize) -> usize {
         .starts_with(|c: char| c.is_ascii_digit());
     let value = &text[start..end];
     let without = value.trim_end_matches(|c: char| c.is_ascii_digit());
-    if !goes_on || without.len() == value.len() {
+    // Only a four-digit "postcode" may be a card's first group; a ZIP of five is not.
+    if !goes_on || value.len() - without.len() != 4 {
         return end;
     }
     start + without.trim_end_matches([' ', '\t', ',']).len()
 }
 
 /// Characters that lead into an address without being part of it.
-const ADDRESS_LEAD: &str = "我你他她您们住在于到往寄送发是的家从来去回搬请把至位及和与址地为：:放";
+const ADDRESS_LEAD: &str =
+    "我你他她您们住在于到往寄送发是的家从来去回搬请问想要找查看知把至位及和与址地为：:放";

@@ -229,16 +229,28 @@ fn what_a_prompt_gave_away_is_redacted_where_an_answer_repeats_it() {
     let mut counts = RedactionCounts::default();
     let (prompt, known) =
         redactor.prompt_excerpt("My name is Bartholomew Quigglesworth, hi", 200, &mut counts);
+    // The whole name and each of its words, the longest first.
     assert_eq!(
         known,
-        [(Kind::Name, "Bartholomew Quigglesworth".to_owned())]
+        [
+            (Kind::Name, "Bartholomew Quigglesworth".to_owned()),
+            (Kind::Name, "Quigglesworth".to_owned()),
+            (Kind::Name, "Bartholomew".to_owned()),
+        ]
     );
     assert_eq!(prompt.into_string(), "My name is <NAME>, hi");
     let mut counts = RedactionCounts::default();
-    let answer = "Hello Bartholomew Quigglesworth! Bartholomew Quigglesworth, welcome.";
+    let answer =
+        "Hello Bartholomew Quigglesworth! Bartholomew Quigglesworth, welcome. Bye, Bartholomew.";
     let out = redactor.excerpt_knowing(answer, &known, 200, &mut counts);
-    assert_eq!(out.into_string(), "Hello <NAME>! <NAME>, welcome.");
-    assert_eq!(counts.get(Kind::Name), 2);
+    assert_eq!(
+        out.into_string(),
+        "Hello <NAME>! <NAME>, welcome. Bye, <NAME>."
+    );
+    assert_eq!(counts.get(Kind::Name), 3);
+    // A part is a whole word: "Bartholomews" is not "Bartholomew".
+    let out = redactor.excerpt_knowing("The Bartholomews", &known, 200, &mut counts);
+    assert_eq!(out.into_string(), "The Bartholomews");
     // 王小明 (three Han characters) is worth looking for; a two-letter value is not.
     let (_, known) = redactor.prompt_excerpt("我叫王小明，你好", 200, &mut counts);
     let out = redactor.excerpt_knowing("王小明同学你好", &known, 200, &mut counts);

@@ -13,7 +13,8 @@ pub(super) fn judge(kind: Kind, form: &str, text: &str, start: usize, end: usize
         Kind::Iban => return judge_groups(text, start, end, b" ", iban_valid, iban_shaped),
         Kind::Ipv4 => (ipv4_valid(text, start, end), true),
         Kind::Ssn => (ssn_valid(value), true),
-        Kind::ResidentId if resident_id_valid(value) => (true, true),
+        Kind::ResidentId if form == "cut" => (province(value), false),
+        Kind::ResidentId if resident_id_valid(&value.replace([' ', '-'], "")) => (true, true),
         Kind::ResidentId if card_valid(value) => return Verdict::As(Kind::Card, end),
         Kind::ResidentId => (false, true),
         Kind::Name => return names::name(text, start, end, form == "honorific"),
@@ -26,6 +27,11 @@ pub(super) fn judge(kind: Kind, form: &str, text: &str, start: usize, end: usize
             let token = value.len() >= 24
                 || (value.len() >= 8 && value.bytes().any(|b| !b.is_ascii_alphabetic()));
             (token, false)
+        }
+        // `<PASSWORD:3f1c9a0b2e7d>` is our own placeholder in keyed-hash mode.
+        Kind::Password if form == "after" => {
+            let placeholder = text[..start].ends_with("<PASSWORD:");
+            (!placeholder && password_like(value), false)
         }
         Kind::Email | Kind::ApiKey | Kind::Jwt | Kind::PrivateKey | Kind::Password => (true, false),
     };
@@ -231,6 +237,29 @@ fn ssn_valid(value: &str) -> bool {
 
 /// GB 11643: the 18th character is the ISO 7064 MOD 11-2 check over the first 17 digits
 /// (`X` stands for 10).
+/// Whether what follows "password:" is one: not a word ("required", "incorrect"), a
+/// variable (`${DB_PASS}`, `%PASS%`, `<secret>`) or a mask (`****`); anything with a digit,
+/// a symbol or both cases is (in ASCII: what follows 密码 in a sentence is no password).
+fn password_like(value: &str) -> bool {
+    let masked = value
+        .chars()
+        .all(|c| matches!(c, '*' | 'x' | 'X' | '•' | '.'));
+    let variable = value.starts_with(['$', '%', '<', '{', '[']);
+    let word = value.chars().all(|c| c.is_ascii_lowercase())
+        || value.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+    value.is_ascii() && !masked && !variable && !word
+}
+
+/// Whether a resident id starts with a province's code (GB/T 2260: 11-15 north, 21-23
+/// north-east, 31-37 east, 41-46 centre and south, 50-54 south-west, 61-65 north-west;
+/// 71 Taiwan, 81 Hong Kong, 82 Macao): what the start of one cut off must show.
+fn province(value: &str) -> bool {
+    matches!(
+        value.get(..2).and_then(|p| p.parse::<u8>().ok()),
+        Some(11..=15 | 21..=23 | 31..=37 | 41..=46 | 50..=54 | 61..=65 | 71 | 81 | 82)
+    )
+}
+
 fn resident_id_valid(value: &str) -> bool {
     const WEIGHTS: [u32; 17] = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2];
     const CHECK: &[u8; 11] = b"10X98765432";
