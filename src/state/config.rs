@@ -7,6 +7,14 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+/// The deadline of one call to Redis when none is set. A call on loopback answers in a
+/// fraction of a millisecond, but on a host whose cores are busy (a model beside the
+/// gateway) the request's thread may wait that long to run again: 5 ms, the default
+/// until issue 61, expired there and sent requests to `on_failure` with Redis healthy
+/// (tests/shared_state/loaded.rs). A request waits this long at most only while Redis
+/// hangs and before the watcher notices (a second); once it has, none waits at all.
+const DEFAULT_TIMEOUT_MS: u64 = 50;
+
 /// What a request meets when the shared state cannot be reached within the deadline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -63,7 +71,7 @@ pub struct StateTable {
     #[arg(long = "state-redis-ca-cert", env = "LLMGATE_STATE_REDIS_CA_CERT")]
     pub redis_ca_cert: Option<PathBuf>,
     /// Milliseconds one call to Redis may take before the request goes on without it
-    /// [default: 5].
+    /// [default: 50].
     #[arg(long = "state-timeout-ms", env = "LLMGATE_STATE_TIMEOUT_MS")]
     pub timeout_ms: Option<u64>,
     /// What a request meets when Redis does not answer in time: fail_open (the gateway's
@@ -327,7 +335,7 @@ impl StateConfig {
             })?),
             None => None,
         };
-        let timeout = Duration::from_millis(timeout_ms.unwrap_or(5));
+        let timeout = Duration::from_millis(timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS));
         if timeout.is_zero() || timeout > Duration::from_secs(10) {
             return Err((
                 "state.timeout_ms",

@@ -4,7 +4,7 @@
 //! `[state] redis_url` share it through Redis.
 //!
 //! Every step on the request path is one Lua script, so a request costs one round trip
-//! ([`limits`], called by `budget`, which is how the keys see it). A call has a deadline (`state.timeout_ms`, default 5 ms); past it, or
+//! ([`limits`], called by `budget`, which is how the keys see it). A call has a deadline (`state.timeout_ms`, default 50 ms); past it, or
 //! with Redis gone, the request meets the operator's choice ([`OnFailure`]): the
 //! gateway's own limits (`fail_open`, the default), or 503 `state_unavailable`
 //! (`fail_closed`). Never a hung request. Each thread has its own connection, a redis-rs
@@ -57,7 +57,8 @@ enum Failure {
     Timeout,
     /// Redis refused, or the connection broke after the call was written.
     Error,
-    /// No connection could be made: the call was not sent.
+    /// No connection could be made, or Redis refused the call before running it: the
+    /// call did not run.
     Unreachable,
     /// Not tried: the watcher's last ping went unanswered, so no call waits for a Redis
     /// that is gone, and no thread reconnects on every request.
@@ -79,6 +80,31 @@ impl Failure {
     fn maybe_ran(self) -> bool {
         matches!(self, Failure::Timeout | Failure::Error)
     }
+}
+
+/// Whether Redis answered that it did not run the call: a Cluster that lost the key's
+/// master (`CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`), a node that does not hold the key
+/// or is a replica (`MOVED`, `ASK`, `READONLY`), one loading its data, an unknown script
+/// or a command not allowed. Such a call is sent again later rather than taken as run: a
+/// quota's tokens counted in the gateway while a Cluster failed over were otherwise
+/// lost (tests/shared_state/topologies.rs).
+fn refused_unrun(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(
+            S::ClusterDown
+                | S::TryAgain
+                | S::MasterDown
+                | S::ReadOnly
+                | S::BusyLoading
+                | S::Moved
+                | S::Ask
+                | S::CrossSlot
+                | S::NoScript
+                | S::NoPerm
+        )
+    )
 }
 
 /// Tells one [`SharedState`] from another in [`CONNECTIONS`].
@@ -264,8 +290,9 @@ impl SharedState {
                     self.forget_connection();
                 }
                 // A refused connection (a lazy connection connects within its first
-                // call) sent nothing.
-                let failure = if error.is_connection_refusal() {
+                // call) sent nothing; a Cluster without the key's master, or a node that
+                // is not it, refuses the call before running it.
+                let failure = if error.is_connection_refusal() || refused_unrun(&error) {
                     Failure::Unreachable
                 } else {
                     Failure::Error

@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
+mod loaded;
 mod topologies;
 
 use std::path::Path;
