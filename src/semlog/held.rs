@@ -175,7 +175,12 @@ pub async fn held(
         let _ = cluster
             .call(
                 "POST",
-                &format!("/{}/_refresh", cluster.data_stream()),
+                // A closed backing index would fail the whole refresh; the open ones
+                // are what the search reads.
+                &format!(
+                    "/{}/_refresh?ignore_unavailable=true&allow_no_indices=true",
+                    cluster.data_stream()
+                ),
                 None,
             )
             .await;
