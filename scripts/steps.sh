@@ -23,12 +23,25 @@ steps_begin() {
   trap steps_table EXIT
 }
 
-# step NAME COMMAND...: runs COMMAND, records its wall seconds, returns its status.
+# step [--limit SECONDS] NAME COMMAND...: runs COMMAND, records its wall seconds, returns
+# its status. With --limit, COMMAND and every process it started are stopped past SECONDS
+# (timeout(1): TERM to its process group, KILL 30 s later) and the step fails with 124: a
+# hung test costs its step's limit, not CI's whole budget, and the table still prints
+# (CI once spent 65 minutes on a browser test waiting for a process a failed test left).
 step() {
+  local limit=""
+  if [[ "$1" == --limit ]]; then
+    limit="$2"
+    shift 2
+  fi
   local name="$1" start rc=0
   shift
   start=$(date +%s)
-  "$@" || rc=$?
+  if [[ -n "$limit" ]]; then
+    timeout --kill-after=30 "$limit" "$@" || rc=$?
+  else
+    "$@" || rc=$?
+  fi
   if [[ -n "${LLMGATE_STEPS:-}" ]]; then
     local status="ok"
     [[ $rc -eq 0 ]] || status="FAILED ($rc)"

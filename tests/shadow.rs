@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::free_port;
 use common::upstream::{start_upstream, Upstream, UPSTREAM_MODEL};
 use llmgate::bench::upstream::UpstreamScript;
 use serde_json::{json, Value};
@@ -36,13 +37,6 @@ fn scripted(tokens: u32) -> UpstreamScript {
         record: false,
         ..UpstreamScript::default()
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// The gateway serving `current` (on `primary`) shadowed by `next` (on `candidate`) as

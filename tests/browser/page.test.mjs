@@ -19,14 +19,33 @@ const PROMPT = "My address is jane.doe@example.com. What is the capital of Franc
 
 let gateway, base, key, browser, dataDir;
 
-function freePort() {
-  return new Promise((resolve) => {
+/** `count` distinct free ports: each listener stays open until all are chosen, so two
+ * calls cannot be handed the same port (CI once gave a gateway its upstream's). */
+async function freePorts(count) {
+  const servers = await Promise.all(Array.from({ length: count }, () => new Promise((resolve) => {
     const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
+    server.listen(0, "127.0.0.1", () => resolve(server));
+  })));
+  const ports = servers.map((server) => server.address().port);
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  return ports;
+}
+
+async function freePort() {
+  return (await freePorts(1))[0];
+}
+
+// Every process a test starts, stopped in `after` whatever failed: one left running keeps
+// node's event loop alive, and CI once waited 65 minutes on a scripted upstream a failed
+// test had not stopped.
+const children = new Set();
+
+/** `spawn` for the binary, remembered in `children`. */
+function start(args, options) {
+  const proc = spawn(BINARY, args, { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"], ...options });
+  children.add(proc);
+  proc.once("exit", () => children.delete(proc));
+  return proc;
 }
 
 async function waitReady(url, proc) {
@@ -44,14 +63,15 @@ async function waitReady(url, proc) {
 
 /** The gateway on the default model at `port`, ready; `extra` are more `serve` flags. */
 async function startGateway(port, data, extra = []) {
-  const proc = spawn(BINARY, [
+  const proc = start([
     "serve", "--listen", `127.0.0.1:${port}`, "--workers", "2", "--data-dir", data, ...extra,
-  ], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, LLMGATE_LOG: "error" } });
+  ], { env: { ...process.env, LLMGATE_LOG: "error" } });
   await waitReady(`http://127.0.0.1:${port}`, proc);
   return proc;
 }
 
-async function stopGateway(proc, signal = "SIGTERM") {
+/** Sends `signal` to `proc` (a gateway or an upstream) and waits for it to exit. */
+async function stopProcess(proc, signal = "SIGTERM") {
   if (proc.exitCode !== null || proc.signalCode !== null) return;
   const exited = new Promise((r) => proc.once("exit", r));
   proc.kill(signal);
@@ -78,7 +98,8 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
-  if (gateway) await stopGateway(gateway);
+  if (gateway) await stopProcess(gateway);
+  await Promise.all([...children].map((proc) => stopProcess(proc, "SIGKILL")));
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -408,7 +429,7 @@ test("a gateway that goes away mid-answer is shown unreachable, asked less often
     await toMaxTokens(page);
     await ask(page, { prompt: "Write a long story about a lighthouse keeper.", "max-tokens": 400 });
     await page.locator("#answer .tok").nth(2).waitFor({ timeout: 120_000 });
-    await stopGateway(proc, "SIGKILL");
+    await stopProcess(proc, "SIGKILL");
     await answered(page);
     assert.match(await page.locator("#answer-error").textContent(), /broke off mid-answer/);
     await page.locator("#gateway-status", { hasText: "unreachable" }).waitFor({ timeout: 10_000 });
@@ -430,22 +451,21 @@ test("a gateway that goes away mid-answer is shown unreachable, asked less often
     assert.deepEqual(seen.errors.filter((e) => !/net::ERR_(CONNECTION_REFUSED|EMPTY_RESPONSE|CONNECTION_RESET|INCOMPLETE_CHUNKED_ENCODING)/.test(e)), []);
   } finally {
     await context.close();
-    await stopGateway(proc);
+    await stopProcess(proc);
   }
 });
 
 test("a model on several replicas shows each, the one that is gone out, and where requests went", async () => {
-  const [upPort, gonePort, port] = [await freePort(), await freePort(), await freePort()];
-  const upstream = spawn(BINARY, ["scripted-upstream", "--listen", `127.0.0.1:${upPort}`, "--tokens", "6",
-    "--tokens-per-second", "200"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const [upPort, gonePort, port] = await freePorts(3);
+  const upstream = start(["scripted-upstream", "--listen", `127.0.0.1:${upPort}`, "--tokens", "6",
+    "--tokens-per-second", "200"]);
   const at = `http://127.0.0.1:${port}`;
-  let proc;
-  const { context, page, seen } = await (async () => {
+  let proc, context;
+  try {
     proc = await startGateway(port, join(dataDir, "fleet"), ["--model-id", "fleet", "--upstream-model", "scripted",
       "--upstream-url", `http://127.0.0.1:${upPort}/v1,http://127.0.0.1:${gonePort}/v1`]);
-    return open(1366, 900, false, at);
-  })();
-  try {
+    let page, seen;
+    ({ context, page, seen } = await open(1366, 900, false, at));
     await page.locator("#model option").first().waitFor({ state: "attached" });
     for (let i = 0; i < 3; i++) {
       await ask(page, { prompt: `Hello ${i}` });
@@ -467,16 +487,16 @@ test("a model on several replicas shows each, the one that is gone out, and wher
     await page.screenshot({ path: join(SHOTS, "replicas.png"), fullPage: true });
     assert.deepEqual(seen.errors, []);
   } finally {
-    await context.close();
-    if (proc) await stopGateway(proc);
-    upstream.kill("SIGTERM");
+    if (context) await context.close();
+    if (proc) await stopProcess(proc);
+    await stopProcess(upstream);
   }
 });
 
 test("a shadowed model shows its candidate's verdicts, the worse ones marked", async () => {
-  const [fastPort, slowPort, port] = [await freePort(), await freePort(), await freePort()];
-  const scripted = (p, extra) => spawn(BINARY, ["scripted-upstream", "--listen", `127.0.0.1:${p}`, "--tokens", "6",
-    "--tokens-per-second", "0", ...extra], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const [fastPort, slowPort, port] = await freePorts(3);
+  const scripted = (p, extra) => start(["scripted-upstream", "--listen", `127.0.0.1:${p}`, "--tokens", "6",
+    "--tokens-per-second", "0", ...extra]);
   const upstreams = [scripted(fastPort, []), scripted(slowPort, ["--first-delay-ms", "40", "--words", "la"])];
   const config = join(dataDir, "shadow.toml");
   writeFileSync(config, [
@@ -513,8 +533,8 @@ test("a shadowed model shows its candidate's verdicts, the worse ones marked", a
       await context.close();
     }
   } finally {
-    if (proc) await stopGateway(proc);
-    for (const u of upstreams) u.kill("SIGTERM");
+    if (proc) await stopProcess(proc);
+    for (const u of upstreams) await stopProcess(u);
   }
 });
 

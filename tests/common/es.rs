@@ -149,11 +149,7 @@ impl FakeEs {
 
     /// A URL where nothing listens yet; `come_back` starts the server there.
     pub fn not_yet() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let port = super::free_port();
         FakeEs {
             url: format!("http://127.0.0.1:{port}"),
             port,

@@ -20,6 +20,24 @@ use serde_json::Value;
 
 pub use server::TestServer;
 
+/// A loopback port free now, for a process to listen on later, never one this test
+/// process handed out before: the kernel may give a port back as soon as the probe closes,
+/// and two ports drawn before either is listened on were once the same (CI, issue 60).
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().expect("lock");
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 /// The id test gateways serve their model as.
 pub const MODEL: &str = "test-model";
 

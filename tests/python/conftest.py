@@ -16,10 +16,20 @@ BINARY = ROOT / "target" / "debug" / "llmgate"
 MODEL_ID = "smollm2-135m-instruct"
 
 
+_GIVEN_PORTS: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, never one this run handed out before: the kernel may
+    give a port back as soon as the probe closes, and two ports drawn before either was
+    listened on were once the same (CI, issue 60)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 class Gateway:

@@ -1,6 +1,5 @@
 //! The harness: `redis-server` processes, gateway processes, a keys file.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,12 +12,7 @@ use sha2::{Digest, Sha256};
 
 pub(crate) const KEY: &str = "llmgate-shared-state-test-key-alice";
 
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub(crate) use crate::common::free_port;
 
 /// A `redis-server` on a loopback port, killed when dropped.
 pub(crate) struct Redis {
