@@ -17,7 +17,7 @@
 use std::fmt;
 
 use hmac::{Hmac, Mac};
-use regex::{CaptureLocations, Regex};
+use regex::{CaptureLocations, Regex, RegexBuilder};
 use serde::Serialize;
 use sha2::Sha256;
 
@@ -30,7 +30,7 @@ mod validate;
 
 pub use kinds::{Kind, RedactionCounts};
 
-use pattern::PATTERN;
+use pattern::DFA_CACHE_BYTES;
 use validate::judge;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -115,7 +115,7 @@ impl fmt::Debug for Mode {
 /// milliseconds, so build one at start-up and share it (`Arc<Redactor>`); it is `Send +
 /// Sync` and each thread gets its own regex scratch space.
 pub struct Redactor {
-    /// The compiled [`PATTERN`].
+    /// The compiled [`pattern::PATTERN`] ([`pattern::compiled`]).
     regex: Regex,
     /// Capture-group index, kind and form of each group in the pattern: `<kind>` (form
     /// "") or `<kind>__<form>` (names and addresses come in several forms, and a
@@ -159,7 +159,10 @@ impl Redactor {
     pub fn new(mode: Mode) -> Self {
         // The pattern is a constant, covered by every test below: failing here is a bug
         // in this file, not something input can cause.
-        let regex = Regex::new(PATTERN).expect("the redaction pattern compiles");
+        let regex = RegexBuilder::new(&pattern::compiled())
+            .dfa_size_limit(DFA_CACHE_BYTES)
+            .build()
+            .expect("the redaction pattern compiles");
         let groups = regex
             .capture_names()
             .enumerate()

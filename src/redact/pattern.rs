@@ -161,6 +161,41 @@ pub(super) const PATTERN: &str = concat!(
     r"(?:\p{Han}{1,3}组|[0-9一二三四五六七八九十]{1,3}组)?(?:[0-9]{1,4}号)?))",
 );
 
+/// The lazy DFA's cache per thread (the regex crate's default is 2 MiB). Past its size
+/// the DFA is rebuilt over and over and then given up for the PikeVM, the slowest of
+/// the crate's engines: with 2 MiB the pattern ran at 0.3 MB/s in `benches/redaction.rs`.
+/// What the pattern fills is far less than this (~4 MB); the limit is room, not memory.
+pub(super) const DFA_CACHE_BYTES: usize = 16 << 20;
+
+/// [`PATTERN`] as compiled: each Unicode letter class becomes the few ranges of the
+/// scripts it is written for. `\p{Lu}` alone is some 640 ranges (upper and lower case
+/// alternate through Latin Extended), and each copy in a counted repetition is a large
+/// UTF-8 automaton: a process holding the pattern with them took 28 MB, with these 15 MB,
+/// and ran at half the speed (issue 61's address rules repeat them most). Latin-1's
+/// letters, Greek's and Cyrillic's keep their case; in Latin Extended-A/B and Cyrillic's
+/// supplement, where the two cases alternate letter by letter, a letter of either case is
+/// taken as both; Han is the CJK Unified Ideographs, Extension A and the compatibility
+/// ideographs.
+pub(super) fn compiled() -> String {
+    const HAN: &str = r"[\x{3400}-\x{4DBF}\x{4E00}-\x{9FFF}\x{F900}-\x{FAFF}]";
+    const UPPER: &str = concat!(
+        r"[A-Z\x{C0}-\x{D6}\x{D8}-\x{DE}\x{100}-\x{24F}",
+        r"\x{386}\x{388}-\x{38F}\x{391}-\x{3AB}\x{400}-\x{42F}\x{460}-\x{52F}]"
+    );
+    const LOWER: &str = concat!(
+        r"[a-z\x{DF}-\x{F6}\x{F8}-\x{FF}\x{100}-\x{24F}",
+        r"\x{3AC}-\x{3CE}\x{430}-\x{45F}\x{460}-\x{52F}]"
+    );
+    const LETTER: &str = r"[A-Za-z\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{24F}\x{386}-\x{52F}]";
+    // A class inside a class is their union, so the same text serves `\p{L}` alone and
+    // within `[\p{L}'’-]`.
+    PATTERN
+        .replace(r"\p{Han}", HAN)
+        .replace(r"\p{Lu}", UPPER)
+        .replace(r"\p{Ll}", LOWER)
+        .replace(r"\p{L}", LETTER)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::redact::{Kind, Mode, RedactionCounts, Redactor};
