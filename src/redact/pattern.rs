@@ -206,7 +206,10 @@ mod tests {
         // the large automata `compiled` removes: spell it as ranges there.
         let compiled = super::compiled();
         assert!(!compiled.contains(r"\p{"), "a \\p{{..}} class is left");
-        assert!(super::PATTERN.contains(r"\p{Lu}"), "the classes are replaced, not absent");
+        assert!(
+            super::PATTERN.contains(r"\p{Lu}"),
+            "the classes are replaced, not absent"
+        );
     }
 
     fn found(text: &str) -> Vec<(Kind, &str)> {
