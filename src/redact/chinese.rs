@@ -38,9 +38,7 @@ pub(super) fn names(text: &str) -> Vec<Range<usize>> {
         .filter_map(|word| name_in(text, word))
         .collect();
     names.extend(between_boundaries(text));
-    names.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
-    names.dedup_by(|later, earlier| later.start < earlier.end);
-    names
+    super::people::merge(names)
 }
 
 /// Names jieba's tagger misses (方志明, 钟立新, 欧阳明辉: its dictionary cuts 方志 off as

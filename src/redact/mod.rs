@@ -159,6 +159,7 @@ impl Redactor {
     pub fn new(mode: Mode) -> Self {
         // The pattern is a constant, covered by every test below: failing here is a bug
         // in this file, not something input can cause.
+        people::warm();
         let regex = RegexBuilder::new(&pattern::compiled())
             .dfa_size_limit(DFA_CACHE_BYTES)
             .build()
@@ -293,7 +294,15 @@ impl Redactor {
     ) -> usize {
         let mut replaced = 0;
         for (kind, value) in known {
-            let hits = people::occurrences(text, value);
+            // A name only as a whole word (Lee is not in Leeds); any other value wherever
+            // it stands (a known id right after letters, `ID110105199003072311`).
+            let hits = if *kind == Kind::Name {
+                people::occurrences(text, value)
+            } else {
+                text.match_indices(value.as_str())
+                    .map(|(at, _)| at..at + value.len())
+                    .collect()
+            };
             if hits.is_empty() {
                 continue;
             }
@@ -455,6 +464,13 @@ impl Redactor {
                         other == kind || m_start >= until || end > until
                     }) =>
                 {
+                    // A name found apart that starts inside this value and runs past it
+                    // goes with it: "Dear Michael O'Connor", whose cue takes only "Michael
+                    // O'", would otherwise leave "Connor" bare.
+                    let end = names[next_name..]
+                        .iter()
+                        .take_while(|name| name.start < end)
+                        .fold(end, |end, name| end.max(name.end));
                     out.push_str(&text[copied..start]);
                     self.write_replacement(kind, &text[start..end], out);
                     counts.add(kind);
@@ -466,7 +482,7 @@ impl Redactor {
                     base = end;
                     // A validator may accept less than the group (a card without the
                     // short number the pattern took after it); search on from there.
-                    at = if end < group_end { end } else { m_end };
+                    at = if end < group_end { end } else { m_end.max(end) };
                     continue;
                 }
                 Verdict::LookAlike => look_alike = Some((kind, m_end)),
@@ -540,22 +556,24 @@ fn known_values(text: &str, found: Vec<(Kind, std::ops::Range<usize>)>) -> Vec<(
                 .collect(),
             _ => vec![(kind, text[range].to_owned())],
         })
-        .filter(|(_, value)| worth_knowing(value))
+        .filter(|(kind, value)| worth_knowing(*kind, value))
         .collect();
     known.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
     known.dedup_by(|a, b| a.1 == b.1);
     known
 }
 
-/// Whether a value found in a prompt is long enough to look for elsewhere: four
-/// characters, or two Han characters (a Chinese given name and surname), so that a short
-/// value does not blank out every word it is part of.
-fn worth_knowing(value: &str) -> bool {
+/// Whether a value found in a prompt is long enough to look for elsewhere: a name's part
+/// of two letters (Wei of Wei Zhang: names are looked for as whole words only), four
+/// characters of anything else, or two Han characters (a Chinese given name and surname),
+/// so that a short value does not blank out every word it is part of.
+fn worth_knowing(kind: Kind, value: &str) -> bool {
     let han = value
         .chars()
         .filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c))
         .count();
-    han >= 2 || value.chars().count() >= 4
+    let least = if kind == Kind::Name { 2 } else { 4 };
+    han >= 2 || value.chars().count() >= least
 }
 
 /// Passes of [`Redactor::redact`] at most. Each pass after the first only finds values

@@ -251,11 +251,41 @@ fn what_a_prompt_gave_away_is_redacted_where_an_answer_repeats_it() {
     // A part is a whole word: "Bartholomews" is not "Bartholomew".
     let out = redactor.excerpt_knowing("The Bartholomews", &known, 200, &mut counts);
     assert_eq!(out.into_string(), "The Bartholomews");
-    // 王小明 (three Han characters) is worth looking for; a two-letter value is not.
+    // 王小明 (three Han characters) is worth looking for; a two-letter value is only as
+    // a name's part, which is looked for as a whole word.
     let (_, known) = redactor.prompt_excerpt("我叫王小明，你好", 200, &mut counts);
     let out = redactor.excerpt_knowing("王小明同学你好", &known, 200, &mut counts);
     assert_eq!(out.into_string(), "<NAME>同学你好");
-    assert!(!worth_knowing("Li") && worth_knowing("李雷") && worth_knowing("Jane"));
+    assert!(worth_knowing(Kind::Name, "Li") && !worth_knowing(Kind::Email, "a@b"));
+    assert!(worth_knowing(Kind::Name, "李雷") && worth_knowing(Kind::Name, "Jane"));
+    let (_, known) = redactor.prompt_excerpt("Hi, I'm Wei Zhang.", 200, &mut counts);
+    let out = redactor.excerpt_knowing("Thanks, Wei! Weighing it now.", &known, 200, &mut counts);
+    assert_eq!(out.into_string(), "Thanks, <NAME>! Weighing it now.");
+    // A known id is found wherever it stands, also right after letters.
+    let (_, known) = redactor.prompt_excerpt("身份证 110105199003072311", 200, &mut counts);
+    let out = redactor.excerpt_knowing("ID110105199003072311 ok", &known, 200, &mut counts);
+    assert_eq!(out.into_string(), "ID<RESIDENT_ID> ok");
+}
+
+#[test]
+fn a_name_that_runs_past_its_cue_goes_whole() {
+    let redactor = Redactor::new(Mode::Placeholder);
+    let mut counts = RedactionCounts::default();
+    for (text, left) in [
+        ("Dear Michael O'Connor, thanks.", "Connor"),
+        ("hi Sophie van der Berg here", "Berg"),
+    ] {
+        let out = redactor.redact(text, &mut counts).into_string();
+        assert!(!out.contains(left), "{text} -> {out}");
+    }
+}
+
+#[test]
+fn a_given_name_after_a_compound_surname_is_a_part() {
+    use super::people::parts;
+    assert_eq!(parts("欧阳雨桐"), ["欧阳雨桐", "雨桐"]);
+    assert_eq!(parts("李小明"), ["李小明", "小明"]);
+    assert_eq!(parts("欧阳明"), ["欧阳明"]);
 }
 
 #[test]

@@ -235,8 +235,6 @@ fn ssn_valid(value: &str) -> bool {
     area != "000" && area != "666" && !area.starts_with('9') && group != "00" && serial != "0000"
 }
 
-/// GB 11643: the 18th character is the ISO 7064 MOD 11-2 check over the first 17 digits
-/// (`X` stands for 10).
 /// Whether what follows "password:" is one: not a word ("required", "incorrect"), a
 /// variable (`${DB_PASS}`, `%PASS%`, `<secret>`) or a mask (`****`); anything with a digit,
 /// a symbol or both cases is (in ASCII: what follows 密码 in a sentence is no password).
@@ -260,6 +258,8 @@ fn province(value: &str) -> bool {
     )
 }
 
+/// GB 11643: the 18th character is the ISO 7064 MOD 11-2 check over the first 17 digits
+/// (`X` stands for 10).
 fn resident_id_valid(value: &str) -> bool {
     const WEIGHTS: [u32; 17] = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2];
     const CHECK: &[u8; 11] = b"10X98765432";

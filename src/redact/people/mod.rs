@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 use fake::locales::{Data, CY_GB, DE_DE, EN, FR_FR, IT_IT, NL_NL, PT_BR, PT_PT};
 use pinyin::ToPinyin;
 
-use super::names::{is_han, NOT_NAMES, SURNAMES};
+use super::names::{is_han, COMPOUND_SURNAMES, NOT_NAMES, SURNAMES};
 
 mod lists;
 use super::Kind;
@@ -69,25 +69,30 @@ pub(super) fn mentions(text: &str, found: &[(Kind, Range<usize>)]) -> Vec<Range<
             .iter()
             .any(|(_, f)| f.start < r.end && r.start < f.end)
     };
-    let mut more: Vec<Range<usize>> = parts
+    let more: Vec<Range<usize>> = parts
         .iter()
         .flat_map(|part| occurrences(text, part))
         .filter(|r| !taken(r))
         .collect();
-    more.sort_by_key(|r| r.start);
-    more.dedup_by(|later, earlier| later.start < earlier.end);
-    more
+    merge(more)
 }
 
 /// What of a name may be mentioned alone: the whole name, each of its Latin words of two
 /// letters or more (Rebecca, Stone, O'Connor; Grace of Grace Liu too), a Chinese
-/// given name of two characters (小明 of 李小明).
+/// given name of two characters (小明 of 李小明, 雨桐 of 欧阳雨桐).
 pub(super) fn parts(name: &str) -> Vec<&str> {
     let mut parts = vec![name];
     if name.chars().next().is_some_and(is_han) {
-        let chars: Vec<(usize, char)> = name.char_indices().collect();
-        if chars.len() == 3 && SURNAMES.contains(chars[0].1) {
-            parts.push(&name[chars[1].0..]);
+        // The given name after a compound surname (雨桐 of 欧阳雨桐) or a single one.
+        let given = COMPOUND_SURNAMES
+            .iter()
+            .find_map(|surname| name.strip_prefix(surname))
+            .or_else(|| {
+                let first = name.chars().next()?;
+                SURNAMES.contains(first).then(|| &name[first.len_utf8()..])
+            });
+        if let Some(given) = given.filter(|given| given.chars().count() == 2) {
+            parts.push(given);
         }
     } else {
         parts.extend(
@@ -121,6 +126,12 @@ struct Gazetteer {
     pinyin_family: HashSet<String>,
     /// Every pinyin syllable (zhang, xiao, ming), lower case.
     syllables: HashSet<String>,
+}
+
+/// Builds the gazetteer now (the name lists and the pinyin syllables of ~21,000
+/// characters), so that the first request with a name does not wait for it.
+pub(super) fn warm() {
+    LazyLock::force(&GAZETTEER);
 }
 
 static GAZETTEER: LazyLock<Gazetteer> = LazyLock::new(|| {
