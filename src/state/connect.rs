@@ -123,6 +123,7 @@ impl Reach {
                 let mut builder = ClusterClient::builder(nodes.clone())
                     .connection_timeout(Duration::from_secs(1))
                     .response_timeout(Duration::from_secs(1))
+                    // No retry: refused_unrun (mod.rs) takes a refusal as "not run".
                     .retries(0);
                 if ca_cert.is_some() {
                     builder = builder.certs(certificates());

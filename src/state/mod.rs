@@ -87,7 +87,13 @@ impl Failure {
 /// or is a replica (`MOVED`, `ASK`, `READONLY`), one loading its data, an unknown script
 /// or a command not allowed. Such a call is sent again later rather than taken as run: a
 /// quota's tokens counted in the gateway while a Cluster failed over were otherwise
-/// lost (tests/shared_state/topologies.rs).
+/// lost (tests/shared_state/topologies.rs). This holds because no call is retried
+/// (`retries(0)` in connect.rs): with retries, such an answer could follow an attempt
+/// that did run, and the tokens would be charged twice. `READONLY` may also come from
+/// inside a script, at its first write, which then wrote nothing. A refusal that lasts
+/// (`NOPERM`, `CROSSSLOT`: a misconfigured Redis) keeps the tokens in the backlog, and
+/// says so in `llmgate_state_failures_total{reason="error"}` and the warning when Redis
+/// stops answering.
 fn refused_unrun(error: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as S};
     matches!(
