@@ -394,7 +394,7 @@ mod tests {
             .expect("valid")
             .redis
             .expect("redis");
-        assert_eq!(config.timeout, Duration::from_millis(5));
+        assert_eq!(config.timeout, Duration::from_millis(50));
         assert_eq!(config.on_failure, OnFailure::FailOpen);
         assert_eq!(config.key_prefix, "llmgate");
         let Target::Server(info) = &config.target else {

@@ -233,8 +233,19 @@ impl Gateway {
         redis: &impl Backend,
         extra: &[&str],
     ) -> Vec<Self> {
+        Self::many(3, dir, upstream, redis, extra).await
+    }
+
+    /// `count` gateways, as [`Gateway::start`] starts one.
+    pub(crate) async fn many(
+        count: usize,
+        dir: &Path,
+        upstream: Option<&str>,
+        redis: &impl Backend,
+        extra: &[&str],
+    ) -> Vec<Self> {
         let mut gateways = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..count {
             gateways.push(Self::start(dir, upstream, redis, extra).await);
         }
         gateways
@@ -287,6 +298,12 @@ impl Drop for Gateway {
 }
 
 /// A directory holding a keys file that gives `alice` `limits`.
+/// The tokens an answer's `usage` counts, prompt and completion (0 for an error).
+pub(crate) fn usage_tokens(body: &Value) -> u64 {
+    let usage = &body["usage"];
+    usage["prompt_tokens"].as_u64().unwrap_or(0) + usage["completion_tokens"].as_u64().unwrap_or(0)
+}
+
 pub(crate) fn keys_dir(limits: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("dir");
     let hash = hex::encode(Sha256::digest(KEY.as_bytes()));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::upstream::start_upstream;
-use crate::harness::{keys_dir, script, Gateway, Redis};
+use crate::harness::{keys_dir, script, usage_tokens, Gateway, Redis};
 use llmgate::bench::upstream::UpstreamScript;
 
 /// Threads that spin until dropped, one per core: the CPU burner beside the gateways.
@@ -79,11 +79,7 @@ async fn six_clients_on_a_loaded_host(on_failure: &str) -> Outcome {
                 match (status, body["error"]["code"].as_str()) {
                     (200, _) => {
                         answered += 1;
-                        let usage = &body["usage"];
-                        largest = largest.max(
-                            usage["prompt_tokens"].as_u64().unwrap_or(0)
-                                + usage["completion_tokens"].as_u64().unwrap_or(0),
-                        );
+                        largest = largest.max(usage_tokens(&body));
                     }
                     (429, Some("quota_held")) => {
                         tokio::time::sleep(Duration::from_millis(20)).await

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::upstream::{start_upstream, UPSTREAM_MODEL};
-use harness::{keys_dir, script, Gateway, Redis, Relay, KEY};
+use harness::{keys_dir, script, usage_tokens, Gateway, Redis, Relay, KEY};
 use llmgate::bench::upstream::{ScriptedFault, UpstreamScript};
 use serde_json::json;
 
@@ -171,11 +171,7 @@ async fn a_daily_quota_holds_across_three_gateways() {
                 match (status, body["error"]["code"].as_str()) {
                     (200, _) => {
                         answered += 1;
-                        let usage = &body["usage"];
-                        largest = largest.max(
-                            usage["prompt_tokens"].as_u64().unwrap_or(0)
-                                + usage["completion_tokens"].as_u64().unwrap_or(0),
-                        );
+                        largest = largest.max(usage_tokens(&body));
                     }
                     (429, Some("quota_held")) => {
                         held += 1;

@@ -149,10 +149,7 @@ async fn a_cluster_holds_a_limit_and_a_quota_across_gateways() {
     let upstream = start_upstream(script()).await;
     let dir = keys_dir("rpm=10 daily_tokens=100000");
     let deadline = ["--state-timeout-ms", "500"];
-    let gateways = [
-        Gateway::start(dir.path(), Some(&upstream.url), &cluster, &deadline).await,
-        Gateway::start(dir.path(), Some(&upstream.url), &cluster, &deadline).await,
-    ];
+    let gateways = Gateway::many(2, dir.path(), Some(&upstream.url), &cluster, &deadline).await;
     for gateway in &gateways {
         assert!(gateway.until_state_up().await, "the cluster answers");
     }
@@ -202,10 +199,7 @@ async fn a_cluster_master_killed_under_load_fails_over_and_the_quota_holds() {
     const QUOTA: u64 = 16_000;
     let dir = keys_dir(&format!("daily_tokens={QUOTA}"));
     let deadline = ["--state-timeout-ms", "500"];
-    let gateways = [
-        Gateway::start(dir.path(), Some(&upstream.url), &cluster, &deadline).await,
-        Gateway::start(dir.path(), Some(&upstream.url), &cluster, &deadline).await,
-    ];
+    let gateways = Gateway::many(2, dir.path(), Some(&upstream.url), &cluster, &deadline).await;
     for gateway in &gateways {
         assert!(gateway.until_state_up().await, "the cluster answers");
     }
