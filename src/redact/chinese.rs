@@ -15,7 +15,7 @@ use jieba_rs::Jieba;
 
 use fake::locales::{Data, ZH_CN, ZH_TW};
 
-use super::names::{is_han, COMPOUND_SURNAMES, NOT_IN_NAMES, SURNAMES};
+use super::names::{is_han, merge, COMPOUND_SURNAMES, NOT_IN_NAMES, SURNAMES};
 
 static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
 
@@ -38,7 +38,7 @@ pub(super) fn names(text: &str) -> Vec<Range<usize>> {
         .filter_map(|word| name_in(text, word))
         .collect();
     names.extend(between_boundaries(text));
-    super::people::merge(names)
+    merge(names)
 }
 
 /// Names jieba's tagger misses (方志明, 钟立新, 欧阳明辉: its dictionary cuts 方志 off as

@@ -383,7 +383,7 @@ impl Redactor {
             return replaced;
         }
         names.extend(mentions);
-        self.replace_into(text, counts, out, spans, &people::merge(names))
+        self.replace_into(text, counts, out, spans, &names::merge(names))
     }
 
     fn replace_into(

@@ -3,6 +3,8 @@
 //! what around it is the value: the cue's own words come off, a Chinese name is a
 //! known surname and one or two given characters, words that are not names are not.
 
+use std::ops::Range;
+
 use super::Verdict;
 
 /// A name candidate `text[start..end]`: Latin words after a cue or a title, or Chinese
@@ -334,3 +336,16 @@ fn postcode_or_number(text: &str, start: usize, end: usize) -> usize {
 /// Characters that lead into an address without being part of it.
 const ADDRESS_LEAD: &str =
     "我你他她您们住在于到往寄送发是的家从来去回搬请问想要找查看知把至位及和与址地为：:放";
+
+/// `spans` in order, those that overlap or touch made one (诸葛 and 明轩 of 诸葛明轩).
+pub(super) fn merge(mut spans: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    spans.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
+    for span in spans {
+        match merged.last_mut() {
+            Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
+            _ => merged.push(span),
+        }
+    }
+    merged
+}

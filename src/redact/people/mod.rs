@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 use fake::locales::{Data, CY_GB, DE_DE, EN, FR_FR, IT_IT, NL_NL, PT_BR, PT_PT};
 use pinyin::ToPinyin;
 
-use super::names::{is_han, COMPOUND_SURNAMES, NOT_NAMES, SURNAMES};
+use super::names::{is_han, merge, COMPOUND_SURNAMES, NOT_NAMES, SURNAMES};
 
 mod lists;
 use super::Kind;
@@ -37,19 +37,6 @@ pub(super) fn uncued(text: &str) -> Vec<Range<usize>> {
     let mut names = latin(text);
     names.extend(super::chinese::names(text));
     merge(names)
-}
-
-/// `spans` in order, those that overlap or touch made one (诸葛 and 明轩 of 诸葛明轩).
-pub(super) fn merge(mut spans: Vec<Range<usize>>) -> Vec<Range<usize>> {
-    spans.sort_by_key(|r| r.start);
-    let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
-    for span in spans {
-        match merged.last_mut() {
-            Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
-            _ => merged.push(span),
-        }
-    }
-    merged
 }
 
 /// Every other mention in `text` of the names in `found` (values of any kind; the names
