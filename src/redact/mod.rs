@@ -391,21 +391,27 @@ impl Redactor {
         text: &str,
         counts: &mut RedactionCounts,
         out: &mut String,
-        mut spans: Option<&mut Vec<(Kind, std::ops::Range<usize>)>>,
+        spans: Option<&mut Vec<(Kind, std::ops::Range<usize>)>>,
         names: &[std::ops::Range<usize>],
     ) -> usize {
-        let mut replaced = 0;
+        let mut written = Written {
+            text,
+            out,
+            counts,
+            spans,
+            copied: 0,
+            replaced: 0,
+        };
         // The next of `names` (found apart from the pattern) not yet written.
         let mut next_name = 0;
         let mut locs: CaptureLocations = self.regex.capture_locations();
-        // `copied`: bytes of `text` already in `out`. `at`: where the next search starts.
-        let (mut copied, mut at) = (0, 0);
-        // The search runs on `text[copied..]`: after a replacement the text before the
-        // next match is a placeholder (ending in `>`), not the value's last character, so
-        // the patterns' boundary assertions must see the start of a text there, as they
-        // will when the redacted text is redacted again. (`+84 20 7946 0+43 20 7946 0958`:
-        // in the original the second `+` follows a digit, which is no phone's start.)
-        let mut base = 0;
+        // `at`: where the next search starts. The search runs on `text[base..]`: after a
+        // replacement the text before the next match is a placeholder (ending in `>`),
+        // not the value's last character, so the patterns' boundary assertions must see
+        // the start of a text there, as they will when the redacted text is redacted
+        // again. (`+84 20 7946 0+43 20 7946 0958`: in the original the second `+` follows
+        // a digit, which is no phone's start.)
+        let (mut at, mut base) = (0, 0);
         // The last look-alike rejected: its kind and where it ends (see [`Verdict`]).
         let mut look_alike: Option<(Kind, usize)> = None;
         loop {
@@ -418,19 +424,12 @@ impl Redactor {
             let mut wrote_name = false;
             while let Some(name) = names.get(next_name).filter(|n| n.start < before) {
                 next_name += 1;
-                if name.start < copied {
-                    continue;
+                if name.start >= written.copied {
+                    self.write_value(&mut written, Kind::Name, name.clone());
+                    base = name.end;
+                    at = at.max(name.end);
+                    wrote_name = true;
                 }
-                out.push_str(&text[copied..name.start]);
-                self.write_replacement(Kind::Name, &text[name.clone()], out);
-                counts.add(Kind::Name);
-                if let Some(spans) = spans.as_deref_mut() {
-                    spans.push((Kind::Name, name.clone()));
-                }
-                replaced += 1;
-                (copied, base) = (name.end, name.end);
-                at = at.max(name.end);
-                wrote_name = true;
             }
             if wrote_name {
                 continue;
@@ -439,20 +438,9 @@ impl Redactor {
                 break;
             };
             let (m_start, m_end) = (base + m.start(), base + m.end());
-            // Exactly one kind's group takes part in a match.
-            let found = self.groups.iter().find_map(|(group, kind, form)| {
-                let (start, end) = locs.get(*group)?;
-                Some((*kind, form.as_str(), (base + start, base + end)))
-            });
-            let Some((kind, form, (start, group_end))) = found else {
+            let Some((kind, verdict, group_end)) = self.judged(&locs, text, base) else {
                 at = m_end;
                 continue;
-            };
-            let (kind, verdict) = match judge(kind, form, text, start, group_end) {
-                Verdict::Accept(end) => (kind, Verdict::Within(start, end)),
-                // A resident-id-shaped number that is a card.
-                Verdict::As(other, end) => (other, Verdict::Within(start, end)),
-                verdict => (kind, verdict),
             };
             match verdict {
                 // A placeholder is no value: a URL's password already redacted,
@@ -471,14 +459,7 @@ impl Redactor {
                         .iter()
                         .take_while(|name| name.start < end)
                         .fold(end, |end, name| end.max(name.end));
-                    out.push_str(&text[copied..start]);
-                    self.write_replacement(kind, &text[start..end], out);
-                    counts.add(kind);
-                    if let Some(spans) = spans.as_deref_mut() {
-                        spans.push((kind, start..end));
-                    }
-                    replaced += 1;
-                    copied = end;
+                    self.write_value(&mut written, kind, start..end);
                     base = end;
                     // A validator may accept less than the group (a card without the
                     // short number the pattern took after it); search on from there.
@@ -495,8 +476,45 @@ impl Redactor {
             // boundary, so this does not try every suffix of a word.
             at = m_start + text[m_start..].chars().next().map_or(1, char::len_utf8);
         }
-        out.push_str(&text[copied..]);
-        replaced
+        written.out.push_str(&text[written.copied..]);
+        written.replaced
+    }
+
+    /// The kind of the match in `locs` (found in `text[base..]`: exactly one kind's group
+    /// takes part), its validator's verdict, as `Within` where it accepts, and where the
+    /// group ends; `None` for a match without a kind's group.
+    fn judged(
+        &self,
+        locs: &CaptureLocations,
+        text: &str,
+        base: usize,
+    ) -> Option<(Kind, Verdict, usize)> {
+        let (kind, form, (start, group_end)) =
+            self.groups.iter().find_map(|(group, kind, form)| {
+                let (start, end) = locs.get(*group)?;
+                Some((*kind, form.as_str(), (base + start, base + end)))
+            })?;
+        let (kind, verdict) = match judge(kind, form, text, start, group_end) {
+            Verdict::Accept(end) => (kind, Verdict::Within(start, end)),
+            // A resident-id-shaped number that is a card.
+            Verdict::As(other, end) => (other, Verdict::Within(start, end)),
+            verdict => (kind, verdict),
+        };
+        Some((kind, verdict, group_end))
+    }
+
+    /// Copies the text before `range` and writes the value's placeholder, counted (and
+    /// recorded, where spans are asked for).
+    fn write_value(&self, written: &mut Written, kind: Kind, range: std::ops::Range<usize>) {
+        let text = written.text;
+        written.out.push_str(&text[written.copied..range.start]);
+        self.write_replacement(kind, &text[range.clone()], written.out);
+        written.counts.add(kind);
+        written.copied = range.end;
+        if let Some(spans) = written.spans.as_deref_mut() {
+            spans.push((kind, range));
+        }
+        written.replaced += 1;
     }
 
     /// Writes `<KIND>` or `<KIND:hash12>` straight into `out`: no allocation per match.
@@ -518,6 +536,18 @@ impl Redactor {
         }
         out.push('>');
     }
+}
+
+/// What one pass of [`Redactor::replace_into`] has written of `text`.
+struct Written<'t, 'w> {
+    text: &'t str,
+    out: &'w mut String,
+    counts: &'w mut RedactionCounts,
+    spans: Option<&'w mut Vec<(Kind, std::ops::Range<usize>)>>,
+    /// Bytes of `text` already in `out`.
+    copied: usize,
+    /// Values replaced.
+    replaced: usize,
 }
 
 /// Keeps at most `max_chars` characters of redacted `out`, the trailing "…" (added when
