@@ -46,6 +46,7 @@ fn record(i: usize) -> RequestRecord {
             prompt_tokens: 40,
             completion_tokens: 64,
             cached_tokens: None,
+            reasoning_tokens: None,
         },
         timings: Timings {
             ttft_ms: Some(540.0),
@@ -61,6 +62,7 @@ fn record(i: usize) -> RequestRecord {
             client_wait_ms: Some(0.0),
             upstream_ttft_ms: None,
             overhead_ms: 0.0,
+            kinds: Default::default(),
         },
         quality: Some(Quality {
             repetition_rate: 0.12,
@@ -113,6 +115,7 @@ fn record(i: usize) -> RequestRecord {
         shadow: None,
         split: None,
         comparison: None,
+        agent: None,
     }
 }
 

@@ -101,6 +101,17 @@ struct ScriptedUpstreamArgs {
     /// no-first-byte, ...).
     #[arg(long, default_value = "500")]
     fault: String,
+    /// Reasoning chunks (one token each) before each chat answer's content or tool
+    /// calls, as a reasoning model served by vLLM sends them.
+    #[arg(long, default_value_t = 0)]
+    reasoning: u32,
+    /// The delta key of the reasoning chunks (newer vLLM: reasoning).
+    #[arg(long, default_value = "reasoning_content")]
+    reasoning_field: String,
+    /// Call every offered tool not yet called at once (unless the request sets
+    /// parallel_tool_calls: false), rather than one a turn.
+    #[arg(long)]
+    parallel_calls: bool,
 }
 
 #[derive(Subcommand)]
@@ -202,6 +213,9 @@ fn run_scripted_upstream(args: &ScriptedUpstreamArgs) -> Result<ExitCode, ExitCo
         fault_rate: args.fault_rate,
         slots: args.slots,
         words: args.words.clone(),
+        reasoning: args.reasoning,
+        reasoning_field: args.reasoning_field.clone(),
+        parallel_calls: args.parallel_calls,
     };
     let served = TcpListener::bind(args.listen)
         .and_then(|listener| llmgate::bench::upstream::serve(listener, script, args.workers));

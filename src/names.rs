@@ -13,6 +13,16 @@ pub const REQUEST_QUEUE_TIME: &str = "request_queue_time_seconds";
 /// Upstream models: request sent upstream -> its first content chunk (the upstream's
 /// share of TTFT; the rest is the gateway's).
 pub const UPSTREAM_TIME_TO_FIRST_TOKEN: &str = "upstream_time_to_first_token_seconds";
+/// Reasoning models and tool calls (docs/timings.md): request received -> the first
+/// answer content after any reasoning (`timings.answer_ttft_ms`).
+pub const TIME_TO_FIRST_ANSWER_TOKEN: &str = "time_to_first_answer_token_seconds";
+/// The first reasoning token -> the first token of another kind (`timings.reasoning_ms`).
+pub const REASONING_TIME: &str = "reasoning_seconds";
+/// Request received -> the first tool-call delta (`timings.tool_call_ttft_ms`).
+pub const TIME_TO_TOOL_CALL: &str = "time_to_tool_call_seconds";
+/// Request received -> the last tool call's arguments complete
+/// (`timings.tool_calls_done_ms`).
+pub const TOOL_CALL_ARGUMENTS_COMPLETE: &str = "tool_call_arguments_complete_seconds";
 /// What the gateway added to the end of each request, less the model's and the client's
 /// parts (`timings.overhead_ms`).
 pub const GATEWAY_OVERHEAD: &str = "gateway_overhead_seconds";
@@ -136,6 +146,13 @@ pub const PROVIDER: &str = "llmgate";
 pub const ATTR_TTFT_MS: &str = "llm.ttft_ms";
 /// Request sent to an upstream -> its first content chunk (upstream models only).
 pub const ATTR_UPSTREAM_TTFT_MS: &str = "llm.upstream_ttft_ms";
+pub const ATTR_ANSWER_TTFT_MS: &str = "llm.answer_ttft_ms";
+pub const ATTR_REASONING_MS: &str = "llm.reasoning_ms";
+pub const ATTR_REASONING_TOKENS: &str = "llm.reasoning_tokens";
+pub const ATTR_TOOL_CALL_TTFT_MS: &str = "llm.tool_call_ttft_ms";
+pub const ATTR_TOOL_CALLS_DONE_MS: &str = "llm.tool_calls_done_ms";
+pub const ATTR_TOOL_CALLS: &str = "llm.tool_calls";
+pub const ATTR_TOOLS_CALLED: &str = "llm.tools.called";
 /// What the gateway added to the end of the request (`timings.overhead_ms`).
 pub const ATTR_OVERHEAD_MS: &str = "llm.overhead_ms";
 /// An upstream model: the endpoint (replica) that served the request, or failed last.

@@ -100,6 +100,21 @@ pub struct RequestRecord {
     /// The comparison of its pair, on the side that ended second, as the semantic log
     /// keeps it (`crate::shadow::compare::Comparison`, serialised).
     pub comparison: Option<std::sync::Arc<serde_json::Value>>,
+    /// An agent's turn: the tools it offered and called, and the reasoning's length;
+    /// `None` for a request with neither tools nor reasoning.
+    pub agent: Option<AgentRecord>,
+}
+
+/// What a request with tools or reasoning held besides its answer. The arguments are
+/// the model's words: a sink redacts them like any text before keeping them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentRecord {
+    /// The names of the tools the request offered.
+    pub offered: Vec<String>,
+    /// The calls the answer made, in order.
+    pub calls: Vec<crate::engine::ToolCall>,
+    /// Characters of reasoning (`reasoning_content`) the answer had.
+    pub reasoning_chars: usize,
 }
 
 /// The A/B split a request named (`[[splits]] id`) and the served model it went to.
@@ -210,6 +225,7 @@ pub struct Answer {
     pub user: Option<String>,
     pub prompt: Option<String>,
     pub response: Option<String>,
+    pub agent: Option<AgentRecord>,
 }
 
 impl RequestRecord {
@@ -245,6 +261,7 @@ impl RequestRecord {
             shadow: origin.shadow,
             split: origin.split,
             comparison: None,
+            agent: answer.agent,
         }
     }
 }
@@ -504,6 +521,7 @@ pub(crate) fn sample() -> RequestRecord {
             prompt_tokens: 12,
             completion_tokens: 3,
             cached_tokens: None,
+            reasoning_tokens: None,
         },
         timings: Timings {
             ttft_ms: Some(120.5),
@@ -527,6 +545,7 @@ pub(crate) fn sample() -> RequestRecord {
             client_wait_ms: Some(0.25),
             upstream_ttft_ms: None,
             overhead_ms: 0.0,
+            kinds: Default::default(),
         },
         quality: Some(Quality {
             repetition_rate: 0.0,
@@ -574,5 +593,6 @@ pub(crate) fn sample() -> RequestRecord {
         shadow: None,
         split: None,
         comparison: None,
+        agent: None,
     }
 }

@@ -65,6 +65,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the model's context length was reached.
     Length,
+    /// The model called tools (a legacy `functions` request: `function_call`).
+    ToolCalls,
 }
 
 impl FinishReason {
@@ -72,6 +74,7 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
 }
@@ -84,6 +87,9 @@ pub struct Usage {
     /// llama.cpp engine's prefix cache, or what an upstream reported; `None` where the
     /// engine does not say.
     pub cached_tokens: Option<u32>,
+    /// Completion tokens a reasoning model spent thinking (`completion_tokens_details.
+    /// reasoning_tokens`); `None` where there was no reasoning or the engine does not say.
+    pub reasoning_tokens: Option<u32>,
 }
 
 /// What the token ids behind the repetition rate are.

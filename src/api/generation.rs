@@ -542,6 +542,7 @@ impl<'a> Handling<'a> {
         let stop = engine.stops_to_screen(&parsed.generation.sampling);
         let seed = parsed.generation.sampling.seed;
         let with_logprobs = parsed.generation.top_logprobs.is_some();
+        let tools = parsed.generation.tools.clone();
 
         let upstream = info.upstream.is_some();
         let prepared = self
@@ -568,6 +569,7 @@ impl<'a> Handling<'a> {
                 native.prompt_tokens = generation.prompt_tokens;
                 native
             }),
+            legacy_functions: tools.as_ref().is_some_and(|t| t.legacy),
         };
         let info = RunInfo {
             origin: Origin {
@@ -590,6 +592,7 @@ impl<'a> Handling<'a> {
             user: parsed.user,
             stop,
             reported: upstream.then(|| Arc::clone(&generation.reported)),
+            tools_offered: tools.map(|t| t.names()).unwrap_or_default(),
         };
         // Taken only here, so a refusal above still finds it for its record.
         let Some(trace) = self.pending.trace.take() else {

@@ -197,13 +197,13 @@ pub async fn in_process(engine: &Front, messages: &Value, settings: Settings) ->
         .as_array()
         .map(|m| {
             m.iter()
-                .map(|m| ChatMessage {
-                    role: match m["role"].as_str() {
+                .map(|m| {
+                    let role = match m["role"].as_str() {
                         Some("system") => Role::System,
                         Some("assistant") => Role::Assistant,
                         _ => Role::User,
-                    },
-                    content: m["content"].as_str().unwrap_or("").to_owned(),
+                    };
+                    ChatMessage::new(role, m["content"].as_str().unwrap_or(""))
                 })
                 .collect()
         })
@@ -255,6 +255,13 @@ pub async fn in_process(engine: &Front, messages: &Value, settings: Settings) ->
             EngineEvent::Restarted => {
                 (first, last, last_token, tokens) = (None, None, None, 0);
                 sample.itl.clear();
+            }
+            // The engine in this process gives neither; output all the same.
+            EngineEvent::Reasoning { tokens: n, .. } | EngineEvent::ToolCall { tokens: n, .. } => {
+                tokens += n;
+                last_token = Some(now);
+                first.get_or_insert(now);
+                last = Some(now);
             }
             EngineEvent::Progress { .. } => {}
         }

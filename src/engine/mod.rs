@@ -32,6 +32,7 @@ pub mod sampling;
 pub mod scripted;
 pub mod served;
 pub mod slots;
+pub mod tools;
 pub mod upstream;
 
 pub use backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Tokenized};
@@ -39,6 +40,10 @@ pub use budget::Budget;
 pub use front::{Front, Prepared};
 pub(crate) use slots::Counted;
 pub use slots::Slots;
+pub use tools::{
+    ContentPart, Function, MediaKind, MediaPart, ToolCall, ToolCallDelta, ToolCalls, ToolChoice,
+    Tools,
+};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,6 +80,11 @@ pub struct GenerationRequest {
     /// llama.cpp's `return_progress` (streamed answers): the engine reports how much of
     /// the prompt it has read ([`EngineEvent::Progress`]) as it reads it.
     pub return_progress: bool,
+    /// The tools the model may call; `None` when the request offers none.
+    pub tools: Option<Tools>,
+    /// OpenAI's `reasoning_effort` (`minimal`, `low`, `medium`, `high`...), for a
+    /// reasoning model; `None`: its default.
+    pub reasoning_effort: Option<String>,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template),
@@ -96,10 +106,7 @@ impl Default for Prompt {
 impl Prompt {
     /// A conversation of one user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Prompt::Chat(vec![ChatMessage {
-            role: Role::User,
-            content: content.into(),
-        }])
+        Prompt::Chat(vec![ChatMessage::new(Role::User, content)])
     }
 
     /// The request field the prompt came in.
@@ -139,17 +146,43 @@ pub enum ResponseFormat {
     Grammar(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One message of a conversation.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatMessage {
     pub role: Role,
+    /// Its text: the text parts joined by line breaks, as llama.cpp's server joins them.
+    /// What the chat template renders, the redactor reads and the input hash covers.
     pub content: String,
+    /// An assistant's calls of the client's tools.
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool's result: the call it answers.
+    pub tool_call_id: Option<String>,
+    /// The participant's (or, in a legacy `function` message, the function's) name.
+    pub name: Option<String>,
+    /// Its content part by part, where a part is not text (an image, audio, a file);
+    /// empty when the content is text alone.
+    pub parts: Vec<ContentPart>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl ChatMessage {
+    /// A message of text alone.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Role {
     System,
+    #[default]
     User,
     Assistant,
+    /// A tool's result, answering an assistant's call.
+    Tool,
 }
 
 impl Role {
@@ -158,6 +191,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -199,7 +233,8 @@ pub struct Sampling {
     pub post_sampling_probs: bool,
 }
 
-/// What the engine reports while it generates, in order: any number of `Token`s, then
+/// What the engine reports while it generates, in order: any number of `Token`s (and
+/// `Reasoning` and `ToolCall` pieces, for a reasoning model or a tool call), then
 /// exactly one `Finished` or `Failed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineEvent {
@@ -229,6 +264,20 @@ pub enum EngineEvent {
         cached: u32,
         /// Those in the cache now, `cached` included.
         processed: u32,
+    },
+    /// Reasoning text (a reasoning model's thinking, outside the answer's content) that
+    /// stands for `tokens` tokens, handed over `at`.
+    Reasoning {
+        text: String,
+        tokens: u32,
+        at: Instant,
+    },
+    /// A piece of a tool call (its header, or a fragment of its arguments) that stands
+    /// for `tokens` tokens, handed over `at`.
+    ToolCall {
+        delta: ToolCallDelta,
+        tokens: u32,
+        at: Instant,
     },
     Failed(EngineError),
     /// Forget the answer so far: it starts over. Only for a request the client gets in

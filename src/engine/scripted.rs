@@ -258,6 +258,7 @@ impl Backend for ScriptedEngine {
                 prompt_tokens,
                 completion_tokens,
                 cached_tokens: None,
+                reasoning_tokens: None,
             };
             let _ = tx.send(EngineEvent::Finished { reason, usage }).await;
         });

@@ -481,6 +481,7 @@ fn llm_properties() -> Value {
     ] {
         properties[field] = double();
     }
+    super::document::agent::mappings(&mut properties);
     properties
 }
 

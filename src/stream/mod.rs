@@ -20,13 +20,15 @@ use std::time::Duration;
 
 use crate::admission::Permit;
 use crate::clock::SharedClock;
+use crate::engine::{ToolCall, ToolCallDelta, ToolCalls};
 use crate::quality::QualityTracker;
 use crate::record::{
-    Answer, Ended, Origin, RequestParams, RequestRecord, ResponseTimings, Status, UpstreamRecord,
+    AgentRecord, Answer, Ended, Origin, RequestParams, RequestRecord, ResponseTimings, Status,
+    UpstreamRecord,
 };
 use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::Telemetry;
-use crate::timing::{RequestTimer, Timings};
+use crate::timing::{OutputKind, RequestTimer, Timings};
 use crate::tokens::{FinishReason, TokenLogprob, Usage};
 use stops::StopScreen;
 
@@ -51,6 +53,8 @@ pub struct RunInfo {
     pub stop: Vec<String>,
     /// What an upstream says of its answer as it streams; `None` in this process.
     pub reported: Option<Arc<crate::engine::Reported>>,
+    /// The names of the tools the request offered (none: no tools).
+    pub tools_offered: Vec<String>,
 }
 
 /// One admitted request on its way through the engine. If it is dropped before
@@ -67,7 +71,21 @@ pub struct Run {
     /// The `request` span whose fields every log line of this request carries.
     log_span: tracing::Span,
     stops: StopScreen,
+    /// What the output holds besides the answer's content: reasoning, tool calls, and
+    /// the tokens they stand for.
+    side: SideOutput,
     _permit: Permit,
+}
+
+/// Reasoning and tool calls, as they arrive: not the answer's content, so neither
+/// screened for stops nor scored (docs/timings.md, quality signals).
+#[derive(Debug, Default)]
+struct SideOutput {
+    reasoning: String,
+    /// Of `tokens`, those of reasoning.
+    reasoning_tokens: u32,
+    tool_calls: ToolCalls,
+    tokens: u32,
 }
 
 /// What one token event means for the answer.
@@ -114,6 +132,7 @@ impl Run {
             telemetry,
             trace: Some(trace),
             log_span: tracing::Span::current(),
+            side: SideOutput::default(),
             _permit: permit,
         }
     }
@@ -124,6 +143,49 @@ impl Run {
         self.timer.restart_answer();
         self.quality.restart();
         self.stops.restart();
+        self.side = SideOutput::default();
+    }
+
+    /// Reasoning the engine handed over `at`, standing for `tokens` tokens.
+    pub fn reasoning_arrived(&mut self, text: &str, tokens: u32, at: std::time::Instant) {
+        self.output_arrived(OutputKind::Reasoning, tokens, at);
+        self.side.reasoning.push_str(text);
+        self.side.reasoning_tokens += tokens;
+    }
+
+    /// A piece of a tool call the engine handed over `at`, standing for `tokens` tokens.
+    pub fn tool_call_arrived(
+        &mut self,
+        delta: &ToolCallDelta,
+        tokens: u32,
+        at: std::time::Instant,
+    ) {
+        self.output_arrived(OutputKind::ToolCall, tokens, at);
+        self.side.tool_calls.push(delta);
+    }
+
+    fn output_arrived(&mut self, kind: OutputKind, tokens: u32, at: std::time::Instant) {
+        let produced = self.clock.at(at);
+        self.timer.engine_output(kind, produced, tokens);
+        self.timer
+            .delivered(self.clock.now().saturating_sub(produced));
+        self.side.tokens += tokens;
+    }
+
+    /// The reasoning so far.
+    pub fn reasoning(&self) -> &str {
+        &self.side.reasoning
+    }
+
+    /// The tool calls so far, put together from their pieces.
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        &self.side.tool_calls.0
+    }
+
+    /// A frame carrying output of `kind` has just been handed to the transport (for an
+    /// answer given in one body: the output reached the gateway).
+    pub fn frame_sent(&mut self, kind: OutputKind) {
+        self.timer.frame_sent(kind, self.clock.now());
     }
 
     /// A token event the engine handed over `at` arrived.
@@ -221,24 +283,35 @@ impl Run {
     pub fn usage_so_far(&self) -> Usage {
         Usage {
             prompt_tokens: self.info.prompt_tokens,
-            completion_tokens: u32::try_from(self.quality.token_ids().len()).unwrap_or(u32::MAX),
+            completion_tokens: u32::try_from(self.quality.token_ids().len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(self.side.tokens),
             cached_tokens: None,
+            reasoning_tokens: None,
         }
     }
 
     /// The finish reason and usage an answer that ended so reports: the engine's when it
     /// finished, else `stop` with the tokens seen so far (the guard cut it).
     pub fn reason_and_usage(&self, ending: &Ending) -> (FinishReason, Usage) {
-        match ending {
+        let (reason, mut usage) = match ending {
             Ending::Finished { reason, usage } => (*reason, *usage),
             _ => (FinishReason::Stop, self.usage_so_far()),
+        };
+        // The engine's count where it gave one, else the gateway's.
+        if usage.reasoning_tokens.is_none() && !self.side.reasoning.is_empty() {
+            usage.reasoning_tokens = Some(self.side.reasoning_tokens);
         }
+        (reason, usage)
     }
 
     /// Latency and quality as of now, for a response body.
     pub fn report(&mut self, ending: &Ending) -> ResponseTimings {
         let tokens = match ending {
-            Ending::Finished { usage, .. } => usage.completion_tokens,
+            Ending::Finished { usage, .. } => {
+                self.timer.reasoning_reported(usage.reasoning_tokens);
+                usage.completion_tokens
+            }
             Ending::Degenerated | Ending::Failed { .. } => self.usage_so_far().completion_tokens,
         };
         let mut quality = self.quality.finish();
@@ -301,6 +374,7 @@ impl Run {
             return;
         };
         let _entered = self.log_span.clone().entered();
+        let agent = self.agent_record();
         let output_hash = crate::record::output_hash(self.quality.text());
         let t_end = self.timer.received() + Duration::from_secs_f64(report.timings.e2e_ms / 1000.0);
         let phases = self.timer.phases(t_end);
@@ -328,10 +402,29 @@ impl Run {
             user: info.user.take(),
             prompt: Some(std::mem::take(&mut info.prompt)),
             response: Some(self.quality.text().to_owned()),
+            agent,
         };
         let record = RequestRecord::new(std::mem::take(&mut info.origin), ended, answer);
         self.telemetry
             .request_ended(&record, trace, self.clock.as_ref());
+    }
+}
+
+impl Run {
+    /// The record's account of tools and reasoning; `None` when there was neither.
+    fn agent_record(&mut self) -> Option<AgentRecord> {
+        let side = std::mem::take(&mut self.side);
+        if self.info.tools_offered.is_empty()
+            && side.tool_calls.is_empty()
+            && side.reasoning.is_empty()
+        {
+            return None;
+        }
+        Some(AgentRecord {
+            offered: std::mem::take(&mut self.info.tools_offered),
+            calls: side.tool_calls.0,
+            reasoning_chars: side.reasoning.chars().count(),
+        })
     }
 }
 

@@ -22,13 +22,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::chunks::{native, ChunkAssembler, Completion, ResponseMeta, KEEPALIVE_FRAME};
+use super::chunks::{native, ChunkAssembler, Completion, ResponseMeta, SideParts, KEEPALIVE_FRAME};
 use super::logprobs::TextLogprobs;
 use super::{Ending, Run};
 use crate::engine::{EngineError, EngineEvent, TokenStream};
 use crate::error::ApiError;
 use crate::names;
-use crate::timing::Timings;
+use crate::timing::{OutputKind, Timings};
 use crate::tokens::TokenLogprob;
 use tokio_util::sync::CancellationToken;
 
@@ -233,6 +233,24 @@ async fn drive(
                 last_frame = tokio::time::Instant::now();
                 continue;
             }
+            Some(EngineEvent::Reasoning { text, tokens, at }) => {
+                run.reasoning_arrived(&text, tokens, at);
+                if let Some(frame) = assembler.reasoning_frame(&text) {
+                    wire.send(run, frame).await?;
+                    run.frame_sent(OutputKind::Reasoning);
+                    last_frame = tokio::time::Instant::now();
+                }
+                continue;
+            }
+            Some(EngineEvent::ToolCall { delta, tokens, at }) => {
+                run.tool_call_arrived(&delta, tokens, at);
+                if let Some(frame) = assembler.tool_call_frame(&delta) {
+                    wire.send(run, frame).await?;
+                    run.frame_sent(OutputKind::ToolCall);
+                    last_frame = tokio::time::Instant::now();
+                }
+                continue;
+            }
             Some(EngineEvent::Failed(error)) => return fail(run, assembler, wire, error).await,
             // Sent only for an answer given in one body; a stream's client has its text.
             Some(EngineEvent::Restarted) => {
@@ -371,6 +389,16 @@ pub async fn collect_json(
                 }
                 break Ending::Finished { reason, usage };
             }
+            // Reasoning and tool calls reach the client in the body's message; each piece
+            // counts as handed over when it reaches the gateway.
+            Some(EngineEvent::Reasoning { text, tokens, at }) => {
+                run.reasoning_arrived(&text, tokens, at);
+                run.frame_sent(OutputKind::Reasoning);
+            }
+            Some(EngineEvent::ToolCall { delta, tokens, at }) => {
+                run.tool_call_arrived(&delta, tokens, at);
+                run.frame_sent(OutputKind::ToolCall);
+            }
             Some(EngineEvent::Failed(error)) => return Err(failed(run, error)),
             Some(EngineEvent::Restarted) => {
                 run.restart();
@@ -409,10 +437,17 @@ pub async fn collect_json(
                 },
             ))
         }
-        None => serde_json::to_vec(
-            &Completion::new(meta, run.text(), reason, usage, &report, logprobs)
-                .with_llama_timings(timings_per_token, usage),
-        ),
+        None => {
+            let side = SideParts {
+                reasoning: run.reasoning(),
+                tool_calls: run.tool_calls(),
+            };
+            serde_json::to_vec(
+                &Completion::new(meta, run.text(), reason, usage, &report, logprobs)
+                    .with_side(side, meta.legacy_functions)
+                    .with_llama_timings(timings_per_token, usage),
+            )
+        }
     };
     let timings = run.finish(ending);
     let body = body.map(Bytes::from).map_err(|_| ApiError::Internal)?;

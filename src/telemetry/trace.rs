@@ -320,6 +320,7 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
     a.set_some(names::ATTR_UPSTREAM_TTFT_MS, r.timings.upstream_ttft_ms);
     a.set(names::ATTR_OVERHEAD_MS, r.timings.overhead_ms);
     a.set_some(names::ATTR_TPOT_MS, r.timings.tpot_ms);
+    a.kinds(r);
     if let Some(upstream) = &r.upstream {
         a.set_some(names::ATTR_UPSTREAM_ENDPOINT, upstream.endpoint.clone());
         let attempts = i64::try_from(upstream.attempts.len()).ok();
@@ -335,6 +336,33 @@ fn attributes(r: &RequestRecord) -> Vec<KeyValue> {
 struct Attributes(Vec<KeyValue>);
 
 impl Attributes {
+    /// Reasoning and tool calls: their times, and the tools called (names only; the
+    /// arguments are the model's words, kept only redacted, in the semantic log).
+    fn kinds(&mut self, r: &RequestRecord) {
+        let k = &r.timings.kinds;
+        self.set_some(names::ATTR_ANSWER_TTFT_MS, k.answer_ttft_ms);
+        self.set_some(names::ATTR_REASONING_MS, k.reasoning_ms);
+        self.set_some(
+            names::ATTR_REASONING_TOKENS,
+            k.reasoning_tokens.map(i64::from),
+        );
+        self.set_some(names::ATTR_TOOL_CALL_TTFT_MS, k.tool_call_ttft_ms);
+        self.set_some(names::ATTR_TOOL_CALLS_DONE_MS, k.tool_calls_done_ms);
+        let Some(calls) = r.agent.as_ref().map(|a| &a.calls).filter(|c| !c.is_empty()) else {
+            return;
+        };
+        self.set(
+            names::ATTR_TOOL_CALLS,
+            i64::try_from(calls.len()).unwrap_or(i64::MAX),
+        );
+        let called: Vec<opentelemetry::StringValue> =
+            calls.iter().map(|c| c.name.clone().into()).collect();
+        self.set(
+            names::ATTR_TOOLS_CALLED,
+            opentelemetry::Value::Array(called.into()),
+        );
+    }
+
     /// Sets `key` to `value`.
     fn set(&mut self, key: &'static str, value: impl Into<opentelemetry::Value>) {
         self.0.push(KeyValue::new(key, value));

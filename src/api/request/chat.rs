@@ -4,11 +4,12 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::tools;
 use super::{
     n_predict, object_of, read, refuse_unsupported, require, validate, RequestLimits,
     ValidatedRequest, WireCommon, COMMON,
 };
-use crate::engine::{ChatMessage, Prompt, Role};
+use crate::engine::{ChatMessage, ContentPart, MediaKind, MediaPart, Prompt, Role};
 use crate::error::ApiError;
 
 /// Chat parameters we know beyond [`COMMON`]. Anything else is refused like OpenAI does.
@@ -77,16 +78,25 @@ fn top_logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<Option<u8>, 
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(as = ChatMessage)]
 pub(super) struct WireMessage {
-    #[schema(pattern = "^(system|developer|user|assistant)$")]
+    #[schema(pattern = "^(system|developer|user|assistant|tool|function)$")]
     role: String,
-    /// Required but for an assistant's message.
+    /// Required but for an assistant's message (which may carry tool calls alone).
     #[serde(default)]
     #[schema(value_type = WireContent, required = true)]
     content: Option<WireContent>,
+    /// An assistant's calls of the tools (`{"id", "type": "function", "function":
+    /// {"name", "arguments"}}`).
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     tool_calls: Option<Value>,
-    /// Participant name; the chat template has no place for it.
+    /// A `tool` message: the id of the call it answers.
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    /// Legacy: an assistant's call of one of the `functions`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    function_call: Option<Value>,
+    /// The participant's name; in a legacy `function` message, the function's.
     #[serde(default)]
     name: Option<String>,
 }
@@ -102,12 +112,21 @@ enum WireContent {
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(as = ChatContentPart)]
 struct WirePart {
+    /// `text`, `image_url`, `input_audio` or `file`; the parts that are not text go to an
+    /// upstream model that reads them, and are refused by a model that does not.
     #[serde(rename = "type")]
     kind: String,
-    /// Text parts only: the model reads text.
     #[serde(default)]
-    #[schema(value_type = String, required = true)]
     text: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    image_url: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    input_audio: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    file: Option<Value>,
 }
 
 /// Parses and validates a `POST /v1/chat/completions` body.
@@ -130,12 +149,14 @@ pub fn parse_chat_request(
             "must contain at least one message",
         ));
     }
-    let messages = chat
+    let tools = tools::tools_of(&object)?;
+    let mut messages = chat
         .messages
         .into_iter()
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
+    link_function_results(&mut messages);
     let budget = match (chat.max_completion_tokens, common.max_tokens) {
         (Some(n), _) => ("max_completion_tokens", Some(n)),
         (None, n) => ("max_tokens", n),
@@ -144,6 +165,8 @@ pub fn parse_chat_request(
     let mut request = validate(common, Prompt::Chat(messages), budget, limits, request_id)?;
     // Not in the input hash: asking for log-probabilities does not change the answer.
     request.generation.top_logprobs = top_logprobs;
+    request.generation.tools = tools;
+    request.generation.reasoning_effort = reasoning_effort(&object)?;
     if request.user.is_none() {
         request.user = chat.safety_identifier;
     }
@@ -153,29 +176,6 @@ pub fn parse_chat_request(
 /// Refuses chat features this server does not serve when they are asked for.
 fn refuse_chat_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
     let get = |key: &str| object.get(key).filter(|v| !v.is_null());
-    for key in ["tools", "functions"] {
-        if let Some(v) = get(key) {
-            if !v.as_array().is_some_and(Vec::is_empty) {
-                return Err(ApiError::unsupported(key, "tool calling is not available"));
-            }
-        }
-    }
-    if let Some(v) = get("tool_choice") {
-        if v.as_str() != Some("none") {
-            return Err(ApiError::unsupported(
-                "tool_choice",
-                "tool calling is not available",
-            ));
-        }
-    }
-    if let Some(v) = get("function_call") {
-        if v.as_str() != Some("none") {
-            return Err(ApiError::unsupported(
-                "function_call",
-                "tool calling is not available",
-            ));
-        }
-    }
     if let Some(v) = get("modalities") {
         let text_only = v
             .as_array()
@@ -199,12 +199,7 @@ fn refuse_chat_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> 
             return Err(ApiError::invalid(key, "must be a string"));
         }
     }
-    for key in [
-        "audio",
-        "prediction",
-        "reasoning_effort",
-        "web_search_options",
-    ] {
+    for key in ["audio", "prediction", "web_search_options"] {
         if get(key).is_some() {
             return Err(ApiError::unsupported(key, ""));
         }
@@ -213,74 +208,151 @@ fn refuse_chat_unsupported(object: &Map<String, Value>) -> Result<(), ApiError> 
 }
 
 pub(super) fn message(index: usize, wire: WireMessage) -> Result<ChatMessage, ApiError> {
+    let at = format!("messages[{index}]");
     let role = match wire.role.as_str() {
         "system" | "developer" => Role::System,
         "user" => Role::User,
         "assistant" => Role::Assistant,
-        "tool" | "function" => {
-            return Err(ApiError::unsupported(
-                format!("messages[{index}].role"),
-                format!(
-                    "'{}' messages need tool calling, which is not available",
-                    wire.role
-                ),
-            ))
-        }
+        "tool" | "function" => Role::Tool,
         other => {
             return Err(ApiError::invalid(
-                format!("messages[{index}].role"),
-                format!("'{other}' is not one of system, developer, user, assistant"),
+                format!("{at}.role"),
+                format!("'{other}' is not one of system, developer, user, assistant, tool"),
             ))
         }
     };
-    if wire.name.as_deref().is_some_and(|n| !n.is_empty()) {
-        return Err(ApiError::unsupported(
-            format!("messages[{index}].name"),
-            "participant names are not passed to the model",
-        ));
-    }
-    if wire.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::unsupported(
-            format!("messages[{index}].tool_calls"),
-            "tool calling is not available",
-        ));
-    }
-    let content = match wire.content {
-        Some(WireContent::Text(text)) => text,
-        Some(WireContent::Parts(parts)) => {
-            // Joined as separate lines, as llama.cpp's server joins them: "What is" and
-            // "the best book" are two texts, not "What isthe best book".
-            let mut text = String::new();
-            for (p, part) in parts.into_iter().enumerate() {
-                match (part.kind.as_str(), part.text) {
-                    ("text", Some(t)) => {
-                        if p > 0 {
-                            text.push('\n');
-                        }
-                        text.push_str(&t);
-                    }
-                    ("text", None) => {
-                        return Err(ApiError::invalid(
-                            format!("messages[{index}].content[{p}].text"),
-                            "a text part needs text",
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(ApiError::unsupported(
-                            format!("messages[{index}].content[{p}].type"),
-                            format!("'{kind}' parts are not served; only text"),
-                        ))
-                    }
-                }
-            }
-            text
-        }
+    let mut message = ChatMessage {
+        role,
+        name: wire.name.filter(|n| !n.is_empty()),
+        ..ChatMessage::default()
+    };
+    match wire.content {
+        Some(WireContent::Text(text)) => message.content = text,
+        Some(WireContent::Parts(parts)) => content_parts(&at, parts, &mut message)?,
+        // An assistant's turn may be its tool calls alone.
+        None if role == Role::Assistant => {}
         None => {
             return Err(ApiError::invalid(
-                format!("messages[{index}].content"),
+                format!("{at}.content"),
                 "this parameter is required",
             ))
         }
-    };
-    Ok(ChatMessage { role, content })
+    }
+    if let Some(calls) = wire.tool_calls.filter(|v| !v.is_null()) {
+        if role != Role::Assistant {
+            return Err(ApiError::invalid(
+                format!("{at}.tool_calls"),
+                "only an assistant's message carries tool calls",
+            ));
+        }
+        message.tool_calls = tools::history_calls(&at, &calls)?;
+    }
+    if let Some(call) = wire.function_call.filter(|v| !v.is_null()) {
+        let id = format!("call_{index}");
+        message
+            .tool_calls
+            .push(tools::history_function_call(&at, &call, id)?);
+    }
+    match (wire.role.as_str(), wire.tool_call_id) {
+        ("tool", Some(id)) => message.tool_call_id = Some(id),
+        ("tool", None) => {
+            return Err(ApiError::invalid(
+                format!("{at}.tool_call_id"),
+                "a tool message needs the id of the call it answers",
+            ))
+        }
+        ("function", _) if message.name.is_none() => {
+            return Err(ApiError::invalid(
+                format!("{at}.name"),
+                "a function message needs the function's name",
+            ))
+        }
+        _ => {}
+    }
+    Ok(message)
+}
+
+/// A content array: the text parts joined as separate lines, as llama.cpp's server
+/// joins them ("What is" and "the best book" are two texts, not "What isthe best
+/// book"), and every part kept in order where one is not text.
+fn content_parts(
+    at: &str,
+    parts: Vec<WirePart>,
+    message: &mut ChatMessage,
+) -> Result<(), ApiError> {
+    let mut kept = Vec::with_capacity(parts.len());
+    for (p, part) in parts.into_iter().enumerate() {
+        let at = format!("{at}.content[{p}]");
+        if part.kind == "text" {
+            let Some(text) = part.text else {
+                return Err(ApiError::invalid(
+                    format!("{at}.text"),
+                    "a text part needs text",
+                ));
+            };
+            if kept.iter().any(|k| matches!(k, ContentPart::Text(_))) {
+                message.content.push('\n');
+            }
+            message.content.push_str(&text);
+            kept.push(ContentPart::Text(text));
+            continue;
+        }
+        let Some(kind) = MediaKind::of(&part.kind) else {
+            return Err(ApiError::invalid(
+                format!("{at}.type"),
+                format!(
+                    "'{}' is not one of text, image_url, input_audio, file",
+                    part.kind
+                ),
+            ));
+        };
+        let value = match kind {
+            MediaKind::ImageUrl => part.image_url,
+            MediaKind::InputAudio => part.input_audio,
+            MediaKind::File => part.file,
+        };
+        let Some(value) = value.filter(Value::is_object) else {
+            return Err(ApiError::invalid(
+                format!("{at}.{}", kind.as_str()),
+                format!("a {} part needs its object", kind.as_str()),
+            ));
+        };
+        kept.push(ContentPart::Media(MediaPart { kind, value }));
+    }
+    if kept.iter().any(|p| matches!(p, ContentPart::Media(_))) {
+        message.parts = kept;
+    }
+    Ok(())
+}
+
+/// A legacy `function` message answers the latest call of its function before it:
+/// it takes that call's id, so an upstream gets the conversation in today's shape.
+fn link_function_results(messages: &mut [ChatMessage]) {
+    for i in 0..messages.len() {
+        if messages[i].role != Role::Tool || messages[i].tool_call_id.is_some() {
+            continue;
+        }
+        let name = messages[i].name.clone();
+        let id = messages[..i]
+            .iter()
+            .rev()
+            .flat_map(|m| m.tool_calls.iter().rev())
+            .find(|call| Some(&call.name) == name.as_ref())
+            .map(|call| call.id.clone());
+        messages[i].tool_call_id = id;
+    }
+}
+
+/// OpenAI's `reasoning_effort`, for a reasoning model (passed on; an engine without
+/// reasoning refuses it).
+fn reasoning_effort(object: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+    match object.get("reasoning_effort") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(e)) if EFFORTS.contains(&e.as_str()) => Ok(Some(e.clone())),
+        Some(_) => Err(ApiError::invalid(
+            "reasoning_effort",
+            format!("must be one of {}", EFFORTS.join(", ")),
+        )),
+    }
 }

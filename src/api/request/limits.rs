@@ -33,6 +33,15 @@ impl RequestLimits {
         }
     }
 
+    /// The one served model, whatever its names: a request that names none gets it, as
+    /// vLLM and llama.cpp's server answer one.
+    pub fn only_model(&self) -> Option<&ModelPolicy> {
+        match self.models.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        }
+    }
+
     /// The served model `name` names (its id or an alias; with `any_name`, the one model
     /// whatever the name); 404 `model_not_found` otherwise.
     pub fn model(&self, name: &str) -> Result<&ModelPolicy, ApiError> {

@@ -133,6 +133,10 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         stop_token_ids: &'a [u32],
         #[serde(skip_serializing_if = "<[(u32, f32)]>::is_empty")]
         logit_bias: &'a [(u32, f32)],
+        /// Tools, tool calls, names and media: only where the request has any, so the
+        /// hash of a plain conversation is what it always was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agentic: Option<Value>,
     }
     let s = &generation.sampling;
     let ids: String;
@@ -178,6 +182,7 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         min_tokens: s.min_tokens,
         stop_token_ids: &s.stop_token_ids,
         logit_bias: &s.logit_bias,
+        agentic: tools::canonical(generation),
     };
     // Serialising plain data into memory cannot fail.
     let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
@@ -380,8 +385,8 @@ pub(super) fn object_of(
         return Err(ApiError::UnknownParameter(unknown.clone()));
     }
     let mut object = object;
-    if let (None | Some(Value::Null), Some(only)) = (object.get("model"), limits.any_model()) {
-        // llama.cpp's clients name no model: a gateway that serves any name serves none.
+    if let (None | Some(Value::Null), Some(only)) = (object.get("model"), limits.only_model()) {
+        // llama.cpp's and vLLM's clients may name no model: one served model is the one.
         object.insert("model".to_owned(), Value::String(only.id.clone()));
     }
     Ok(object)
@@ -403,7 +408,7 @@ fn in_words(message: &str) -> String {
     const SHAPES: [(&str, &str); 4] = [
         (
             "WireContent",
-            "must be a string, or an array of text parts ({\"type\": \"text\", \"text\": \"...\"})",
+            "must be a string, or an array of content parts ({\"type\": \"text\", \"text\": \"...\"}, {\"type\": \"image_url\", ...})",
         ),
         ("WirePrompt", "must be a string, or an array of one string"),
         ("WireStop", "must be a string, or an array of strings"),
@@ -532,6 +537,8 @@ pub(super) fn validate(
         deadline: None,
         whole: !stream,
         return_progress: stream && wire.return_progress.unwrap_or(false),
+        tools: None,
+        reasoning_effort: None,
     };
     Ok(ValidatedRequest {
         // Under the id it serves as, whatever name the request used.
@@ -730,6 +737,7 @@ mod limits;
 pub use limits::RequestLimits;
 pub mod schema;
 mod tokenize;
+pub mod tools;
 pub use chat::parse_chat_request;
 use chat::{message, WireMessage};
 pub use completion::parse_completion_request;

@@ -148,8 +148,8 @@ fn rejections_name_the_parameter() {
         ),
         (
             chat_body(json!({"tools": [{"type": "function"}]})),
-            "unsupported_parameter",
-            "tools",
+            "invalid_value",
+            "tools[0].function",
         ),
         (
             chat_body(json!({"logprobs": true, "top_logprobs": 21})),
@@ -256,12 +256,17 @@ fn rejections_name_the_parameter() {
         ),
         (
             chat_body(json!({"messages": [{"role": "tool", "content": "x"}]})),
-            "unsupported_parameter",
-            "messages[0].role",
+            "invalid_value",
+            "messages[0].tool_call_id",
         ),
         (
             chat_body(json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})),
-            "unsupported_parameter",
+            "invalid_value",
+            "messages[0].content[0].image_url",
+        ),
+        (
+            chat_body(json!({"messages": [{"role": "user", "content": [{"type": "video"}]}]})),
+            "invalid_value",
             "messages[0].content[0].type",
         ),
         (
@@ -273,11 +278,6 @@ fn rejections_name_the_parameter() {
             chat_body(json!({"store": true})),
             "unsupported_parameter",
             "store",
-        ),
-        (
-            chat_body(json!({"messages": [{"role": "user", "content": "x", "name": "ann"}]})),
-            "unsupported_parameter",
-            "messages[0].name",
         ),
     ];
     for (body, kind, param) in cases {
@@ -722,9 +722,20 @@ fn an_alias_or_with_serve_any_model_any_name_is_the_served_model() {
         "a request naming no model, as llama.cpp's clients send"
     );
     assert_eq!(
-        param_of(parse_chat_request(body.as_bytes(), &limits(), "r")),
+        parse_chat_request(body.as_bytes(), &limits(), "r")
+            .expect("one served model")
+            .model,
+        "m",
+        "one served model needs no name, as vLLM and llama-server serve one"
+    );
+    let mut two = limits();
+    let mut other = two.models[0].clone();
+    other.id = "n".into();
+    two.models.push(other);
+    assert_eq!(
+        param_of(parse_chat_request(body.as_bytes(), &two, "r")),
         ("invalid_value".into(), "model".into()),
-        "required where any name is not served"
+        "required where several models are served"
     );
 }
 

@@ -57,10 +57,7 @@ impl Jinja {
             eos,
             adds_bos,
         };
-        let hi = ChatMessage {
-            role: crate::engine::Role::User,
-            content: "Hi".into(),
-        };
+        let hi = ChatMessage::new(crate::engine::Role::User, "Hi");
         jinja.render(std::slice::from_ref(&hi), true)?;
         Ok(jinja)
     }
@@ -159,10 +156,7 @@ mod tests {
     use crate::engine::Role;
 
     fn turn(role: Role, content: &str) -> ChatMessage {
-        ChatMessage {
-            role,
-            content: content.into(),
-        }
+        ChatMessage::new(role, content)
     }
 
     #[test]

@@ -139,7 +139,10 @@ async fn answer(mut generation: Generation) -> anyhow::Result<String> {
             EngineEvent::Finished { .. } => return Ok(text),
             EngineEvent::Failed(error) => return Err(error.into()),
             EngineEvent::Restarted => text.clear(),
-            EngineEvent::Progress { .. } => {}
+            // The canary asks for text: it offers no tools, and reasoning is not the answer.
+            EngineEvent::Progress { .. }
+            | EngineEvent::Reasoning { .. }
+            | EngineEvent::ToolCall { .. } => {}
         }
     }
     anyhow::bail!("the engine closed the stream without finishing")

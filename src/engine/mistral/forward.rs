@@ -39,6 +39,7 @@ pub(super) async fn forward(
         prompt_tokens,
         completion_tokens: 0,
         cached_tokens: None,
+        reasoning_tokens: None,
     };
     let mut pending: VecDeque<EngineEvent> = VecDeque::new();
     // mistral.rs has not sent its first piece of text yet (see `restore_leading_space`).
@@ -348,6 +349,7 @@ fn usage_of(usage: Option<mistralrs::Usage>) -> Option<Usage> {
         prompt_tokens: to_u32(u.prompt_tokens),
         completion_tokens: to_u32(u.completion_tokens),
         cached_tokens: None,
+        reasoning_tokens: None,
     })
 }
 
@@ -418,6 +420,7 @@ mod tests {
             prompt_tokens: 5,
             completion_tokens: 3,
             cached_tokens: None,
+            reasoning_tokens: None,
         };
         // The last step picked ".", then the end token: "." is listed, the end is not.
         let last = piece(
@@ -500,6 +503,7 @@ mod tests {
             prompt_tokens: 51,
             completion_tokens: 128,
             cached_tokens: None,
+            reasoning_tokens: None,
         };
         let at = Instant::now();
         let picked = Picked::new(

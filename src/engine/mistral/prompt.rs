@@ -59,6 +59,8 @@ pub(super) fn text_messages(messages: &[ChatMessage]) -> TextMessages {
             Role::System => TextMessageRole::System,
             Role::User => TextMessageRole::User,
             Role::Assistant => TextMessageRole::Assistant,
+            // Refused before a prompt is rendered (`Front::prepare`): no tools here.
+            Role::Tool => TextMessageRole::Tool,
         };
         acc.add_message(role, &m.content)
     })

@@ -7,6 +7,8 @@
 //! text through the [`Redactor`]: the encoder and every sink take a `RedactedLog`, so
 //! nothing unredacted can reach them.
 
+pub(crate) mod agent;
+
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -255,6 +257,11 @@ struct Llm {
     prompt_excerpt: Option<Redacted>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_excerpt: Option<Redacted>,
+    /// Reasoning and tool calls: the times of each kind of output.
+    #[serde(flatten)]
+    kinds: agent::KindFields,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<agent::Tools>,
     redactions: RedactionCounts,
     redactions_total: u32,
 }
@@ -436,6 +443,8 @@ impl GenAi {
 struct Excerpts {
     prompt: Option<Redacted>,
     response: Option<Redacted>,
+    /// The answer's tool calls, `name(arguments)` per line.
+    tool_calls: Option<Redacted>,
     counts: RedactionCounts,
 }
 
@@ -472,10 +481,19 @@ impl Excerpts {
                 &mut counts,
             )
         });
+        let tool_calls = agent::calls_text(r).map(|t| {
+            redactor.excerpt_knowing(
+                &head(&t, window),
+                &known,
+                settings.excerpt_chars,
+                &mut counts,
+            )
+        });
         let keep = !settings.stats_only;
         Self {
             prompt: prompt.filter(|_| keep),
             response: response.filter(|_| keep),
+            tool_calls: tool_calls.filter(|_| keep),
             counts,
         }
     }
@@ -535,6 +553,8 @@ impl Llm {
             },
             prompt_excerpt: excerpts.prompt,
             response_excerpt: excerpts.response,
+            kinds: agent::KindFields::of(r),
+            tools: agent::Tools::of(r, excerpts.tool_calls),
             redactions_total: excerpts.counts.total(),
             redactions: excerpts.counts,
         }

@@ -205,10 +205,7 @@ fn a_redacted_value_cannot_be_recovered_from_the_stored_hashes_without_the_key()
     use crate::engine::{ChatMessage, GenerationRequest, Prompt, Role};
     let said = |number: u64| format!("请回拨{number}");
     let request = |text: String| GenerationRequest {
-        prompt: Prompt::Chat(vec![ChatMessage {
-            role: Role::User,
-            content: text,
-        }]),
+        prompt: Prompt::Chat(vec![ChatMessage::new(Role::User, text)]),
         ..GenerationRequest::default()
     };
     let input_digest = |number| crate::api::request::input_hash("smollm2", &request(said(number)));
@@ -242,4 +239,55 @@ fn a_redacted_value_cannot_be_recovered_from_the_stored_hashes_without_the_key()
         Some(secret_number),
         "with the key, the same search finds it"
     );
+}
+
+#[test]
+fn an_agents_turn_keeps_its_tools_and_times_with_the_arguments_redacted() {
+    let mut r = record();
+    r.timings.kinds.tool_call_ttft_ms = Some(40.5);
+    r.timings.kinds.tool_calls_done_ms = Some(61.0);
+    r.timings.kinds.reasoning_ms = Some(900.0);
+    r.timings.kinds.reasoning_tokens = Some(30);
+    r.agent = Some(crate::record::AgentRecord {
+        offered: vec!["send_mail".into(), "get_time".into()],
+        calls: vec![crate::engine::ToolCall {
+            id: "call_1".into(),
+            name: "send_mail".into(),
+            arguments: r#"{"to":"jane.doe@example.com","body":"hi"}"#.into(),
+        }],
+        reasoning_chars: 120,
+    });
+    let json = serde_json::to_value(document(&r, "id", &settings(false))).expect("json");
+    let llm = &json["llm"];
+    assert_eq!(llm["tool_call_ttft_ms"], 40.5);
+    assert_eq!(llm["tool_calls_done_ms"], 61.0);
+    assert_eq!(llm["reasoning_ms"], 900.0);
+    assert_eq!(llm["reasoning_tokens"], 30);
+    assert_eq!(llm["reasoning_chars"], 120);
+    let tools = &llm["tools"];
+    assert_eq!(
+        tools["offered"],
+        serde_json::json!(["send_mail", "get_time"])
+    );
+    assert_eq!(tools["called"], serde_json::json!(["send_mail"]));
+    assert_eq!(tools["calls"], 1);
+    assert_eq!(tools["argument_bytes"], 41);
+    let excerpt = tools["arguments_excerpt"].as_str().expect("excerpt");
+    assert!(excerpt.starts_with("send_mail("), "{excerpt}");
+    assert!(!excerpt.contains("jane.doe"), "redacted: {excerpt}");
+    assert!(llm["redactions_total"].as_u64() >= Some(1));
+    // Stats only: the names and sizes stay, the excerpt goes.
+    let stats = serde_json::to_value(document(&r, "id", &settings(true))).expect("json");
+    assert!(stats["llm"]["tools"].get("arguments_excerpt").is_none());
+    assert_eq!(stats["llm"]["tools"]["calls"], 1);
+    // A plain answer has none of these fields.
+    let plain = serde_json::to_value(document(&record(), "id", &settings(false))).expect("json");
+    for field in [
+        "tools",
+        "reasoning_ms",
+        "tool_call_ttft_ms",
+        "answer_ttft_ms",
+    ] {
+        assert!(plain["llm"].get(field).is_none(), "{field}");
+    }
 }

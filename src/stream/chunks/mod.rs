@@ -23,6 +23,7 @@ use utoipa::ToSchema;
 pub mod native;
 
 use super::logprobs::{ChatLogprobs, TextLogprobs};
+use crate::engine::{ToolCall, ToolCallDelta};
 use crate::error::ApiError;
 use crate::record::ResponseTimings;
 use crate::tokens::{FinishReason, TokenLogprob, Usage};
@@ -43,12 +44,24 @@ pub struct ResponseMeta {
     pub echo: Option<String>,
     /// Answer in llama.cpp's server's own shape (`POST /completion`), not OpenAI's.
     pub native: Option<Box<native::NativeMeta>>,
+    /// The request offered the legacy `functions`: a call is a `function_call`, and the
+    /// answer ends with `finish_reason: "function_call"`.
+    pub legacy_functions: bool,
 }
 
 impl ResponseMeta {
     /// Characters the response text holds before the answer (the echoed prompt).
     fn echoed_chars(&self) -> usize {
         self.echo.as_deref().map_or(0, |p| p.chars().count())
+    }
+
+    /// How the answer says it ended: a tool call under its legacy name where the
+    /// request used the legacy `functions`.
+    fn finish_word(&self, reason: FinishReason) -> &'static str {
+        match reason {
+            FinishReason::ToolCalls if self.legacy_functions => "function_call",
+            reason => reason.as_str(),
+        }
     }
 }
 
@@ -169,7 +182,7 @@ pub(crate) enum ChunkChoice<'a> {
     },
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Default, Serialize, ToSchema)]
 pub(crate) struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
@@ -177,6 +190,41 @@ pub(crate) struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     content: Option<&'a str>,
+    /// A reasoning model's thinking, outside the content (as vLLM, llama-server and
+    /// DeepSeek's API send it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    reasoning_content: Option<&'a str>,
+    /// A piece of a tool call: the first of a call carries its id and name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<Vec<ToolCallPiece>>)]
+    tool_calls: Option<[ToolCallPiece<'a>; 1]>,
+    /// The legacy `functions`' call, piece by piece.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<FunctionPiece>)]
+    function_call: Option<FunctionPiece<'a>>,
+}
+
+/// One piece of a streamed tool call, as OpenAI frames it.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ToolCallPiece<'a> {
+    index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    kind: Option<&'static str>,
+    function: FunctionPiece<'a>,
+}
+
+/// A function's name (in a call's first piece) and a fragment of its arguments.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct FunctionPiece<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    name: Option<&'a str>,
+    arguments: &'a str,
 }
 
 /// OpenAI's `usage` object.
@@ -191,6 +239,17 @@ pub struct UsageBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// `reasoning_tokens`: those of the completion a reasoning model spent thinking;
+    /// left out without reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// OpenAI's `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    pub reasoning_tokens: u32,
 }
 
 /// OpenAI's `usage.prompt_tokens_details`.
@@ -208,6 +267,9 @@ impl From<Usage> for UsageBody {
             prompt_tokens_details: u
                 .cached_tokens
                 .map(|cached_tokens| PromptTokensDetails { cached_tokens }),
+            completion_tokens_details: u
+                .reasoning_tokens
+                .map(|reasoning_tokens| CompletionTokensDetails { reasoning_tokens }),
         }
     }
 }
@@ -268,6 +330,7 @@ impl ChunkAssembler {
             prompt_tokens,
             completion_tokens: 0,
             cached_tokens: None,
+            reasoning_tokens: None,
         });
         self
     }
@@ -361,6 +424,53 @@ impl ChunkAssembler {
         Some(frame)
     }
 
+    /// A frame of reasoning; `None` where the shape has no place for it (legacy
+    /// completions, llama.cpp's `/completion`) or there is no text.
+    pub fn reasoning_frame(&self, text: &str) -> Option<Bytes> {
+        if text.is_empty() || !self.chats() {
+            return None;
+        }
+        let delta = Delta {
+            reasoning_content: Some(text),
+            ..Delta::default()
+        };
+        Some(self.frame(&[self.chat_choice(delta, None)], self.null_usage(), None))
+    }
+
+    /// A frame with a piece of a tool call, as OpenAI frames it (`function_call` for the
+    /// legacy `functions`); `None` outside the chat shape.
+    pub fn tool_call_frame(&self, piece: &ToolCallDelta) -> Option<Bytes> {
+        if !self.chats() {
+            return None;
+        }
+        let function = FunctionPiece {
+            name: piece.name.as_deref(),
+            arguments: &piece.arguments,
+        };
+        let delta = if self.meta.legacy_functions {
+            Delta {
+                function_call: Some(function),
+                ..Delta::default()
+            }
+        } else {
+            Delta {
+                tool_calls: Some([ToolCallPiece {
+                    index: piece.index,
+                    id: piece.id.as_deref(),
+                    kind: piece.id.as_ref().map(|_| "function"),
+                    function,
+                }]),
+                ..Delta::default()
+            }
+        };
+        Some(self.frame(&[self.chat_choice(delta, None)], self.null_usage(), None))
+    }
+
+    /// Whether frames are OpenAI's chat chunks (the only shape with reasoning and tools).
+    fn chats(&self) -> bool {
+        self.meta.shape == Shape::Chat && self.meta.native.is_none()
+    }
+
     /// llama.cpp's `return_progress` frame: `processed` of the prompt's `total` tokens
     /// read, `cached` of them from a cache, `time_ms` since the engine began reading it.
     /// In OpenAI's shapes, a chunk whose choice carries nothing, as llama-server sends.
@@ -426,7 +536,7 @@ impl ChunkAssembler {
             };
             return vec![sse_json(&last.to_value(native))];
         }
-        let finish = [self.choice(None, None, Some(reason.as_str()), tokens)];
+        let finish = [self.choice(None, None, Some(self.meta.finish_word(reason)), tokens)];
         let last = || match self.per_token {
             Some(_) => ChunkTimings::LastWithLlama {
                 ours: timings,
@@ -504,7 +614,11 @@ impl ChunkAssembler {
         match self.meta.shape {
             Shape::Chat => ChunkChoice::Chat {
                 index: 0,
-                delta: Delta { role, content },
+                delta: Delta {
+                    role,
+                    content,
+                    ..Delta::default()
+                },
                 // A chunk without tokens (the role, a bare finish) has `null`, as OpenAI's.
                 logprobs: (self.logprobs && !tokens.is_empty()).then_some(ChatLogprobs(tokens)),
                 finish_reason,
@@ -518,6 +632,22 @@ impl ChunkAssembler {
                 }),
                 finish_reason,
             },
+        }
+    }
+}
+
+impl ChunkAssembler {
+    /// A chat choice with `delta` and no log-probabilities.
+    fn chat_choice<'a>(
+        &self,
+        delta: Delta<'a>,
+        finish_reason: Option<&'static str>,
+    ) -> ChunkChoice<'a> {
+        ChunkChoice::Chat {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason,
         }
     }
 }
@@ -572,9 +702,43 @@ pub enum CompletionChoice<'a> {
 #[schema(as = AssistantMessage)]
 pub struct Message<'a> {
     pub role: &'static str,
-    pub content: &'a str,
+    /// `null` when the answer is tool calls alone, as OpenAI's.
+    pub content: Option<&'a str>,
     #[schema(value_type = Option<String>)]
     pub refusal: Option<()>,
+    /// A reasoning model's thinking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<Vec<ToolCallBody<'a>>>,
+    /// The legacy `functions`' call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<Object>)]
+    pub function_call: Option<FunctionBody<'a>>,
+}
+
+/// A whole tool call of a non-streamed answer.
+#[derive(Debug, Serialize)]
+pub struct ToolCallBody<'a> {
+    pub id: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionBody<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FunctionBody<'a> {
+    pub name: &'a str,
+    pub arguments: &'a str,
+}
+
+/// What a non-streamed answer holds besides its content.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SideParts<'a> {
+    pub reasoning: &'a str,
+    pub tool_calls: &'a [ToolCall],
 }
 
 impl<'a> Completion<'a> {
@@ -592,11 +756,14 @@ impl<'a> Completion<'a> {
                 index: 0,
                 message: Message {
                     role: "assistant",
-                    content,
+                    content: Some(content),
                     refusal: None,
+                    reasoning_content: None,
+                    tool_calls: None,
+                    function_call: None,
                 },
                 logprobs: logprobs.map(ChatLogprobs),
-                finish_reason: reason.as_str(),
+                finish_reason: meta.finish_word(reason),
             },
             Shape::Text => CompletionChoice::Text {
                 text: match &meta.echo {
@@ -621,6 +788,42 @@ impl<'a> Completion<'a> {
             usage: usage.into(),
             timings: ChunkTimings::Last(timings),
         }
+    }
+
+    /// The answer's reasoning and tool calls, in its message (`legacy`: the call as the
+    /// legacy `function_call`).
+    pub fn with_side(mut self, side: SideParts<'a>, legacy: bool) -> Self {
+        let CompletionChoice::Chat { message, .. } = &mut self.choices[0] else {
+            return self;
+        };
+        if !side.reasoning.is_empty() {
+            message.reasoning_content = Some(side.reasoning);
+        }
+        if side.tool_calls.is_empty() {
+            return self;
+        }
+        if message.content == Some("") {
+            message.content = None;
+        }
+        let body = |call: &'a ToolCall| FunctionBody {
+            name: &call.name,
+            arguments: &call.arguments,
+        };
+        if legacy {
+            message.function_call = side.tool_calls.first().map(body);
+        } else {
+            message.tool_calls = Some(
+                side.tool_calls
+                    .iter()
+                    .map(|call| ToolCallBody {
+                        id: &call.id,
+                        kind: "function",
+                        function: body(call),
+                    })
+                    .collect(),
+            );
+        }
+        self
     }
 
     /// With llama.cpp's `timings_per_token` (`on`): the timings carry llama.cpp's

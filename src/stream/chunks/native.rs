@@ -328,6 +328,7 @@ mod tests {
                 prompt_tokens: 3,
                 completion_tokens: 2,
                 cached_tokens: Some(1),
+                reasoning_tokens: None,
             },
             report,
             logprobs: None,

@@ -9,6 +9,7 @@ fn meta() -> ResponseMeta {
         shape: Shape::Chat,
         echo: None,
         native: None,
+        legacy_functions: false,
     }
 }
 
@@ -27,6 +28,7 @@ pub(super) fn timings() -> ResponseTimings {
             delivery_ms: None,
             client_wait_ms: None,
             upstream_ttft_ms: None,
+            kinds: Default::default(),
             overhead_ms: 0.0,
         },
         quality: crate::quality::Quality {
@@ -72,6 +74,7 @@ fn frames_without_usage() {
             prompt_tokens: 3,
             completion_tokens: 1,
             cached_tokens: None,
+            reasoning_tokens: None,
         },
         &timings(),
         &[],
@@ -98,6 +101,7 @@ fn frames_with_usage() {
             prompt_tokens: 3,
             completion_tokens: 1,
             cached_tokens: None,
+            reasoning_tokens: None,
         },
         &timings(),
         &[],
@@ -167,6 +171,7 @@ fn text_completions_stream_text_pieces_without_a_role() {
         prompt_tokens: 3,
         completion_tokens: 1,
         cached_tokens: None,
+        reasoning_tokens: None,
     };
     let end = a.finish_frames(FinishReason::Stop, usage, &timings(), &[], ("eos", None));
     assert!(text(&end[0]).contains(
@@ -330,6 +335,7 @@ fn timings_per_token_put_llama_cpp_figures_in_every_content_chunk() {
         prompt_tokens: 10,
         completion_tokens: 3,
         cached_tokens: Some(4),
+        reasoning_tokens: None,
     };
     // Off: no timings before the last chunk, and only the gateway's there.
     let mut plain = ChunkAssembler::new(meta(), true);

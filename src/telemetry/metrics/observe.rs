@@ -164,6 +164,17 @@ impl Metrics {
         if let Some(queue) = t.queue_ms {
             f.queue.get_or_create(model).observe(queue / 1000.0);
         }
+        let kinds = [
+            (&f.answer_ttft, t.kinds.answer_ttft_ms),
+            (&f.reasoning, t.kinds.reasoning_ms),
+            (&f.tool_call_ttft, t.kinds.tool_call_ttft_ms),
+            (&f.tool_calls_done, t.kinds.tool_calls_done_ms),
+        ];
+        for (family, ms) in kinds {
+            if let Some(ms) = ms {
+                family.get_or_create(model).observe(ms / 1000.0);
+            }
+        }
         f.overhead
             .get_or_create(model)
             .observe(t.overhead_ms / 1000.0);

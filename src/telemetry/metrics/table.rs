@@ -21,6 +21,18 @@ declare_families! {
         upstream_ttft: Histograms = histogram_family(TTFT_BUCKETS),
             names::UPSTREAM_TIME_TO_FIRST_TOKEN,
             "Upstream models: time from sending a request upstream to its first content chunk arriving (the upstream's share of TTFT)";
+        answer_ttft: Histograms = histogram_family(TTFT_BUCKETS),
+            names::TIME_TO_FIRST_ANSWER_TOKEN,
+            "Reasoning models and tool calls: time from receiving a request to handing its first answer content (after any reasoning) to the transport";
+        reasoning: Histograms = histogram_family(REQUEST_BUCKETS),
+            names::REASONING_TIME,
+            "Reasoning models: time from the first reasoning token to the first token of another kind";
+        tool_call_ttft: Histograms = histogram_family(TTFT_BUCKETS),
+            names::TIME_TO_TOOL_CALL,
+            "Tool calls: time from receiving a request to handing its first tool-call delta to the transport";
+        tool_calls_done: Histograms = histogram_family(REQUEST_BUCKETS),
+            names::TOOL_CALL_ARGUMENTS_COMPLETE,
+            "Tool calls: time from receiving a request to the last tool call's arguments being complete (when an agent can run its tools)";
         tpot: ExemplarHistograms = exemplar_family(TOKEN_BUCKETS),
             names::TIME_PER_OUTPUT_TOKEN,
             "Mean time per output token after the first, per request";

@@ -578,6 +578,7 @@ fn finish(slot: &mut Slot, ending: SequenceEnd) {
                 prompt_tokens: u32::try_from(running.job.prompt.len()).unwrap_or(u32::MAX),
                 completion_tokens: u32::try_from(running.answer.len()).unwrap_or(u32::MAX),
                 cached_tokens: Some(u32::try_from(running.reused).unwrap_or(u32::MAX)),
+                reasoning_tokens: None,
             },
         },
         SequenceEnd::Failed(error) => EngineEvent::Failed(error),

@@ -396,22 +396,10 @@ mod tests {
 
     fn chat(system: &str, user: &str) -> Prompt {
         Prompt::Chat(vec![
-            ChatMessage {
-                role: Role::System,
-                content: system.into(),
-            },
-            ChatMessage {
-                role: Role::User,
-                content: user.into(),
-            },
-            ChatMessage {
-                role: Role::Assistant,
-                content: "…".into(),
-            },
-            ChatMessage {
-                role: Role::User,
-                content: "and then?".into(),
-            },
+            ChatMessage::new(Role::System, system),
+            ChatMessage::new(Role::User, user),
+            ChatMessage::new(Role::Assistant, "…"),
+            ChatMessage::new(Role::User, "and then?"),
         ])
     }
 

@@ -45,8 +45,12 @@ pub(super) struct StreamEnd {
 pub(super) struct EventEffects {
     /// The event was a good chunk: the request has opened.
     pub opened: bool,
+    /// Reasoning to hand on, before the content.
+    pub reasoning: Option<EngineEvent>,
     /// Content to hand on.
     pub token: Option<EngineEvent>,
+    /// Pieces of tool calls to hand on, after the content.
+    pub tool_calls: Vec<EngineEvent>,
     /// The answer ended with this event.
     pub stop: Option<Stop>,
 }
@@ -168,17 +172,30 @@ impl AnswerSoFar {
             self.ending.usage = Some(usage);
         }
         let max_tokens = self.terms.budget.tokens();
+        // Reasoning and tool calls count against the budget too (they are output), one
+        // token per piece: their chunks carry no log-probabilities to count by.
+        if !piece.reasoning.is_empty() {
+            if self.ending.tokens >= max_tokens {
+                return self.cut_at_budget(step, max_tokens);
+            }
+            self.output(1, at);
+            step.reasoning = Some(EngineEvent::Reasoning {
+                text: std::mem::take(&mut piece.reasoning),
+                tokens: 1,
+                at,
+            });
+        }
+        for delta in std::mem::take(&mut piece.tool_calls) {
+            self.output(1, at);
+            step.tool_calls.push(EngineEvent::ToolCall {
+                delta,
+                tokens: 1,
+                at,
+            });
+        }
         if !piece.text.is_empty() || !piece.logprobs.is_empty() {
             if self.ending.tokens >= max_tokens {
-                // Content past the budget the upstream was sent: it ignores max_tokens.
-                // The answer ends at the budget, and the connection is dropped.
-                tracing::warn!(
-                    max_tokens,
-                    "The upstream went on past the max_tokens it was sent; the answer ends there."
-                );
-                self.ending.finish = Some(FinishReason::Length);
-                step.stop = Some(self.ended(false));
-                return step;
+                return self.cut_at_budget(step, max_tokens);
             }
             within_budget(&mut piece, max_tokens - self.ending.tokens);
             step.token = Some(self.content(piece.text, piece.logprobs, at));
@@ -205,6 +222,31 @@ impl AnswerSoFar {
         step
     }
 
+    /// Output past the budget the upstream was sent: it ignores max_tokens. The answer
+    /// ends at the budget, and the connection is dropped.
+    fn cut_at_budget(&mut self, mut step: EventEffects, max_tokens: u32) -> EventEffects {
+        tracing::warn!(
+            max_tokens,
+            "The upstream went on past the max_tokens it was sent; the answer ends there."
+        );
+        self.ending.finish = Some(FinishReason::Length);
+        step.stop = Some(self.ended(false));
+        step
+    }
+
+    /// `count` tokens of output arrived at `at`: counted and timed.
+    fn output(&mut self, count: u32, at: Instant) {
+        self.ending.tokens += count;
+        match self.first_content {
+            None => {
+                self.first_content = Some(at);
+                self.later_tokens = count - 1;
+            }
+            Some(_) => self.later_tokens += count,
+        }
+        self.last_content = at;
+    }
+
     /// Content within the budget, counted and timed: the event that hands it on.
     fn content(
         &mut self,
@@ -219,15 +261,7 @@ impl AnswerSoFar {
         } else {
             u32::try_from(logprobs.len()).unwrap_or(u32::MAX)
         };
-        self.ending.tokens += count;
-        match self.first_content {
-            None => {
-                self.first_content = Some(at);
-                self.later_tokens = count - 1;
-            }
-            Some(_) => self.later_tokens += count,
-        }
-        self.last_content = at;
+        self.output(count, at);
         EngineEvent::Token {
             text,
             ids,
@@ -273,6 +307,7 @@ impl AnswerSoFar {
                 prompt_tokens: self.terms.prompt_tokens,
                 completion_tokens: self.ending.tokens,
                 cached_tokens: None,
+                reasoning_tokens: None,
             }
         });
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -381,12 +416,13 @@ pub fn same_model(expected: &str, got: &str) -> bool {
     }
 }
 
-/// OpenAI's finish reasons and the others servers send; anything but a length limit is
-/// a stop (`content_filter` too: the answer ended there).
+/// OpenAI's finish reasons and the others servers send; anything but a length limit or
+/// a tool call is a stop (`content_filter` too: the answer ended there).
 fn finish_reason(reason: &str) -> FinishReason {
     match reason {
         "length" | "max_tokens" | "model_length" => FinishReason::Length,
         "stop" | "eos" | "eos_token" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
         other => {
             tracing::info!(finish_reason = other, "The upstream ended the answer with a finish reason OpenAI's API does not have; reported as stop.");
             FinishReason::Stop

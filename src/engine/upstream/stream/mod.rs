@@ -141,7 +141,12 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
         if step.opened {
             opening.opened();
         }
-        let earlier = step.token.and_then(|token| held.add(token));
+        let output = step
+            .reasoning
+            .into_iter()
+            .chain(step.token)
+            .chain(step.tool_calls);
+        let earlier: Vec<EngineEvent> = output.filter_map(|event| held.add(event)).collect();
         // An ending sends all that is held before it: a failure after content is the
         // stream's, and the content it follows must have reached the gateway.
         let last = step.stop.as_ref().and_then(|_| held.take());

@@ -1,149 +1,19 @@
-//! The upstream's wire format: the request body the gateway sends (always streamed,
-//! always with usage), and the chunks it reads back, in OpenAI's chat and legacy
-//! completion shapes and the variations real servers send (vLLM's empty-choices usage
-//! chunk, LiteLLM's `delta: {}` one, llama.cpp's server's logprobs).
+//! The upstream's wire format: the request body the gateway sends ([`request`]), and
+//! the chunks it reads back, in OpenAI's chat and legacy completion shapes and the
+//! variations real servers send (vLLM's empty-choices usage chunk, LiteLLM's `delta: {}`
+//! one, llama.cpp's server's logprobs, `reasoning_content` or `reasoning`, tool calls).
+
+mod request;
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use crate::engine::upstream::config::UpstreamConfig;
-use crate::engine::{GenerationRequest, Prompt, ResponseFormat, Sampling};
+pub use request::{request_body, Asks};
+
+use crate::engine::ToolCallDelta;
 use crate::tokens::{TokenLogprob, TokenText, Usage};
-
-/// What to ask the upstream for, beyond the client's request.
-#[derive(Debug, Clone, Copy)]
-pub struct Asks {
-    /// Ask for each token's log-probability (for confidence) even when the client did not.
-    pub logprobs: bool,
-}
-
-/// The route and body for `request` against the upstream `config` describes.
-pub fn request_body(
-    request: &GenerationRequest,
-    config: &UpstreamConfig,
-    asks: Asks,
-) -> (&'static str, Value) {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(config.model));
-    let route = put_prompt(&mut body, request, asks);
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
-    // The budget goes upstream when the client chose it or the model has a default;
-    // otherwise the upstream's own default applies (it knows its context, the gateway
-    // may not), and the gateway ends the answer at its cap as it streams.
-    if let Some(max_tokens) = request.budget.sent() {
-        // `max_tokens` by default: llama.cpp's server reads only this; OpenAI's reasoning
-        // models only `max_completion_tokens` (`max_tokens_param`).
-        body.insert(config.max_tokens_param.clone(), json!(max_tokens));
-    }
-    put_sampling(&mut body, &request.sampling);
-    if let Some(format) = response_format(&request.response_format) {
-        body.insert("response_format".into(), format);
-    }
-    // llama.cpp's server reads a GBNF grammar as `grammar`; a server that does not
-    // (vLLM takes `structured_outputs`) answers without it (docs/upstream.md).
-    if let ResponseFormat::Grammar(gbnf) = &request.response_format {
-        body.insert("grammar".into(), json!(gbnf));
-    }
-    (route, Value::Object(body))
-}
-
-/// The prompt and the ask for log-probabilities, in the shape of its route: the route.
-fn put_prompt(
-    body: &mut Map<String, Value>,
-    request: &GenerationRequest,
-    asks: Asks,
-) -> &'static str {
-    // The alternatives asked for: the client's, or 1 for the gateway's own ask.
-    let top = match (request.top_logprobs, asks.logprobs) {
-        (Some(top), _) => Some(top.max(1)),
-        (None, true) => Some(1),
-        (None, false) => None,
-    };
-    match &request.prompt {
-        Prompt::Chat(messages) => {
-            let messages: Vec<Value> = messages
-                .iter()
-                .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
-                .collect();
-            body.insert("messages".into(), Value::Array(messages));
-            // At least one alternative: llama.cpp's server returns no log-probabilities at
-            // all for `logprobs: true` alone. The gateway keeps only what the client asked.
-            if let Some(top) = top {
-                body.insert("logprobs".into(), json!(true));
-                body.insert("top_logprobs".into(), json!(top));
-            }
-            "/chat/completions"
-        }
-        Prompt::Text(_) | Prompt::Tokens(_) => {
-            let prompt = match &request.prompt {
-                Prompt::Tokens(ids) => json!(ids),
-                other => json!(other.last_user_text()),
-            };
-            body.insert("prompt".into(), prompt);
-            // Legacy completions take the count of alternatives; 1 is the cheapest ask
-            // that every server answers with the picked token's log-probability.
-            if let Some(top) = top {
-                body.insert("logprobs".into(), json!(top));
-            }
-            "/completions"
-        }
-    }
-}
-
-/// The sampling parameters the client set, and vLLM's extensions, passed on.
-fn put_sampling(body: &mut Map<String, Value>, s: &Sampling) {
-    let mut put = |key: &str, value: Option<Value>| {
-        if let Some(value) = value {
-            body.insert(key.to_owned(), value);
-        }
-    };
-    put("temperature", s.temperature.map(|v| json!(v)));
-    put("top_p", s.top_p.map(|v| json!(v)));
-    put("seed", s.seed.map(|v| json!(v as i64)));
-    put("presence_penalty", s.presence_penalty.map(|v| json!(v)));
-    put("frequency_penalty", s.frequency_penalty.map(|v| json!(v)));
-    put("top_k", s.top_k.map(|v| json!(v)));
-    put("min_p", s.min_p.map(|v| json!(v)));
-    put("repetition_penalty", s.repetition_penalty.map(|v| json!(v)));
-    put("stop", (!s.stop.is_empty()).then(|| json!(s.stop)));
-    put("ignore_eos", s.ignore_eos.then(|| json!(true)));
-    put(
-        "min_tokens",
-        (s.min_tokens > 0).then(|| json!(s.min_tokens)),
-    );
-    put(
-        "stop_token_ids",
-        (!s.stop_token_ids.is_empty()).then(|| json!(s.stop_token_ids)),
-    );
-    put(
-        "logit_bias",
-        (!s.logit_bias.is_empty()).then(|| {
-            let bias: serde_json::Map<String, Value> = s
-                .logit_bias
-                .iter()
-                .map(|(id, bias)| (id.to_string(), json!(bias)))
-                .collect();
-            Value::Object(bias)
-        }),
-    );
-}
-
-/// OpenAI's `response_format`, where the client asked for more than text.
-fn response_format(format: &ResponseFormat) -> Option<Value> {
-    match format {
-        ResponseFormat::Text => None,
-        ResponseFormat::JsonObject => Some(json!({"type": "json_object"})),
-        ResponseFormat::JsonSchema(schema) => Some(json!({
-            "type": "json_schema",
-            "json_schema": {"name": "response", "schema": schema},
-        })),
-        // Sent as `grammar` instead.
-        ResponseFormat::Grammar(_) => None,
-    }
-}
 
 /// One streamed chunk, chat or legacy. Its names borrow from the data line where no
 /// escape is in them: a chunk is parsed per token, and most of it is not kept.
@@ -183,6 +53,35 @@ struct WireChoice<'a> {
 struct WireDelta {
     #[serde(default)]
     content: Option<String>,
+    /// A reasoning model's thinking: `reasoning_content` (vLLM before 0.10, llama.cpp's
+    /// server, DeepSeek's API) or `reasoning` (vLLM since, OpenRouter).
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+/// A piece of a tool call as servers stream it (OpenAI's framing; llama.cpp's server
+/// may send a whole call in one piece).
+#[derive(Debug, Deserialize)]
+struct WireToolCall {
+    /// Which call; some servers leave it out when there is one.
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<WireFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -195,6 +94,15 @@ struct WireUsage {
     /// how much of the prompt came from their cache.
     #[serde(default)]
     prompt_tokens_details: Option<WirePromptDetails>,
+    /// OpenAI, vLLM and others say how many completion tokens were reasoning.
+    #[serde(default)]
+    completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireCompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,6 +115,10 @@ struct WirePromptDetails {
 #[derive(Debug, Default, PartialEq)]
 pub struct Piece {
     pub text: String,
+    /// Reasoning, outside the content.
+    pub reasoning: String,
+    /// Pieces of tool calls.
+    pub tool_calls: Vec<ToolCallDelta>,
     pub logprobs: Vec<TokenLogprob>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
@@ -266,6 +178,10 @@ impl<'a> WireChunk<'a> {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            reasoning_tokens: u
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .filter(|&n| n > 0),
         });
         let Some(choice) = self.choices.into_iter().next() else {
             return Piece {
@@ -274,13 +190,19 @@ impl<'a> WireChunk<'a> {
                 ..Piece::default()
             };
         };
-        let text = choice
-            .delta
-            .and_then(|d| d.content)
-            .or(choice.text)
-            .unwrap_or_default();
+        let (content, reasoning, tool_calls) = match choice.delta {
+            Some(d) => (
+                d.content,
+                d.reasoning_content.or(d.reasoning).unwrap_or_default(),
+                d.tool_calls.unwrap_or_default(),
+            ),
+            None => (None, String::new(), Vec::new()),
+        };
+        let text = content.or(choice.text).unwrap_or_default();
         let mut piece = Piece {
             text,
+            reasoning,
+            tool_calls: tool_calls.into_iter().map(WireToolCall::delta).collect(),
             logprobs: choice
                 .logprobs
                 .as_ref()
@@ -292,6 +214,21 @@ impl<'a> WireChunk<'a> {
         };
         piece.drop_end_token();
         piece
+    }
+}
+
+impl WireToolCall {
+    fn delta(self) -> ToolCallDelta {
+        let (name, arguments) = match self.function {
+            Some(f) => (f.name, f.arguments.unwrap_or_default()),
+            None => (None, String::new()),
+        };
+        ToolCallDelta {
+            index: self.index.unwrap_or(0),
+            id: self.id,
+            name,
+            arguments,
+        }
     }
 }
 
@@ -407,15 +344,14 @@ fn spelled(text: &str, bytes: Option<&Value>) -> TokenText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Budget, ChatMessage, Role, Sampling};
+    use crate::engine::upstream::config::UpstreamConfig;
+    use crate::engine::{Budget, ChatMessage, GenerationRequest, Prompt, Role, Sampling};
+    use serde_json::json;
 
     #[test]
     fn the_body_streams_with_usage_and_forwards_what_was_set() {
         let request = GenerationRequest {
-            prompt: Prompt::Chat(vec![ChatMessage {
-                role: Role::User,
-                content: "hi".into(),
-            }]),
+            prompt: Prompt::Chat(vec![ChatMessage::new(Role::User, "hi")]),
             budget: Budget::Asked(16),
             sampling: Sampling {
                 temperature: Some(0.0),
@@ -509,6 +445,7 @@ mod tests {
                 prompt_tokens: 9,
                 completion_tokens: 3,
                 cached_tokens: None,
+                reasoning_tokens: None,
             })
         );
         let cached = WireChunk::parse(

@@ -6,6 +6,11 @@
 //! and keeps every request it was sent (headers and body) for tests to check what the
 //! gateway forwarded. A request whose last message (or prompt) is `fault:<name>` gets
 //! that fault instead (see [`ScriptedFault`]), so one server plays every failure.
+//!
+//! - [`agent`]: reasoning chunks and tool calls, as vLLM serving an agentic model sends
+//!   them, so tests can drive an agent loop through the gateway.
+
+mod agent;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,6 +50,15 @@ pub struct UpstreamScript {
     /// The words its tokens say, in turn (`["la"]`: a looping answer); empty: `tok0
     /// tok1 ...`.
     pub words: Vec<String>,
+    /// Reasoning chunks (one token each) before a chat answer's content or calls, as a
+    /// reasoning model thinks first.
+    pub reasoning: u32,
+    /// The delta key of those chunks: vLLM's `reasoning_content`, or `reasoning` as
+    /// newer vLLM names it, for clients written against either.
+    pub reasoning_field: String,
+    /// Call every offered tool not yet called at once, rather than one a turn, unless
+    /// the request sets `parallel_tool_calls: false`.
+    pub parallel_calls: bool,
 }
 
 impl Default for UpstreamScript {
@@ -60,6 +74,9 @@ impl Default for UpstreamScript {
             fault_rate: 1.0,
             slots: 0,
             words: Vec::new(),
+            reasoning: 0,
+            reasoning_field: "reasoning_content".into(),
+            parallel_calls: false,
         }
     }
 }
@@ -160,6 +177,8 @@ struct State {
     abandoned: Arc<AtomicUsize>,
     /// Requests answered so far, for the even spread of `fault_rate`.
     answered: AtomicUsize,
+    /// Tool calls made so far, for their ids (`call_<n>`), unique in the server's life.
+    calls: AtomicUsize,
     batch: Batch,
 }
 
@@ -224,6 +243,7 @@ pub fn serve(
         received: Arc::clone(&received),
         abandoned: Arc::clone(&abandoned),
         answered: AtomicUsize::new(0),
+        calls: AtomicUsize::new(0),
         batch: Batch {
             slots,
             ..Batch::default()
@@ -341,6 +361,7 @@ async fn answer(
         },
         logprobs,
         fault,
+        calls: state.tool_calls(&body, shape, fault),
         script: script.clone(),
         abandoned: Arc::clone(&state.abandoned),
     };
@@ -416,6 +437,12 @@ fn refusal(fault: ScriptedFault, logprobs: bool) -> Option<HttpResponse> {
     })
 }
 
+/// Where an answer's chunks go: the SSE body's channel.
+type Tx = tokio::sync::mpsc::Sender<Bytes>;
+
+/// The answer's pace between chunks (none: as fast as the socket takes them).
+type Pace = Option<tokio::time::Interval>;
+
 /// One streamed answer, as the script and the request make it.
 struct Streamed {
     shape: Shape,
@@ -426,6 +453,8 @@ struct Streamed {
     tokens: u32,
     logprobs: bool,
     fault: Option<ScriptedFault>,
+    /// The tool calls it makes instead of content (empty: content).
+    calls: Vec<agent::ToolCall>,
     script: UpstreamScript,
     /// Counted when the reader goes away before the end.
     abandoned: Arc<AtomicUsize>,
@@ -433,20 +462,29 @@ struct Streamed {
 
 impl Streamed {
     /// Sends the answer's chunks to `tx`, as its fault allows.
-    async fn send(self, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+    async fn send(self, tx: &Tx) {
         if self.without_content(tx).await {
             return;
         }
         if !self.script.first_delay.is_zero() {
             tokio::time::sleep(self.script.first_delay).await;
         }
-        if self.content(tx).await {
+        // One pace for the whole answer: reasoning, then content or calls.
+        let mut pace = agent::pace(self.script.interval);
+        if !self.reasoning(tx, &mut pace).await {
+            return;
+        }
+        if !self.calls.is_empty() {
+            if self.tool_calls(tx, &mut pace).await {
+                self.close(tx).await;
+            }
+        } else if self.content(tx, &mut pace).await {
             self.ending(tx).await;
         }
     }
 
     /// The faults whose stream has no content at all; whether this is one.
-    async fn without_content(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) -> bool {
+    async fn without_content(&self, tx: &Tx) -> bool {
         match self.fault {
             Some(ScriptedFault::Silent) => tokio::time::sleep(Duration::from_secs(3600)).await,
             Some(ScriptedFault::Pings) => {
@@ -471,16 +509,9 @@ impl Streamed {
 
     /// The content chunks, at the script's pace, broken where the fault breaks them;
     /// whether the answer goes on to its end.
-    async fn content(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) -> bool {
-        let mut interval = (!self.script.interval.is_zero()).then(|| {
-            let mut i = tokio::time::interval(self.script.interval);
-            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            i
-        });
+    async fn content(&self, tx: &Tx, pace: &mut Pace) -> bool {
         for i in 0..self.tokens {
-            if let Some(interval) = interval.as_mut() {
-                interval.tick().await;
-            }
+            agent::tick(pace).await;
             let broken = match self.fault {
                 Some(ScriptedFault::BadJson) if i == 1 => {
                     Some(Bytes::from_static(b"data: {not json\n\n"))
@@ -510,33 +541,29 @@ impl Streamed {
             };
             let text = if i == 0 { word } else { format!(" {word}") };
             let chunk = content(self.shape, &self.model, &text, self.logprobs, None);
-            if tx.send(frame(chunk)).await.is_err() {
-                self.abandoned.fetch_add(1, Ordering::SeqCst);
+            if !self.sent(tx, frame(chunk)).await {
                 return false;
             }
         }
         true
     }
 
-    /// The finish, the usage (unless the fault leaves it out) and `[DONE]`.
-    async fn ending(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) {
-        let (shape, model, tokens) = (self.shape, &self.model, self.tokens);
-        let reason = if tokens < self.script.tokens {
+    /// The content's finish, then [`Self::close`].
+    async fn ending(&self, tx: &Tx) {
+        let reason = if self.tokens < self.script.tokens {
             "length"
         } else {
             "stop"
         };
-        let _ = tx
-            .send(frame(content(shape, model, "", false, Some(reason))))
-            .await;
+        let finish = content(self.shape, &self.model, "", false, Some(reason));
+        let _ = tx.send(frame(finish)).await;
+        self.close(tx).await;
+    }
+
+    /// The usage (unless the fault leaves it out) and `[DONE]`.
+    async fn close(&self, tx: &Tx) {
         if self.fault != Some(ScriptedFault::NoUsage) {
-            let prompt_tokens = 5;
-            let usage = json!({
-                "id": "scripted-1", "object": object(shape), "created": 0, "model": model,
-                "choices": [],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens},
-            });
-            let _ = tx.send(frame(usage)).await;
+            let _ = tx.send(frame(self.usage())).await;
         }
         let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
     }
@@ -587,6 +614,11 @@ fn content(shape: Shape, model: &str, text: &str, logprobs: bool, finish: Option
             "finish_reason": finish,
         }),
     };
+    envelope(shape, model, choice)
+}
+
+/// A streamed chunk of `shape` whose one choice is `choice`.
+fn envelope(shape: Shape, model: &str, choice: Value) -> Value {
     json!({
         "id": "scripted-1",
         "object": object(shape),

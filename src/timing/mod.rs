@@ -8,8 +8,9 @@
 //! [`Timings`], which travel in the final chunk, the request log line, the metrics and
 //! the semantic log. Definitions, as in docs/timings.md:
 //!
-//! - TTFT: `t_recv` -> the first frame carrying non-empty content is handed to the
-//!   transport (what the client sees).
+//! - TTFT: `t_recv` -> the first frame carrying output of any kind (content, reasoning,
+//!   a tool call) is handed to the transport (what the client sees). The kinds apart:
+//!   [`kinds`] and docs/timings.md, "Reasoning and tool calls".
 //! - engine TTFT: the engine starts the request (its slot is acquired) -> its first token.
 //! - queue: `t_recv` -> the engine starts the request.
 //! - TPOT: `(t_last_token - t_first_token) / (output_tokens - 1)`, engine stamps; absent
@@ -38,9 +39,13 @@
 //!
 //! [`Clock`]: crate::clock::Clock
 
+mod kinds;
+
 use std::time::Duration;
 
 use serde::Serialize;
+
+pub use kinds::{KindClock, OutputKind, TokensByKind, TpotByKind};
 
 /// Timestamps of one request, as offsets on the gateway's clock.
 #[derive(Debug, Clone)]
@@ -72,6 +77,10 @@ pub struct RequestTimer {
     upstream: bool,
     /// The stream took the engine's last event (the end of the answer).
     t_engine_done: Option<Duration>,
+    /// The moments of reasoning, answer and tool-call output, each apart.
+    kinds: KindClock,
+    /// The engine's own count of reasoning tokens, where it gave one.
+    reported_reasoning: Option<u32>,
 }
 
 /// The latency figures of one finished request, in milliseconds. Serialised as the
@@ -110,6 +119,44 @@ pub struct Timings {
     /// What the gateway added to the end of the request: `e2e_ms` less the model's
     /// part (from its start to its last token) and the client's (`client_wait_ms`).
     pub overhead_ms: f64,
+    /// For a reasoning model or a tool call: the times of each kind of output.
+    #[serde(flatten)]
+    pub kinds: KindTimings,
+}
+
+/// The figures of a reasoning model's and a tool call's output (docs/timings.md,
+/// "Reasoning and tool calls"); each left out where it does not apply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct KindTimings {
+    /// Request received -> the first frame with answer content (after any reasoning).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub answer_ttft_ms: Option<f64>,
+    /// The first reasoning token -> the first token of another kind (or the last
+    /// reasoning token, when nothing follows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub reasoning_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub reasoning_tokens: Option<u32>,
+    /// Request received -> the first frame with a tool-call delta.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub tool_call_ttft_ms: Option<f64>,
+    /// Request received -> the frame with the last tool call's last argument fragment:
+    /// when an agent can run its tools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub tool_calls_done_ms: Option<f64>,
+    /// Output tokens of each kind, when there was more than the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub output_tokens_by_kind: Option<TokensByKind>,
+    /// TPOT of each kind over its own tokens, when there was more than the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub tpot_ms_by_kind: Option<TpotByKind>,
 }
 
 /// When each phase of a request began, as readings of the gateway's clock: the span
@@ -154,6 +201,8 @@ impl RequestTimer {
             client_wait: None,
             upstream: false,
             t_engine_done: None,
+            kinds: KindClock::default(),
+            reported_reasoning: None,
         }
     }
 
@@ -175,6 +224,7 @@ impl RequestTimer {
         self.itl.clear();
         self.chunks = 0;
         self.delivery.clear();
+        self.kinds = KindClock::default();
     }
 
     /// The request was handed to the engine (it may wait there for a slot).
@@ -194,6 +244,25 @@ impl RequestTimer {
 
     /// The engine handed over a token event at `at`, with text or not.
     pub fn engine_token(&mut self, at: Duration, has_text: bool) {
+        if has_text {
+            self.kinds.engine_output(OutputKind::Answer, at, 0);
+        }
+        self.output_at(at, has_text);
+    }
+
+    /// The engine handed over `tokens` tokens of reasoning or of a tool call at `at`:
+    /// output like any token for TTFT, TPOT and ITL, and timed by its kind.
+    pub fn engine_output(&mut self, kind: OutputKind, at: Duration, tokens: u32) {
+        self.kinds.engine_output(kind, at, tokens);
+        self.output_at(at, true);
+    }
+
+    /// The engine's own count of the answer's reasoning tokens.
+    pub fn reasoning_reported(&mut self, tokens: Option<u32>) {
+        self.reported_reasoning = tokens;
+    }
+
+    fn output_at(&mut self, at: Duration, has_text: bool) {
         self.t_engine_first.get_or_insert(at);
         self.t_last_token = Some(at);
         if has_text {
@@ -217,6 +286,12 @@ impl RequestTimer {
 
     /// A frame carrying non-empty content was handed to the transport.
     pub fn content_sent(&mut self, at: Duration) {
+        self.frame_sent(OutputKind::Answer, at);
+    }
+
+    /// A frame carrying output of `kind` was handed to the transport.
+    pub fn frame_sent(&mut self, kind: OutputKind, at: Duration) {
+        self.kinds.frame_sent(kind, at);
         self.t_first_content.get_or_insert(at);
         self.t_last_content = Some(at);
     }
@@ -276,6 +351,20 @@ impl RequestTimer {
         };
         let tokens_per_second = (output_tokens > 0 && !e2e.is_zero())
             .then(|| f64::from(output_tokens) / e2e.as_secs_f64());
+        let kinds = self
+            .kinds
+            .figures(self.t_recv, output_tokens, self.reported_reasoning);
+        let (tokens_by_kind, tpot_by_kind) = match kinds.by_kind {
+            Some((tokens, [reasoning, answer, tool_calls])) => (
+                Some(tokens),
+                Some(TpotByKind {
+                    reasoning: reasoning.map(ms),
+                    answer: answer.map(ms),
+                    tool_calls: tool_calls.map(ms),
+                }),
+            ),
+            None => (None, None),
+        };
         Timings {
             ttft_ms: self.t_first_content.map(|t| ms(since_recv(t))),
             engine_ttft_ms: engine_ttft.map(ms),
@@ -290,6 +379,15 @@ impl RequestTimer {
             client_wait_ms: self.client_wait.map(ms),
             upstream_ttft_ms: engine_ttft.filter(|_| self.upstream).map(ms),
             overhead_ms: ms(self.overhead(t_end)),
+            kinds: KindTimings {
+                answer_ttft_ms: kinds.answer_ttft.map(ms),
+                reasoning_ms: kinds.reasoning.map(ms),
+                reasoning_tokens: kinds.reasoning_tokens,
+                tool_call_ttft_ms: kinds.tool_call_ttft.map(ms),
+                tool_calls_done_ms: kinds.tool_calls_done.map(ms),
+                output_tokens_by_kind: tokens_by_kind,
+                tpot_ms_by_kind: tpot_by_kind,
+            },
         }
     }
 
