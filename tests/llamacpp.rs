@@ -933,3 +933,52 @@ async fn the_end_token_is_counted_and_not_listed() {
         ("", &json!(1))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_tool_results_and_images_are_refused_by_name_in_process() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let user = json!({"role": "user", "content": "hi"});
+    let cases = [
+        (json!({"messages": [user], "tools": tools}), "tools"),
+        (
+            json!({"messages": [user], "functions": [{"name": "get_weather"}]}),
+            "functions",
+        ),
+        (
+            json!({"messages": [user], "reasoning_effort": "low"}),
+            "reasoning_effort",
+        ),
+        (
+            json!({"messages": [user, {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}]}),
+            "messages[1].tool_calls",
+        ),
+        (
+            json!({"messages": [user, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}),
+            "messages[1].role",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}),
+            "messages[0].content[1].image_url",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}),
+            "messages[0].name",
+        ),
+    ];
+    for (mut body, param) in cases {
+        body["model"] = json!(MODEL);
+        let response = post(&server, CHAT, &body).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.expect("json");
+        assert_eq!(error["error"]["param"], param, "{error}");
+        assert_eq!(error["error"]["code"], "unsupported_parameter", "{error}");
+    }
+    // The same model still answers a plain conversation, and tools: [] is no tools.
+    let plain = json!({"model": MODEL, "messages": [{"role": "user", "content": FRANCE}],
+                       "tools": [], "tool_choice": "none", "max_tokens": 4});
+    ask(&server, &plain).await;
+}

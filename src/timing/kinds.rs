@@ -176,6 +176,67 @@ impl KindClock {
     }
 }
 
+/// The figures of a reasoning model's and a tool call's output (docs/timings.md,
+/// "Reasoning and tool calls"); each left out where it does not apply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct KindTimings {
+    /// Request received -> the first frame with answer content (after any reasoning).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub answer_ttft_ms: Option<f64>,
+    /// The first reasoning token -> the first token of another kind (or the last
+    /// reasoning token, when nothing follows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub reasoning_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub reasoning_tokens: Option<u32>,
+    /// Request received -> the first frame with a tool-call delta.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub tool_call_ttft_ms: Option<f64>,
+    /// Request received -> the frame with the last tool call's last argument fragment:
+    /// when an agent can run its tools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub tool_calls_done_ms: Option<f64>,
+    /// Output tokens of each kind, when there was more than the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub output_tokens_by_kind: Option<TokensByKind>,
+    /// TPOT of each kind over its own tokens, when there was more than the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub tpot_ms_by_kind: Option<TpotByKind>,
+}
+
+impl From<KindFigures> for KindTimings {
+    fn from(f: KindFigures) -> Self {
+        let ms = super::ms;
+        let (tokens, tpot) = match f.by_kind {
+            Some((tokens, [reasoning, answer, tool_calls])) => (
+                Some(tokens),
+                Some(TpotByKind {
+                    reasoning: reasoning.map(ms),
+                    answer: answer.map(ms),
+                    tool_calls: tool_calls.map(ms),
+                }),
+            ),
+            None => (None, None),
+        };
+        Self {
+            answer_ttft_ms: f.answer_ttft.map(ms),
+            reasoning_ms: f.reasoning.map(ms),
+            reasoning_tokens: f.reasoning_tokens,
+            tool_call_ttft_ms: f.tool_call_ttft.map(ms),
+            tool_calls_done_ms: f.tool_calls_done.map(ms),
+            output_tokens_by_kind: tokens,
+            tpot_ms_by_kind: tpot,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

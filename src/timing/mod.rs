@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use kinds::{KindClock, OutputKind, TokensByKind, TpotByKind};
+pub use kinds::{KindClock, KindTimings, OutputKind, TokensByKind, TpotByKind};
 
 /// Timestamps of one request, as offsets on the gateway's clock.
 #[derive(Debug, Clone)]
@@ -122,41 +122,6 @@ pub struct Timings {
     /// For a reasoning model or a tool call: the times of each kind of output.
     #[serde(flatten)]
     pub kinds: KindTimings,
-}
-
-/// The figures of a reasoning model's and a tool call's output (docs/timings.md,
-/// "Reasoning and tool calls"); each left out where it does not apply.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct KindTimings {
-    /// Request received -> the first frame with answer content (after any reasoning).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub answer_ttft_ms: Option<f64>,
-    /// The first reasoning token -> the first token of another kind (or the last
-    /// reasoning token, when nothing follows).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub reasoning_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub reasoning_tokens: Option<u32>,
-    /// Request received -> the first frame with a tool-call delta.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub tool_call_ttft_ms: Option<f64>,
-    /// Request received -> the frame with the last tool call's last argument fragment:
-    /// when an agent can run its tools.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub tool_calls_done_ms: Option<f64>,
-    /// Output tokens of each kind, when there was more than the answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub output_tokens_by_kind: Option<TokensByKind>,
-    /// TPOT of each kind over its own tokens, when there was more than the answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false)]
-    pub tpot_ms_by_kind: Option<TpotByKind>,
 }
 
 /// When each phase of a request began, as readings of the gateway's clock: the span
@@ -351,20 +316,6 @@ impl RequestTimer {
         };
         let tokens_per_second = (output_tokens > 0 && !e2e.is_zero())
             .then(|| f64::from(output_tokens) / e2e.as_secs_f64());
-        let kinds = self
-            .kinds
-            .figures(self.t_recv, output_tokens, self.reported_reasoning);
-        let (tokens_by_kind, tpot_by_kind) = match kinds.by_kind {
-            Some((tokens, [reasoning, answer, tool_calls])) => (
-                Some(tokens),
-                Some(TpotByKind {
-                    reasoning: reasoning.map(ms),
-                    answer: answer.map(ms),
-                    tool_calls: tool_calls.map(ms),
-                }),
-            ),
-            None => (None, None),
-        };
         Timings {
             ttft_ms: self.t_first_content.map(|t| ms(since_recv(t))),
             engine_ttft_ms: engine_ttft.map(ms),
@@ -379,15 +330,10 @@ impl RequestTimer {
             client_wait_ms: self.client_wait.map(ms),
             upstream_ttft_ms: engine_ttft.filter(|_| self.upstream).map(ms),
             overhead_ms: ms(self.overhead(t_end)),
-            kinds: KindTimings {
-                answer_ttft_ms: kinds.answer_ttft.map(ms),
-                reasoning_ms: kinds.reasoning.map(ms),
-                reasoning_tokens: kinds.reasoning_tokens,
-                tool_call_ttft_ms: kinds.tool_call_ttft.map(ms),
-                tool_calls_done_ms: kinds.tool_calls_done.map(ms),
-                output_tokens_by_kind: tokens_by_kind,
-                tpot_ms_by_kind: tpot_by_kind,
-            },
+            kinds: self
+                .kinds
+                .figures(self.t_recv, output_tokens, self.reported_reasoning)
+                .into(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! nothing unredacted can reach them.
 
 pub(crate) mod agent;
+mod excerpts;
 
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +19,7 @@ use crate::engine::ModelInfo;
 use crate::fingerprint::BUILD;
 use crate::names;
 use crate::record::{RequestRecord, Status, UpstreamRecord};
+use excerpts::Excerpts;
 
 /// The data stream's dataset: `logs-llmgate.requests-<namespace>`.
 pub const DATASET: &str = "llmgate.requests";
@@ -434,67 +436,6 @@ impl GenAi {
                 input_tokens: r.usage.prompt_tokens,
                 output_tokens: r.usage.completion_tokens,
             },
-        }
-    }
-}
-
-/// The prompt and response excerpts of a request, redacted, and what redaction found in
-/// them.
-struct Excerpts {
-    prompt: Option<Redacted>,
-    response: Option<Redacted>,
-    /// The answer's tool calls, `name(arguments)` per line.
-    tool_calls: Option<Redacted>,
-    counts: RedactionCounts,
-}
-
-impl Excerpts {
-    /// The excerpts of `r` (none where `settings` keep only stats, though the redactions
-    /// are still counted).
-    fn redacted(r: &RequestRecord, redactor: &Redactor, settings: &DocumentSettings) -> Self {
-        let mut counts = RedactionCounts::default();
-        // Only the start of a long prompt is redacted: the excerpt comes from it, and a
-        // megabyte prompt must not cost the request path a megabyte of regex work. The
-        // window is wide enough that a value cut by it lies wholly beyond the excerpt.
-        let window = settings.excerpt_chars.saturating_mul(4).max(4096);
-        // Any secret the gateway holds (an upstream's key, a URL's password, the Basic
-        // header made of it) is taken out first: an upstream may quote one back in its
-        // answer, in a form no pattern of the redactor knows (an opaque token).
-        fn head(t: &str, window: usize) -> String {
-            crate::secret::scrub_held(t.char_indices().nth(window).map_or(t, |(i, _)| &t[..i]))
-        }
-        // What the prompt gave away is kept out of both excerpts wherever it recurs: a
-        // name its cue marked once, then repeated (or echoed by the answer) without it.
-        let (prompt, known) = match r.prompt.as_deref() {
-            Some(t) => {
-                let (excerpt, known) =
-                    redactor.prompt_excerpt(&head(t, window), settings.excerpt_chars, &mut counts);
-                (Some(excerpt), known)
-            }
-            None => (None, Vec::new()),
-        };
-        let response = r.response.as_deref().map(|t| {
-            redactor.excerpt_knowing(
-                &head(t, window),
-                &known,
-                settings.excerpt_chars,
-                &mut counts,
-            )
-        });
-        let tool_calls = agent::calls_text(r).map(|t| {
-            redactor.excerpt_knowing(
-                &head(&t, window),
-                &known,
-                settings.excerpt_chars,
-                &mut counts,
-            )
-        });
-        let keep = !settings.stats_only;
-        Self {
-            prompt: prompt.filter(|_| keep),
-            response: response.filter(|_| keep),
-            tool_calls: tool_calls.filter(|_| keep),
-            counts,
         }
     }
 }
