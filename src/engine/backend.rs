@@ -24,6 +24,11 @@ pub struct LoadedModel {
     /// the gateway's stop screen (`stream::stops`) cuts them, as for mistral.rs, which
     /// stops a token late.
     pub applies_stops: bool,
+    /// Whether the backend takes what agents and multimodal clients send as it is
+    /// (tools, tool calls and results, media parts, names, `reasoning_effort`) and
+    /// reports tool calls and reasoning: an upstream. `false`: the front refuses them,
+    /// naming each, rather than answer as if they were not there.
+    pub passes_agents: bool,
     /// An upstream's endpoints, as `/ready` and `/stats` show them; `None` for an
     /// engine in this process.
     pub fleet: Option<Arc<dyn FleetView>>,

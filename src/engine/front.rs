@@ -166,8 +166,8 @@ impl Front {
     /// prompt or the budget does not fit, a parameter the model cannot serve.
     pub async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         let model = self.backend.model().ok_or(EngineError::NotReady)?;
-        if let Decoding::Picked { .. } = model.decoding {
-            picked::text_only(&request)?;
+        if !model.passes_agents {
+            text_only(&request)?;
         }
         let prompt = self.backend.count(&request.prompt).await?;
         if !prompt.estimated {
@@ -263,58 +263,58 @@ pub(crate) fn format_param(format: &ResponseFormat) -> &'static str {
     }
 }
 
+/// Refuses what an engine that does not pass them on (one in this process) cannot
+/// serve yet, naming it: tools and tool messages, media parts, participant names and
+/// `reasoning_effort` (an upstream model gets them all as they were sent).
+fn text_only(request: &GenerationRequest) -> Result<(), EngineError> {
+    let refuse = |param: String, what: &str| {
+        Err(EngineError::Unsupported {
+            param,
+            reason: format!(
+                "{what} are not served by the engine in this process; a model served \
+                 from an upstream (vLLM, llama-server --jinja, a hosted API) gets them"
+            ),
+        })
+    };
+    if request.tools.is_some() {
+        let param = if request.tools.as_ref().is_some_and(|t| t.legacy) {
+            "functions"
+        } else {
+            "tools"
+        };
+        return refuse(param.into(), "tool calls");
+    }
+    if request.reasoning_effort.is_some() {
+        return refuse("reasoning_effort".into(), "reasoning efforts");
+    }
+    let super::Prompt::Chat(messages) = &request.prompt else {
+        return Ok(());
+    };
+    for (i, m) in messages.iter().enumerate() {
+        if m.role == super::Role::Tool {
+            return refuse(format!("messages[{i}].role"), "tool results");
+        }
+        if !m.tool_calls.is_empty() {
+            return refuse(format!("messages[{i}].tool_calls"), "tool calls");
+        }
+        if m.name.is_some() {
+            return refuse(format!("messages[{i}].name"), "participant names");
+        }
+        let media = m.parts.iter().enumerate().find_map(|(p, part)| match part {
+            super::ContentPart::Media(media) => Some((p, media.kind)),
+            super::ContentPart::Text(_) => None,
+        });
+        if let Some((p, kind)) = media {
+            let param = format!("messages[{i}].content[{p}].{}", kind.as_str());
+            return refuse(param, &format!("'{}' parts", kind.as_str()));
+        }
+    }
+    Ok(())
+}
+
 /// The checks of a model whose tokens the gateway picks, and its grammar.
 mod picked {
     use super::*;
-
-    /// Refuses what an engine in this process does not serve yet, naming it: tools and
-    /// tool messages, media parts, participant names and `reasoning_effort` (an
-    /// upstream model gets them all as they were sent).
-    pub(super) fn text_only(request: &GenerationRequest) -> Result<(), EngineError> {
-        let refuse = |param: String, what: &str| {
-            Err(EngineError::Unsupported {
-                param,
-                reason: format!(
-                    "{what} are not served by the engine in this process; a model served \
-                     from an upstream (vLLM, llama-server --jinja, a hosted API) gets them"
-                ),
-            })
-        };
-        if request.tools.is_some() {
-            let param = if request.tools.as_ref().is_some_and(|t| t.legacy) {
-                "functions"
-            } else {
-                "tools"
-            };
-            return refuse(param.into(), "tool calls");
-        }
-        if request.reasoning_effort.is_some() {
-            return refuse("reasoning_effort".into(), "reasoning efforts");
-        }
-        let super::super::Prompt::Chat(messages) = &request.prompt else {
-            return Ok(());
-        };
-        for (i, m) in messages.iter().enumerate() {
-            if m.role == super::super::Role::Tool {
-                return refuse(format!("messages[{i}].role"), "tool results");
-            }
-            if !m.tool_calls.is_empty() {
-                return refuse(format!("messages[{i}].tool_calls"), "tool calls");
-            }
-            if m.name.is_some() {
-                return refuse(format!("messages[{i}].name"), "participant names");
-            }
-            let media = m.parts.iter().enumerate().find_map(|(p, part)| match part {
-                super::super::ContentPart::Media(media) => Some((p, media.kind)),
-                super::super::ContentPart::Text(_) => None,
-            });
-            if let Some((p, kind)) = media {
-                let param = format!("messages[{i}].content[{p}].{}", kind.as_str());
-                return refuse(param, &format!("'{}' parts", kind.as_str()));
-            }
-        }
-        Ok(())
-    }
 
     /// Refuses what the model's vocabulary cannot serve, and compiles
     /// `response_format` (off the async threads: a large schema takes a while).

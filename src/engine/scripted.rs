@@ -134,6 +134,7 @@ impl Backend for ScriptedEngine {
             decoding: Decoding::Own,
             slots: self.slots.map_or(Slots::Unlimited, Slots::Sequences),
             applies_stops: false,
+            passes_agents: false,
             fleet: None,
         })
     }

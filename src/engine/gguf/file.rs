@@ -100,6 +100,7 @@ impl InProcessModel {
             },
             slots: Slots::Sequences(sequences),
             applies_stops: false,
+            passes_agents: false,
             fleet: None,
         }
     }

@@ -309,6 +309,7 @@ impl Backend for UpstreamEngine {
             decoding: Decoding::Own,
             slots: Slots::Elsewhere,
             applies_stops: true,
+            passes_agents: true,
             fleet: Some(Arc::clone(&self.shared.fleet) as Arc<dyn fleet::FleetView>),
         })
     }
