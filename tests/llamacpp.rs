@@ -935,29 +935,13 @@ async fn the_end_token_is_counted_and_not_listed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tools_tool_results_and_images_are_refused_by_name_in_process() {
+async fn images_names_and_reasoning_effort_are_refused_by_name_in_process() {
     let server = TestServer::builder(engine(false)).start().await;
-    let tools = json!([{"type": "function", "function": {"name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
     let user = json!({"role": "user", "content": "hi"});
     let cases = [
-        (json!({"messages": [user], "tools": tools}), "tools"),
-        (
-            json!({"messages": [user], "functions": [{"name": "get_weather"}]}),
-            "functions",
-        ),
         (
             json!({"messages": [user], "reasoning_effort": "low"}),
             "reasoning_effort",
-        ),
-        (
-            json!({"messages": [user, {"role": "assistant", "content": null, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}]}),
-            "messages[1].tool_calls",
-        ),
-        (
-            json!({"messages": [user, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}),
-            "messages[1].role",
         ),
         (
             json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
@@ -968,6 +952,10 @@ async fn tools_tool_results_and_images_are_refused_by_name_in_process() {
             json!({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}),
             "messages[0].name",
         ),
+        (
+            json!({"messages": [user], "tools": weather_tools(), "logprobs": true}),
+            "logprobs",
+        ),
     ];
     for (mut body, param) in cases {
         body["model"] = json!(MODEL);
@@ -977,8 +965,99 @@ async fn tools_tool_results_and_images_are_refused_by_name_in_process() {
         assert_eq!(error["error"]["param"], param, "{error}");
         assert_eq!(error["error"]["code"], "unsupported_parameter", "{error}");
     }
-    // The same model still answers a plain conversation, and tools: [] is no tools.
-    let plain = json!({"model": MODEL, "messages": [{"role": "user", "content": FRANCE}],
-                       "tools": [], "tool_choice": "none", "max_tokens": 4});
-    ask(&server, &plain).await;
+}
+
+fn weather_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                        "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a zone",
+         "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+                        "required": ["zone"]}}}
+    ])
+}
+
+/// The default model knows no tools: the generic format and its grammar give a valid
+/// call all the same, streamed as OpenAI frames it, the same message whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_model_calls_a_tool_when_required_streamed_and_whole() {
+    let server = TestServer::builder(engine(false)).start().await;
+    let body = json!({"model": MODEL, "tools": weather_tools(), "tool_choice": "required",
+        "seed": 3, "temperature": 0, "max_tokens": 64,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}]});
+    let whole = ask(&server, &body).await;
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{whole}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert!(choice["message"]["content"].is_null(), "{whole}");
+    let name = call["function"]["name"].as_str().expect("name");
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments"))
+            .expect("the arguments are JSON");
+    match name {
+        "get_weather" => assert!(arguments["city"].is_string(), "{arguments}"),
+        "get_time" => assert!(
+            ["UTC", "CET"].contains(&arguments["zone"].as_str().unwrap_or("")),
+            "{arguments}"
+        ),
+        other => panic!("{other} is not a tool offered"),
+    }
+    assert!(call["id"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("call_")));
+    let t = &whole["timings"];
+    assert!(
+        t["tool_calls_done_ms"].as_f64() >= t["tool_call_ttft_ms"].as_f64(),
+        "{t}"
+    );
+    assert_eq!(
+        t["output_tokens_by_kind"]["tool_calls"], whole["usage"]["completion_tokens"],
+        "every token was the call's: {t}"
+    );
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let chunks = chunks_of(&post_text(&server, CHAT, &streamed).await);
+    let mut arguments_text = String::new();
+    let mut names = Vec::new();
+    for chunk in &chunks {
+        for piece in chunk["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(n) = piece["function"]["name"].as_str() {
+                names.push(n.to_owned());
+            }
+            arguments_text.push_str(piece["function"]["arguments"].as_str().unwrap_or(""));
+        }
+    }
+    assert_eq!(
+        names,
+        vec![name.to_owned()],
+        "one call, named in its first piece"
+    );
+    assert_eq!(
+        arguments_text, call["function"]["arguments"],
+        "the same seeded call"
+    );
+    let finish = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    assert_eq!(finish, Some("tool_calls"));
+
+    // A named tool is the one called; the history's call and result are read.
+    let named = json!({"model": MODEL, "tools": weather_tools(), "seed": 1, "max_tokens": 64,
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+        "messages": [
+            {"role": "user", "content": "Weather in Paris, then the time?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_a", "type": "function",
+              "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "18 C"}]});
+    let answer = ask(&server, &named).await;
+    assert_eq!(
+        answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time",
+        "{answer}"
+    );
 }

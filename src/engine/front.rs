@@ -14,6 +14,7 @@ use super::backend::{
 use super::grammar::Grammar;
 use super::slots::SlotQueue;
 use super::slots::Slots;
+use super::toolcall::{self, ToolPlan};
 
 use super::{
     EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
@@ -59,6 +60,9 @@ pub struct Prepared {
     pub request: GenerationRequest,
     pub prompt: PromptTokens,
     grammar: Option<Grammar>,
+    /// How to read a tool call back from an engine in this process, for a request with
+    /// tools ([`toolcall`](super::toolcall)).
+    tool_plan: Option<ToolPlan>,
     /// Where the backend's account of the answer will be, from before it starts (a
     /// request an upstream refuses still says which endpoints it tried).
     pub reported: Arc<Reported>,
@@ -166,6 +170,13 @@ impl Front {
     /// prompt or the budget does not fit, a parameter the model cannot serve.
     pub async fn prepare(&self, mut request: GenerationRequest) -> Result<Prepared, EngineError> {
         let model = self.backend.model().ok_or(EngineError::NotReady)?;
+        // An upstream takes tools as they are; the gateway's picker holds a call to the
+        // generic format; any other engine refuses them.
+        let tool_plan = match (&model.decoding, model.passes_agents) {
+            (_, true) => None,
+            (Decoding::Picked { .. }, false) => toolcall::plan(&mut request)?,
+            (Decoding::Own, false) => None,
+        };
         if !model.passes_agents {
             text_only(&request)?;
         }
@@ -205,6 +216,7 @@ impl Front {
             request,
             prompt,
             grammar,
+            tool_plan,
             reported: Arc::default(),
         })
     }
@@ -218,9 +230,11 @@ impl Front {
             request,
             prompt,
             grammar,
+            tool_plan,
             reported,
         } = prepared;
-        self.backend
+        let mut generation = self
+            .backend
             .run(Job {
                 request,
                 prompt,
@@ -228,7 +242,11 @@ impl Front {
                 claim,
                 reported,
             })
-            .await
+            .await?;
+        if let Some(plan) = tool_plan {
+            generation.events = toolcall::stream::read_back(plan, generation.events);
+        }
+        Ok(generation)
     }
 
     /// Prepares and starts a request in one go (benchmarks and tests that have no use

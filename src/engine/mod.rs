@@ -32,6 +32,7 @@ pub mod sampling;
 pub mod scripted;
 pub mod served;
 pub mod slots;
+pub mod toolcall;
 pub mod tools;
 pub mod upstream;
 
