@@ -164,6 +164,11 @@ async fn a_streamed_tool_call_adds_up_to_the_whole_answer() {
     let streamed = chunks_of(&post_text(&server, "/v1/chat/completions", &ask(true)).await);
     let (message, finish) = accumulated(&streamed);
     assert_eq!(finish.as_deref(), Some("tool_calls"));
+    assert_eq!(
+        streamed[0]["choices"][0]["delta"],
+        json!({"role": "assistant"}),
+        "with tools, the role alone: an SDK's accumulator keeps content null as the whole answer has it"
+    );
     let calls = message["tool_calls"].as_array().expect("calls");
     assert_eq!(calls.len(), 2, "both tools at once: {message}");
     assert_eq!(

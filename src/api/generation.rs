@@ -570,6 +570,7 @@ impl<'a> Handling<'a> {
                 native
             }),
             legacy_functions: tools.as_ref().is_some_and(|t| t.legacy),
+            offers_tools: tools.is_some(),
         };
         let info = RunInfo {
             origin: Origin {

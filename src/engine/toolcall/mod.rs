@@ -159,6 +159,7 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
             if arguments.as_object().is_some_and(serde_json::Map::is_empty) {
                 arguments = json!({"type": "object"});
             }
+            closed(&mut arguments);
             json!({"type": "object", "properties": {
                 "tool_call": {"type": "object", "properties": {
                     "name": {"const": f.name},
@@ -178,6 +179,22 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
         return answers.remove(0);
     }
     json!({"anyOf": answers})
+}
+
+/// An object schema that lists its properties takes no others unless it says so: a
+/// small model otherwise fills its call with keys of its own (`"maxLength": 20` beside
+/// `"city"` was seen on the default model), which a strict tool rejects.
+fn closed(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            if object.contains_key("properties") && !object.contains_key("additionalProperties") {
+                object.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            object.values_mut().for_each(closed);
+        }
+        Value::Array(items) => items.iter_mut().for_each(closed),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -336,8 +336,14 @@ impl RequestAttempts {
         first_byte: Duration,
     ) -> Result<(reqwest::Response, Instant), Fault> {
         let shared = &self.shared;
+        // Not for a request with tools: the quality signals score the answer, not a
+        // call's JSON, and llama.cpp's server refuses log-probabilities with tools in a
+        // stream (a 400 that would read as "never any" and cost every later answer its
+        // confidence figures).
         let mut asks = Asks {
-            logprobs: shared.config.logprobs && !shared.logprobs_refused.load(Ordering::Relaxed),
+            logprobs: shared.config.logprobs
+                && !shared.logprobs_refused.load(Ordering::Relaxed)
+                && self.request.tools.is_none(),
         };
         loop {
             let (response, sent) = send(shared, endpoint, &self.request, asks, first_byte).await?;

@@ -52,6 +52,10 @@ pub struct ResponseMeta {
     /// The request offered the legacy `functions`: a call is a `function_call`, and the
     /// answer ends with `finish_reason: "function_call"`.
     pub legacy_functions: bool,
+    /// The request offered tools: the answer may be calls alone, whose message has
+    /// `content: null`, so the first frame says only the role (an SDK's accumulator then
+    /// gives the same message as the whole answer).
+    pub offers_tools: bool,
 }
 
 impl ResponseMeta {
@@ -207,7 +211,12 @@ impl ChunkAssembler {
         }
         match self.meta.shape {
             Shape::Chat => Some(self.frame(
-                &[self.choice(Some("assistant"), Some(""), None, &[])],
+                &[self.choice(
+                    Some("assistant"),
+                    (!self.meta.offers_tools).then_some(""),
+                    None,
+                    &[],
+                )],
                 self.null_usage(),
                 None,
             )),

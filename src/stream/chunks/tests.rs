@@ -10,6 +10,7 @@ fn meta() -> ResponseMeta {
         echo: None,
         native: None,
         legacy_functions: false,
+        offers_tools: false,
     }
 }
 
