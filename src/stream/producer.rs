@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use super::chunks::{native, ChunkAssembler, Completion, ResponseMeta, SideParts, KEEPALIVE_FRAME};
 use super::logprobs::TextLogprobs;
-use super::{Ending, Run};
+use super::{Arrival, Ending, Run};
 use crate::engine::{EngineError, EngineEvent, TokenStream};
 use crate::error::ApiError;
 use crate::names;
@@ -223,30 +223,16 @@ async fn drive(
                 send_text(run, assembler, wire, &rest, &mut unsent).await?;
                 Ending::Finished { reason, usage }
             }
-            Some(EngineEvent::Progress {
-                total,
-                cached,
-                processed,
-            }) => {
-                let progress = assembler.progress_frame(total, cached, processed);
-                wire.send(run, progress).await?;
-                last_frame = tokio::time::Instant::now();
-                continue;
-            }
-            Some(EngineEvent::Reasoning { text, tokens, at }) => {
-                run.reasoning_arrived(&text, tokens, at);
-                if let Some(frame) = assembler.reasoning_frame(&text) {
+            Some(
+                event @ (EngineEvent::Progress { .. }
+                | EngineEvent::Reasoning { .. }
+                | EngineEvent::ToolCall { .. }),
+            ) => {
+                if let Some((frame, kind)) = side_frame(run, assembler, event) {
                     wire.send(run, frame).await?;
-                    run.frame_sent(OutputKind::Reasoning);
-                    last_frame = tokio::time::Instant::now();
-                }
-                continue;
-            }
-            Some(EngineEvent::ToolCall { delta, tokens, at }) => {
-                run.tool_call_arrived(&delta, tokens, at);
-                if let Some(frame) = assembler.tool_call_frame(&delta) {
-                    wire.send(run, frame).await?;
-                    run.frame_sent(OutputKind::ToolCall);
+                    if let Some(kind) = kind {
+                        run.frame_sent(kind);
+                    }
                     last_frame = tokio::time::Instant::now();
                 }
                 continue;
@@ -272,6 +258,34 @@ async fn drive(
         // e2e ends when [DONE] has been handed over, a moment after the chunk that
         // carried the timings was built.
         return Ok(ending);
+    }
+}
+
+/// The frame for an event beside the answer's text (the prompt's progress, reasoning, a
+/// piece of a tool call) and the kind of output it carries, once the run has taken it;
+/// `None` where the answer's shape has no place for it.
+fn side_frame(
+    run: &mut Run,
+    assembler: &mut ChunkAssembler,
+    event: EngineEvent,
+) -> Option<(Bytes, Option<OutputKind>)> {
+    match event {
+        EngineEvent::Progress {
+            total,
+            cached,
+            processed,
+        } => Some((assembler.progress_frame(total, cached, processed), None)),
+        EngineEvent::Reasoning { text, tokens, at } => {
+            run.reasoning_arrived(&text, tokens, at);
+            let frame = assembler.reasoning_frame(&text)?;
+            Some((frame, Some(OutputKind::Reasoning)))
+        }
+        EngineEvent::ToolCall { delta, tokens, at } => {
+            run.tool_call_arrived(&delta, tokens, at);
+            let frame = assembler.tool_call_frame(&delta)?;
+            Some((frame, Some(OutputKind::ToolCall)))
+        }
+        _ => None,
     }
 }
 
@@ -334,11 +348,7 @@ pub async fn collect_json(
 ) -> Result<Collected, ApiError> {
     let passed = deadline.passed();
     tokio::pin!(passed);
-    let mut tokens: Vec<TokenLogprob> = Vec::new();
-    // The answer's token ids, for llama.cpp's shape, each with where its engine text
-    // began (characters): a stop sequence cuts those after it off, as their text.
-    let mut answer_ids: Vec<(u32, usize)> = Vec::new();
-    let mut engine_chars = 0;
+    let mut gathered = Gathered::default();
     let ending = loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -355,25 +365,7 @@ pub async fn collect_json(
                 at,
             }) => {
                 let arrival = run.token_arrived(&text, &ids, &logprobs, at);
-                if meta.native.is_some() {
-                    answer_ids.extend(ids.iter().map(|&id| (id, engine_chars)));
-                    engine_chars += text.chars().count();
-                    if arrival.cut {
-                        let answer = run.text().chars().count();
-                        answer_ids.retain(|&(_, at)| at < answer);
-                    }
-                }
-                if with_logprobs {
-                    tokens.extend(logprobs);
-                    if arrival.cut {
-                        let answer = run.text().chars().count();
-                        let lp = TextLogprobs {
-                            tokens: &tokens,
-                            start: 0,
-                        };
-                        tokens.truncate(lp.begun_before(answer));
-                    }
-                }
+                gathered.took(&run, meta, &arrival, (&text, &ids), logprobs, with_logprobs);
                 if !arrival.text.is_empty() {
                     run.content_sent();
                 }
@@ -402,9 +394,7 @@ pub async fn collect_json(
             Some(EngineEvent::Failed(error)) => return Err(failed(run, error)),
             Some(EngineEvent::Restarted) => {
                 run.restart();
-                tokens.clear();
-                answer_ids.clear();
-                engine_chars = 0;
+                gathered = Gathered::default();
             }
             // A whole answer has no frames to carry it.
             Some(EngineEvent::Progress { .. }) => {}
@@ -418,10 +408,10 @@ pub async fn collect_json(
     };
     let (reason, usage) = run.reason_and_usage(&ending);
     let report = run.report(&ending);
-    let logprobs = with_logprobs.then_some(tokens.as_slice());
+    let logprobs = with_logprobs.then_some(gathered.tokens.as_slice());
     let body = match &meta.native {
         Some(native) => {
-            let ids: Vec<u32> = answer_ids.iter().map(|&(id, _)| id).collect();
+            let ids: Vec<u32> = gathered.answer_ids.iter().map(|&(id, _)| id).collect();
             serde_json::to_vec(&native::body(
                 native,
                 &native::Final {
@@ -456,6 +446,52 @@ pub async fn collect_json(
         timings,
         replica: report.upstream,
     })
+}
+
+/// What a whole answer keeps of its tokens as they come: their log-probabilities (when
+/// asked for) and, for llama.cpp's shape, their ids, each with where its engine text
+/// began (characters): a stop sequence cuts those after it off, as their text.
+#[derive(Default)]
+struct Gathered {
+    tokens: Vec<TokenLogprob>,
+    answer_ids: Vec<(u32, usize)>,
+    engine_chars: usize,
+}
+
+impl Gathered {
+    /// Keeps what a token event brought (`text` and `ids`), less what a stop sequence
+    /// cut off.
+    fn took(
+        &mut self,
+        run: &Run,
+        meta: &ResponseMeta,
+        arrival: &Arrival<'_>,
+        (text, ids): (&str, &[u32]),
+        logprobs: Vec<TokenLogprob>,
+        with_logprobs: bool,
+    ) {
+        let answer = || run.text().chars().count();
+        if meta.native.is_some() {
+            let at = self.engine_chars;
+            self.answer_ids.extend(ids.iter().map(|&id| (id, at)));
+            self.engine_chars += text.chars().count();
+            if arrival.cut {
+                let answer = answer();
+                self.answer_ids.retain(|&(_, at)| at < answer);
+            }
+        }
+        if with_logprobs {
+            self.tokens.extend(logprobs);
+            if arrival.cut {
+                let lp = TextLogprobs {
+                    tokens: &self.tokens,
+                    start: 0,
+                };
+                let keep = lp.begun_before(answer());
+                self.tokens.truncate(keep);
+            }
+        }
+    }
 }
 
 /// A non-streamed response's body, and the request's timings as recorded once it was

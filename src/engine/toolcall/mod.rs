@@ -181,13 +181,19 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
     json!({"anyOf": answers})
 }
 
-/// An object schema that lists its properties takes no others unless it says so: a
-/// small model otherwise fills its call with keys of its own (`"maxLength": 20` beside
-/// `"city"` was seen on the default model), which a strict tool rejects.
+/// An object schema takes only the properties it lists unless it says otherwise: a
+/// small model fills an open object with keys of its own (`"maxLength": 20` beside
+/// `"city"` was seen on the default model, and a tool without parameters got arguments
+/// until its budget ran out), which a strict tool rejects.
 fn closed(schema: &mut Value) {
     match schema {
         Value::Object(object) => {
-            if object.contains_key("properties") && !object.contains_key("additionalProperties") {
+            let is_object = object.get("type").and_then(Value::as_str) == Some("object")
+                || object.contains_key("properties");
+            let open = ["additionalProperties", "patternProperties"]
+                .iter()
+                .any(|k| object.contains_key(*k));
+            if is_object && !open {
                 object.insert("additionalProperties".into(), Value::Bool(false));
             }
             object.values_mut().for_each(closed);
