@@ -28,9 +28,13 @@
 //!   context, the post-fit checks, grammar, the slot queue) and the narrow
 //!   [`engine::Backend`] trait of each engine: llama.cpp, mistral.rs (with its replicas
 //!   and process-wide CPU settings), upstream servers and a scripted engine; the seeded
-//!   sampler and structured output (grammar masks from the model's vocabulary).
-//! - [`stream`]: engine events to OpenAI chunks and SSE frames, with timing and cancellation.
-//! - [`timing`] and [`clock`]: the latency definitions and the time source.
+//!   sampler and structured output (grammar masks from the model's vocabulary); what
+//!   agents send (`engine::tools`) and tool calls on an engine in this process, in
+//!   llama.cpp's generic format held by a grammar (`engine::toolcall`).
+//! - [`stream`]: engine events (content, reasoning, pieces of tool calls) to OpenAI chunks
+//!   and SSE frames, with timing and cancellation.
+//! - [`timing`] and [`clock`]: the latency definitions (each kind of output apart:
+//!   `timing::kinds`) and the time source.
 //! - [`tokens`]: what every layer says about generated text (tokens, log-probabilities,
 //!   finish reasons, usage); a leaf.
 //! - [`quality`]: per-answer signals computed while it streams: seq-rep-n repetition
