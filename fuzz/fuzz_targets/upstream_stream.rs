@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use llmgate::engine::upstream::stream::events_of;
-use llmgate::engine::EngineEvent;
+use llmgate::engine::{EngineEvent, ToolCalls};
 
 /// The input's layout: the gateway's cap (0: none), the alternatives asked for, the
 /// seed of where the bytes are cut, then the body.
@@ -68,6 +68,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// were cut may change the grouping, never the tokens, their order or the ending.
 fn comparable(events: &[EngineEvent]) -> Vec<String> {
     let (mut text, mut ids, mut logprobs) = (String::new(), Vec::new(), Vec::new());
+    let (mut reasoning, mut calls) = (String::new(), ToolCalls::default());
     let mut ends = Vec::new();
     for event in events {
         match event {
@@ -89,9 +90,12 @@ fn comparable(events: &[EngineEvent]) -> Vec<String> {
             EngineEvent::Restarted => ends.push("restarted".to_owned()),
             // An upstream reports no prompt progress; the llama.cpp engine alone does.
             EngineEvent::Progress { .. } => ends.push("progress".to_owned()),
+            EngineEvent::Reasoning { text: r, .. } => reasoning.push_str(r),
+            EngineEvent::ToolCall { delta, .. } => calls.push(delta),
         }
     }
     let mut all = vec![format!("tokens {text:?} {ids:?} {logprobs:?}")];
+    all.push(format!("reasoning {reasoning:?} calls {:?}", calls.0));
     all.extend(ends);
     all
 }
