@@ -167,6 +167,9 @@ pub fn parse_chat_request(
     request.generation.top_logprobs = top_logprobs;
     request.generation.tools = tools;
     request.generation.reasoning_effort = reasoning_effort(&object)?;
+    // The tools and the effort change the answer: the hash covers them (the fuzz target
+    // chat_request found it made before they were set).
+    request.input_hash = super::input_hash(&request.model, &request.generation);
     if request.user.is_none() {
         request.user = chat.safety_identifier;
     }
