@@ -789,3 +789,19 @@ fn llama_cpp_n_predict_is_max_tokens() {
         assert_eq!(param, "n_predict", "{bad}");
     }
 }
+
+#[test]
+fn the_input_hash_covers_tools_and_the_reasoning_effort() {
+    let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+    let plain = parse(chat_body(json!({}))).expect("valid");
+    let with_tools = parse(chat_body(json!({"tools": tools}))).expect("valid");
+    let with_effort = parse(chat_body(json!({"reasoning_effort": "low"}))).expect("valid");
+    for request in [&with_tools, &with_effort] {
+        assert_ne!(request.input_hash, plain.input_hash);
+        assert_eq!(
+            request.input_hash,
+            input_hash(&request.model, &request.generation),
+            "the hash is the request's"
+        );
+    }
+}
