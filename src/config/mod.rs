@@ -157,6 +157,90 @@ impl ConfigError {
     }
 }
 
+/// `[server]` resolved: the addresses parsed, the defaults filled in.
+fn server_config(server: settings::ServerTable) -> Result<ServerConfig, ConfigError> {
+    let listen_text = server
+        .listen
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    let mut listening = listen_text
+        .split(',')
+        .map(|text| address("server.listen", text.trim()));
+    let listen = listening
+        .next()
+        .unwrap_or_else(|| address("server.listen", ""))?;
+    let also_listen = listening.collect::<Result<Vec<_>, _>>()?;
+    let metrics_listen = server
+        .metrics_listen
+        .as_deref()
+        .map(|text| address("server.metrics_listen", text))
+        .transpose()?;
+    let cors_origins = cors_origins(server.cors_origins.unwrap_or_default())?;
+    Ok(ServerConfig {
+        listen,
+        also_listen,
+        max_body_bytes: server.max_body_bytes.unwrap_or(1 << 20),
+        max_in_flight: server.max_in_flight.unwrap_or(64),
+        keepalive: Duration::from_secs(server.keepalive_secs.unwrap_or(15)),
+        stream_write_timeout: Duration::from_secs(
+            server.stream_write_timeout_secs.unwrap_or(30),
+        ),
+        send_buffer_bytes: server.send_buffer_bytes.unwrap_or(64 << 10),
+        body_timeout: Duration::from_secs(server.body_timeout_secs.unwrap_or(30)),
+        queue_timeout: Duration::from_secs(server.queue_timeout_secs.unwrap_or(60)),
+        request_timeout: Duration::from_secs(server.request_timeout_secs.unwrap_or(600)),
+        shutdown_timeout: Duration::from_secs(server.shutdown_timeout_secs.unwrap_or(25)),
+        workers: server.workers.unwrap_or(0),
+        api_keys_file: server.api_keys_file,
+        metrics_auth: server.metrics_auth.unwrap_or(false),
+        metrics_listen,
+        rate_limits: crate::auth::limits::Limits {
+            requests_per_minute: server.rate_limit_rpm.and_then(NonZeroU32::new),
+            tokens_per_minute: server.rate_limit_tpm.and_then(NonZeroU32::new),
+        },
+        quotas: crate::auth::quota::Quotas {
+            tokens_per_day: server.quota_daily_tokens.and_then(NonZeroU64::new),
+            tokens_per_month: server.quota_monthly_tokens.and_then(NonZeroU64::new),
+        },
+        quota_time_zone: match server.quota_time_zone.as_deref() {
+            None => chrono_tz::UTC,
+            Some(name) => name.parse().map_err(|_| {
+                ConfigError::invalid(
+                    "server.quota_time_zone",
+                    format!("'{name}' is not an IANA time zone name (e.g. UTC, Europe/Berlin, Asia/Shanghai)"),
+                )
+            })?,
+        },
+        cors_origins,
+        strict_params: server.strict_params.unwrap_or(false),
+        page: server.page.unwrap_or(true),
+        serve_any_model: server.serve_any_model.unwrap_or(false),
+    })
+}
+
+/// `[engine]` resolved for the single model it describes (`[[models]]` read it too).
+fn engine_config(engine: settings::EngineTable) -> EngineConfig {
+    EngineConfig {
+        model_path: engine
+            .model_path
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH)),
+        model_id: engine
+            .model_id
+            .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned()),
+        max_batch_size: engine.max_batch_size,
+        max_tokens_cap: engine.max_tokens_cap.unwrap_or(2048),
+        default_max_tokens: engine.default_max_tokens,
+        force_cpu: engine.force_cpu.unwrap_or(false),
+        prefix_cache: engine.prefix_cache,
+        weights: engine.weights.unwrap_or_default(),
+        threads: engine.threads.unwrap_or(0),
+        replicas: engine.replicas.unwrap_or(1),
+        context_length: engine.context_length,
+        prompt_stash_mb: engine.prompt_stash_mb,
+        chat_template: engine.chat_template,
+    }
+}
+
 /// Flags and variables laid over the file's table of the same name.
 fn merged<T: serde::Serialize + serde::de::DeserializeOwned>(
     table: &'static str,
@@ -200,87 +284,13 @@ impl Config {
         let server = merged("server", &args.server, &file.server)?;
         let engine = merged("engine", &args.engine, &file.engine)?;
         let logging = merged("logging", &args.logging, &file.logging)?;
-        let listen_text = server.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-        let mut listening = listen_text
-            .split(',')
-            .map(|text| address("server.listen", text.trim()));
-        let listen = listening
-            .next()
-            .unwrap_or_else(|| address("server.listen", ""))?;
-        let also_listen = listening.collect::<Result<Vec<_>, _>>()?;
-        let metrics_listen = server
-            .metrics_listen
-            .as_deref()
-            .map(|text| address("server.metrics_listen", text))
-            .transpose()?;
-        let cors_origins = cors_origins(server.cors_origins.unwrap_or_default())?;
-        let model_tables = file.models;
-        let split_tables = file.splits;
         let quality = merged("quality", &args.quality, &file.quality)?;
         let guard = quality.degeneration_guard;
-        let engine_table = engine.clone();
         let mut config = Config {
             models: Vec::new(),
             splits: Vec::new(),
-            server: ServerConfig {
-                listen,
-                also_listen,
-                max_body_bytes: server.max_body_bytes.unwrap_or(1 << 20),
-                max_in_flight: server.max_in_flight.unwrap_or(64),
-                keepalive: Duration::from_secs(server.keepalive_secs.unwrap_or(15)),
-                stream_write_timeout: Duration::from_secs(
-                    server.stream_write_timeout_secs.unwrap_or(30),
-                ),
-                send_buffer_bytes: server.send_buffer_bytes.unwrap_or(64 << 10),
-                body_timeout: Duration::from_secs(server.body_timeout_secs.unwrap_or(30)),
-                queue_timeout: Duration::from_secs(server.queue_timeout_secs.unwrap_or(60)),
-                request_timeout: Duration::from_secs(server.request_timeout_secs.unwrap_or(600)),
-                shutdown_timeout: Duration::from_secs(server.shutdown_timeout_secs.unwrap_or(25)),
-                workers: server.workers.unwrap_or(0),
-                api_keys_file: server.api_keys_file,
-                metrics_auth: server.metrics_auth.unwrap_or(false),
-                metrics_listen,
-                rate_limits: crate::auth::limits::Limits {
-                    requests_per_minute: server.rate_limit_rpm.and_then(NonZeroU32::new),
-                    tokens_per_minute: server.rate_limit_tpm.and_then(NonZeroU32::new),
-                },
-                quotas: crate::auth::quota::Quotas {
-                    tokens_per_day: server.quota_daily_tokens.and_then(NonZeroU64::new),
-                    tokens_per_month: server.quota_monthly_tokens.and_then(NonZeroU64::new),
-                },
-                quota_time_zone: match server.quota_time_zone.as_deref() {
-                    None => chrono_tz::UTC,
-                    Some(name) => name.parse().map_err(|_| {
-                        ConfigError::invalid(
-                            "server.quota_time_zone",
-                            format!("'{name}' is not an IANA time zone name (e.g. UTC, Europe/Berlin, Asia/Shanghai)"),
-                        )
-                    })?,
-                },
-                cors_origins,
-                strict_params: server.strict_params.unwrap_or(false),
-                page: server.page.unwrap_or(true),
-                serve_any_model: server.serve_any_model.unwrap_or(false),
-            },
-            engine: EngineConfig {
-                model_path: engine
-                    .model_path
-                    .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_PATH)),
-                model_id: engine
-                    .model_id
-                    .unwrap_or_else(|| DEFAULT_MODEL_ID.to_owned()),
-                max_batch_size: engine.max_batch_size,
-                max_tokens_cap: engine.max_tokens_cap.unwrap_or(2048),
-                default_max_tokens: engine.default_max_tokens,
-                force_cpu: engine.force_cpu.unwrap_or(false),
-                prefix_cache: engine.prefix_cache,
-                weights: engine.weights.unwrap_or_default(),
-                threads: engine.threads.unwrap_or(0),
-                replicas: engine.replicas.unwrap_or(1),
-                context_length: engine.context_length,
-                prompt_stash_mb: engine.prompt_stash_mb,
-                chat_template: engine.chat_template,
-            },
+            server: server_config(server)?,
+            engine: engine_config(engine.clone()),
             quality: QualityConfig {
                 settings: quality_settings(quality)?,
             },
@@ -299,9 +309,17 @@ impl Config {
         };
         config.validate()?;
         let host = crate::engine::config::Host::detect(config.engine.force_cpu);
-        config.models = models::resolve(model_tables, &engine_table, guard, host)?;
-        let llamacpp_only = config.engine.chat_template.is_some();
-        if let Some(model) = config
+        config.models = models::resolve(file.models, &engine, guard, host)?;
+        config.check_models()?;
+        config.splits = config.resolve_splits(file.splits)?;
+        Ok(config)
+    }
+
+    /// What the served models must agree with: the llama.cpp-only chat template, and
+    /// one model for `serve_any_model`.
+    fn check_models(&self) -> Result<(), ConfigError> {
+        let llamacpp_only = self.engine.chat_template.is_some();
+        if let Some(model) = self
             .models
             .iter()
             .find(|m| llamacpp_only && !matches!(m.engine, ModelEngine::Llamacpp { .. }))
@@ -315,26 +333,35 @@ impl Config {
                 ),
             ));
         }
-        if config.server.serve_any_model && config.models.len() != 1 {
+        if self.server.serve_any_model && self.models.len() != 1 {
             return Err(ConfigError::invalid(
                 "server.serve_any_model",
                 "answers any name with the one served model; with several, give each its aliases instead",
             ));
         }
-        let served: Vec<&str> = config
+        Ok(())
+    }
+
+    /// The A/B splits, each naming served models, with a unique id and a way to keep
+    /// a caller on its variant.
+    fn resolve_splits(
+        &self,
+        tables: Vec<shadow::SplitTable>,
+    ) -> Result<Vec<shadow::SplitPolicy>, ConfigError> {
+        let served: Vec<&str> = self
             .models
             .iter()
             .flat_map(|m| {
                 std::iter::once(m.id.as_str()).chain(m.aliases.iter().map(String::as_str))
             })
             .collect();
-        config.splits = split_tables
+        let splits: Vec<shadow::SplitPolicy> = tables
             .into_iter()
             .enumerate()
             .map(|(i, split)| split.resolve(&served, i))
             .collect::<Result<_, _>>()?;
-        for (i, split) in config.splits.iter().enumerate() {
-            if split.sticky == shadow::Sticky::ApiKey && config.server.api_keys_file.is_none() {
+        for (i, split) in splits.iter().enumerate() {
+            if split.sticky == shadow::Sticky::ApiKey && self.server.api_keys_file.is_none() {
                 // Without keys every caller would get a variant per request: no split.
                 return Err(ConfigError::invalid(
                     "splits.sticky",
@@ -344,7 +371,7 @@ impl Config {
                     ),
                 ));
             }
-            if config.splits[..i].iter().any(|s| s.id == split.id) {
+            if splits[..i].iter().any(|s| s.id == split.id) {
                 return Err(ConfigError::invalid(
                     "splits.id",
                     format!(
@@ -354,7 +381,7 @@ impl Config {
                 ));
             }
         }
-        Ok(config)
+        Ok(splits)
     }
 
     /// Start-up check that every in-process model's file is there, is a sound GGUF and

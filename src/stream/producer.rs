@@ -28,6 +28,7 @@ use super::{Arrival, Ending, Run};
 use crate::engine::{EngineError, EngineEvent, TokenStream};
 use crate::error::ApiError;
 use crate::names;
+use crate::record::ResponseTimings;
 use crate::timing::{OutputKind, Timings};
 use crate::tokens::TokenLogprob;
 use tokio_util::sync::CancellationToken;
@@ -248,17 +249,28 @@ async fn drive(
                 return fail(run, assembler, wire, error).await;
             }
         };
-        let (reason, usage) = run.reason_and_usage(&ending);
-        let word = run.stop_word().map(str::to_owned);
-        let stop = (native::stop_type(&ending, word.as_deref()), word.as_deref());
-        let report = run.report(&ending);
-        for frame in assembler.finish_frames(reason, usage, &report, &unsent, stop) {
-            wire.send(run, frame).await?;
-        }
-        // e2e ends when [DONE] has been handed over, a moment after the chunk that
-        // carried the timings was built.
-        return Ok(ending);
+        return end_stream(run, assembler, wire, &unsent, ending).await;
     }
+}
+
+/// Sends the frames that end an answer (the finish, the usage and timings, `[DONE]`);
+/// `unsent`: the tokens no content frame carried. e2e ends when `[DONE]` has been
+/// handed over, a moment after the chunk that carried the timings was built.
+async fn end_stream(
+    run: &mut Run,
+    assembler: &ChunkAssembler,
+    wire: &Wire,
+    unsent: &[TokenLogprob],
+    ending: Ending,
+) -> Result<Ending, Lost> {
+    let (reason, usage) = run.reason_and_usage(&ending);
+    let word = run.stop_word().map(str::to_owned);
+    let stop = (native::stop_type(&ending, word.as_deref()), word.as_deref());
+    let report = run.report(&ending);
+    for frame in assembler.finish_frames(reason, usage, &report, unsent, stop) {
+        wire.send(run, frame).await?;
+    }
+    Ok(ending)
 }
 
 /// The frame for an event beside the answer's text (the prompt's progress, reasoning, a
@@ -406,39 +418,13 @@ pub async fn collect_json(
             }
         }
     };
-    let (reason, usage) = run.reason_and_usage(&ending);
     let report = run.report(&ending);
-    let logprobs = with_logprobs.then_some(gathered.tokens.as_slice());
-    let body = match &meta.native {
-        Some(native) => {
-            let ids: Vec<u32> = gathered.answer_ids.iter().map(|&(id, _)| id).collect();
-            serde_json::to_vec(&native::body(
-                native,
-                &native::Final {
-                    model: &meta.model,
-                    content: run.text(),
-                    has_new_line: run.text().contains('\n'),
-                    ids: &ids,
-                    stop_type: native::stop_type(&ending, run.stop_word()),
-                    stopping_word: run.stop_word(),
-                    usage,
-                    report: &report,
-                    logprobs,
-                },
-            ))
-        }
-        None => {
-            let side = SideParts {
-                reasoning: run.reasoning(),
-                tool_calls: run.tool_calls(),
-            };
-            serde_json::to_vec(
-                &Completion::new(meta, run.text(), reason, usage, &report, logprobs)
-                    .with_side(side, meta.legacy_functions)
-                    .with_llama_timings(timings_per_token, usage),
-            )
-        }
+    let shape = BodyShape {
+        meta,
+        with_logprobs,
+        timings_per_token,
     };
+    let body = gathered.body(&run, &ending, &report, &shape);
     let timings = run.finish(ending);
     let body = body.map(Bytes::from).map_err(|_| ApiError::Internal)?;
     Ok(Collected {
@@ -492,6 +478,61 @@ impl Gathered {
             }
         }
     }
+
+    /// The whole answer's body, in the shape the client asked for.
+    fn body(
+        &self,
+        run: &Run,
+        ending: &Ending,
+        report: &ResponseTimings,
+        shape: &BodyShape<'_>,
+    ) -> serde_json::Result<Vec<u8>> {
+        let BodyShape {
+            meta,
+            with_logprobs,
+            timings_per_token,
+        } = *shape;
+        let (reason, usage) = run.reason_and_usage(ending);
+        let logprobs = with_logprobs.then_some(self.tokens.as_slice());
+        match &meta.native {
+            Some(native) => {
+                let ids: Vec<u32> = self.answer_ids.iter().map(|&(id, _)| id).collect();
+                serde_json::to_vec(&native::body(
+                    native,
+                    &native::Final {
+                        model: &meta.model,
+                        content: run.text(),
+                        has_new_line: run.text().contains('\n'),
+                        ids: &ids,
+                        stop_type: native::stop_type(ending, run.stop_word()),
+                        stopping_word: run.stop_word(),
+                        usage,
+                        report,
+                        logprobs,
+                    },
+                ))
+            }
+            None => {
+                let side = SideParts {
+                    reasoning: run.reasoning(),
+                    tool_calls: run.tool_calls(),
+                };
+                serde_json::to_vec(
+                    &Completion::new(meta, run.text(), reason, usage, report, logprobs)
+                        .with_side(side, meta.legacy_functions)
+                        .with_llama_timings(timings_per_token, usage),
+                )
+            }
+        }
+    }
+}
+
+/// How a whole answer is written: its response's identity and shape, and what the
+/// client asked to have in it.
+struct BodyShape<'a> {
+    meta: &'a ResponseMeta,
+    with_logprobs: bool,
+    timings_per_token: bool,
 }
 
 /// A non-streamed response's body, and the request's timings as recorded once it was
