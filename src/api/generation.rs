@@ -542,7 +542,9 @@ impl<'a> Handling<'a> {
         let stop = engine.stops_to_screen(&parsed.generation.sampling);
         let seed = parsed.generation.sampling.seed;
         let with_logprobs = parsed.generation.top_logprobs.is_some();
-        let tools = parsed.generation.tools.clone();
+        let tools = parsed.generation.tools.as_ref();
+        let (tools_offered, offers_tools) = (tools.map(|t| t.names()), tools.is_some());
+        let legacy_functions = tools.is_some_and(|t| t.legacy);
 
         let upstream = info.upstream.is_some();
         let prepared = self
@@ -569,8 +571,8 @@ impl<'a> Handling<'a> {
                 native.prompt_tokens = generation.prompt_tokens;
                 native
             }),
-            legacy_functions: tools.as_ref().is_some_and(|t| t.legacy),
-            offers_tools: tools.is_some(),
+            legacy_functions,
+            offers_tools,
         };
         let info = RunInfo {
             origin: Origin {
@@ -593,7 +595,7 @@ impl<'a> Handling<'a> {
             user: parsed.user,
             stop,
             reported: upstream.then(|| Arc::clone(&generation.reported)),
-            tools_offered: tools.map(|t| t.names()).unwrap_or_default(),
+            tools_offered: tools_offered.unwrap_or_default(),
         };
         // Taken only here, so a refusal above still finds it for its record.
         let Some(trace) = self.pending.trace.take() else {

@@ -53,9 +53,8 @@ pub struct KindClock {
     answer: Stamps,
     tool: Stamps,
     /// Frames handed to the transport (or, for an answer given in one body, pieces
-    /// arriving): the first of any kind, the first answer and tool-call ones, the last
-    /// tool-call one.
-    first_frame: Option<Duration>,
+    /// arriving): the first answer and tool-call ones, the last tool-call one. The first
+    /// of any kind is the request's TTFT, which the timer keeps.
     first_answer_frame: Option<Duration>,
     first_tool_frame: Option<Duration>,
     last_tool_frame: Option<Duration>,
@@ -80,7 +79,6 @@ pub struct TpotByKind {
 /// What [`KindClock::figures`] works out, in durations since `t_recv` where a moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KindFigures {
-    pub first_frame: Option<Duration>,
     pub answer_ttft: Option<Duration>,
     pub reasoning: Option<Duration>,
     /// Reasoning tokens the gateway counted (an engine's own count wins where it gives
@@ -100,7 +98,6 @@ impl KindClock {
 
     /// A frame carrying output of `kind` was handed over at `at`.
     pub fn frame_sent(&mut self, kind: OutputKind, at: Duration) {
-        self.first_frame.get_or_insert(at);
         match kind {
             OutputKind::Answer => {
                 self.first_answer_frame.get_or_insert(at);
@@ -164,7 +161,6 @@ impl KindClock {
             (tokens, tpot)
         });
         KindFigures {
-            first_frame: since(self.first_frame),
             // A plain answer's is its TTFT: said once, as `ttft_ms`.
             answer_ttft: since(self.first_answer_frame).filter(|_| self.mixed()),
             reasoning,
@@ -257,7 +253,6 @@ mod tests {
             clock.frame_sent(OutputKind::Answer, ms(t + 1));
         }
         let f = clock.figures(ms(0), 5, None);
-        assert_eq!(f.first_frame, Some(ms(101)));
         assert_eq!(f.answer_ttft, Some(ms(301)));
         assert_eq!(
             f.reasoning,
@@ -305,7 +300,6 @@ mod tests {
         clock.engine_output(OutputKind::Answer, ms(5), 1);
         clock.frame_sent(OutputKind::Answer, ms(6));
         let f = clock.figures(ms(0), 1, None);
-        assert_eq!(f.first_frame, Some(ms(6)));
         assert_eq!(f.answer_ttft, None, "said once, as the TTFT");
         assert!(f.by_kind.is_none());
     }

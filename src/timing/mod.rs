@@ -63,8 +63,10 @@ pub struct RequestTimer {
     t_last_token: Option<Duration>,
     /// Last token event with text, for the ITL gaps.
     t_last_text: Option<Duration>,
-    t_first_content: Option<Duration>,
-    t_last_content: Option<Duration>,
+    /// The first and last frames carrying output of any kind (content, reasoning, a
+    /// tool call): TTFT ends at the first.
+    t_first_frame: Option<Duration>,
+    t_last_frame: Option<Duration>,
     /// Gaps between consecutive tokens with text, in order.
     itl: Vec<Duration>,
     /// Token events with text.
@@ -158,8 +160,8 @@ impl RequestTimer {
             t_engine_first: None,
             t_last_token: None,
             t_last_text: None,
-            t_first_content: None,
-            t_last_content: None,
+            t_first_frame: None,
+            t_last_frame: None,
             itl: Vec::new(),
             chunks: 0,
             delivery: Vec::new(),
@@ -184,8 +186,8 @@ impl RequestTimer {
         self.t_engine_first = None;
         self.t_last_token = None;
         self.t_last_text = None;
-        self.t_first_content = None;
-        self.t_last_content = None;
+        self.t_first_frame = None;
+        self.t_last_frame = None;
         self.itl.clear();
         self.chunks = 0;
         self.delivery.clear();
@@ -257,8 +259,8 @@ impl RequestTimer {
     /// A frame carrying output of `kind` was handed to the transport.
     pub fn frame_sent(&mut self, kind: OutputKind, at: Duration) {
         self.kinds.frame_sent(kind, at);
-        self.t_first_content.get_or_insert(at);
-        self.t_last_content = Some(at);
+        self.t_first_frame.get_or_insert(at);
+        self.t_last_frame = Some(at);
     }
 
     /// The transport waited `waited` for the client to take earlier frames. Called once
@@ -290,7 +292,7 @@ impl RequestTimer {
             prepared: self.t_prepared,
             started: self.t_started,
             first_token: self.t_engine_first,
-            last_token: self.t_last_content.max(self.t_last_token),
+            last_token: self.t_last_frame.max(self.t_last_token),
             ended: t_end,
         }
     }
@@ -317,7 +319,7 @@ impl RequestTimer {
         let tokens_per_second = (output_tokens > 0 && !e2e.is_zero())
             .then(|| f64::from(output_tokens) / e2e.as_secs_f64());
         Timings {
-            ttft_ms: self.t_first_content.map(|t| ms(since_recv(t))),
+            ttft_ms: self.t_first_frame.map(|t| ms(since_recv(t))),
             engine_ttft_ms: engine_ttft.map(ms),
             tpot_ms: tpot.map(ms),
             e2e_ms: ms(e2e),

@@ -24,21 +24,11 @@ import pytest
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
 
 from conftest import BINARY, free_port, launch
-from test_upstream_llamacpp import semlog_documents
+from test_upstream_llamacpp import TOOLS, semlog_documents
 
 # The SDK's tracing would post each run to OpenAI's servers.
 agents.set_tracing_disabled(True)
 
-TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}},
-    {"type": "function", "function": {
-        "name": "get_time", "description": "The time in a zone.",
-        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
-                       "required": ["zone"]}}},
-]
 ASK = [{"role": "user", "content": "What is the weather and the time in Paris?"}]
 ANSWER = "tok0 tok1 tok2 tok3"
 

@@ -71,6 +71,29 @@ def start_llama_server(*extra: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.3)
 
 
+# No degeneration guard: the engines' answers are compared as they are, and the guard
+# (on by default for the default model) would end a looping one with "stop" where
+# llama-server's, read through another path, may not loop the same way.
+NO_GUARD = """
+[quality]
+degeneration_guard = false
+"""
+
+
+def upstream_model(model_id: str, url: str, key_env: str = "LLMGATE_TEST_PEER_KEY",
+                   extra: str = "") -> str:
+    """A `[[models]]` table serving llama-server's model at `url` through the gateway."""
+    return f"""
+[[models]]
+id = "{model_id}"
+engine = "upstream"
+url = "{url}"
+upstream_model = "{UPSTREAM_ALIAS}"
+api_key_env = "{key_env}"
+{extra}
+"""
+
+
 @pytest.fixture(scope="module")
 def llamacpp():
     proc, base = start_llama_server()
@@ -83,28 +106,11 @@ def llamacpp():
 def fronted(llamacpp, tmp_path_factory):
     data = tmp_path_factory.mktemp("upstream-data")
     config = data / "llmgate.toml"
-    # No degeneration guard: the engines' answers are compared as they are, and the guard
-    # (on by default for the default model) would end a looping one with "stop" where
-    # llama-server's, read through another path, may not loop the same way.
-    config.write_text(f"""
-[quality]
-degeneration_guard = false
-
-[[models]]
-id = "via-llamacpp"
-engine = "upstream"
-url = "{llamacpp}"
-upstream_model = "{UPSTREAM_ALIAS}"
-api_key_env = "LLMGATE_TEST_PEER_KEY"
-tokenizer = "{MODEL_FILE}"
-
-[[models]]
-id = "wrong-key"
-engine = "upstream"
-url = "{llamacpp}"
-upstream_model = "{UPSTREAM_ALIAS}"
-api_key_env = "LLMGATE_TEST_WRONG_KEY"
-
+    config.write_text(
+        NO_GUARD
+        + upstream_model("via-llamacpp", llamacpp, extra=f'tokenizer = "{MODEL_FILE}"')
+        + upstream_model("wrong-key", llamacpp, key_env="LLMGATE_TEST_WRONG_KEY")
+        + """
 [[models]]
 id = "local"
 engine = "mistral"
@@ -360,17 +366,7 @@ def llamacpp_tools(tmp_path_factory):
 def fronted_tools(llamacpp_tools, tmp_path_factory):
     data = tmp_path_factory.mktemp("tools-data")
     config = data / "llmgate.toml"
-    config.write_text(f"""
-[quality]
-degeneration_guard = false
-
-[[models]]
-id = "tools-via-llamacpp"
-engine = "upstream"
-url = "{llamacpp_tools}"
-upstream_model = "{UPSTREAM_ALIAS}"
-api_key_env = "LLMGATE_TEST_PEER_KEY"
-""")
+    config.write_text(NO_GUARD + upstream_model("tools-via-llamacpp", llamacpp_tools))
     os.environ["LLMGATE_TEST_PEER_KEY"] = PEER_KEY
     gateway = launch(data, "--config", str(config))
     yield gateway

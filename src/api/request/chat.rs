@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 
 use super::tools;
 use super::{
-    n_predict, object_of, read, refuse_unsupported, require, validate, RequestLimits,
+    n_predict, object_of, read, refuse_unsupported, require, validate, Agentic, RequestLimits,
     ValidatedRequest, WireCommon, COMMON,
 };
 use crate::engine::{ChatMessage, ContentPart, MediaKind, MediaPart, Prompt, Role};
@@ -162,14 +162,14 @@ pub fn parse_chat_request(
         (None, n) => ("max_tokens", n),
     };
     let top_logprobs = top_logprobs(chat.logprobs, chat.top_logprobs)?;
-    let mut request = validate(common, Prompt::Chat(messages), budget, limits, request_id)?;
+    let agentic = Agentic {
+        tools,
+        reasoning_effort: reasoning_effort(&object)?,
+    };
+    let prompt = Prompt::Chat(messages);
+    let mut request = validate(common, prompt, agentic, budget, limits, request_id)?;
     // Not in the input hash: asking for log-probabilities does not change the answer.
     request.generation.top_logprobs = top_logprobs;
-    request.generation.tools = tools;
-    request.generation.reasoning_effort = reasoning_effort(&object)?;
-    // The tools and the effort change the answer: the hash covers them (the fuzz target
-    // chat_request found it made before they were set).
-    request.input_hash = super::input_hash(&request.model, &request.generation);
     if request.user.is_none() {
         request.user = chat.safety_identifier;
     }

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::chat::MAX_TOP_LOGPROBS;
 use super::{
-    n_predict, object_of, read, refuse_unsupported, require, validate, RequestLimits,
+    n_predict, object_of, read, refuse_unsupported, require, validate, Agentic, RequestLimits,
     ValidatedRequest, WireCommon, COMMON, MAX_PROMPTS,
 };
 use crate::engine::Prompt;
@@ -189,7 +189,14 @@ pub fn parse_completion_request(
         ));
     }
     let budget = ("max_tokens", common.max_tokens);
-    let mut request = validate(common, prompt, budget, limits, request_id)?;
+    let mut request = validate(
+        common,
+        prompt,
+        Agentic::default(),
+        budget,
+        limits,
+        request_id,
+    )?;
     // Neither is in the input hash: they do not change the answer.
     request.generation.top_logprobs = top_logprobs;
     request.echo = echo;

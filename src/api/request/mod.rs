@@ -490,11 +490,20 @@ pub(super) fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiE
     Ok(())
 }
 
+/// What a chat request adds to the generation that the input hash covers: its tools and
+/// reasoning effort (none for legacy completions).
+#[derive(Debug, Default)]
+pub(super) struct Agentic {
+    pub tools: Option<crate::engine::Tools>,
+    pub reasoning_effort: Option<String>,
+}
+
 /// Checks what both routes share and builds the request. `budget`: the parameter that
 /// set the completion budget (for errors) and its value.
 pub(super) fn validate(
     wire: WireCommon,
     prompt: Prompt,
+    agentic: Agentic,
     budget: (&'static str, Option<u32>),
     limits: &RequestLimits,
     request_id: &str,
@@ -537,8 +546,8 @@ pub(super) fn validate(
         deadline: None,
         whole: !stream,
         return_progress: stream && wire.return_progress.unwrap_or(false),
-        tools: None,
-        reasoning_effort: None,
+        tools: agentic.tools,
+        reasoning_effort: agentic.reasoning_effort,
     };
     Ok(ValidatedRequest {
         // Under the id it serves as, whatever name the request used.

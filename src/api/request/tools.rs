@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::engine::{
-    ContentPart, Function, GenerationRequest, Prompt, ToolCall, ToolChoice, Tools,
+    ChatMessage, ContentPart, Function, GenerationRequest, Prompt, ToolCall, ToolChoice, Tools,
 };
 use crate::error::ApiError;
 
@@ -307,6 +307,20 @@ fn arguments(at: &str, function: Option<&Value>) -> Result<String, ApiError> {
 /// What the input hash adds for tools, tool calls, names and media, in a fixed layout;
 /// `None` for a request with none of them.
 pub(super) fn canonical(generation: &GenerationRequest) -> Option<Value> {
+    let plain = |m: &ChatMessage| {
+        m.tool_calls.is_empty()
+            && m.tool_call_id.is_none()
+            && m.name.is_none()
+            && m.parts.is_empty()
+    };
+    let all_plain = match &generation.prompt {
+        Prompt::Chat(messages) => messages.iter().all(plain),
+        Prompt::Text(_) | Prompt::Tokens(_) => true,
+    };
+    // Most requests: nothing to add, and no JSON built to find that out.
+    if generation.tools.is_none() && generation.reasoning_effort.is_none() && all_plain {
+        return None;
+    }
     let messages: Vec<Value> = match &generation.prompt {
         Prompt::Chat(messages) => messages
             .iter()
@@ -331,7 +345,6 @@ pub(super) fn canonical(generation: &GenerationRequest) -> Option<Value> {
             .collect(),
         Prompt::Text(_) | Prompt::Tokens(_) => Vec::new(),
     };
-    let plain = json!([[], null, null, []]);
     let tools = generation.tools.as_ref().map(|t| {
         let functions: Vec<Value> = t
             .functions
@@ -347,9 +360,6 @@ pub(super) fn canonical(generation: &GenerationRequest) -> Option<Value> {
         json!([functions, choice, t.parallel, t.legacy])
     });
     let effort = generation.reasoning_effort.as_deref();
-    if tools.is_none() && effort.is_none() && messages.iter().all(|m| *m == plain) {
-        return None;
-    }
     Some(json!({"tools": tools, "messages": messages, "reasoning_effort": effort}))
 }
 

@@ -23,8 +23,6 @@ use super::{ToolChoice, Tools};
 pub struct ToolPlan {
     /// The call's id, made from the request's id so a replay gets the same.
     pub call_id: String,
-    /// The answer may be a text `response` instead of a call (`tool_choice: "auto"`).
-    pub may_answer: bool,
 }
 
 /// Rewrites a request with tools for an engine in this process: the tools in a system
@@ -75,7 +73,6 @@ pub fn plan(request: &mut GenerationRequest) -> Result<Option<ToolPlan>, EngineE
         .collect();
     Ok(Some(ToolPlan {
         call_id: format!("call_{id}"),
-        may_answer,
     }))
 }
 
@@ -244,7 +241,6 @@ mod tests {
         );
         let plan = plan(&mut r).expect("ok").expect("a plan");
         assert_eq!(plan.call_id, "call_6f1c4a528a1e4a8b");
-        assert!(!plan.may_answer);
         let Prompt::Chat(messages) = &r.prompt else {
             panic!()
         };

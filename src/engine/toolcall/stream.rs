@@ -213,10 +213,9 @@ mod tests {
     use super::*;
     use crate::tokens::Usage;
 
-    fn plan(may_answer: bool) -> ToolPlan {
+    fn plan() -> ToolPlan {
         ToolPlan {
             call_id: "call_x".into(),
-            may_answer,
         }
     }
 
@@ -248,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_call_streams_its_name_then_its_arguments_without_the_closing_braces() {
-        let mut reading = Reading::new(plan(false));
+        let mut reading = Reading::new(plan());
         let pieces = [
             "{\"tool_call\":{\"",
             "name\":\"get_",
@@ -293,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_response_is_content_once_whole() {
-        let mut reading = Reading::new(plan(true));
+        let mut reading = Reading::new(plan());
         let out = feed(
             &mut reading,
             &["{\"response\":\"Bon", "jour \\\"à\\\" tous\"}"],
@@ -314,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_call_cut_by_the_budget_is_an_error_naming_max_tokens() {
-        let mut reading = Reading::new(plan(false));
+        let mut reading = Reading::new(plan());
         feed(
             &mut reading,
             &["{\"tool_call\":{\"name\":\"f\",\"arguments\":{\"city\":\"Par"],

@@ -146,12 +146,17 @@ pub(crate) async fn read(r: Reading, opening: &mut Opening) -> AttemptEnd {
             .into_iter()
             .chain(step.token)
             .chain(step.tool_calls);
-        let earlier: Vec<EngineEvent> = output.filter_map(|event| held.add(event)).collect();
+        for event in output {
+            if let Some(earlier) = held.add(event) {
+                if tx.send(earlier).await.is_err() {
+                    return AttemptEnd::Left;
+                }
+            }
+        }
         // An ending sends all that is held before it: a failure after content is the
         // stream's, and the content it follows must have reached the gateway.
-        let last = step.stop.as_ref().and_then(|_| held.take());
-        for token in earlier.into_iter().chain(last) {
-            if tx.send(token).await.is_err() {
+        if let Some(last) = step.stop.as_ref().and_then(|_| held.take()) {
+            if tx.send(last).await.is_err() {
                 return AttemptEnd::Left;
             }
         }
