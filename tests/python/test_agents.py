@@ -1,13 +1,15 @@
 """An agent framework through llmgate: the OpenAI Agents SDK (`openai-agents`) runs a
 two-tool loop against a scripted upstream that streams tool calls as vLLM does (`llmgate
 scripted-upstream`: it calls the first offered tool not yet called in the conversation,
-then answers `tok0 tok1 ...`).
+then answers `tok0 tok1 ...`), and on the default model in this process.
 
 What is checked: the SDK's loop, streamed and not, runs both tools with the arguments the
 model wrote and ends on the text answer, in three turns that each have a semantic-log
 document with their tools and times; the SDK's own accumulator makes the same message of
 a streamed and a non-streamed tool call; and the gateway's `ttft_ms` and
-`answer_ttft_ms` of a reasoning stream agree with the client's own clock.
+`answer_ttft_ms` of a reasoning stream agree with the client's own clock. In process,
+`tool_choice: "required"` holds a valid call in each of three turns, each turn reading
+the earlier calls and results.
 """
 
 import asyncio
@@ -21,9 +23,10 @@ import urllib.request
 import agents
 import openai
 import pytest
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
+from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner,
+                    ToolsToFinalOutputResult, function_tool)
 
-from conftest import BINARY, free_port, launch
+from conftest import BINARY, MODEL_ID, free_port, launch
 from test_upstream_llamacpp import TOOLS, semlog_documents
 
 # The SDK's tracing would post each run to OpenAI's servers.
@@ -273,3 +276,72 @@ def test_reasoning_times_agree_with_the_clients_clock(stack):
         assert min(gaps) > -0.01, ("the gateway saw it after the client", name, gaps)
         assert min(gaps) < 2.0, (name, gaps)
         assert statistics.median(gaps) < 10.0, (name, gaps)
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory):
+    """A gateway serving the default model in this process (llama.cpp)."""
+    gateway = launch(tmp_path_factory.mktemp("agents-in-process"))
+    yield gateway
+    stop(gateway.proc)
+
+
+def stop_after(count: int, calls: list):
+    """The SDK's own way to end a loop on the tools' side: once `calls` holds `count`,
+    the last tools' results are the final output (a 135M model does not choose to stop
+    itself)."""
+    def decide(_context, results):
+        if len(calls) < count:
+            return ToolsToFinalOutputResult(is_final_output=False)
+        return ToolsToFinalOutputResult(
+            is_final_output=True, final_output="; ".join(str(r.output) for r in results))
+    return decide
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "non-streamed"])
+def test_an_agents_sdk_loop_runs_in_process_on_the_default_model(in_process, streamed):
+    """The loop of the test above on the engine in this process, `tool_choice:
+    "required"` held every turn: each turn's request carries the earlier calls and
+    results, and the grammar holds each answer to a valid call of one of the tools."""
+    seed = 201 if streamed else 202
+    calls = []
+
+    async def run():
+        client = openai.AsyncOpenAI(base_url=f"{in_process.base}/v1", api_key="x",
+                                    max_retries=0)
+        agent = weather_agent(client, calls, seed).clone(
+            model=OpenAIChatCompletionsModel(model=MODEL_ID, openai_client=client),
+            model_settings=ModelSettings(tool_choice="required", max_tokens=64,
+                                         extra_args={"seed": seed}),
+            reset_tool_choice=False,
+            tool_use_behavior=stop_after(3, calls),
+        )
+        if streamed:
+            result = Runner.run_streamed(agent, ASK[0]["content"])
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(agent, ASK[0]["content"])
+        await client.close()
+        return result
+
+    result = asyncio.run(run())
+    assert len(result.raw_responses) == 3, "three model turns, each a call"
+    assert len(calls) == 3, calls
+    for name, arguments in calls:
+        # The schema's one string argument, as the grammar held it.
+        key = {"get_weather": "city", "get_time": "zone"}[name]
+        assert list(arguments) == [key] and isinstance(arguments[key], str), calls
+
+    turns = documents_of_seed(in_process, seed, 3)
+    assert len(turns) == 3
+    for turn, (name, _) in zip(turns, calls):
+        llm = turn["llm"]
+        assert llm["stream"] is streamed and llm["status"] == "ok"
+        assert turn["gen_ai"]["response"]["finish_reasons"] == ["tool_calls"]
+        assert llm["tools"]["offered"] == ["get_weather", "get_time"]
+        assert llm["tools"]["called"] == [name] and llm["tools"]["calls"] == 1
+        assert 0 < llm["tool_call_ttft_ms"] <= llm["tool_calls_done_ms"] <= llm["e2e_ms"]
+    # Each turn read the earlier calls and results: its prompt is longer.
+    prompts = [t["gen_ai"]["usage"]["input_tokens"] for t in turns]
+    assert prompts[0] < prompts[1] < prompts[2], prompts
