@@ -101,7 +101,8 @@ async fn tools_history_and_images_reach_the_upstream_as_sent() {
         {"role": "tool", "tool_call_id": "call_a", "content": "18 C, clear"}
     ]);
     let body = json!({"model": MODEL, "messages": messages, "tools": tools(),
-        "tool_choice": "required", "parallel_tool_calls": false, "reasoning_effort": "low"});
+        "tool_choice": "required", "parallel_tool_calls": false, "reasoning_effort": "low",
+        "reasoning_format": "deepseek", "chat_template_kwargs": {"enable_thinking": true}});
     let answer = post_json(&server, "/v1/chat/completions", &body).await;
     let sent = &upstream.received()[0].body;
     assert_eq!(
@@ -112,6 +113,12 @@ async fn tools_history_and_images_reach_the_upstream_as_sent() {
     assert_eq!(sent["tool_choice"], "required");
     assert_eq!(sent["parallel_tool_calls"], false);
     assert_eq!(sent["reasoning_effort"], "low");
+    // llama-server's and vLLM's own, for the upstream's template and its split.
+    assert_eq!(sent["reasoning_format"], "deepseek");
+    assert_eq!(
+        sent["chat_template_kwargs"],
+        json!({"enable_thinking": true})
+    );
     assert_eq!(sent["model"], UPSTREAM_MODEL);
     // get_weather was called in the history: the scripted model calls get_time now.
     let message = &answer["choices"][0]["message"];

@@ -10,8 +10,7 @@ use async_trait::async_trait;
 use super::grammar::{Grammar, Vocabulary};
 use super::slots::{Claim, Slots};
 use super::{
-    EngineError, Generation, GenerationRequest, ModelInfo, Prompt, Readiness, Reported,
-    TokenizeRequest,
+    EngineError, Generation, GenerationRequest, ModelInfo, Readiness, Reported, TokenizeRequest,
 };
 
 /// A loaded model as the front sees it: its facts and how its tokens are chosen.
@@ -29,9 +28,23 @@ pub struct LoadedModel {
     /// reports tool calls and reasoning: an upstream. `false`: the front refuses them,
     /// naming each, rather than answer as if they were not there.
     pub passes_agents: bool,
+    /// What the engine's chat template does with a request beyond its messages; all
+    /// `false` where the gateway does not render it (an upstream gets them as sent).
+    pub template: TemplateTraits,
     /// An upstream's endpoints, as `/ready` and `/stats` show them; `None` for an
     /// engine in this process.
     pub fleet: Option<Arc<dyn FleetView>>,
+}
+
+/// What a chat template rendered in this process does beyond writing the messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TemplateTraits {
+    /// It takes the request's `chat_template_kwargs` (a Jinja template).
+    pub takes_kwargs: bool,
+    /// It reads `reasoning_effort` or `enable_thinking`: a request's effort is honoured.
+    pub thinking_switch: bool,
+    /// It writes `<think>` sections: answers are split under `reasoning_format: auto`.
+    pub thinks: bool,
 }
 
 /// Who chooses each token of an answer.
@@ -66,6 +79,9 @@ pub struct PromptTokens {
     /// The count is the gateway's estimate, not the model's own (an upstream renders and
     /// counts the prompt itself): the context is the upstream's to check.
     pub estimated: bool,
+    /// The rendered prompt ends inside a thinking section its template opened: the
+    /// answer starts as reasoning ([`reasoning`](super::reasoning)).
+    pub opens_thinking: bool,
 }
 
 /// A prompt's token ids, as `/tokenize` answers them.
@@ -114,9 +130,10 @@ pub trait Backend: Send + Sync + 'static {
         }
     }
 
-    /// Renders a generation's prompt and counts its tokens. Errors: the model is not
-    /// loaded, the prompt cannot be rendered.
-    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError>;
+    /// Renders a generation's prompt (with its template variables, where the engine
+    /// renders one) and counts its tokens. Errors: the model is not loaded, the prompt
+    /// cannot be rendered.
+    async fn count(&self, request: &GenerationRequest) -> Result<PromptTokens, EngineError>;
 
     /// The token ids of a prompt, rendered as `request` says (`/tokenize`).
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError>;

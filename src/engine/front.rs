@@ -9,16 +9,18 @@
 use std::sync::{Arc, OnceLock};
 
 use super::backend::{
-    Backend, Decoding, EndpointView, FleetView, Job, LoadedModel, PromptTokens, Tokenized,
+    Backend, Decoding, EndpointView, FleetView, Job, LoadedModel, PromptTokens, TemplateTraits,
+    Tokenized,
 };
 use super::grammar::Grammar;
+use super::reasoning::{ReasoningFormat, Splitter};
 use super::slots::SlotQueue;
 use super::slots::Slots;
 use super::toolcall::{self, ToolPlan};
 
 use super::{
-    EngineError, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo, Readiness,
-    Reported, ResponseFormat, Sampling, TokenizeRequest,
+    EngineError, EngineEvent, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
+    Readiness, Reported, ResponseFormat, Sampling, TokenStream, TokenizeRequest,
 };
 
 /// A served model's engine, as everything above the engines uses it.
@@ -63,6 +65,9 @@ pub struct Prepared {
     /// How to read a tool call back from an engine in this process, for a request with
     /// tools ([`toolcall`](super::toolcall)).
     tool_plan: Option<ToolPlan>,
+    /// How to split a model's thinking out of its answer, for an engine in this process
+    /// ([`reasoning`](super::reasoning)); `None`: the answer is left whole.
+    thinking: Option<Splitter>,
     /// Where the backend's account of the answer will be, from before it starts (a
     /// request an upstream refuses still says which endpoints it tried).
     pub reported: Arc<Reported>,
@@ -178,9 +183,20 @@ impl Front {
             (Decoding::Own, false) => None,
         };
         if !model.passes_agents {
-            text_only(&request)?;
+            text_only(&request, model.template)?;
         }
-        let prompt = self.backend.count(&request.prompt).await?;
+        let prompt = self.backend.count(&request).await?;
+        let thinking = match (&model.decoding, model.passes_agents, &tool_plan) {
+            // A tool call's answer is JSON its grammar holds: no thinking in it.
+            (Decoding::Picked { .. }, false, None) => {
+                let format = request.reasoning_format.unwrap_or(ReasoningFormat::Auto);
+                let opened = prompt.opens_thinking;
+                format
+                    .splits(model.template.thinks, opened)
+                    .then(|| Splitter::new(opened))
+            }
+            _ => None,
+        };
         if !prompt.estimated {
             let context = model.info.context_length;
             let asked = request.budget;
@@ -217,6 +233,7 @@ impl Front {
             prompt,
             grammar,
             tool_plan,
+            thinking,
             reported: Arc::default(),
         })
     }
@@ -231,6 +248,7 @@ impl Front {
             prompt,
             grammar,
             tool_plan,
+            thinking,
             reported,
         } = prepared;
         let mut generation = self
@@ -243,8 +261,12 @@ impl Front {
                 reported,
             })
             .await?;
+        if let Some(mut splitter) = thinking {
+            generation.events = read_through(generation.events, move |e| splitter.on_event(e));
+        }
         if let Some(plan) = tool_plan {
-            generation.events = toolcall::stream::read_back(plan, generation.events);
+            let mut reading = toolcall::stream::Reading::new(plan);
+            generation.events = read_through(generation.events, move |e| reading.on_event(e));
         }
         Ok(generation)
     }
@@ -281,10 +303,35 @@ pub(crate) fn format_param(format: &ResponseFormat) -> &'static str {
     }
 }
 
+/// The engine's events read through `read` (which makes zero or more of each), in a task
+/// between the engine and the request that ends (dropping the engine's stream, so
+/// cancelling it) when the request's side goes away or the answer has ended.
+fn read_through(
+    mut events: TokenStream,
+    mut read: impl FnMut(EngineEvent) -> Vec<EngineEvent> + Send + 'static,
+) -> TokenStream {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let last = matches!(event, EngineEvent::Finished { .. } | EngineEvent::Failed(_));
+            for out in read(event) {
+                if tx.send(out).await.is_err() {
+                    return;
+                }
+            }
+            if last {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Refuses what an engine that does not pass them on (one in this process) cannot
-/// serve yet, naming it: tools and tool messages, media parts, participant names and
-/// `reasoning_effort` (an upstream model gets them all as they were sent).
-fn text_only(request: &GenerationRequest) -> Result<(), EngineError> {
+/// serve yet, naming it: tools and tool messages, media parts, participant names, and
+/// `reasoning_effort` and `chat_template_kwargs` where its chat template takes none (an
+/// upstream model gets them all as they were sent).
+fn text_only(request: &GenerationRequest, template: TemplateTraits) -> Result<(), EngineError> {
     let refuse = |param: String, what: &str| {
         Err(EngineError::Unsupported {
             param,
@@ -302,8 +349,23 @@ fn text_only(request: &GenerationRequest) -> Result<(), EngineError> {
         };
         return refuse(param.into(), "tool calls");
     }
-    if request.reasoning_effort.is_some() {
-        return refuse("reasoning_effort".into(), "reasoning efforts");
+    if request.reasoning_effort.is_some() && !template.thinking_switch {
+        return Err(EngineError::Unsupported {
+            param: "reasoning_effort".into(),
+            reason: "this model's chat template has no thinking switch (it reads neither \
+                     reasoning_effort nor enable_thinking); a reasoning model's template \
+                     or an upstream takes it"
+                .into(),
+        });
+    }
+    if request.template_kwargs.is_some() && !template.takes_kwargs {
+        return Err(EngineError::Unsupported {
+            param: "chat_template_kwargs".into(),
+            reason: "this engine renders its chat template itself, without variables from \
+                     the request; llama.cpp with the file's Jinja template or an upstream \
+                     takes them"
+                .into(),
+        });
     }
     let super::Prompt::Chat(messages) = &request.prompt else {
         return Ok(());

@@ -28,6 +28,7 @@ pub mod llamacpp;
 #[cfg(feature = "mistral")]
 pub mod mistral;
 pub mod picking;
+pub mod reasoning;
 pub mod sampling;
 pub mod scripted;
 pub mod served;
@@ -36,7 +37,7 @@ pub mod toolcall;
 pub mod tools;
 pub mod upstream;
 
-pub use backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, Tokenized};
+pub use backend::{Backend, Decoding, Job, LoadedModel, PromptTokens, TemplateTraits, Tokenized};
 pub use budget::Budget;
 pub use front::{Front, Prepared};
 pub(crate) use slots::Counted;
@@ -86,6 +87,12 @@ pub struct GenerationRequest {
     /// OpenAI's `reasoning_effort` (`minimal`, `low`, `medium`, `high`...), for a
     /// reasoning model; `None`: its default.
     pub reasoning_effort: Option<String>,
+    /// How thinking is handed over by an engine in this process (llama-server's
+    /// `reasoning_format`); `None`: [`ReasoningFormat::Auto`](reasoning::ReasoningFormat).
+    pub reasoning_format: Option<reasoning::ReasoningFormat>,
+    /// Variables for the model's chat template (`chat_template_kwargs`, as llama-server
+    /// and vLLM take them: `enable_thinking` for Qwen3's).
+    pub template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// What the model continues: a conversation (rendered with the model's chat template),

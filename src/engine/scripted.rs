@@ -135,20 +135,22 @@ impl Backend for ScriptedEngine {
             slots: self.slots.map_or(Slots::Unlimited, Slots::Sequences),
             applies_stops: false,
             passes_agents: false,
+            template: crate::engine::TemplateTraits::default(),
             fleet: None,
         })
     }
 
     /// One prompt token per word.
-    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
+    async fn count(&self, request: &super::GenerationRequest) -> Result<PromptTokens, EngineError> {
         let ids = self
-            .tokenize(TokenizeRequest::as_generated(prompt.clone()))
+            .tokenize(TokenizeRequest::as_generated(request.prompt.clone()))
             .await?
             .ids;
         Ok(PromptTokens {
             count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
             ids: None,
             estimated: false,
+            opens_thinking: false,
         })
     }
 

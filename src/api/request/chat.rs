@@ -9,6 +9,7 @@ use super::{
     n_predict, object_of, read, refuse_unsupported, require, validate, Agentic, RequestLimits,
     ValidatedRequest, WireCommon, COMMON,
 };
+use crate::engine::reasoning::ReasoningFormat;
 use crate::engine::{ChatMessage, ContentPart, MediaKind, MediaPart, Prompt, Role};
 use crate::error::ApiError;
 
@@ -29,6 +30,8 @@ pub(super) const KNOWN: &[&str] = &[
     "audio",
     "prediction",
     "reasoning_effort",
+    "reasoning_format",
+    "chat_template_kwargs",
     "web_search_options",
     "verbosity",
     "prompt_cache_key",
@@ -165,6 +168,8 @@ pub fn parse_chat_request(
     let agentic = Agentic {
         tools,
         reasoning_effort: reasoning_effort(&object)?,
+        reasoning_format: reasoning_format(&object)?,
+        template_kwargs: template_kwargs(&object)?,
     };
     let prompt = Prompt::Chat(messages);
     let mut request = validate(common, prompt, agentic, budget, limits, request_id)?;
@@ -356,6 +361,34 @@ fn reasoning_effort(object: &Map<String, Value>) -> Result<Option<String>, ApiEr
         Some(_) => Err(ApiError::invalid(
             "reasoning_effort",
             format!("must be one of {}", EFFORTS.join(", ")),
+        )),
+    }
+}
+
+/// llama-server's `reasoning_format`: how an engine in this process hands over a model's
+/// thinking (passed on to an upstream).
+fn reasoning_format(object: &Map<String, Value>) -> Result<Option<ReasoningFormat>, ApiError> {
+    match object.get("reasoning_format") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) if ReasoningFormat::parse(name).is_some() => {
+            Ok(ReasoningFormat::parse(name))
+        }
+        Some(_) => Err(ApiError::invalid(
+            "reasoning_format",
+            format!("must be one of {}", ReasoningFormat::NAMES.join(", ")),
+        )),
+    }
+}
+
+/// `chat_template_kwargs` (llama-server's and vLLM's): variables for the model's chat
+/// template, such as Qwen3's `enable_thinking`.
+fn template_kwargs(object: &Map<String, Value>) -> Result<Option<Map<String, Value>>, ApiError> {
+    match object.get("chat_template_kwargs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(kwargs)) => Ok(Some(kwargs.clone())),
+        Some(_) => Err(ApiError::invalid(
+            "chat_template_kwargs",
+            "must be an object of template variables",
         )),
     }
 }

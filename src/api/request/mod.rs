@@ -490,12 +490,15 @@ pub(super) fn refuse_unsupported(object: &Map<String, Value>) -> Result<(), ApiE
     Ok(())
 }
 
-/// What a chat request adds to the generation that the input hash covers: its tools and
-/// reasoning effort (none for legacy completions).
+/// What a chat request adds to the generation that the input hash covers: its tools, its
+/// reasoning effort and format, and its template variables (none for legacy
+/// completions).
 #[derive(Debug, Default)]
 pub(super) struct Agentic {
     pub tools: Option<crate::engine::Tools>,
     pub reasoning_effort: Option<String>,
+    pub reasoning_format: Option<crate::engine::reasoning::ReasoningFormat>,
+    pub template_kwargs: Option<Map<String, Value>>,
 }
 
 /// Checks what both routes share and builds the request. `budget`: the parameter that
@@ -548,6 +551,8 @@ pub(super) fn validate(
         return_progress: stream && wire.return_progress.unwrap_or(false),
         tools: agentic.tools,
         reasoning_effort: agentic.reasoning_effort,
+        reasoning_format: agentic.reasoning_format,
+        template_kwargs: agentic.template_kwargs,
     };
     Ok(ValidatedRequest {
         // Under the id it serves as, whatever name the request used.

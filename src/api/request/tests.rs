@@ -796,12 +796,43 @@ fn the_input_hash_covers_tools_and_the_reasoning_effort() {
     let plain = parse(chat_body(json!({}))).expect("valid");
     let with_tools = parse(chat_body(json!({"tools": tools}))).expect("valid");
     let with_effort = parse(chat_body(json!({"reasoning_effort": "low"}))).expect("valid");
-    for request in [&with_tools, &with_effort] {
+    let with_format = parse(chat_body(json!({"reasoning_format": "none"}))).expect("valid");
+    let with_kwargs = parse(chat_body(
+        json!({"chat_template_kwargs": {"enable_thinking": false}}),
+    ))
+    .expect("valid");
+    for request in [&with_tools, &with_effort, &with_format, &with_kwargs] {
         assert_ne!(request.input_hash, plain.input_hash);
         assert_eq!(
             request.input_hash,
             input_hash(&request.model, &request.generation),
             "the hash is the request's"
         );
+    }
+}
+
+#[test]
+fn reasoning_format_and_template_kwargs_are_read_and_checked_by_name() {
+    use crate::engine::reasoning::ReasoningFormat;
+    let request = parse(chat_body(json!({
+        "reasoning_format": "deepseek",
+        "chat_template_kwargs": {"enable_thinking": true},
+    })))
+    .expect("valid");
+    assert_eq!(
+        request.generation.reasoning_format,
+        Some(ReasoningFormat::Deepseek)
+    );
+    assert_eq!(
+        request.generation.template_kwargs,
+        json!({"enable_thinking": true}).as_object().cloned()
+    );
+    for (body, param) in [
+        (json!({"reasoning_format": "think"}), "reasoning_format"),
+        (json!({"reasoning_format": 1}), "reasoning_format"),
+        (json!({"chat_template_kwargs": "x"}), "chat_template_kwargs"),
+    ] {
+        let error = parse(chat_body(body)).expect_err("refused");
+        assert_eq!(error.param(), Some(param), "{error:?}");
     }
 }

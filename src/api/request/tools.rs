@@ -318,7 +318,10 @@ pub(super) fn canonical(generation: &GenerationRequest) -> Option<Value> {
         Prompt::Text(_) | Prompt::Tokens(_) => true,
     };
     // Most requests: nothing to add, and no JSON built to find that out.
-    if generation.tools.is_none() && generation.reasoning_effort.is_none() && all_plain {
+    let thinking = generation.reasoning_effort.is_some()
+        || generation.reasoning_format.is_some()
+        || generation.template_kwargs.is_some();
+    if generation.tools.is_none() && !thinking && all_plain {
         return None;
     }
     let messages: Vec<Value> = match &generation.prompt {
@@ -359,8 +362,13 @@ pub(super) fn canonical(generation: &GenerationRequest) -> Option<Value> {
         };
         json!([functions, choice, t.parallel, t.legacy])
     });
-    let effort = generation.reasoning_effort.as_deref();
-    Some(json!({"tools": tools, "messages": messages, "reasoning_effort": effort}))
+    Some(json!({
+        "tools": tools,
+        "messages": messages,
+        "reasoning_effort": generation.reasoning_effort,
+        "reasoning_format": generation.reasoning_format.map(|f| f.as_str()),
+        "chat_template_kwargs": generation.template_kwargs,
+    }))
 }
 
 #[cfg(test)]

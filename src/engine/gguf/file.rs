@@ -101,6 +101,8 @@ impl InProcessModel {
             slots: Slots::Sequences(sequences),
             applies_stops: false,
             passes_agents: false,
+            // The engine that renders the template says what it does.
+            template: crate::engine::TemplateTraits::default(),
             fleet: None,
         }
     }

@@ -36,8 +36,8 @@ use tracing::Instrument;
 use super::gguf::InProcessModel;
 use super::picking::{EndRules, TokenPicker};
 use super::{
-    Backend, EngineError, Generation, Job, LoadedModel, Prompt, PromptTokens, Readiness,
-    TokenizeRequest, Tokenized,
+    reasoning, Backend, EngineError, Generation, GenerationRequest, Job, LoadedModel, Prompt,
+    PromptTokens, Readiness, TokenizeRequest, Tokenized,
 };
 use crate::engine::config::EngineConfig;
 use crate::engine::known_token_ids;
@@ -226,16 +226,25 @@ impl LlamaCppEngine {
     }
 }
 
+/// A prompt as llama.cpp's tokens.
+struct Rendered {
+    ids: Vec<u32>,
+    /// The template left the model inside a thinking section.
+    opens_thinking: bool,
+}
+
 /// The prompt as llama.cpp's tokens: a conversation rendered with the file's chat
-/// template (the assistant's turn opened when `generation_prompt`), then tokenized with
-/// its special tokens read as such; a text prompt as it is, special-token text taken as
-/// text; token ids as they came (the front has checked them against the vocabulary).
+/// template and `variables` (the assistant's turn opened when `generation_prompt`), then
+/// tokenized with its special tokens read as such; a text prompt as it is, special-token
+/// text taken as text; token ids as they came (the front has checked them against the
+/// vocabulary).
 fn tokenize_prompt(
     loaded: &Loaded,
     prompt: &Prompt,
+    variables: &serde_json::Map<String, serde_json::Value>,
     add_special: bool,
     generation_prompt: bool,
-) -> Result<Vec<u32>, EngineError> {
+) -> Result<Rendered, EngineError> {
     let (text, parse_special) = match prompt {
         Prompt::Chat(messages) => {
             let template = loaded
@@ -247,18 +256,27 @@ fn tokenize_prompt(
                         "this model's file has no chat template; send a prompt to /v1/completions"
                             .into(),
                 })?;
-            let rendered = template.render(&loaded.model, messages, generation_prompt)?;
+            let rendered =
+                template.render(&loaded.model, messages, generation_prompt, variables)?;
             (rendered, true)
         }
         Prompt::Text(text) => (text.clone(), false),
-        Prompt::Tokens(ids) => return Ok(ids.clone()),
+        Prompt::Tokens(ids) => {
+            return Ok(Rendered {
+                ids: ids.clone(),
+                opens_thinking: false,
+            })
+        }
     };
     let vocab = loaded.model.vocab();
     let ids = vocab.tokenize(text.as_bytes(), add_special, parse_special);
-    Ok(ids
-        .into_iter()
-        .map(|t| u32::try_from(t.0).unwrap_or_default())
-        .collect())
+    Ok(Rendered {
+        ids: ids
+            .into_iter()
+            .map(|t| u32::try_from(t.0).unwrap_or_default())
+            .collect(),
+        opens_thinking: parse_special && reasoning::opens_thinking(&text),
+    })
 }
 
 #[async_trait]
@@ -271,7 +289,15 @@ impl Backend for LlamaCppEngine {
     fn model(&self) -> Option<LoadedModel> {
         let loaded = self.loaded.get()?;
         let vocab_size = u32::try_from(loaded.model.n_vocab()).unwrap_or_default();
-        Some(loaded.served.loaded(vocab_size, self.sequences))
+        let template = loaded
+            .template
+            .as_ref()
+            .map(template::ChatTemplate::traits)
+            .unwrap_or_default();
+        Some(LoadedModel {
+            template,
+            ..loaded.served.loaded(vocab_size, self.sequences)
+        })
     }
 
     fn health(&self) -> Readiness {
@@ -285,9 +311,13 @@ impl Backend for LlamaCppEngine {
         }
     }
 
-    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
+    async fn count(&self, request: &GenerationRequest) -> Result<PromptTokens, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        let ids = tokenize_prompt(loaded, prompt, true, true)?;
+        let variables = template::variables(request);
+        let Rendered {
+            ids,
+            opens_thinking,
+        } = tokenize_prompt(loaded, &request.prompt, &variables, true, true)?;
         if ids.is_empty() {
             // Nothing to decode from (an empty text, a model that adds no start token).
             return Err(EngineError::InvalidParameter {
@@ -299,6 +329,7 @@ impl Backend for LlamaCppEngine {
             count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
             ids: Some(ids.into()),
             estimated: false,
+            opens_thinking,
         })
     }
 
@@ -314,7 +345,12 @@ impl Backend for LlamaCppEngine {
         let prompt_tokens = prompt.count;
         let ids = match prompt.ids {
             Some(ids) => ids,
-            None => tokenize_prompt(loaded, &request.prompt, true, true)?.into(),
+            None => {
+                let variables = template::variables(&request);
+                tokenize_prompt(loaded, &request.prompt, &variables, true, true)?
+                    .ids
+                    .into()
+            }
         };
         let started = std::time::Instant::now();
         let ends = EndRules::of(&request.sampling, &loaded.served.end_tokens, ids.len());
@@ -343,13 +379,14 @@ impl Backend for LlamaCppEngine {
 
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
-        let ids = tokenize_prompt(
+        let rendered = tokenize_prompt(
             loaded,
             &request.prompt,
+            &serde_json::Map::new(),
             request.add_special_tokens,
             request.add_generation_prompt,
         )?;
-        Ok(loaded.served.tokenized(ids))
+        Ok(loaded.served.tokenized(rendered.ids))
     }
 
     async fn detokenize(

@@ -13,7 +13,11 @@
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use minijinja::{context, Environment, Error, ErrorKind};
 
-use crate::engine::{ChatMessage, EngineError};
+use serde_json::{Map, Value as Json};
+
+use crate::engine::backend::TemplateTraits;
+use crate::engine::reasoning::OPEN;
+use crate::engine::{ChatMessage, EngineError, GenerationRequest};
 
 /// How a loaded model renders conversations.
 pub(super) enum ChatTemplate {
@@ -29,6 +33,7 @@ pub(super) struct Jinja {
     eos: String,
     /// The tokenizer adds a BOS token itself: a rendered one is dropped, not doubled.
     adds_bos: bool,
+    traits: TemplateTraits,
 }
 
 impl Jinja {
@@ -50,22 +55,33 @@ impl Jinja {
         env.add_function("strftime_now", |format: String| {
             chrono::Utc::now().format(&format).to_string()
         });
+        let traits = TemplateTraits {
+            takes_kwargs: true,
+            thinking_switch: ["enable_thinking", "reasoning_effort"]
+                .iter()
+                .any(|switch| source.contains(switch)),
+            thinks: source.contains(OPEN),
+        };
         env.add_template_owned("chat", source)?;
         let jinja = Self {
             env,
             bos,
             eos,
             adds_bos,
+            traits,
         };
         let hi = ChatMessage::new(crate::engine::Role::User, "Hi");
-        jinja.render(std::slice::from_ref(&hi), true)?;
+        jinja.render(std::slice::from_ref(&hi), true, &Map::new())?;
         Ok(jinja)
     }
 
+    /// `variables`: the request's own for the template ([`variables`]); the messages
+    /// and the tokens win over any of the same name.
     fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
+        variables: &Map<String, Json>,
     ) -> Result<String, Error> {
         let messages: Vec<_> = messages
             .iter()
@@ -76,6 +92,7 @@ impl Jinja {
             add_generation_prompt,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
+            ..minijinja::Value::from_serialize(variables)
         })?;
         Ok(match rendered.strip_prefix(self.bos.as_str()) {
             Some(rest) if self.adds_bos && !self.bos.is_empty() => rest.to_owned(),
@@ -84,7 +101,32 @@ impl Jinja {
     }
 }
 
+/// The template variables a request sets: its `chat_template_kwargs`, and its
+/// `reasoning_effort` as a variable of that name; an effort of `none` also turns
+/// `enable_thinking` off unless the request set it.
+pub(super) fn variables(request: &GenerationRequest) -> Map<String, Json> {
+    let mut variables = request.template_kwargs.clone().unwrap_or_default();
+    if let Some(effort) = &request.reasoning_effort {
+        variables.insert("reasoning_effort".into(), Json::String(effort.clone()));
+        if effort == "none" {
+            variables
+                .entry("enable_thinking")
+                .or_insert(Json::Bool(false));
+        }
+    }
+    variables
+}
+
 impl ChatTemplate {
+    /// What the template does beyond writing the messages (nothing for llama.cpp's own
+    /// reading, which takes no variables).
+    pub(super) fn traits(&self) -> TemplateTraits {
+        match self {
+            ChatTemplate::Jinja(jinja) => jinja.traits,
+            ChatTemplate::Llama(_) => TemplateTraits::default(),
+        }
+    }
+
     /// The file's template: as Jinja, else (minijinja cannot render it) as llama.cpp reads
     /// it; `None` when the file has none. A template chosen by name
     /// (`engine.chat_template`) is made where it is chosen, at load.
@@ -115,16 +157,19 @@ impl ChatTemplate {
         model: &LlamaModel,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
+        variables: &Map<String, Json>,
     ) -> Result<String, EngineError> {
         match self {
             ChatTemplate::Jinja(jinja) => {
-                jinja.render(messages, add_generation_prompt).map_err(|e| {
-                    // A template's own raise_exception: what it refuses in this conversation.
-                    EngineError::InvalidParameter {
-                        param: "messages".into(),
-                        message: format!("the model's chat template refuses them: {e}"),
-                    }
-                })
+                jinja
+                    .render(messages, add_generation_prompt, variables)
+                    .map_err(|e| {
+                        // A template's own raise_exception: what it refuses in this conversation.
+                        EngineError::InvalidParameter {
+                            param: "messages".into(),
+                            message: format!("the model's chat template refuses them: {e}"),
+                        }
+                    })
             }
             ChatTemplate::Llama(template) => {
                 let chat = messages
@@ -170,11 +215,12 @@ mod tests {
             .render(
                 &[turn(Role::User, " hi "), turn(Role::Assistant, "yo")],
                 true,
+                &Map::new(),
             )
             .expect("a conversation");
         assert_eq!(rendered, "<s>[user]hi~</s>[assistant]yo</s>[assistant]");
         let error = jinja
-            .render(&[turn(Role::Assistant, "yo")], false)
+            .render(&[turn(Role::Assistant, "yo")], false, &Map::new())
             .expect_err("the template's own refusal");
         assert!(
             error.to_string().contains("start with a user turn"),
@@ -183,9 +229,62 @@ mod tests {
         // A tokenizer that adds BOS itself gets none from the template too.
         let adds = Jinja::new(source.into(), "<s>".into(), "</s>".into(), true).expect("renders");
         let once = adds
-            .render(&[turn(Role::User, "hi")], false)
+            .render(&[turn(Role::User, "hi")], false, &Map::new())
             .expect("renders");
         assert_eq!(once, "[user]hi</s>");
         assert!(Jinja::new("{% for %}".into(), String::new(), String::new(), false).is_err());
+    }
+
+    /// A template with Qwen3's thinking switch: it opens the section unless told not to.
+    const SWITCHED: &str = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}\
+        {% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}\
+        <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+
+    #[test]
+    fn the_requests_variables_reach_the_template_and_its_traits_are_read() {
+        let jinja = Jinja::new(SWITCHED.into(), String::new(), String::new(), false).expect("ok");
+        assert_eq!(
+            jinja.traits,
+            TemplateTraits {
+                takes_kwargs: true,
+                thinking_switch: true,
+                thinks: true
+            }
+        );
+        let hi = [turn(Role::User, "hi")];
+        let render = |request: &GenerationRequest| {
+            jinja
+                .render(&hi, true, &variables(request))
+                .expect("renders")
+        };
+        let mut request = GenerationRequest::default();
+        let open = render(&request);
+        assert!(crate::engine::reasoning::opens_thinking(&open), "{open}");
+        // An effort of none turns thinking off; the request's own switch wins over it.
+        request.reasoning_effort = Some("none".into());
+        assert!(render(&request).ends_with("</think>\n\n"));
+        request.template_kwargs = serde_json::json!({"enable_thinking": true, "messages": []})
+            .as_object()
+            .cloned();
+        assert_eq!(
+            render(&request),
+            open,
+            "and no variable replaces the messages"
+        );
+
+        let plain = Jinja::new(
+            "{{ messages[0].content }}".into(),
+            String::new(),
+            String::new(),
+            false,
+        )
+        .expect("ok");
+        assert_eq!(
+            plain.traits,
+            TemplateTraits {
+                takes_kwargs: true,
+                ..TemplateTraits::default()
+            }
+        );
     }
 }

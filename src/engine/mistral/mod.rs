@@ -418,12 +418,13 @@ impl Backend for MistralEngine {
         }
     }
 
-    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
+    async fn count(&self, request: &GenerationRequest) -> Result<PromptTokens, EngineError> {
         let loaded = self.loaded.get().ok_or(EngineError::NotReady)?;
         Ok(PromptTokens {
-            count: count_prompt(self.idlest(loaded), prompt).await?,
+            count: count_prompt(self.idlest(loaded), &request.prompt).await?,
             ids: None,
             estimated: false,
+            opens_thinking: false,
         })
     }
 

@@ -8,10 +8,9 @@
 use std::time::Instant;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::ToolPlan;
-use crate::engine::{EngineError, EngineEvent, TokenStream, ToolCallDelta};
+use crate::engine::{EngineError, EngineEvent, ToolCallDelta};
 use crate::tokens::FinishReason;
 
 const CALL_HEAD: &str = "{\"tool_call\":{\"name\":\"";
@@ -184,28 +183,6 @@ impl Reading {
             )),
         }
     }
-}
-
-/// The engine's events read back through `plan`: a task between the engine and the
-/// request, which ends (dropping the engine's stream, so cancelling it) when the
-/// request's side goes away.
-pub fn read_back(plan: ToolPlan, mut events: TokenStream) -> TokenStream {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut reading = Reading::new(plan);
-        while let Some(event) = events.recv().await {
-            let last = matches!(event, EngineEvent::Finished { .. } | EngineEvent::Failed(_));
-            for out in reading.on_event(event) {
-                if tx.send(out).await.is_err() {
-                    return;
-                }
-            }
-            if last {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 #[cfg(test)]

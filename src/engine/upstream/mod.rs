@@ -310,6 +310,7 @@ impl Backend for UpstreamEngine {
             slots: Slots::Elsewhere,
             applies_stops: true,
             passes_agents: true,
+            template: crate::engine::TemplateTraits::default(),
             fleet: Some(Arc::clone(&self.shared.fleet) as Arc<dyn fleet::FleetView>),
         })
     }
@@ -329,8 +330,11 @@ impl Backend for UpstreamEngine {
 
     /// The gateway's estimate (the upstream renders and counts the prompt itself, and
     /// its count comes back in the usage); the context is the upstream's to check.
-    async fn count(&self, prompt: &Prompt) -> Result<PromptTokens, EngineError> {
-        let texts: Vec<&str> = match prompt {
+    async fn count(
+        &self,
+        request: &crate::engine::GenerationRequest,
+    ) -> Result<PromptTokens, EngineError> {
+        let texts: Vec<&str> = match &request.prompt {
             Prompt::Chat(messages) => messages.iter().map(|m| m.content.as_str()).collect(),
             Prompt::Text(text) => vec![text.as_str()],
             // The upstream reads these ids as they are; the context is still its to
@@ -340,6 +344,7 @@ impl Backend for UpstreamEngine {
                     count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
                     ids: None,
                     estimated: true,
+                    opens_thinking: false,
                 })
             }
         };
@@ -347,6 +352,7 @@ impl Backend for UpstreamEngine {
             count: tokens::estimate(self.shared.tokenizer.as_deref(), &texts),
             ids: None,
             estimated: true,
+            opens_thinking: false,
         })
     }
 

@@ -46,6 +46,13 @@ pub fn request_body(
     if let Some(effort) = &request.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(effort));
     }
+    // llama-server's and vLLM's own; a server that knows neither ignores them.
+    if let Some(format) = request.reasoning_format {
+        body.insert("reasoning_format".into(), json!(format.as_str()));
+    }
+    if let Some(kwargs) = &request.template_kwargs {
+        body.insert("chat_template_kwargs".into(), Value::Object(kwargs.clone()));
+    }
     // llama.cpp's server reads a GBNF grammar as `grammar`; a server that does not
     // (vLLM takes `structured_outputs`) answers without it (docs/upstream.md).
     if let ResponseFormat::Grammar(gbnf) = &request.response_format {
