@@ -241,3 +241,144 @@ async fn think_sections_are_split_out_as_reasoning_by_format() {
     kwargs["chat_template_kwargs"] = json!({"enable_thinking": false});
     ask(&server, &kwargs).await;
 }
+
+/// A chat template of our own in the Hermes format (as Qwen's and Hermes' write tools):
+/// the tools listed in `<tools>`, each call in `<tool_call>` tags, results in
+/// `<tool_response>`.
+const HERMES_TEMPLATE: &str = r#"{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}You may call these functions, whose signatures are in <tools></tools>:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+Write each call as <tool_call>
+{"name": <function name>, "arguments": <arguments object>}
+</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' %}
+{%- elif message.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% elif message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant
+{% for call in message.tool_calls %}<tool_call>
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
+</tool_call>
+{% endfor %}<|im_end|>
+{% else %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"#;
+
+/// The default model with [`HERMES_TEMPLATE`] in place of its file's
+/// (`engine.chat_template_file`).
+fn hermes_engine(folder: &std::path::Path) -> Front {
+    let file = folder.join("hermes.jinja");
+    std::fs::write(&file, HERMES_TEMPLATE).expect("the template is written");
+    LlamaCppEngine::load_now(LlamaCppSettings {
+        sequences: 2,
+        context_length: Some(2048),
+        chat_template_file: Some(file),
+        ..LlamaCppSettings::new(model_path(), MODEL)
+    })
+    .expect("llama.cpp loads the default model")
+    .into()
+}
+
+/// A template that renders tools in the Hermes format gets them, and the history's
+/// calls and results, as it writes them; the answer is held to a `<tool_call>` under
+/// `required` and read back into OpenAI's `tool_calls`, streamed and whole alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_renders_tools_gets_them_and_its_calls_are_read_back() {
+    let folder = tempfile::tempdir().expect("a folder");
+    let server = TestServer::builder(hermes_engine(folder.path()))
+        .start()
+        .await;
+    let ask_weather = json!({"role": "user", "content": "What is the weather in Paris?"});
+    let body = json!({"model": MODEL, "tools": weather_tools(), "tool_choice": "required",
+        "seed": 3, "temperature": 0, "max_tokens": 64, "messages": [ask_weather]});
+    let whole = ask(&server, &body).await;
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{whole}");
+    assert!(choice["message"]["content"].is_null(), "{whole}");
+    let call = &choice["message"]["tool_calls"][0];
+    let name = call["function"]["name"].as_str().expect("name");
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments"))
+            .expect("the arguments are JSON");
+    let key = match name {
+        "get_weather" => "city",
+        "get_time" => "zone",
+        other => panic!("{other} is not a tool offered"),
+    };
+    assert!(arguments[key].is_string(), "{arguments}");
+    assert_eq!(
+        whole["timings"]["output_tokens_by_kind"]["tool_calls"],
+        whole["usage"]["completion_tokens"],
+        "every token was the call's: {whole}"
+    );
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let chunks = chunks_of(&post_text(&server, CHAT, &streamed).await);
+    let pieces: Vec<&Value> = chunks
+        .iter()
+        .flat_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .collect();
+    assert_eq!(
+        pieces[0]["function"]["name"], name,
+        "named in its first piece"
+    );
+    assert!(pieces[0]["id"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("call_")));
+    let streamed_arguments: String = pieces
+        .iter()
+        .filter_map(|p| p["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(streamed_arguments, call["function"]["arguments"]);
+
+    // The history's call and result are the template's to write: the prompt grows by
+    // them, and a named tool is the one called.
+    let after = json!({"model": MODEL, "tools": weather_tools(), "seed": 1, "max_tokens": 64,
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+        "messages": [ask_weather,
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_a", "type": "function",
+              "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "18 C"}]});
+    let answer = ask(&server, &after).await;
+    assert_eq!(
+        answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time",
+        "{answer}"
+    );
+    assert!(
+        answer["usage"]["prompt_tokens"].as_u64() > whole["usage"]["prompt_tokens"].as_u64(),
+        "{answer}"
+    );
+    // Under auto the model writes what it likes: text is content, a call is a call,
+    // and a call that is not JSON naming a tool is an error that says so.
+    let mut auto = body.clone();
+    auto["tool_choice"] = json!("auto");
+    let response = post(&server, CHAT, &auto).await;
+    let status = response.status();
+    let answer: Value = response.json().await.expect("json");
+    let message = &answer["choices"][0]["message"];
+    assert!(
+        (status == 200 && (message["content"].is_string() || message["tool_calls"].is_array()))
+            || answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("tool call")),
+        "{status} {answer}"
+    );
+}

@@ -238,6 +238,7 @@ fn engine_config(engine: settings::EngineTable) -> EngineConfig {
         context_length: engine.context_length,
         prompt_stash_mb: engine.prompt_stash_mb,
         chat_template: engine.chat_template,
+        chat_template_file: engine.chat_template_file,
     }
 }
 
@@ -318,14 +319,25 @@ impl Config {
     /// What the served models must agree with: the llama.cpp-only chat template, and
     /// one model for `serve_any_model`.
     fn check_models(&self) -> Result<(), ConfigError> {
-        let llamacpp_only = self.engine.chat_template.is_some();
+        let template = match (&self.engine.chat_template, &self.engine.chat_template_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    "engine.chat_template_file",
+                    "names a template in place of engine.chat_template's: set one of them",
+                ))
+            }
+            (Some(_), None) => Some("engine.chat_template"),
+            (None, Some(_)) => Some("engine.chat_template_file"),
+            (None, None) => None,
+        };
+        let llamacpp_only = template.is_some();
         if let Some(model) = self
             .models
             .iter()
             .find(|m| llamacpp_only && !matches!(m.engine, ModelEngine::Llamacpp { .. }))
         {
             return Err(ConfigError::invalid(
-                "engine.chat_template",
+                template.unwrap_or_default(),
                 format!(
                     "is read by the llama.cpp engine only, and model '{}' runs on {}",
                     model.id,

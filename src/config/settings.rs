@@ -236,6 +236,11 @@ pub struct EngineTable {
     /// the model's file carries [default: the file's].
     #[arg(long, env = "LLMGATE_CHAT_TEMPLATE")]
     pub chat_template: Option<String>,
+    /// llamacpp: a Jinja chat template read from this file (as llama-server's
+    /// --chat-template-file), in place of the one the model's file carries: a template
+    /// that renders tools, for a file whose own does not [default: the file's].
+    #[arg(long, env = "LLMGATE_CHAT_TEMPLATE_FILE")]
+    pub chat_template_file: Option<PathBuf>,
     /// Compute threads, 0 for one per core [default: 0].
     #[arg(long, env = "LLMGATE_THREADS")]
     pub threads: Option<usize>,

@@ -362,6 +362,26 @@ fn without_a_models_list_engine_names_the_one_model() {
         text.contains("engine.chat_template") && text.contains("mistral"),
         "{text}"
     );
+    // A template from a file, likewise; and one template, not two.
+    let file = "[engine]\nengine = \"llamacpp\"\nchat_template_file = \"t.jinja\"\n";
+    let config = Config::from_toml(&ServeArgs::default(), file).expect("llama.cpp's");
+    assert_eq!(
+        config.engine.chat_template_file.as_deref(),
+        Some(std::path::Path::new("t.jinja"))
+    );
+    let text = error_text(
+        &ServeArgs::default(),
+        "[engine]\nengine = \"mistral\"\nchat_template_file = \"t.jinja\"\n",
+    );
+    assert!(
+        text.contains("engine.chat_template_file") && text.contains("mistral"),
+        "{text}"
+    );
+    let text = error_text(
+        &ServeArgs::default(),
+        "[engine]\nengine = \"llamacpp\"\nchat_template = \"chatml\"\nchat_template_file = \"t.jinja\"\n",
+    );
+    assert!(text.contains("set one of them"), "{text}");
     let args = ServeArgs {
         engine: EngineTable {
             model_id: Some("vllm-llama".into()),

@@ -45,6 +45,8 @@ pub struct TemplateTraits {
     pub thinking_switch: bool,
     /// It writes `<think>` sections: answers are split under `reasoning_format: auto`.
     pub thinks: bool,
+    /// How it renders tools, and so how the model calls them.
+    pub tool_format: super::toolcall::ToolFormat,
 }
 
 /// Who chooses each token of an answer.

@@ -47,6 +47,8 @@ pub struct EngineConfig {
     pub prompt_stash_mb: Option<usize>,
     /// llamacpp: the chat template llama.cpp knows by this name, in place of the file's.
     pub chat_template: Option<String>,
+    /// llamacpp: a Jinja chat template read from this file, in place of the file's.
+    pub chat_template_file: Option<std::path::PathBuf>,
 }
 
 /// How the model's quantized weights are held in memory on CPU; the engine passes it to

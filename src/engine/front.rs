@@ -16,7 +16,7 @@ use super::grammar::Grammar;
 use super::reasoning::{ReasoningFormat, Splitter};
 use super::slots::SlotQueue;
 use super::slots::Slots;
-use super::toolcall::{self, ToolPlan};
+use super::toolcall::{self, ToolFormat, ToolPlan};
 
 use super::{
     EngineError, EngineEvent, EngineLoad, Generation, GenerationRequest, KvCacheUse, ModelInfo,
@@ -179,16 +179,19 @@ impl Front {
         // generic format; any other engine refuses them.
         let tool_plan = match (&model.decoding, model.passes_agents) {
             (_, true) => None,
-            (Decoding::Picked { .. }, false) => toolcall::plan(&mut request)?,
+            (Decoding::Picked { .. }, false) => {
+                toolcall::plan(&mut request, model.template.tool_format)?
+            }
             (Decoding::Own, false) => None,
         };
         if !model.passes_agents {
             text_only(&request, model.template)?;
         }
         let prompt = self.backend.count(&request).await?;
-        let thinking = match (&model.decoding, model.passes_agents, &tool_plan) {
-            // A tool call's answer is JSON its grammar holds: no thinking in it.
-            (Decoding::Picked { .. }, false, None) => {
+        // A tool call's answer a grammar holds has no thinking in it.
+        let free = tool_plan.is_none() || request.response_format == ResponseFormat::Text;
+        let thinking = match (&model.decoding, model.passes_agents) {
+            (Decoding::Picked { .. }, false) if free => {
                 let format = request.reasoning_format.unwrap_or(ReasoningFormat::Auto);
                 let opened = prompt.opens_thinking;
                 format
@@ -265,8 +268,17 @@ impl Front {
             generation.events = read_through(generation.events, move |e| splitter.on_event(e));
         }
         if let Some(plan) = tool_plan {
-            let mut reading = toolcall::stream::Reading::new(plan);
-            generation.events = read_through(generation.events, move |e| reading.on_event(e));
+            let events = generation.events;
+            generation.events = match plan.format {
+                ToolFormat::Generic => {
+                    let mut reading = toolcall::stream::Reading::new(plan);
+                    read_through(events, move |e| reading.on_event(e))
+                }
+                ToolFormat::Hermes => {
+                    let mut reading = toolcall::hermes::Reading::new(plan);
+                    read_through(events, move |e| reading.on_event(e))
+                }
+            };
         }
         Ok(generation)
     }
@@ -341,7 +353,9 @@ fn text_only(request: &GenerationRequest, template: TemplateTraits) -> Result<()
             ),
         })
     };
-    if request.tools.is_some() {
+    // A template that renders tools renders the calls and results of the history too.
+    let renders_tools = template.tool_format == ToolFormat::Hermes;
+    if request.tools.is_some() && !renders_tools {
         let param = if request.tools.as_ref().is_some_and(|t| t.legacy) {
             "functions"
         } else {
@@ -371,13 +385,13 @@ fn text_only(request: &GenerationRequest, template: TemplateTraits) -> Result<()
         return Ok(());
     };
     for (i, m) in messages.iter().enumerate() {
-        if m.role == super::Role::Tool {
+        if m.role == super::Role::Tool && !renders_tools {
             return refuse(format!("messages[{i}].role"), "tool results");
         }
-        if !m.tool_calls.is_empty() {
+        if !m.tool_calls.is_empty() && !renders_tools {
             return refuse(format!("messages[{i}].tool_calls"), "tool calls");
         }
-        if m.name.is_some() {
+        if m.name.is_some() && !(renders_tools && m.role == super::Role::Tool) {
             return refuse(format!("messages[{i}].name"), "participant names");
         }
         let media = m.parts.iter().enumerate().find_map(|(p, part)| match part {

@@ -152,6 +152,9 @@ pub enum ResponseFormat {
     /// Text held to a GBNF grammar, as the client wrote it (llama.cpp's `grammar`;
     /// checked as GBNF when the request is read, see [`grammar::gbnf`]).
     Grammar(String),
+    /// Text held to a grammar in llguidance's Lark: the gateway's own, for a tool-call
+    /// format ([`toolcall::hermes`]); never read from a request.
+    Lark(String),
 }
 
 /// One message of a conversation.

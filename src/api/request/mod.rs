@@ -163,6 +163,8 @@ pub fn input_hash(model: &str, generation: &GenerationRequest) -> String {
         ResponseFormat::JsonObject => Some(Value::String("json_object".into())),
         ResponseFormat::JsonSchema(schema) => Some(schema.clone()),
         ResponseFormat::Grammar(gbnf) => Some(serde_json::json!({ "grammar": gbnf })),
+        // The gateway's own, made after the hash from the tools it covers.
+        ResponseFormat::Lark(_) => None,
     };
     let canonical = Canonical {
         model,

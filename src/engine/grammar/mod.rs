@@ -138,6 +138,11 @@ impl Vocabulary {
                 })?;
                 (TopLevelGrammar::from_lark(lark), GRAMMAR_PARAM, "grammar")
             }
+            ResponseFormat::Lark(lark) => (
+                TopLevelGrammar::from_lark(lark.clone()),
+                "tools",
+                "tools' schemas",
+            ),
         };
         // llguidance's compiler recurses along a GBNF grammar's chains of rules and
         // parentheses: bounded (`gbnf`'s limits), yet deeper than a thread's usual 2 MiB

@@ -96,6 +96,8 @@ pub struct LlamaCppSettings {
     /// A chat template llama.cpp knows by name, in place of the file's; `None`: the
     /// file's.
     pub chat_template: Option<String>,
+    /// A Jinja chat template read from this file, in place of the file's.
+    pub chat_template_file: Option<PathBuf>,
 }
 
 impl LlamaCppSettings {
@@ -110,6 +112,7 @@ impl LlamaCppSettings {
             stash_bytes: DEFAULT_STASH_MB << 20,
             force_cpu: false,
             chat_template: None,
+            chat_template_file: None,
         }
     }
 
@@ -128,6 +131,7 @@ impl LlamaCppSettings {
             stash_bytes: engine.prompt_stash_mb.unwrap_or(DEFAULT_STASH_MB) << 20,
             force_cpu: engine.force_cpu,
             chat_template: engine.chat_template.clone(),
+            chat_template_file: engine.chat_template_file.clone(),
         }
     }
 

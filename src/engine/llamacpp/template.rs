@@ -17,6 +17,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::engine::backend::TemplateTraits;
 use crate::engine::reasoning::OPEN;
+use crate::engine::toolcall::{hermes, ToolFormat};
 use crate::engine::{ChatMessage, EngineError, GenerationRequest};
 
 /// How a loaded model renders conversations.
@@ -37,6 +38,19 @@ pub(super) struct Jinja {
 }
 
 impl Jinja {
+    /// `source` with `model`'s BOS and EOS texts.
+    fn for_model(model: &LlamaModel, source: String) -> Result<Self, Error> {
+        let vocab = model.vocab();
+        let text =
+            |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned();
+        Self::new(
+            source,
+            text(vocab.bos()),
+            text(vocab.eos()),
+            vocab.should_add_bos(),
+        )
+    }
+
     /// The template `source`, checked by rendering a one-turn conversation.
     pub(super) fn new(
         source: String,
@@ -61,6 +75,11 @@ impl Jinja {
                 .iter()
                 .any(|switch| source.contains(switch)),
             thinks: source.contains(OPEN),
+            tool_format: if hermes::template_speaks(&source) {
+                ToolFormat::Hermes
+            } else {
+                ToolFormat::Generic
+            },
         };
         env.add_template_owned("chat", source)?;
         let jinja = Self {
@@ -83,10 +102,7 @@ impl Jinja {
         add_generation_prompt: bool,
         variables: &Map<String, Json>,
     ) -> Result<String, Error> {
-        let messages: Vec<_> = messages
-            .iter()
-            .map(|m| context! { role => m.role.as_str(), content => m.content.as_str() })
-            .collect();
+        let messages: Vec<_> = messages.iter().map(message).collect();
         let rendered = self.env.get_template("chat")?.render(context! {
             messages,
             add_generation_prompt,
@@ -101,11 +117,51 @@ impl Jinja {
     }
 }
 
-/// The template variables a request sets: its `chat_template_kwargs`, and its
-/// `reasoning_effort` as a variable of that name; an effort of `none` also turns
-/// `enable_thinking` off unless the request set it.
+/// A message as templates read it (transformers' shape): `role` and `content`, and where
+/// they are set an assistant's `tool_calls` (each `{id, type, function: {name,
+/// arguments}}`, the arguments as a JSON object), a result's `tool_call_id`, a `name`.
+fn message(m: &ChatMessage) -> minijinja::Value {
+    let calls: Vec<Json> = m
+        .tool_calls
+        .iter()
+        .map(|call| {
+            let arguments: Json = serde_json::from_str(&call.arguments)
+                .unwrap_or_else(|_| Json::String(call.arguments.clone()));
+            serde_json::json!({"id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": arguments}})
+        })
+        .collect();
+    context! {
+        role => m.role.as_str(),
+        content => m.content.as_str(),
+        tool_calls => (!calls.is_empty()).then(|| minijinja::Value::from_serialize(&calls)),
+        tool_call_id => m.tool_call_id.as_deref(),
+        name => m.name.as_deref(),
+    }
+}
+
+/// The template variables a request sets: its `chat_template_kwargs`, its
+/// `reasoning_effort` as a variable of that name (an effort of `none` also turns
+/// `enable_thinking` off unless the request set it), and the `tools` a template that
+/// renders them is given (transformers' shape: `{type: "function", function: {name,
+/// description, parameters}}`).
 pub(super) fn variables(request: &GenerationRequest) -> Map<String, Json> {
     let mut variables = request.template_kwargs.clone().unwrap_or_default();
+    if let Some(tools) = &request.tools {
+        let listed: Vec<Json> = tools
+            .functions
+            .iter()
+            .map(|f| {
+                let mut function = serde_json::json!({"name": f.name});
+                if let Some(description) = &f.description {
+                    function["description"] = Json::String(description.clone());
+                }
+                function["parameters"] = f.parameters.clone();
+                serde_json::json!({"type": "function", "function": function})
+            })
+            .collect();
+        variables.insert("tools".into(), Json::Array(listed));
+    }
     if let Some(effort) = &request.reasoning_effort {
         variables.insert("reasoning_effort".into(), Json::String(effort.clone()));
         if effort == "none" {
@@ -133,21 +189,27 @@ impl ChatTemplate {
     pub(super) fn of(model: &LlamaModel, path: &std::path::Path) -> Option<Self> {
         let file = model.chat_template(None).ok()?;
         let source = file.to_string().ok()?;
-        let vocab = model.vocab();
-        let text =
-            |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned();
-        match Jinja::new(
-            source,
-            text(vocab.bos()),
-            text(vocab.eos()),
-            vocab.should_add_bos(),
-        ) {
+        match Jinja::for_model(model, source) {
             Ok(jinja) => Some(ChatTemplate::Jinja(Box::new(jinja))),
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "The model's chat template is not Jinja minijinja renders: llama.cpp's reading of it renders conversations.");
                 Some(ChatTemplate::Llama(file))
             }
         }
+    }
+
+    /// The Jinja template in `file` (`engine.chat_template_file`): one that cannot be
+    /// read or rendered is a start-up error.
+    pub(super) fn from_file(model: &LlamaModel, file: &std::path::Path) -> anyhow::Result<Self> {
+        let source = std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("engine.chat_template_file {}: {e}", file.display()))?;
+        let jinja = Jinja::for_model(model, source).map_err(|e| {
+            anyhow::anyhow!(
+                "engine.chat_template_file {} is not a template minijinja renders: {e}",
+                file.display()
+            )
+        })?;
+        Ok(ChatTemplate::Jinja(Box::new(jinja)))
     }
 
     /// `messages` as the model reads them, with the assistant's turn opened when
@@ -248,7 +310,8 @@ mod tests {
             TemplateTraits {
                 takes_kwargs: true,
                 thinking_switch: true,
-                thinks: true
+                thinks: true,
+                tool_format: ToolFormat::Generic,
             }
         );
         let hi = [turn(Role::User, "hi")];
@@ -285,6 +348,45 @@ mod tests {
                 takes_kwargs: true,
                 ..TemplateTraits::default()
             }
+        );
+    }
+
+    #[test]
+    fn tools_and_the_historys_calls_reach_a_template_that_renders_them() {
+        let source = "{% for t in tools %}{{ t.function.name }}{{ t.function.parameters | tojson }};\
+            {% endfor %}{% for m in messages %}[{{ m.role }}]{% for c in m.tool_calls or [] %}\
+            <tool_call>{{ c.function.name }}{{ c.function.arguments | tojson }}</tool_call>{% endfor %}\
+            {% if m.tool_call_id %}({{ m.tool_call_id }}){% endif %}{{ m.content }}{% endfor %}";
+        let jinja = Jinja::new(source.into(), String::new(), String::new(), false).expect("ok");
+        assert_eq!(jinja.traits.tool_format, ToolFormat::Hermes);
+        let mut call = turn(Role::Assistant, "");
+        call.tool_calls = vec![crate::engine::ToolCall {
+            id: "call_a".into(),
+            name: "get_time".into(),
+            arguments: "{\"zone\":\"CET\"}".into(),
+        }];
+        let mut result = turn(Role::Tool, "12:00");
+        result.tool_call_id = Some("call_a".into());
+        let request = GenerationRequest {
+            tools: Some(crate::engine::Tools {
+                functions: vec![crate::engine::Function {
+                    name: "get_time".into(),
+                    description: None,
+                    parameters: serde_json::json!({"type": "object"}),
+                    strict: None,
+                }],
+                choice: crate::engine::ToolChoice::Auto,
+                parallel: None,
+                legacy: false,
+            }),
+            ..GenerationRequest::default()
+        };
+        let rendered = jinja
+            .render(&[call, result], false, &variables(&request))
+            .expect("renders");
+        assert_eq!(
+            rendered,
+            "get_time{\"type\":\"object\"};[assistant]<tool_call>get_time{\"zone\":\"CET\"}</tool_call>[tool](call_a)12:00"
         );
     }
 }

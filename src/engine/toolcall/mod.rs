@@ -10,7 +10,11 @@
 //! assistant's `tool_calls` as its `tool_call` JSON, a `tool` message as a user turn with
 //! `{"tool_response": ...}`), so a template that knows only system, user and assistant
 //! renders them. One call per answer: `parallel_tool_calls` asks for at most one here.
+//!
+//! A template that knows tools in the Hermes format (Qwen's, Hermes') renders them itself,
+//! and the answer is read in that format ([`hermes`]).
 
+pub mod hermes;
 pub mod stream;
 
 use serde_json::{json, Value};
@@ -18,23 +22,44 @@ use serde_json::{json, Value};
 use super::{ChatMessage, EngineError, GenerationRequest, Prompt, ResponseFormat, Role};
 use super::{ToolChoice, Tools};
 
+/// How a model in this process is asked for tool calls, and how they are read back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// llama.cpp's generic JSON, described in a system message and held by a grammar:
+    /// for a template that knows no tools.
+    #[default]
+    Generic,
+    /// `<tool_call>` tags, for a template that renders tools so ([`hermes`]).
+    Hermes,
+}
+
 /// What a request with tools became: how to read its answer back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolPlan {
-    /// The call's id, made from the request's id so a replay gets the same.
+    /// The first call's id, made from the request's id so a replay gets the same.
     pub call_id: String,
+    pub format: ToolFormat,
+    /// The tools the model may call.
+    pub tools: Vec<String>,
 }
 
-/// Rewrites a request with tools for an engine in this process: the tools in a system
-/// message, earlier calls and results as text, and the answer held to the generic
-/// format. `None` for a request without tools, or whose `tool_choice` is `none` (the
-/// tools are then left out of the prompt, as the model may not call them).
-pub fn plan(request: &mut GenerationRequest) -> Result<Option<ToolPlan>, EngineError> {
+/// Makes a request with tools ready for an engine in this process whose template speaks
+/// `format`. Generic: the tools in a system message, earlier calls and results as text,
+/// the answer held to the generic format. Hermes: the template renders the tools and the
+/// history; a grammar holds the answer to a call under `required` or a named function.
+/// `None` for a request without tools, or whose `tool_choice` is `none` (the tools are
+/// then left out of the prompt, as the model may not call them).
+pub fn plan(
+    request: &mut GenerationRequest,
+    format: ToolFormat,
+) -> Result<Option<ToolPlan>, EngineError> {
     let Prompt::Chat(messages) = &mut request.prompt else {
         return Ok(None);
     };
-    for message in messages.iter_mut() {
-        written_as_text(message);
+    if format == ToolFormat::Generic {
+        for message in messages.iter_mut() {
+            written_as_text(message);
+        }
     }
     let Some(tools) = request.tools.take() else {
         return Ok(None);
@@ -59,21 +84,37 @@ pub fn plan(request: &mut GenerationRequest) -> Result<Option<ToolPlan>, EngineE
         });
     }
     let may_answer = tools.choice == ToolChoice::Auto;
-    messages.insert(
-        0,
-        ChatMessage::new(Role::System, instructions(&tools, may_answer)),
-    );
-    merge_system_messages(messages);
-    request.response_format = ResponseFormat::JsonSchema(answer_schema(&tools, may_answer));
+    match format {
+        ToolFormat::Generic => {
+            messages.insert(
+                0,
+                ChatMessage::new(Role::System, instructions(&tools, may_answer)),
+            );
+            merge_system_messages(messages);
+            request.response_format = ResponseFormat::JsonSchema(answer_schema(&tools, may_answer));
+        }
+        ToolFormat::Hermes => {
+            if !may_answer {
+                request.response_format = ResponseFormat::Lark(hermes::grammar(&tools));
+            }
+        }
+    }
     let id: String = request
         .request_id
         .chars()
         .filter(char::is_ascii_alphanumeric)
         .take(24)
         .collect();
-    Ok(Some(ToolPlan {
+    let plan = ToolPlan {
         call_id: format!("call_{id}"),
-    }))
+        format,
+        tools: tools.names(),
+    };
+    if format == ToolFormat::Hermes {
+        // The template lists them.
+        request.tools = Some(tools);
+    }
+    Ok(Some(plan))
 }
 
 /// An earlier call or result, in the generic format and roles any template renders.
@@ -152,17 +193,8 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
             _ => true,
         })
         .map(|f| {
-            let mut arguments = f.parameters.clone();
-            if arguments.as_object().is_some_and(serde_json::Map::is_empty) {
-                arguments = json!({"type": "object"});
-            }
-            closed(&mut arguments);
-            json!({"type": "object", "properties": {
-                "tool_call": {"type": "object", "properties": {
-                    "name": {"const": f.name},
-                    "arguments": arguments,
-                }, "required": ["name", "arguments"], "additionalProperties": false}
-            }, "required": ["tool_call"], "additionalProperties": false})
+            json!({"type": "object", "properties": {"tool_call": call_schema(f)},
+                "required": ["tool_call"], "additionalProperties": false})
         })
         .collect();
     let mut answers = calls;
@@ -176,6 +208,19 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
         return answers.remove(0);
     }
     json!({"anyOf": answers})
+}
+
+/// One call of `function`: its name and its arguments, held to its schema.
+fn call_schema(function: &super::Function) -> Value {
+    let mut arguments = function.parameters.clone();
+    if arguments.as_object().is_some_and(serde_json::Map::is_empty) {
+        arguments = json!({"type": "object"});
+    }
+    closed(&mut arguments);
+    json!({"type": "object", "properties": {
+        "name": {"const": function.name},
+        "arguments": arguments,
+    }, "required": ["name", "arguments"], "additionalProperties": false})
 }
 
 /// An object schema takes only the properties it lists unless it says otherwise: a
@@ -239,7 +284,9 @@ mod tests {
             ],
             ToolChoice::Required,
         );
-        let plan = plan(&mut r).expect("ok").expect("a plan");
+        let plan = plan(&mut r, ToolFormat::Generic)
+            .expect("ok")
+            .expect("a plan");
         assert_eq!(plan.call_id, "call_6f1c4a528a1e4a8b");
         let Prompt::Chat(messages) = &r.prompt else {
             panic!()
@@ -288,7 +335,7 @@ mod tests {
             ToolChoice::None,
         );
         assert_eq!(
-            plan(&mut r).expect("ok"),
+            plan(&mut r, ToolFormat::Generic).expect("ok"),
             None,
             "none: no call to read back"
         );
@@ -312,7 +359,7 @@ mod tests {
         let mut r = request(vec![ChatMessage::new(Role::User, "hi")], ToolChoice::Auto);
         r.response_format = ResponseFormat::JsonObject;
         assert!(matches!(
-            plan(&mut r),
+            plan(&mut r, ToolFormat::Generic),
             Err(EngineError::Unsupported { param, .. }) if param == "response_format"
         ));
     }

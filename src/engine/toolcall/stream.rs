@@ -193,6 +193,8 @@ mod tests {
     fn plan() -> ToolPlan {
         ToolPlan {
             call_id: "call_x".into(),
+            format: super::super::ToolFormat::Generic,
+            tools: vec!["get_weather".into()],
         }
     }
 

@@ -218,5 +218,8 @@ fn response_format(format: &ResponseFormat) -> Option<Value> {
         })),
         // Sent as `grammar` instead.
         ResponseFormat::Grammar(_) => None,
+        // An engine in this process's own, for its tool-call format: an upstream is sent
+        // the tools.
+        ResponseFormat::Lark(_) => None,
     }
 }
