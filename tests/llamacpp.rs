@@ -27,14 +27,6 @@ fn engine(prefix_cache: bool) -> Front {
 
 const FRANCE: &str = "What is the capital of France? Answer in one word.";
 
-async fn ask(server: &TestServer, body: &Value) -> Value {
-    let response = post(server, CHAT, body).await;
-    let status = response.status();
-    let answer: Value = response.json().await.expect("json");
-    assert_eq!(status, 200, "{answer}");
-    answer
-}
-
 /// The text and the final chunk of a streamed answer.
 async fn stream(server: &TestServer, mut body: Value) -> (String, Value) {
     body["stream"] = json!(true);
@@ -70,7 +62,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
         FRANCE,
         json!({"temperature": 0, "max_tokens": 16, "logprobs": true, "top_logprobs": 2}),
     );
-    let whole = ask(&server, &greedy).await;
+    let whole = chat_ok(&server, &greedy).await;
     assert!(content(&whole).contains("Paris"), "{whole}");
     let n = whole["usage"]["completion_tokens"].as_u64().expect("usage");
     assert!((1..=16).contains(&n));
@@ -106,7 +98,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
 
     // The end rules and the stops: ignore_eos runs to max_tokens, min_tokens holds the
     // end back, a stop sequence cuts, a stop token ends without its text.
-    let long = ask(
+    let long = chat_ok(
         &server,
         &chat_body(
             FRANCE,
@@ -116,7 +108,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
     .await;
     assert_eq!(long["usage"]["completion_tokens"], 24);
     assert_eq!(long["choices"][0]["finish_reason"], "length");
-    let stopped = ask(
+    let stopped = chat_ok(
         &server,
         &chat_body(
             FRANCE,
@@ -132,7 +124,7 @@ async fn llama_cpp_answers_times_and_scores_like_the_other_engine() {
     let schema = json!({"type": "json_schema", "json_schema": {"name": "city", "schema": {
         "type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
         "required": ["city"], "additionalProperties": false}}});
-    let structured = ask(
+    let structured = chat_ok(
         &server,
         &chat_body(
             FRANCE,
@@ -169,7 +161,7 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
         "Write a short poem about the sea.",
         json!({"temperature": 0.9, "seed": 42, "max_tokens": 32}),
     );
-    let alone = content(&ask(&server, &seeded).await).to_owned();
+    let alone = content(&chat_ok(&server, &seeded).await).to_owned();
     // The same seeded request with three others running: long enough (no end before
     // max_tokens) to be running together on a fast machine, and waited for on a slow one.
     let mut handles = Vec::new();
@@ -180,7 +172,7 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
                 &format!("Tell me a story about a dragon number {i}."),
                 json!({"temperature": 0.7, "max_tokens": 160, "ignore_eos": true}),
             );
-            ask(&server, &body).await
+            chat_ok(&server, &body).await
         }));
     }
     let mut peak = 0;
@@ -189,7 +181,7 @@ async fn four_streams_decode_together_and_a_seed_gives_the_same_text_beside_them
         peak >= 2
     })
     .await;
-    let beside = content(&ask(&server, &seeded).await).to_owned();
+    let beside = content(&chat_ok(&server, &seeded).await).to_owned();
     for handle in handles {
         let answer = handle.await.expect("joined");
         assert!(!content(&answer).is_empty());
@@ -252,7 +244,7 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     let reused = |logs: &[u8]| logged(logs, "prefix", "Reusing a cached prompt prefix.", "reused");
     let cached =
         |answer: &Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
-    let first = ask(&server, &ask_with("Are you open today?", None)).await;
+    let first = chat_ok(&server, &ask_with("Are you open today?", None)).await;
     let prompt = first["usage"]["prompt_tokens"].as_u64().expect("usage");
     assert!(prompt > 300, "{prompt}");
     assert!(
@@ -260,7 +252,7 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
         "nothing cached yet"
     );
     assert_eq!(cached(&first), Some(0), "OpenAI's usage says so too");
-    let second = ask(&server, &ask_with("Do you sell bread?", None)).await;
+    let second = chat_ok(&server, &ask_with("Do you sell bread?", None)).await;
     let hits = reused(&logs.lock().unwrap());
     assert_eq!(hits.len(), 1, "the second request reused the first's cache");
     assert!(
@@ -270,18 +262,18 @@ async fn a_shared_system_prompt_is_read_once_with_the_prefix_cache() {
     assert_eq!(cached(&second), Some(hits[0]), "{second}");
     // A seeded request reads its whole prompt: a prefix from another batch could change
     // its answer.
-    ask(&server, &ask_with("Do you sell cakes?", Some(7))).await;
+    chat_ok(&server, &ask_with("Do you sell cakes?", Some(7))).await;
     assert_eq!(reused(&logs.lock().unwrap()).len(), 1);
     // Another app's system prompt takes another sequence rather than overwrite the
     // bakery's, so both stay: interleaved, each is read once.
     let other = "You are the assistant of a hiking club. ".repeat(40);
     let hiking = json!({"model": MODEL, "temperature": 0, "max_tokens": 1, "messages": [
         {"role": "system", "content": other}, {"role": "user", "content": "Where do we meet?"}]});
-    ask(&server, &hiking).await;
-    ask(&server, &ask_with("Do you bake on Sundays?", None)).await;
+    chat_ok(&server, &hiking).await;
+    chat_ok(&server, &ask_with("Do you bake on Sundays?", None)).await;
     let mut again = hiking.clone();
     again["messages"][1]["content"] = json!("When do we leave?");
-    ask(&server, &again).await;
+    chat_ok(&server, &again).await;
     let hits = reused(&logs.lock().unwrap());
     assert_eq!(hits.len(), 3, "{hits:?}");
     assert!(
@@ -319,15 +311,15 @@ async fn a_prompt_whose_sequence_was_given_away_comes_back_from_the_stash() {
         )
     };
     let bakery = app("a bakery", "Are you open today?");
-    let first = ask(&server, &bakery).await;
-    ask(&server, &app("a hiking club", "Where do we meet?")).await;
+    let first = chat_ok(&server, &bakery).await;
+    chat_ok(&server, &app("a hiking club", "Where do we meet?")).await;
     assert!(
         restored(&logs.lock().unwrap()).iter().all(|&n| n < 20),
         "at most the template's opening"
     );
     // The bakery's keys and values went to the stash when the hiking club took the
     // sequence; they come back, and the answer is the one read from scratch.
-    let again = ask(&server, &bakery).await;
+    let again = chat_ok(&server, &bakery).await;
     let hits = restored(&logs.lock().unwrap());
     let prompt = first["usage"]["prompt_tokens"].as_u64().expect("usage");
     assert_eq!(
@@ -362,8 +354,8 @@ async fn logit_bias_steers_the_real_models_picks() {
         json!({"model": MODEL, "temperature": 0, "max_tokens": 3, "logit_bias": bias,
                "messages": [{"role": "user", "content": "What is the capital of France?"}]})
     };
-    let plain = ask(&server, &body(json!({}))).await;
-    let steered = ask(&server, &body(json!({ id.to_string(): 100 }))).await;
+    let plain = chat_ok(&server, &body(json!({}))).await;
+    let steered = chat_ok(&server, &body(json!({ id.to_string(): 100 }))).await;
     let text = |answer: &Value| {
         answer["choices"][0]["message"]["content"]
             .as_str()
@@ -557,7 +549,7 @@ async fn choices_read_their_shared_prompt_once() {
             json!({"temperature": 0, "max_tokens": 6, "n": n}),
         )
     };
-    let three = ask(&server, &body(3)).await;
+    let three = chat_ok(&server, &body(3)).await;
     let mut cached: Vec<(u32, u32)> = server
         .observer
         .records()
@@ -572,7 +564,7 @@ async fn choices_read_their_shared_prompt_once() {
         [(0, prompt), (prompt - 1, prompt), (prompt - 1, prompt)],
         "one reads the prompt, two take it (all but its last token)"
     );
-    let alone = ask(&server, &body(1)).await;
+    let alone = chat_ok(&server, &body(1)).await;
     let text = content(&alone);
     for choice in three["choices"].as_array().expect("choices") {
         assert_eq!(choice["message"]["content"], text, "{three}");
@@ -597,7 +589,7 @@ async fn a_gbnf_grammar_and_a_bare_json_schema_hold_the_real_models_answer() {
         body
     };
     // llama.cpp's own test: exactly five a's, then only the end.
-    let five = ask(&server, &chat(json!({"grammar": "root ::= \"a\"{5,5}"}))).await;
+    let five = chat_ok(&server, &chat(json!({"grammar": "root ::= \"a\"{5,5}"}))).await;
     assert_eq!(content(&five), "aaaaa", "{five}");
     assert_eq!(five["choices"][0]["finish_reason"], "stop", "{five}");
     // Rules, alternatives, a class and a comment, streamed.
@@ -632,7 +624,7 @@ async fn a_gbnf_grammar_and_a_bare_json_schema_hold_the_real_models_answer() {
         "{native}"
     );
     // llama.cpp's top-level json_schema.
-    let schema = ask(&server, &chat(json!({"json_schema": {"const": "42"}}))).await;
+    let schema = chat_ok(&server, &chat(json!({"json_schema": {"const": "42"}}))).await;
     assert_eq!(content(&schema), "\"42\"", "{schema}");
 
     for (extra, param) in [
@@ -918,7 +910,7 @@ async fn the_end_token_is_counted_and_not_listed() {
                    "logit_bias": {"2": 100}, "stream": stream}),
         )
     };
-    let whole = ask(&server, &ended(false)).await;
+    let whole = chat_ok(&server, &ended(false)).await;
     assert_eq!(whole["choices"][0]["finish_reason"], "stop", "{whole}");
     assert_eq!(content(&whole), "");
     assert_eq!(whole["usage"]["completion_tokens"], 1, "{whole}");

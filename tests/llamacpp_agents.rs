@@ -20,14 +20,6 @@ fn engine() -> Front {
     .into()
 }
 
-async fn ask(server: &TestServer, body: &Value) -> Value {
-    let response = post(server, CHAT, body).await;
-    let status = response.status();
-    let answer: Value = response.json().await.expect("json");
-    assert_eq!(status, 200, "{answer}");
-    answer
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_names_and_an_effort_the_template_ignores_are_refused_by_name() {
     let server = TestServer::builder(engine()).start().await;
@@ -80,7 +72,7 @@ async fn the_default_model_calls_a_tool_when_required_streamed_and_whole() {
     let body = json!({"model": MODEL, "tools": weather_tools(), "tool_choice": "required",
         "seed": 3, "temperature": 0, "max_tokens": 64,
         "messages": [{"role": "user", "content": "What is the weather in Paris?"}]});
-    let whole = ask(&server, &body).await;
+    let whole = chat_ok(&server, &body).await;
     let choice = &whole["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{whole}");
     let call = &choice["message"]["tool_calls"][0];
@@ -152,7 +144,7 @@ async fn the_default_model_calls_a_tool_when_required_streamed_and_whole() {
             {"role": "assistant", "content": null, "tool_calls": [{"id": "call_a", "type": "function",
               "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
             {"role": "tool", "tool_call_id": "call_a", "content": "18 C"}]});
-    let answer = ask(&server, &named).await;
+    let answer = chat_ok(&server, &named).await;
     assert_eq!(
         answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time",
         "{answer}"
@@ -179,7 +171,7 @@ fn thinking_body(format: Option<&str>) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn think_sections_are_split_out_as_reasoning_by_format() {
     let server = TestServer::builder(engine()).start().await;
-    let whole = ask(&server, &thinking_body(Some("deepseek"))).await;
+    let whole = chat_ok(&server, &thinking_body(Some("deepseek"))).await;
     let message = &whole["choices"][0]["message"];
     let reasoning = message["reasoning_content"].as_str().expect("reasoning");
     let content = message["content"].as_str().expect("content");
@@ -226,7 +218,7 @@ async fn think_sections_are_split_out_as_reasoning_by_format() {
 
     // Left whole: asked so, or by default where the template writes no thinking.
     for format in [Some("none"), None] {
-        let answer = ask(&server, &thinking_body(format)).await;
+        let answer = chat_ok(&server, &thinking_body(format)).await;
         let message = &answer["choices"][0]["message"];
         let text = message["content"].as_str().expect("content");
         // The split drops the white space after each tag, no more.
@@ -239,7 +231,7 @@ async fn think_sections_are_split_out_as_reasoning_by_format() {
     // The file's Jinja template takes variables (this one reads none of them).
     let mut kwargs = thinking_body(None);
     kwargs["chat_template_kwargs"] = json!({"enable_thinking": false});
-    ask(&server, &kwargs).await;
+    chat_ok(&server, &kwargs).await;
 }
 
 /// A chat template of our own in the Hermes format (as Qwen's and Hermes' write tools):
@@ -303,7 +295,7 @@ async fn a_template_that_renders_tools_gets_them_and_its_calls_are_read_back() {
     let ask_weather = json!({"role": "user", "content": "What is the weather in Paris?"});
     let body = json!({"model": MODEL, "tools": weather_tools(), "tool_choice": "required",
         "seed": 3, "temperature": 0, "max_tokens": 64, "messages": [ask_weather]});
-    let whole = ask(&server, &body).await;
+    let whole = chat_ok(&server, &body).await;
     let choice = &whole["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{whole}");
     assert!(choice["message"]["content"].is_null(), "{whole}");
@@ -357,7 +349,7 @@ async fn a_template_that_renders_tools_gets_them_and_its_calls_are_read_back() {
             {"role": "assistant", "content": null, "tool_calls": [{"id": "call_a", "type": "function",
               "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
             {"role": "tool", "tool_call_id": "call_a", "content": "18 C"}]});
-    let answer = ask(&server, &after).await;
+    let answer = chat_ok(&server, &after).await;
     assert_eq!(
         answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time",
         "{answer}"

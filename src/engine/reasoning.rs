@@ -146,7 +146,11 @@ impl Splitter {
                 self.held = after[CLOSE.len()..].to_owned();
             } else {
                 // The longest end of the text that may be the start of the closing tag.
-                let keep = if end { 0 } else { partial_close(&self.held) };
+                let keep = if end {
+                    0
+                } else {
+                    tag_start_at_end(&self.held, CLOSE)
+                };
                 let kept = self.held.split_off(self.held.len() - keep);
                 out.extend(self.reasoning(at, end));
                 self.held = kept;
@@ -192,11 +196,12 @@ impl Splitter {
     }
 }
 
-/// How many bytes at the end of `text` are a proper start of [`CLOSE`].
-fn partial_close(text: &str) -> usize {
-    (1..CLOSE.len())
+/// How many bytes at the end of `text` are a proper start of `tag` (an ASCII tag): what
+/// a reader of tags in streamed text holds back until the next piece.
+pub(crate) fn tag_start_at_end(text: &str, tag: &str) -> usize {
+    (1..tag.len())
         .rev()
-        .find(|&k| text.ends_with(&CLOSE[..k]))
+        .find(|&k| text.ends_with(&tag[..k]))
         .unwrap_or(0)
 }
 

@@ -30,7 +30,51 @@ pub(super) fn spend_script() -> &'static redis::Script {
 /// its call, but not for ever.
 const OFF_PATH_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// A limit: what it counts, its size a minute, and what this request costs.
+type Meter = (RateUnit, NonZeroU32, u32);
+
 impl SharedState {
+    /// One call of the limits script: each limit's key, size and cost, then each quota's
+    /// key and size and the key's holds (this request's hold and how long it lasts).
+    fn charge_invocation(
+        &self,
+        key_id: &str,
+        meters: &[Meter],
+        counted: &[(Period, u64)],
+        quotas: Option<QuotaCheck<'_>>,
+        tokens: u32,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut invocation = SCRIPT.prepare_invoke();
+        invocation.arg(meters.len()).arg(counted.len());
+        for (unit, limit, cost) in meters {
+            let name = match unit {
+                RateUnit::Requests => "rpm",
+                RateUnit::Tokens => "tpm",
+            };
+            invocation
+                .key(format!(
+                    "{}:limit:{{{key_id}}}:{name}:{limit}",
+                    self.key_prefix()
+                ))
+                .arg(limit.get())
+                .arg(*cost);
+        }
+        if let Some(check) = quotas.filter(|_| !counted.is_empty()) {
+            for (period, size) in counted {
+                invocation
+                    .key(self.quota_key(key_id, *period, check.calendar))
+                    .arg(*size);
+            }
+            let lasts = u64::try_from(check.hold_for.as_millis()).unwrap_or(u64::MAX);
+            invocation
+                .key(self.holds_key(key_id))
+                .arg(check.hold_id)
+                .arg(tokens)
+                .arg(lasts.max(1));
+        }
+        invocation
+    }
+
     fn quota_key(&self, key_id: &str, period: Period, calendar: &Calendar) -> String {
         format!(
             "{}:quota:{{{key_id}}}:{}:{}",
@@ -45,6 +89,36 @@ impl SharedState {
     }
 }
 
+/// The script's answer when a quota refused the request: its one line
+/// `{QUOTA_SPENT, quota's place, used, held}`.
+fn quota_spent(
+    lines: &[Vec<i64>],
+    counted: &[(Period, u64)],
+    quotas: Option<QuotaCheck<'_>>,
+) -> Option<Charged> {
+    let ([refused], Some(check)) = (lines, quotas) else {
+        return None;
+    };
+    let [QUOTA_SPENT, j, used, held] = refused[..] else {
+        return None;
+    };
+    let (period, limit) = usize::try_from(j - 1)
+        .ok()
+        .and_then(|j| counted.get(j).copied())
+        .unwrap_or((Period::Day, 0));
+    let used = u64::try_from(used).unwrap_or(0);
+    Some(Charged {
+        outcome: Err(Refusal::QuotaSpent(Spent {
+            period,
+            limit,
+            used,
+            held: u64::try_from(held).unwrap_or(0),
+            resets_in: check.calendar.ends_in(period),
+        })),
+        used: vec![(period, used)],
+    })
+}
+
 #[async_trait::async_trait]
 impl SharedBudget for SharedState {
     async fn charge(
@@ -54,7 +128,7 @@ impl SharedBudget for SharedState {
         quotas: Option<QuotaCheck<'_>>,
         tokens: u32,
     ) -> Result<Charged, Unanswered> {
-        let meters: Vec<(RateUnit, NonZeroU32, u32)> = [
+        let meters: Vec<Meter> = [
             (RateUnit::Requests, limits.requests_per_minute, 1),
             // Every request costs at least one token, as in one gateway.
             (RateUnit::Tokens, limits.tokens_per_minute, tokens.max(1)),
@@ -77,58 +151,15 @@ impl SharedBudget for SharedState {
                 used: Vec::new(),
             });
         }
-        let mut invocation = SCRIPT.prepare_invoke();
-        invocation.arg(meters.len()).arg(counted.len());
-        for (unit, limit, cost) in &meters {
-            let name = match unit {
-                RateUnit::Requests => "rpm",
-                RateUnit::Tokens => "tpm",
-            };
-            invocation
-                .key(format!(
-                    "{}:limit:{{{key_id}}}:{name}:{limit}",
-                    self.key_prefix()
-                ))
-                .arg(limit.get())
-                .arg(*cost);
-        }
-        if let Some(check) = quotas.filter(|_| !counted.is_empty()) {
-            for (period, size) in &counted {
-                invocation
-                    .key(self.quota_key(key_id, *period, check.calendar))
-                    .arg(*size);
-            }
-            let lasts = u64::try_from(check.hold_for.as_millis()).unwrap_or(u64::MAX);
-            invocation
-                .key(self.holds_key(key_id))
-                .arg(check.hold_id)
-                .arg(tokens)
-                .arg(lasts.max(1));
-        }
+        let invocation = self.charge_invocation(key_id, &meters, &counted, quotas, tokens);
         let lines: Vec<Vec<i64>> = self
             .call(self.config.timeout, |mut connection| {
                 let invocation = &invocation;
                 async move { invocation.invoke_async(&mut connection).await }
             })
             .await?;
-        if let ([refused], Some(check)) = (&lines[..], quotas) {
-            if let [QUOTA_SPENT, j, used, held] = refused[..] {
-                let (period, limit) = usize::try_from(j - 1)
-                    .ok()
-                    .and_then(|j| counted.get(j).copied())
-                    .unwrap_or((Period::Day, 0));
-                let used = u64::try_from(used).unwrap_or(0);
-                return Ok(Charged {
-                    outcome: Err(Refusal::QuotaSpent(Spent {
-                        period,
-                        limit,
-                        used,
-                        held: u64::try_from(held).unwrap_or(0),
-                        resets_in: check.calendar.ends_in(period),
-                    })),
-                    used: vec![(period, used)],
-                });
-            }
+        if let Some(spent) = quota_spent(&lines, &counted, quotas) {
+            return Ok(spent);
         }
         let lines: Vec<Line> = lines
             .iter()

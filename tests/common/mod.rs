@@ -135,6 +135,16 @@ pub async fn post_json(server: &TestServer, path: &str, body: &Value) -> Value {
     post(server, path, body).await.json().await.expect("json")
 }
 
+/// POSTs a chat request that must succeed: its answer, after a 200 (the answer shown
+/// if not).
+pub async fn chat_ok(server: &TestServer, body: &Value) -> Value {
+    let response = post(server, CHAT, body).await;
+    let status = response.status();
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
 /// [`post`], then the answer's body as text.
 pub async fn post_text(server: &TestServer, path: &str, body: &Value) -> String {
     post(server, path, body).await.text().await.expect("body")

@@ -13,8 +13,9 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::{call_schema, ToolPlan};
-use crate::engine::{EngineError, EngineEvent, ToolCallDelta, ToolChoice, Tools};
+use super::{call_schemas, ToolPlan};
+use crate::engine::reasoning::tag_start_at_end;
+use crate::engine::{EngineError, EngineEvent, ToolCallDelta, Tools};
 use crate::tokens::{FinishReason, Usage};
 
 /// The tag that opens a call.
@@ -31,15 +32,7 @@ pub fn template_speaks(source: &str) -> bool {
 /// The Lark grammar (llguidance's) that holds an answer to one call of a tool the choice
 /// allows, spaced as the template writes calls.
 pub fn grammar(tools: &Tools) -> String {
-    let calls: Vec<Value> = tools
-        .functions
-        .iter()
-        .filter(|f| match &tools.choice {
-            ToolChoice::Named(name) => &f.name == name,
-            _ => true,
-        })
-        .map(call_schema)
-        .collect();
+    let calls: Vec<Value> = call_schemas(tools).collect();
     let schema = json!({
         "anyOf": calls,
         "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
@@ -123,7 +116,7 @@ impl Reading {
                     }
                     // All but what may be the start of a tag, once there is more than
                     // white space (the model's line breaks around calls are not content).
-                    let keep = partial(&self.held, OPEN);
+                    let keep = tag_start_at_end(&self.held, OPEN);
                     if self.held[..self.held.len() - keep].trim().is_empty() {
                         return Ok(out);
                     }
@@ -278,18 +271,11 @@ impl Reading {
     }
 }
 
-/// How many bytes at the end of `text` are a proper start of `tag`.
-fn partial(text: &str, tag: &str) -> usize {
-    (1..tag.len())
-        .rev()
-        .find(|&k| text.ends_with(&tag[..k]))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::toolcall::ToolFormat;
+    use crate::engine::ToolChoice;
 
     fn plan() -> ToolPlan {
         ToolPlan {

@@ -185,15 +185,9 @@ fn merge_system_messages(messages: &mut Vec<ChatMessage>) {
 /// The JSON Schema the answer is held to: a call of one of the tools the choice allows,
 /// its arguments held to that tool's schema, or (`may_answer`) a text response.
 pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
-    let calls: Vec<Value> = tools
-        .functions
-        .iter()
-        .filter(|f| match &tools.choice {
-            ToolChoice::Named(name) => &f.name == name,
-            _ => true,
-        })
-        .map(|f| {
-            json!({"type": "object", "properties": {"tool_call": call_schema(f)},
+    let calls: Vec<Value> = call_schemas(tools)
+        .map(|call| {
+            json!({"type": "object", "properties": {"tool_call": call},
                 "required": ["tool_call"], "additionalProperties": false})
         })
         .collect();
@@ -208,6 +202,18 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
         return answers.remove(0);
     }
     json!({"anyOf": answers})
+}
+
+/// A call of each tool the choice allows (all, or the one named), as [`call_schema`].
+fn call_schemas(tools: &Tools) -> impl Iterator<Item = Value> + '_ {
+    tools
+        .functions
+        .iter()
+        .filter(|f| match &tools.choice {
+            ToolChoice::Named(name) => &f.name == name,
+            _ => true,
+        })
+        .map(call_schema)
 }
 
 /// One call of `function`: its name and its arguments, held to its schema.
