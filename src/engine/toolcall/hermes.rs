@@ -44,7 +44,10 @@ pub fn grammar(tools: &Tools) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
     Text,
-    Call,
+    /// In a call: the text before `scanned` holds no closing tag.
+    Call {
+        scanned: usize,
+    },
 }
 
 /// One answer in the Hermes format, read as its tokens come.
@@ -111,7 +114,7 @@ impl Reading {
                             out.extend(self.text(at));
                         }
                         self.held = call[OPEN.len()..].to_owned();
-                        self.part = Part::Call;
+                        self.part = Part::Call { scanned: 0 };
                         continue;
                     }
                     // All but what may be the start of a tag, once there is more than
@@ -125,8 +128,14 @@ impl Reading {
                     self.held = kept;
                     return Ok(out);
                 }
-                Part::Call => {
-                    let Some(i) = self.held.find(CLOSE) else {
+                Part::Call { scanned } => {
+                    // Only the new text, and a tag's start before it, can hold the tag.
+                    let Some(i) = self.held[scanned..].find(CLOSE).map(|i| scanned + i) else {
+                        let mut scanned = self.held.len().saturating_sub(CLOSE.len() - 1);
+                        while !self.held.is_char_boundary(scanned) {
+                            scanned -= 1;
+                        }
+                        self.part = Part::Call { scanned };
                         return Ok(out);
                     };
                     let rest = self.held.split_off(i);
@@ -226,7 +235,7 @@ impl Reading {
         match self.part {
             Part::Text => out.extend(self.text(at)),
             // A call the end token closed in place of `</tool_call>` (seen of Qwen).
-            Part::Call => match self.call(at) {
+            Part::Call { .. } => match self.call(at) {
                 Ok(call) => out.extend(call),
                 Err(_) if reason == FinishReason::Length => {
                     return vec![EngineEvent::Failed(EngineError::InvalidParameter {
@@ -370,6 +379,21 @@ mod tests {
             })
             .sum();
         assert_eq!(tokens, 5);
+    }
+
+    #[test]
+    fn a_closing_tag_cut_between_tokens_is_found() {
+        let (_, calls, end) = read(&feed(
+            &mut Reading::new(plan()),
+            &[
+                "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</to",
+                "ol_ca",
+                "ll>",
+            ],
+            FinishReason::Stop,
+        ));
+        assert_eq!(calls[0].2, "get_time({\"zone\":\"CET\"})");
+        assert_eq!(end, "ToolCalls");
     }
 
     #[test]
