@@ -30,8 +30,8 @@
 //!   and process-wide CPU settings), upstream servers and a scripted engine; the seeded
 //!   sampler and structured output (grammar masks from the model's vocabulary); what
 //!   agents send (`engine::tools`) and tool calls on an engine in this process, in
-//!   llama.cpp's generic format held by a grammar, or Hermes' tags for a template that
-//!   renders tools (`engine::toolcall`); `<think>`
+//!   llama.cpp's generic format held by a grammar, or the format of a template that
+//!   renders tools: Hermes, Llama 3, Mistral, DeepSeek R1 (`engine::toolcall`); `<think>`
 //!   sections split out as reasoning in process (`engine::reasoning`).
 //! - [`stream`]: engine events (content, reasoning, pieces of tool calls) to OpenAI chunks
 //!   and SSE frames, with timing and cancellation.

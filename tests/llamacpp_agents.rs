@@ -1,6 +1,7 @@
 //! Agents and reasoning models on the default model in this process (llama.cpp): tool
 //! calls in the generic format held by a grammar, what the engine cannot serve refused
-//! by name, and `<think>` sections split out as llama-server's `reasoning_format` does.
+//! by name, the tool-call formats of templates that render tools, and `<think>` sections
+//! split out as llama-server's `reasoning_format` does.
 
 mod common;
 
@@ -271,8 +272,13 @@ Write each call as <tool_call>
 /// The default model with [`HERMES_TEMPLATE`] in place of its file's
 /// (`engine.chat_template_file`).
 fn hermes_engine(folder: &std::path::Path) -> Front {
-    let file = folder.join("hermes.jinja");
-    std::fs::write(&file, HERMES_TEMPLATE).expect("the template is written");
+    engine_with_template(folder, HERMES_TEMPLATE)
+}
+
+/// The default model with `template` in place of its file's.
+fn engine_with_template(folder: &std::path::Path, template: &str) -> Front {
+    let file = folder.join("template.jinja");
+    std::fs::write(&file, template).expect("the template is written");
     LlamaCppEngine::load_now(LlamaCppSettings {
         sequences: 2,
         context_length: Some(2048),
@@ -373,4 +379,122 @@ async fn a_template_that_renders_tools_gets_them_and_its_calls_are_read_back() {
                 .is_some_and(|m| m.contains("tool call")),
         "{status} {answer}"
     );
+}
+
+/// Templates of our own in the other formats a template is told by: Llama 3's (bare
+/// JSON with `parameters`), Mistral's `[TOOL_CALLS]name[ARGS]` (whose templates refuse a
+/// call id that is not nine letters and digits) and DeepSeek R1's blocks.
+const FORMAT_TEMPLATES: [(&str, &str); 3] = [
+    (
+        "llama3",
+        r#"{%- if tools %}<|start_header_id|>system<|end_header_id|>
+
+Environment: ipython
+Answer a call as {"name": function name, "parameters": arguments}. Functions:
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|eot_id|>{% endif %}
+{%- for m in messages %}{% if m.role == 'tool' %}<|start_header_id|>ipython<|end_header_id|>
+
+{{ m.content }}<|eot_id|>{% elif m.tool_calls %}<|start_header_id|>assistant<|end_header_id|>
+
+{% for c in m.tool_calls %}{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments | tojson }}}{% endfor %}<|eot_id|>{% else %}<|start_header_id|>{{ m.role }}<|end_header_id|>
+
+{{ m.content }}<|eot_id|>{% endif %}{% endfor %}
+{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
+
+{% endif %}"#,
+    ),
+    (
+        "mistral",
+        r#"{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}
+{%- for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'tool' %}{% if m.tool_call_id | length != 9 %}{{ raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}{% endif %}[TOOL_RESULTS]{{ m.tool_call_id }}[TOOL_CONTENT]{{ m.content }}[/TOOL_RESULTS]
+{%- elif m.tool_calls %}{% for c in m.tool_calls %}{% if c.id | length != 9 %}{{ raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}{% endif %}[TOOL_CALLS]{{ c.function.name }}[CALL_ID]{{ c.id }}[ARGS]{{ c.function.arguments | tojson }}{% endfor %}</s>
+{%- else %}{{ m.content }}</s>{% endif %}{% endfor %}"#,
+    ),
+    (
+        "deepseek-r1",
+        r#"{%- if tools %}Functions: {% for t in tools %}{{ t | tojson }} {% endfor %}{% endif %}
+{%- for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}
+{%- elif m.role == 'tool' %}<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜><｜tool▁outputs▁end｜>
+{%- elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for c in m.tool_calls %}<｜tool▁call▁begin｜>function<｜tool▁sep｜>{{ c.function.name }}
+```json
+{{ c.function.arguments | tojson }}
+```<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>
+{%- else %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜>{% endif %}"#,
+    ),
+];
+
+/// A template in each of those formats is told at load: the grammar holds a required
+/// call to its spelling, the call is read back the same streamed and whole, and the
+/// history's call and result (with an id Mistral's template would refuse as sent) are
+/// the template's to write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_templates_own_tool_call_format_is_written_and_read_back() {
+    for (format, template) in FORMAT_TEMPLATES {
+        let folder = tempfile::tempdir().expect("a folder");
+        let server = TestServer::builder(engine_with_template(folder.path(), template))
+            .start()
+            .await;
+        let ask = json!({"role": "user", "content": "What time is it in Paris?"});
+        // DeepSeek's markers are single tokens in its own vocabulary and ~15 each here.
+        // Seeded: decoded alone, never from a cached prefix, so streamed and whole agree.
+        let body = json!({"model": MODEL, "tools": weather_tools(), "tool_choice": "required",
+            "seed": 3, "temperature": 0, "max_tokens": 200, "messages": [ask]});
+        let whole = chat_ok(&server, &body).await;
+        let choice = &whole["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{format}: {whole}");
+        let call = &choice["message"]["tool_calls"][0];
+        let arguments: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments"))
+                .expect("the arguments are JSON");
+        let key = match call["function"]["name"].as_str() {
+            Some("get_weather") => "city",
+            Some("get_time") => "zone",
+            other => panic!("{format}: {other:?} is not a tool offered"),
+        };
+        assert!(arguments[key].is_string(), "{format}: {arguments}");
+        let id = call["id"].as_str().expect("an id");
+        if format == "mistral" {
+            assert!(
+                id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{id}"
+            );
+        }
+
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let chunks = chunks_of(&post_text(&server, CHAT, &streamed).await);
+        let pieces: Vec<&Value> = chunks
+            .iter()
+            .flat_map(|c| {
+                c["choices"][0]["delta"]["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+            })
+            .collect();
+        assert_eq!(pieces[0]["function"]["name"], call["function"]["name"]);
+        let streamed_arguments: String = pieces
+            .iter()
+            .filter_map(|p| p["function"]["arguments"].as_str())
+            .collect();
+        assert_eq!(
+            streamed_arguments, call["function"]["arguments"],
+            "{format}"
+        );
+
+        let after = json!({"model": MODEL, "tools": weather_tools(), "max_tokens": 200,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "messages": [ask,
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "call_a", "type": "function",
+                  "function": {"name": "get_time", "arguments": "{\"zone\":\"CET\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_a", "content": "12:00"}]});
+        let answer = chat_ok(&server, &after).await;
+        assert_eq!(
+            answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather",
+            "{format}: {answer}"
+        );
+    }
 }

@@ -269,13 +269,13 @@ impl Front {
         }
         if let Some(plan) = tool_plan {
             let events = generation.events;
-            generation.events = match plan.format {
-                ToolFormat::Generic => {
-                    let mut reading = toolcall::stream::Reading::new(plan);
+            generation.events = match plan.format.syntax() {
+                Some(syntax) => {
+                    let mut reading = toolcall::tagged::Reading::new(plan, syntax);
                     read_through(events, move |e| reading.on_event(e))
                 }
-                ToolFormat::Hermes => {
-                    let mut reading = toolcall::hermes::Reading::new(plan);
+                None => {
+                    let mut reading = toolcall::stream::Reading::new(plan);
                     read_through(events, move |e| reading.on_event(e))
                 }
             };
@@ -354,7 +354,7 @@ fn text_only(request: &GenerationRequest, template: TemplateTraits) -> Result<()
         })
     };
     // A template that renders tools renders the calls and results of the history too.
-    let renders_tools = template.tool_format == ToolFormat::Hermes;
+    let renders_tools = template.tool_format != ToolFormat::Generic;
     if request.tools.is_some() && !renders_tools {
         let param = if request.tools.as_ref().is_some_and(|t| t.legacy) {
             "functions"

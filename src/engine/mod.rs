@@ -153,7 +153,7 @@ pub enum ResponseFormat {
     /// checked as GBNF when the request is read, see [`grammar::gbnf`]).
     Grammar(String),
     /// Text held to a grammar in llguidance's Lark: the gateway's own, for a tool-call
-    /// format ([`toolcall::hermes`]); never read from a request.
+    /// format ([`toolcall::syntax`]); never read from a request.
     Lark(String),
 }
 
@@ -336,6 +336,18 @@ pub struct TokenizeRequest {
     /// End a rendered conversation with the assistant's turn opening, as a generation
     /// does (chat prompts only).
     pub add_generation_prompt: bool,
+    /// What the chat template is given beside the conversation, as a generation's
+    /// (`/apply-template`'s `tools` and `chat_template_kwargs`).
+    pub template: TemplateInputs,
+}
+
+/// What a chat template is given beside the conversation: the tools a template that
+/// renders them lists, `chat_template_kwargs`, `reasoning_effort`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TemplateInputs {
+    pub tools: Option<Tools>,
+    pub kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    pub reasoning_effort: Option<String>,
 }
 
 impl TokenizeRequest {
@@ -347,6 +359,7 @@ impl TokenizeRequest {
             prompt,
             add_special_tokens: true,
             add_generation_prompt: chat,
+            template: TemplateInputs::default(),
         }
     }
 }

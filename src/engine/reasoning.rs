@@ -196,11 +196,12 @@ impl Splitter {
     }
 }
 
-/// How many bytes at the end of `text` are a proper start of `tag` (an ASCII tag): what
+/// How many bytes at the end of `text` are a proper start of `tag`: what
 /// a reader of tags in streamed text holds back until the next piece.
 pub(crate) fn tag_start_at_end(text: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
+        .filter(|&k| tag.is_char_boundary(k))
         .find(|&k| text.ends_with(&tag[..k]))
         .unwrap_or(0)
 }

@@ -17,8 +17,8 @@ use serde_json::{Map, Value as Json};
 
 use crate::engine::backend::TemplateTraits;
 use crate::engine::reasoning::OPEN;
-use crate::engine::toolcall::{hermes, ToolFormat};
-use crate::engine::{ChatMessage, EngineError, GenerationRequest};
+use crate::engine::toolcall::ToolFormat;
+use crate::engine::{ChatMessage, EngineError, GenerationRequest, TemplateInputs};
 
 /// How a loaded model renders conversations.
 pub(super) enum ChatTemplate {
@@ -35,6 +35,8 @@ pub(super) struct Jinja {
     /// The tokenizer adds a BOS token itself: a rendered one is dropped, not doubled.
     adds_bos: bool,
     traits: TemplateTraits,
+    /// `enable_thinking` where the request sets none (`engine.reasoning`).
+    thinking: bool,
 }
 
 impl Jinja {
@@ -75,11 +77,7 @@ impl Jinja {
                 .iter()
                 .any(|switch| source.contains(switch)),
             thinks: source.contains(OPEN),
-            tool_format: if hermes::template_speaks(&source) {
-                ToolFormat::Hermes
-            } else {
-                ToolFormat::Generic
-            },
+            tool_format: ToolFormat::of_template(&source),
         };
         env.add_template_owned("chat", source)?;
         let jinja = Self {
@@ -88,6 +86,7 @@ impl Jinja {
             eos,
             adds_bos,
             traits,
+            thinking: true,
         };
         let hi = ChatMessage::new(crate::engine::Role::User, "Hi");
         jinja.render(std::slice::from_ref(&hi), true, &Map::new())?;
@@ -95,20 +94,33 @@ impl Jinja {
     }
 
     /// `variables`: the request's own for the template ([`variables`]); the messages
-    /// and the tokens win over any of the same name.
+    /// and the tokens win over any of the same name, and they win over what llama.cpp's
+    /// server gives every template: `enable_thinking` (on unless `engine.reasoning` is
+    /// off), and today's date as Llama 3's `date_string` and FireFunction's `datetime`.
     fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         variables: &Map<String, Json>,
     ) -> Result<String, Error> {
-        let messages: Vec<_> = messages.iter().map(message).collect();
+        let ids = self.traits.tool_format.nine_character_ids();
+        let messages: Vec<_> = messages.iter().map(|m| message(m, ids)).collect();
+        let now = chrono::Utc::now();
+        // Earlier ones win.
+        let given = context! {
+            ..minijinja::Value::from_serialize(variables),
+            ..context! {
+                enable_thinking => self.thinking,
+                date_string => now.format("%d %b %Y").to_string(),
+                datetime => now.format("%b %d %Y %H:%M:%S GMT").to_string(),
+            }
+        };
         let rendered = self.env.get_template("chat")?.render(context! {
             messages,
             add_generation_prompt,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
-            ..minijinja::Value::from_serialize(variables)
+            ..given
         })?;
         Ok(match rendered.strip_prefix(self.bos.as_str()) {
             Some(rest) if self.adds_bos && !self.bos.is_empty() => rest.to_owned(),
@@ -120,24 +132,53 @@ impl Jinja {
 /// A message as templates read it (transformers' shape): `role` and `content`, and where
 /// they are set an assistant's `tool_calls` (each `{id, type, function: {name,
 /// arguments}}`, the arguments as a JSON object), a result's `tool_call_id`, a `name`.
-fn message(m: &ChatMessage) -> minijinja::Value {
+/// A key that is not set is absent, not none: templates ask `'tool_calls' in message`.
+/// `nine_character_ids`: call ids as Mistral's templates take them ([`nine_characters`]).
+fn message(m: &ChatMessage, nine_character_ids: bool) -> minijinja::Value {
+    let id = |id: &str| match nine_character_ids {
+        true => nine_characters(id),
+        false => id.to_owned(),
+    };
     let calls: Vec<Json> = m
         .tool_calls
         .iter()
         .map(|call| {
             let arguments: Json = serde_json::from_str(&call.arguments)
                 .unwrap_or_else(|_| Json::String(call.arguments.clone()));
-            serde_json::json!({"id": call.id, "type": "function",
+            serde_json::json!({"id": id(&call.id), "type": "function",
                 "function": {"name": call.name, "arguments": arguments}})
         })
         .collect();
-    context! {
-        role => m.role.as_str(),
-        content => m.content.as_str(),
-        tool_calls => (!calls.is_empty()).then(|| minijinja::Value::from_serialize(&calls)),
-        tool_call_id => m.tool_call_id.as_deref(),
-        name => m.name.as_deref(),
+    let mut shaped = Map::new();
+    shaped.insert("role".into(), Json::from(m.role.as_str()));
+    shaped.insert("content".into(), Json::from(m.content.as_str()));
+    if !calls.is_empty() {
+        shaped.insert("tool_calls".into(), Json::Array(calls));
     }
+    if let Some(call_id) = &m.tool_call_id {
+        shaped.insert("tool_call_id".into(), Json::String(id(call_id)));
+    }
+    if let Some(name) = &m.name {
+        shaped.insert("name".into(), Json::from(name.as_str()));
+    }
+    minijinja::Value::from_serialize(&shaped)
+}
+
+/// A call id as Mistral's templates take one (nine letters and digits, else they refuse
+/// the conversation): itself where it is one (the ids this gateway gives, see
+/// [`ToolPlan::id`](crate::engine::toolcall::ToolPlan::id)), else nine characters of its
+/// hash, the same for a call and for its result.
+fn nine_characters(id: &str) -> String {
+    if id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return id.to_owned();
+    }
+    use sha2::Digest;
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    sha2::Sha256::digest(id.as_bytes())
+        .iter()
+        .take(9)
+        .map(|byte| char::from(DIGITS[usize::from(*byte) % 36]))
+        .collect()
 }
 
 /// The template variables a request sets: its `chat_template_kwargs`, its
@@ -146,8 +187,29 @@ fn message(m: &ChatMessage) -> minijinja::Value {
 /// renders them is given (transformers' shape: `{type: "function", function: {name,
 /// description, parameters}}`).
 pub(super) fn variables(request: &GenerationRequest) -> Map<String, Json> {
-    let mut variables = request.template_kwargs.clone().unwrap_or_default();
-    if let Some(tools) = &request.tools {
+    variables_of(
+        request.tools.as_ref(),
+        request.template_kwargs.as_ref(),
+        request.reasoning_effort.as_deref(),
+    )
+}
+
+/// The template variables of `/apply-template`'s inputs, as a generation's.
+pub(super) fn inputs_variables(inputs: &TemplateInputs) -> Map<String, Json> {
+    variables_of(
+        inputs.tools.as_ref(),
+        inputs.kwargs.as_ref(),
+        inputs.reasoning_effort.as_deref(),
+    )
+}
+
+fn variables_of(
+    tools: Option<&crate::engine::Tools>,
+    kwargs: Option<&Map<String, Json>>,
+    reasoning_effort: Option<&str>,
+) -> Map<String, Json> {
+    let mut variables = kwargs.cloned().unwrap_or_default();
+    if let Some(tools) = tools {
         let listed: Vec<Json> = tools
             .functions
             .iter()
@@ -162,8 +224,8 @@ pub(super) fn variables(request: &GenerationRequest) -> Map<String, Json> {
             .collect();
         variables.insert("tools".into(), Json::Array(listed));
     }
-    if let Some(effort) = &request.reasoning_effort {
-        variables.insert("reasoning_effort".into(), Json::String(effort.clone()));
+    if let Some(effort) = reasoning_effort {
+        variables.insert("reasoning_effort".into(), Json::String(effort.to_owned()));
         if effort == "none" {
             variables
                 .entry("enable_thinking")
@@ -180,6 +242,14 @@ impl ChatTemplate {
         match self {
             ChatTemplate::Jinja(jinja) => jinja.traits,
             ChatTemplate::Llama(_) => TemplateTraits::default(),
+        }
+    }
+
+    /// `enable_thinking` where a request sets none: `engine.reasoning` off turns it off
+    /// (llama.cpp's own reading takes no variables).
+    pub(super) fn think_by_default(&mut self, on: bool) {
+        if let ChatTemplate::Jinja(jinja) = self {
+            jinja.thinking = on;
         }
     }
 
@@ -388,5 +458,52 @@ mod tests {
             rendered,
             "get_time{\"type\":\"object\"};[assistant]<tool_call>get_time{\"zone\":\"CET\"}</tool_call>[tool](call_a)12:00"
         );
+    }
+
+    #[test]
+    fn every_template_gets_the_thinking_switch_and_the_date_and_mistrals_get_their_ids() {
+        let source = "{{ enable_thinking }}|{{ date_string }}|{% for m in messages %}\
+            {{ m.tool_call_id }};{% endfor %}{% if tools %}[TOOL_CALLS]{% endif %}";
+        let mut jinja =
+            Jinja::new(source.into(), String::new(), String::new(), false).expect("renders");
+        assert_eq!(jinja.traits.tool_format, ToolFormat::MistralNemo);
+        let mut result = turn(Role::Tool, "12:00");
+        result.tool_call_id = Some("call_a".into());
+        let mut ours = turn(Role::Tool, "13:00");
+        ours.tool_call_id = Some("x00000001".into());
+        let today = chrono::Utc::now().format("%d %b %Y").to_string();
+        let rendered = jinja
+            .render(&[result.clone(), ours], false, &Map::new())
+            .expect("renders");
+        let [switch, date, ids] = rendered.split('|').collect::<Vec<_>>()[..] else {
+            panic!("{rendered}")
+        };
+        assert_eq!((switch, date), ("True", today.as_str()));
+        let ids: Vec<&str> = ids.split(';').collect();
+        assert!(
+            ids[0].len() == 9 && ids[0].chars().all(|c| c.is_ascii_alphanumeric()),
+            "{ids:?}"
+        );
+        assert_eq!(
+            ids[0],
+            nine_characters("call_a"),
+            "the same for call and result"
+        );
+        assert_eq!(ids[1], "x00000001", "an id Mistral takes is kept");
+        // engine.reasoning off, and the request's own switch over it.
+        jinja.thinking = false;
+        let off = jinja
+            .render(std::slice::from_ref(&result), false, &Map::new())
+            .expect("renders");
+        assert!(off.starts_with("False|"), "{off}");
+        let kwargs = serde_json::json!({"enable_thinking": true});
+        let on = jinja
+            .render(
+                std::slice::from_ref(&result),
+                false,
+                kwargs.as_object().expect("an object"),
+            )
+            .expect("renders");
+        assert!(on.starts_with("True|"), "{on}");
     }
 }

@@ -11,11 +11,13 @@
 //! `{"tool_response": ...}`), so a template that knows only system, user and assistant
 //! renders them. One call per answer: `parallel_tool_calls` asks for at most one here.
 //!
-//! A template that knows tools in the Hermes format (Qwen's, Hermes') renders them itself,
-//! and the answer is read in that format ([`hermes`]).
+//! A template that knows tools in a format of its own (Hermes and Qwen, Llama 3,
+//! Mistral, DeepSeek R1: [`syntax`]) renders them and the history itself, and the answer
+//! is read in that format ([`tagged`]).
 
-pub mod hermes;
 pub mod stream;
+pub mod syntax;
+pub mod tagged;
 
 use serde_json::{json, Value};
 
@@ -29,24 +31,58 @@ pub enum ToolFormat {
     /// for a template that knows no tools.
     #[default]
     Generic,
-    /// `<tool_call>` tags, for a template that renders tools so ([`hermes`]).
+    /// `<tool_call>` tags: Qwen 2.5 and 3, Hermes 2 and 3.
     Hermes,
+    /// JSON `{"name", "parameters"}` as the answer: Llama 3.1 to 3.3.
+    Llama3,
+    /// `[TOOL_CALLS]` and a JSON list: Mistral Nemo.
+    MistralNemo,
+    /// `[TOOL_CALLS]name[ARGS]{...}`: Mistral Small 3.2, Devstral, Magistral.
+    MistralArgs,
+    /// `<｜tool▁calls▁begin｜>` blocks: DeepSeek R1 (and V3.1's spelling).
+    DeepSeekR1,
 }
 
 /// What a request with tools became: how to read its answer back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolPlan {
-    /// The first call's id, made from the request's id so a replay gets the same.
+    /// The first call's id, made from the request's id so a replay gets the same
+    /// ([`ToolPlan::id`] gives each call's).
     pub call_id: String,
     pub format: ToolFormat,
-    /// The tools the model may call.
-    pub tools: Vec<String>,
+    /// The tools the model may call: their names, and their arguments' schemas.
+    pub tools: Vec<super::Function>,
+}
+
+impl ToolPlan {
+    /// The id of the answer's `n`th call (from 0): `call_id`, then `call_id_1`...; nine
+    /// letters and digits where the format's template takes no other (Mistral's).
+    pub fn id(&self, n: usize) -> String {
+        if self.format.nine_character_ids() {
+            let stem: String = self
+                .call_id
+                .strip_prefix("call_")
+                .unwrap_or(&self.call_id)
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(7)
+                .collect();
+            const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+            let digit = |d: usize| char::from(DIGITS[d % 36]);
+            return format!("{stem:0<7}{}{}", digit(n / 36), digit(n));
+        }
+        match n {
+            0 => self.call_id.clone(),
+            n => format!("{}_{n}", self.call_id),
+        }
+    }
 }
 
 /// Makes a request with tools ready for an engine in this process whose template speaks
 /// `format`. Generic: the tools in a system message, earlier calls and results as text,
-/// the answer held to the generic format. Hermes: the template renders the tools and the
-/// history; a grammar holds the answer to a call under `required` or a named function.
+/// the answer held to the generic format. A template's own format: the template renders
+/// the tools and the history; a grammar holds the answer to a call under `required` or a
+/// named function.
 /// `None` for a request without tools, or whose `tool_choice` is `none` (the tools are
 /// then left out of the prompt, as the model may not call them).
 pub fn plan(
@@ -84,19 +120,16 @@ pub fn plan(
         });
     }
     let may_answer = tools.choice == ToolChoice::Auto;
-    match format {
-        ToolFormat::Generic => {
-            messages.insert(
-                0,
-                ChatMessage::new(Role::System, instructions(&tools, may_answer)),
-            );
-            merge_system_messages(messages);
-            request.response_format = ResponseFormat::JsonSchema(answer_schema(&tools, may_answer));
-        }
-        ToolFormat::Hermes => {
-            if !may_answer {
-                request.response_format = ResponseFormat::Lark(hermes::grammar(&tools));
-            }
+    if format == ToolFormat::Generic {
+        messages.insert(
+            0,
+            ChatMessage::new(Role::System, instructions(&tools, may_answer)),
+        );
+        merge_system_messages(messages);
+        request.response_format = ResponseFormat::JsonSchema(answer_schema(&tools, may_answer));
+    } else if !may_answer {
+        if let Some(grammar) = format.grammar(&tools) {
+            request.response_format = ResponseFormat::Lark(grammar);
         }
     }
     let id: String = request
@@ -105,16 +138,19 @@ pub fn plan(
         .filter(char::is_ascii_alphanumeric)
         .take(24)
         .collect();
-    let plan = ToolPlan {
+    let functions = if format == ToolFormat::Generic {
+        tools.functions
+    } else {
+        // The template lists them.
+        let functions = tools.functions.clone();
+        request.tools = Some(tools);
+        functions
+    };
+    Ok(Some(ToolPlan {
         call_id: format!("call_{id}"),
         format,
-        tools: tools.names(),
-    };
-    if format == ToolFormat::Hermes {
-        // The template lists them.
-        request.tools = Some(tools);
-    }
-    Ok(Some(plan))
+        tools: functions,
+    }))
 }
 
 /// An earlier call or result, in the generic format and roles any template renders.
@@ -185,7 +221,8 @@ fn merge_system_messages(messages: &mut Vec<ChatMessage>) {
 /// The JSON Schema the answer is held to: a call of one of the tools the choice allows,
 /// its arguments held to that tool's schema, or (`may_answer`) a text response.
 pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
-    let calls: Vec<Value> = call_schemas(tools)
+    let calls: Vec<Value> = allowed(tools)
+        .map(|f| call_schema(f, "arguments"))
         .map(|call| {
             json!({"type": "object", "properties": {"tool_call": call},
                 "required": ["tool_call"], "additionalProperties": false})
@@ -204,29 +241,31 @@ pub fn answer_schema(tools: &Tools, may_answer: bool) -> Value {
     json!({"anyOf": answers})
 }
 
-/// A call of each tool the choice allows (all, or the one named), as [`call_schema`].
-fn call_schemas(tools: &Tools) -> impl Iterator<Item = Value> + '_ {
-    tools
-        .functions
-        .iter()
-        .filter(|f| match &tools.choice {
-            ToolChoice::Named(name) => &f.name == name,
-            _ => true,
-        })
-        .map(call_schema)
+/// The tools the choice allows: all, or the one named.
+fn allowed(tools: &Tools) -> impl Iterator<Item = &super::Function> + '_ {
+    tools.functions.iter().filter(|f| match &tools.choice {
+        ToolChoice::Named(name) => &f.name == name,
+        _ => true,
+    })
 }
 
-/// One call of `function`: its name and its arguments, held to its schema.
-fn call_schema(function: &super::Function) -> Value {
+/// One call of `function`: its name and its arguments (under `arguments_key`), held to
+/// its schema.
+fn call_schema(function: &super::Function, arguments_key: &str) -> Value {
+    json!({"type": "object", "properties": {
+        "name": {"const": function.name},
+        arguments_key: arguments_schema(function),
+    }, "required": ["name", arguments_key], "additionalProperties": false})
+}
+
+/// The schema `function`'s arguments are held to: its own, [`closed`].
+fn arguments_schema(function: &super::Function) -> Value {
     let mut arguments = function.parameters.clone();
     if arguments.as_object().is_some_and(serde_json::Map::is_empty) {
         arguments = json!({"type": "object"});
     }
     closed(&mut arguments);
-    json!({"type": "object", "properties": {
-        "name": {"const": function.name},
-        "arguments": arguments,
-    }, "required": ["name", "arguments"], "additionalProperties": false})
+    arguments
 }
 
 /// An object schema takes only the properties it lists unless it says otherwise: a

@@ -109,7 +109,7 @@ impl Reading {
         EngineEvent::ToolCall {
             delta: ToolCallDelta {
                 index: 0,
-                id: name.as_ref().map(|_| self.plan.call_id.clone()),
+                id: name.as_ref().map(|_| self.plan.id(0)),
                 name,
                 arguments,
             },
@@ -194,7 +194,7 @@ mod tests {
         ToolPlan {
             call_id: "call_x".into(),
             format: super::super::ToolFormat::Generic,
-            tools: vec!["get_weather".into()],
+            tools: Vec::new(),
         }
     }
 
