@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::engine::config::EngineConfig;
+use crate::engine::config::{EngineConfig, ReasoningSwitch};
 use crate::quality::intent::IntentClassifier;
 use crate::quality::refusal::RefusalDetector;
 use crate::quality::{GuardConfig, QualitySettings};
@@ -239,6 +239,7 @@ fn engine_config(engine: settings::EngineTable) -> EngineConfig {
         prompt_stash_mb: engine.prompt_stash_mb,
         chat_template: engine.chat_template,
         chat_template_file: engine.chat_template_file,
+        reasoning: engine.reasoning.unwrap_or_default(),
     }
 }
 
@@ -316,8 +317,8 @@ impl Config {
         Ok(config)
     }
 
-    /// What the served models must agree with: the llama.cpp-only chat template, and
-    /// one model for `serve_any_model`.
+    /// What the served models must agree with: the llama.cpp-only chat template and
+    /// reasoning switch, and one model for `serve_any_model`.
     fn check_models(&self) -> Result<(), ConfigError> {
         let template = match (&self.engine.chat_template, &self.engine.chat_template_file) {
             (Some(_), Some(_)) => {
@@ -328,6 +329,9 @@ impl Config {
             }
             (Some(_), None) => Some("engine.chat_template"),
             (None, Some(_)) => Some("engine.chat_template_file"),
+            (None, None) if self.engine.reasoning != ReasoningSwitch::Auto => {
+                Some("engine.reasoning")
+            }
             (None, None) => None,
         };
         let llamacpp_only = template.is_some();

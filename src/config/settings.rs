@@ -11,7 +11,7 @@ use clap::Args;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::config::Weights;
+use crate::engine::config::{ReasoningSwitch, Weights};
 use crate::semlog::config::SemlogTable;
 use crate::state::StateTable;
 use crate::telemetry::config::LogFormat;
@@ -241,6 +241,10 @@ pub struct EngineTable {
     /// that renders tools, for a file whose own does not [default: the file's].
     #[arg(long, env = "LLMGATE_CHAT_TEMPLATE_FILE")]
     pub chat_template_file: Option<PathBuf>,
+    /// llamacpp: whether a chat template with a thinking switch thinks where a request
+    /// does not say (`auto`, `on`, `off`), as llama-server's --reasoning [default: auto].
+    #[arg(long, env = "LLMGATE_REASONING", value_enum)]
+    pub reasoning: Option<ReasoningSwitch>,
     /// Compute threads, 0 for one per core [default: 0].
     #[arg(long, env = "LLMGATE_THREADS")]
     pub threads: Option<usize>,

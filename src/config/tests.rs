@@ -382,6 +382,21 @@ fn without_a_models_list_engine_names_the_one_model() {
         "[engine]\nengine = \"llamacpp\"\nchat_template = \"chatml\"\nchat_template_file = \"t.jinja\"\n",
     );
     assert!(text.contains("set one of them"), "{text}");
+    // The reasoning switch is llama.cpp's too.
+    let file = "[engine]\nengine = \"llamacpp\"\nreasoning = \"off\"\n";
+    let config = Config::from_toml(&ServeArgs::default(), file).expect("llama.cpp's");
+    assert_eq!(
+        config.engine.reasoning,
+        crate::engine::config::ReasoningSwitch::Off
+    );
+    let text = error_text(
+        &ServeArgs::default(),
+        "[engine]\nengine = \"mistral\"\nreasoning = \"off\"\n",
+    );
+    assert!(
+        text.contains("engine.reasoning") && text.contains("mistral"),
+        "{text}"
+    );
     let args = ServeArgs {
         engine: EngineTable {
             model_id: Some("vllm-llama".into()),

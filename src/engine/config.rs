@@ -49,6 +49,21 @@ pub struct EngineConfig {
     pub chat_template: Option<String>,
     /// llamacpp: a Jinja chat template read from this file, in place of the file's.
     pub chat_template_file: Option<std::path::PathBuf>,
+    /// llamacpp: whether the chat template is told to think where a request does not say.
+    pub reasoning: ReasoningSwitch,
+}
+
+/// Whether a chat template with a thinking switch thinks where a request does not say
+/// (llama-server's `--reasoning`): `off` gives it `enable_thinking: false`, as a request's
+/// `chat_template_kwargs` or a `reasoning_effort` of `none` would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningSwitch {
+    /// As the template says (llama.cpp's server gives it `enable_thinking: true`).
+    #[default]
+    Auto,
+    On,
+    Off,
 }
 
 /// How the model's quantized weights are held in memory on CPU; the engine passes it to

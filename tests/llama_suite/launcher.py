@@ -24,6 +24,9 @@ MODEL = Path(os.environ.get("LLAMA_SUITE_MODEL", ROOT / "models" / "SmolLM2-135M
 TARGET = os.environ.get("LLAMA_SUITE_SERVER", "llmgate")
 LLAMA_SERVER = ROOT / ".peers" / "llama-server" / "llama-server"
 LLMGATE = ROOT / "target" / "debug" / "llmgate"
+# The chat templates of llama.cpp's tree (models/templates), which the suite loads by a
+# path relative to that tree; scripts/peers keeps them here.
+TEMPLATES = ROOT / ".peers" / "llama-suite" / "templates"
 START_SECONDS = 120
 
 
@@ -37,6 +40,8 @@ def pytest_configure(config):
         if server.model_hf_repo is not None or server.model_file is not None or server.model_url:
             server.model_hf_repo = server.model_hf_file = server.model_url = None
             server.model_file = str(MODEL)
+        if server.chat_template_file:
+            server.chat_template_file = str(TEMPLATES / Path(server.chat_template_file).name)
         if TARGET == "llama-server":
             server.server_path = str(LLAMA_SERVER)
             server.offline = True
@@ -78,6 +83,11 @@ def llmgate_args(server, data_dir: Path) -> list[str]:
                  "--max-tokens-cap", str(server.n_predict)]
     if server.chat_template:
         args += ["--chat-template", server.chat_template]
+    if server.chat_template_file:
+        # llmgate renders Jinja always: llama-server's --jinja has no flag here.
+        args += ["--chat-template-file", server.chat_template_file]
+    if server.reasoning:
+        args += ["--reasoning", server.reasoning]
     if server.cors_origins:
         args += ["--cors-origin", server.cors_origins]
     if server.no_ui:

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::AppState;
 use crate::api::request::MAX_LOGIT_BIAS;
-use crate::engine::{Prompt, TokenizeRequest};
+use crate::engine::{Prompt, TemplateInputs, TokenizeRequest};
 use crate::error::ApiError;
 use crate::stream::chunks::native::NativeMeta;
 use request::{translate, BiasTarget};
@@ -170,6 +170,7 @@ async fn text_ids(
         prompt: Prompt::Text(text),
         add_special_tokens: false,
         add_generation_prompt: false,
+        template: TemplateInputs::default(),
     };
     let tokenized = served.engine.tokenize(request).await.map_err(|e| {
         ApiError::unsupported(

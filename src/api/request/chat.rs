@@ -353,7 +353,7 @@ fn link_function_results(messages: &mut [ChatMessage]) {
 
 /// OpenAI's `reasoning_effort`, for a reasoning model (passed on; an engine without
 /// reasoning refuses it).
-fn reasoning_effort(object: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+pub(super) fn reasoning_effort(object: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
     match object.get("reasoning_effort") {
         None | Some(Value::Null) => Ok(None),
@@ -382,7 +382,9 @@ fn reasoning_format(object: &Map<String, Value>) -> Result<Option<ReasoningForma
 
 /// `chat_template_kwargs` (llama-server's and vLLM's): variables for the model's chat
 /// template, such as Qwen3's `enable_thinking`.
-fn template_kwargs(object: &Map<String, Value>) -> Result<Option<Map<String, Value>>, ApiError> {
+pub(super) fn template_kwargs(
+    object: &Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, ApiError> {
     match object.get("chat_template_kwargs") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(kwargs)) => Ok(Some(kwargs.clone())),

@@ -8,7 +8,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{message, object_of, read, RequestLimits, WireMessage};
-use crate::engine::{Prompt, TokenizeRequest};
+use crate::engine::{Prompt, TemplateInputs, TokenizeRequest};
 use crate::error::ApiError;
 
 /// A validated `/tokenize` request.
@@ -164,14 +164,30 @@ pub fn parse_tokenize_request(body: &[u8], limits: &RequestLimits) -> Result<Tok
     })
 }
 
+/// What a `POST /apply-template` body may hold beside `messages`: what the template is
+/// given as a generation gives it.
+const APPLY_TEMPLATE_KNOWN: &[&str] = &[
+    "model",
+    "messages",
+    "add_generation_prompt",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "chat_template_kwargs",
+    "reasoning_effort",
+];
+
 /// A `POST /apply-template` body (llama.cpp's server's): the conversation to render with
-/// the model's chat template, ending with the assistant's turn opening, as a generation
-/// renders it.
+/// the model's chat template, with the tools, `chat_template_kwargs` and
+/// `reasoning_effort` a generation would give it, ending with the assistant's turn
+/// opening (unless `add_generation_prompt` is false), as a generation renders it.
 pub fn parse_apply_template_request(
     body: &[u8],
     limits: &RequestLimits,
 ) -> Result<TokenizeRequest, ApiError> {
-    let object = object_of(body, &[&["messages"]], limits)?;
+    let object = object_of(body, &[APPLY_TEMPLATE_KNOWN], limits)?;
     let Some(Value::Array(items)) = object.get("messages") else {
         return Err(ApiError::invalid(
             "messages",
@@ -192,11 +208,26 @@ pub fn parse_apply_template_request(
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<_, _>>()?;
+    let add_generation_prompt = match object.get("add_generation_prompt") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(add)) => *add,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "add_generation_prompt",
+                "must be a boolean",
+            ))
+        }
+    };
     Ok(TokenizeRequest {
         prompt: Prompt::Chat(messages),
         // Only what the template itself writes.
         add_special_tokens: false,
-        add_generation_prompt: true,
+        add_generation_prompt,
+        template: TemplateInputs {
+            tools: super::tools::tools_of(&object)?,
+            kwargs: super::chat::template_kwargs(&object)?,
+            reasoning_effort: super::chat::reasoning_effort(&object)?,
+        },
     })
 }
 
@@ -328,6 +359,21 @@ mod tests {
             parse(json!({"messages": [{"role": "user", "content": "Hi"}]})).expect("valid");
         assert_eq!(request.prompt, Prompt::user("Hi"));
         assert!(request.add_generation_prompt && !request.add_special_tokens);
+        assert_eq!(request.template, TemplateInputs::default());
+        // What a generation gives the template, as llama-server's takes it.
+        let request = parse(json!({"messages": [{"role": "user", "content": "Hi"}],
+            "add_generation_prompt": false, "chat_template_kwargs": {"enable_thinking": false},
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}))
+        .expect("valid");
+        assert!(!request.add_generation_prompt);
+        assert_eq!(
+            request.template.tools.map(|t| t.names()),
+            Some(vec!["f".into()])
+        );
+        assert_eq!(
+            request.template.kwargs,
+            json!({"enable_thinking": false}).as_object().cloned()
+        );
         for (body, param) in [
             (json!({}), "messages"),
             (json!({"messages": []}), "messages"),
@@ -336,7 +382,11 @@ mod tests {
                 json!({"messages": [{"role": "x", "content": "Hi"}]}),
                 "messages[0].role",
             ),
-            (json!({"messages": [], "tools": []}), "tools"),
+            (json!({"messages": [], "prompt": "Hi"}), "prompt"),
+            (
+                json!({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": 1}),
+                "add_generation_prompt",
+            ),
         ] {
             let error = parse(body.clone()).expect_err(&body.to_string());
             assert_eq!(error.param(), Some(param), "{body}: {error}");

@@ -91,11 +91,14 @@ pub(super) fn load(settings: &LlamaCppSettings) -> anyhow::Result<Loaded> {
         .context_length
         .unwrap_or(trained.min(DEFAULT_CONTEXT_CAP))
         .max(16);
-    let template = match (&settings.chat_template, &settings.chat_template_file) {
+    let mut template = match (&settings.chat_template, &settings.chat_template_file) {
         (Some(name), _) => Some(ChatTemplate::Llama(named_template(&model, name)?)),
         (None, Some(file)) => Some(ChatTemplate::from_file(&model, file)?),
         (None, None) => ChatTemplate::of(&model, path),
     };
+    if let Some(template) = &mut template {
+        template.think_by_default(settings.thinking);
+    }
     if template.is_none() {
         tracing::warn!(path = %path.display(), "The model's file has no chat template: only /v1/completions can be served.");
     }

@@ -39,7 +39,7 @@ use super::{
     reasoning, Backend, EngineError, Generation, GenerationRequest, Job, LoadedModel, Prompt,
     PromptTokens, Readiness, TokenizeRequest, Tokenized,
 };
-use crate::engine::config::EngineConfig;
+use crate::engine::config::{EngineConfig, ReasoningSwitch};
 use crate::engine::known_token_ids;
 
 /// Engine name and version, part of the system fingerprint: the bindings' version pins
@@ -98,6 +98,8 @@ pub struct LlamaCppSettings {
     pub chat_template: Option<String>,
     /// A Jinja chat template read from this file, in place of the file's.
     pub chat_template_file: Option<PathBuf>,
+    /// `enable_thinking` where a request sets none (`engine.reasoning`).
+    pub thinking: bool,
 }
 
 impl LlamaCppSettings {
@@ -113,6 +115,7 @@ impl LlamaCppSettings {
             force_cpu: false,
             chat_template: None,
             chat_template_file: None,
+            thinking: true,
         }
     }
 
@@ -132,6 +135,7 @@ impl LlamaCppSettings {
             force_cpu: engine.force_cpu,
             chat_template: engine.chat_template.clone(),
             chat_template_file: engine.chat_template_file.clone(),
+            thinking: engine.reasoning != ReasoningSwitch::Off,
         }
     }
 
@@ -386,7 +390,7 @@ impl Backend for LlamaCppEngine {
         let rendered = tokenize_prompt(
             loaded,
             &request.prompt,
-            &serde_json::Map::new(),
+            &template::inputs_variables(&request.template),
             request.add_special_tokens,
             request.add_generation_prompt,
         )?;
