@@ -89,6 +89,10 @@ pub(super) struct AnswerSoFar {
     first_content: Option<Instant>,
     last_content: Instant,
     later_tokens: u32,
+    /// Log-probabilities of tokens that spell nothing, in a chunk of their own: llama.cpp's
+    /// server lists the end token so, before the chunk that says the answer stopped. Held
+    /// until the next chunk tells whether they were that.
+    maybe_end: Vec<crate::tokens::TokenLogprob>,
 }
 
 impl AnswerSoFar {
@@ -107,6 +111,7 @@ impl AnswerSoFar {
             sent,
             first_content: None,
             last_content: sent,
+            maybe_end: Vec::new(),
             later_tokens: 0,
         }
     }
@@ -171,6 +176,7 @@ impl AnswerSoFar {
         if let Some(usage) = piece.usage {
             self.ending.usage = Some(usage);
         }
+        self.hold_end_token(&mut piece);
         let max_tokens = self.terms.budget.tokens();
         // Reasoning and tool calls count against the budget too (they are output), one
         // token per piece: their chunks carry no log-probabilities to count by.
@@ -220,6 +226,27 @@ impl AnswerSoFar {
             step.stop = Some(self.ended(false));
         }
         step
+    }
+
+    /// The end token is no part of the content (docs/api.md, "The end token"). An
+    /// upstream that lists it in the chunk that stops is read by
+    /// [`Piece`](crate::engine::upstream::wire::Piece)'s own check; one that lists it in
+    /// a chunk of its own just before (llama.cpp's server: no text, no bytes, no finish)
+    /// is held here, and given back to the answer unless the next chunk stops it.
+    fn hold_end_token(&mut self, piece: &mut Piece) {
+        let held = std::mem::take(&mut self.maybe_end);
+        let spells_nothing = piece.finish_reason.is_none()
+            && piece.text.is_empty()
+            && piece.reasoning.is_empty()
+            && piece.tool_calls.is_empty()
+            && !piece.logprobs.is_empty()
+            && piece.logprobs.iter().all(|t| t.token.bytes.is_empty());
+        if spells_nothing {
+            self.maybe_end = std::mem::take(&mut piece.logprobs);
+        }
+        if !held.is_empty() && piece.finish_reason.as_deref() != Some("stop") {
+            piece.logprobs.splice(0..0, held);
+        }
     }
 
     /// Output past the budget the upstream was sent: it ignores max_tokens. The answer

@@ -212,3 +212,33 @@ fn faults_stop_the_reading_and_a_refusal_comes_only_before_content() {
     ));
     assert!(matches!(garbled.on_body_end(), Stop::Failed(Fault::Cut(_))));
 }
+
+/// llama.cpp's server lists the end token's log-probability in a chunk of its own (no
+/// text, no bytes), just before the chunk that says the answer stopped: it is not
+/// content. The same entry before more content is the answer's.
+#[test]
+fn an_end_token_listed_in_a_chunk_before_the_stop_is_not_content() {
+    const WORD: &str = r#"{"choices":[{"text":"Hi","index":0,"logprobs":{"content":[{"id":7,"token":"Hi","bytes":[72,105],"logprob":-0.1}]},"finish_reason":null}]}"#;
+    const NOTHING: &str = r#"{"choices":[{"text":"","index":0,"logprobs":{"content":[{"id":2,"token":"","bytes":[],"logprob":-1.4}]},"finish_reason":null}]}"#;
+    const STOP: &str = r#"{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
+    let listed = |step: &EventEffects| match &step.token {
+        Some(EngineEvent::Token { logprobs, .. }) => logprobs.len(),
+        _ => 0,
+    };
+    let sent = Instant::now();
+    let mut terms = terms(100, true);
+    terms.expected_model = None;
+    terms.top_logprobs = 1;
+    let (mut stopped, _) = answer(terms.clone(), sent);
+    let counts: Vec<usize> = [WORD, NOTHING, STOP]
+        .iter()
+        .map(|data| listed(&stopped.on_event("", data, sent + ms(10))))
+        .collect();
+    assert_eq!(counts, vec![1, 0, 0], "the end token is not listed");
+    let (mut went_on, _) = answer(terms, sent);
+    let counts: Vec<usize> = [NOTHING, WORD]
+        .iter()
+        .map(|data| listed(&went_on.on_event("", data, sent + ms(10))))
+        .collect();
+    assert_eq!(counts, vec![0, 2], "given back before the next token");
+}
