@@ -98,6 +98,11 @@ EXCEPTIONS = {
         f"{LLAMA_ONLY}: llama-server's built-in tools (--tools)",
     "test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers":
         f"{LLAMA_ONLY}: llama-server's web UI proxy (/cors-proxy)",
+    # test_tool_call.py
+    "test_tool_call.py::test_completion_without_tool_call_fast[meta-llama-Llama-3.3-70B-Instruct-128-tools0-None-CompletionMode.STREAMED]":
+        f"{LLAMA_ONLY}: without tools, the first chunk carries content \"\" with the role, "
+        "as OpenAI's does; the suite's stream reader refuses an empty content delta (as "
+        "test_chat_completion_with_timings_per_token)",
     # test_template.py
     "test_template.py::test_date_inside_prompt[fireworks-ai-llama-3-firefunction-v2-%b %d %Y-None]":
         f"{NOT_BUILT}: FireFunction v2's template reads `functions`, a variable llama.cpp's "
