@@ -269,6 +269,29 @@ Write each call as <tool_call>
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif %}"#;
 
+/// `body` streamed: the `tool_calls` pieces of its chunks, in order, and their
+/// arguments put together.
+async fn streamed_call(server: &TestServer, body: &Value) -> (Vec<Value>, String) {
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let chunks = chunks_of(&post_text(server, CHAT, &streamed).await);
+    let pieces: Vec<Value> = chunks
+        .iter()
+        .flat_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .cloned()
+        })
+        .collect();
+    let arguments = pieces
+        .iter()
+        .filter_map(|p| p["function"]["arguments"].as_str())
+        .collect();
+    (pieces, arguments)
+}
+
 /// The default model with [`HERMES_TEMPLATE`] in place of its file's
 /// (`engine.chat_template_file`).
 fn hermes_engine(folder: &std::path::Path) -> Front {
@@ -322,18 +345,7 @@ async fn a_template_that_renders_tools_gets_them_and_its_calls_are_read_back() {
         "every token was the call's: {whole}"
     );
 
-    let mut streamed = body.clone();
-    streamed["stream"] = json!(true);
-    let chunks = chunks_of(&post_text(&server, CHAT, &streamed).await);
-    let pieces: Vec<&Value> = chunks
-        .iter()
-        .flat_map(|c| {
-            c["choices"][0]["delta"]["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-        })
-        .collect();
+    let (pieces, streamed_arguments) = streamed_call(&server, &body).await;
     assert_eq!(
         pieces[0]["function"]["name"], name,
         "named in its first piece"
@@ -341,10 +353,6 @@ async fn a_template_that_renders_tools_gets_them_and_its_calls_are_read_back() {
     assert!(pieces[0]["id"]
         .as_str()
         .is_some_and(|id| id.starts_with("call_")));
-    let streamed_arguments: String = pieces
-        .iter()
-        .filter_map(|p| p["function"]["arguments"].as_str())
-        .collect();
     assert_eq!(streamed_arguments, call["function"]["arguments"]);
 
     // The history's call and result are the template's to write: the prompt grows by
@@ -463,23 +471,8 @@ async fn each_templates_own_tool_call_format_is_written_and_read_back() {
             );
         }
 
-        let mut streamed = body.clone();
-        streamed["stream"] = json!(true);
-        let chunks = chunks_of(&post_text(&server, CHAT, &streamed).await);
-        let pieces: Vec<&Value> = chunks
-            .iter()
-            .flat_map(|c| {
-                c["choices"][0]["delta"]["tool_calls"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-            })
-            .collect();
+        let (pieces, streamed_arguments) = streamed_call(&server, &body).await;
         assert_eq!(pieces[0]["function"]["name"], call["function"]["name"]);
-        let streamed_arguments: String = pieces
-            .iter()
-            .filter_map(|p| p["function"]["arguments"].as_str())
-            .collect();
         assert_eq!(
             streamed_arguments, call["function"]["arguments"],
             "{format}"

@@ -17,7 +17,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::engine::backend::TemplateTraits;
 use crate::engine::reasoning::OPEN;
-use crate::engine::toolcall::ToolFormat;
+use crate::engine::toolcall::{self, ToolFormat};
 use crate::engine::{ChatMessage, EngineError, GenerationRequest, TemplateInputs};
 
 /// How a loaded model renders conversations.
@@ -133,10 +133,11 @@ impl Jinja {
 /// they are set an assistant's `tool_calls` (each `{id, type, function: {name,
 /// arguments}}`, the arguments as a JSON object), a result's `tool_call_id`, a `name`.
 /// A key that is not set is absent, not none: templates ask `'tool_calls' in message`.
-/// `nine_character_ids`: call ids as Mistral's templates take them ([`nine_characters`]).
+/// `nine_character_ids`: call ids as Mistral's templates take them
+/// ([`toolcall::nine_character_id`]).
 fn message(m: &ChatMessage, nine_character_ids: bool) -> minijinja::Value {
     let id = |id: &str| match nine_character_ids {
-        true => nine_characters(id),
+        true => toolcall::nine_character_id(id),
         false => id.to_owned(),
     };
     let calls: Vec<Json> = m
@@ -162,23 +163,6 @@ fn message(m: &ChatMessage, nine_character_ids: bool) -> minijinja::Value {
         shaped.insert("name".into(), Json::from(name.as_str()));
     }
     minijinja::Value::from_serialize(&shaped)
-}
-
-/// A call id as Mistral's templates take one (nine letters and digits, else they refuse
-/// the conversation): itself where it is one (the ids this gateway gives, see
-/// [`ToolPlan::id`](crate::engine::toolcall::ToolPlan::id)), else nine characters of its
-/// hash, the same for a call and for its result.
-fn nine_characters(id: &str) -> String {
-    if id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return id.to_owned();
-    }
-    use sha2::Digest;
-    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    sha2::Sha256::digest(id.as_bytes())
-        .iter()
-        .take(9)
-        .map(|byte| char::from(DIGITS[usize::from(*byte) % 36]))
-        .collect()
 }
 
 /// The template variables a request sets: its `chat_template_kwargs`, its
@@ -486,7 +470,7 @@ mod tests {
         );
         assert_eq!(
             ids[0],
-            nine_characters("call_a"),
+            toolcall::nine_character_id("call_a"),
             "the same for call and result"
         );
         assert_eq!(ids[1], "x00000001", "an id Mistral takes is kept");

@@ -67,15 +67,33 @@ impl ToolPlan {
                 .filter(char::is_ascii_alphanumeric)
                 .take(7)
                 .collect();
-            const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-            let digit = |d: usize| char::from(DIGITS[d % 36]);
-            return format!("{stem:0<7}{}{}", digit(n / 36), digit(n));
+            return format!("{stem:0<7}{}{}", base36(n / 36), base36(n));
         }
         match n {
             0 => self.call_id.clone(),
             n => format!("{}_{n}", self.call_id),
         }
     }
+}
+
+/// A call id as Mistral's templates take one (nine letters and digits, else they refuse
+/// the conversation): itself where it is one (the ids [`ToolPlan::id`] gives), else nine
+/// characters of its hash, the same for a call and for its result.
+pub fn nine_character_id(id: &str) -> String {
+    if id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return id.to_owned();
+    }
+    use sha2::Digest;
+    sha2::Sha256::digest(id.as_bytes())
+        .iter()
+        .take(9)
+        .map(|byte| base36(usize::from(*byte)))
+        .collect()
+}
+
+/// The base-36 digit of `n` modulo 36.
+fn base36(n: usize) -> char {
+    char::from(b"0123456789abcdefghijklmnopqrstuvwxyz"[n % 36])
 }
 
 /// Makes a request with tools ready for an engine in this process whose template speaks
